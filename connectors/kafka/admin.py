@@ -1,0 +1,133 @@
+"""Topic administration over aiokafka: describe what exists, create what is missing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError
+
+from hermesbus.errors import BrokerError
+from hermesbus.topics import ExistingTopic, TopicSpec
+
+from .config import KafkaConfig
+
+__all__ = ["KafkaAdmin"]
+
+log = logging.getLogger(__name__)
+
+_UNKNOWN_TOPIC = 3
+_TOPIC_EXISTS = 36
+
+
+class KafkaAdmin:
+    """An async context manager around aiokafka's admin client; start/stop are idempotent."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self._config = config
+        self._client: AIOKafkaAdminClient | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        client = AIOKafkaAdminClient(**self._config.client_kwargs())
+        try:
+            await client.start()
+        except KafkaError as exc:
+            await client.close()
+            raise BrokerError(
+                f"cannot reach Kafka at {self._config.bootstrap}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._client = client
+
+    async def stop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    @property
+    def client(self) -> AIOKafkaAdminClient:
+        if self._client is None:
+            raise BrokerError("the admin client is not started")
+        return self._client
+
+    async def describe(self, names: Sequence[str]) -> dict[str, ExistingTopic]:
+        """The topics among ``names`` that exist, with partitions, replicas and configs."""
+        try:
+            existing = set(await self.client.list_topics())
+            wanted = [n for n in names if n in existing]
+            described = await self.client.describe_topics(wanted) if wanted else []
+        except KafkaError as exc:
+            raise BrokerError(f"cannot describe topics: {type(exc).__name__}: {exc}") from exc
+        configs = await self._configs(wanted)
+        result = {}
+        for topic in described:
+            if topic["error_code"] == _UNKNOWN_TOPIC:
+                continue
+            partitions = topic["partitions"]
+            replicas = max((len(p["replicas"]) for p in partitions), default=0)
+            result[topic["topic"]] = ExistingTopic(
+                topic["topic"], len(partitions), replicas, configs.get(topic["topic"])
+            )
+        return result
+
+    async def create(self, specs: Iterable[TopicSpec]) -> list[str]:
+        """Create ``specs``; a topic that appeared meanwhile is not an error. Returns created."""
+        new = [
+            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.kafka_configs())
+            for s in specs
+        ]
+        if not new:
+            return []
+        try:
+            response = (await self.client.create_topics(new)).to_object()
+        except KafkaError as exc:
+            raise BrokerError(f"cannot create topics: {type(exc).__name__}: {exc}") from exc
+        created, failed = [], []
+        for item in response["topic_errors"]:
+            code = item["error_code"]
+            if code == 0:
+                created.append(item["topic"])
+            elif code != _TOPIC_EXISTS:
+                failed.append(f"{item['topic']}: error {code} {item.get('error_message') or ''}")
+        if failed:
+            raise BrokerError("cannot create topics: " + "; ".join(failed))
+        return created
+
+    async def _configs(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+        if not names:
+            return {}
+        resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+        try:
+            responses = await self.client.describe_configs(resources)
+        except KafkaError as exc:
+            log.warning("broker does not describe topic configs: %s", exc)
+            return {}
+        return _config_values(r.to_object() for r in responses)
+
+
+def _config_values(responses: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    result: dict[str, dict[str, str]] = {}
+    for response in responses:
+        for resource in response["resources"]:
+            if resource["error_code"] != 0:
+                continue
+            result[resource["resource_name"]] = {
+                entry["config_names"]: entry["config_value"]
+                for entry in resource["config_entries"]
+                if entry["config_value"] is not None
+            }
+    return result

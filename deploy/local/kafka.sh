@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# Run a real single-node Apache Kafka 4.x broker (KRaft, combined broker+controller)
+# on the loopback interface, for tests. The broker's jars come from Maven Central
+# through plain `mvn` (deploy/local/kafka/pom.xml) and are cached; no Docker, no
+# other downloads.
+#
+#   deploy/local/kafka.sh fetch          collect the jars into the cache (once)
+#   deploy/local/kafka.sh start [PORT]   start a broker; prints KAFKA_BOOTSTRAP=127.0.0.1:PORT
+#   deploy/local/kafka.sh stop           stop it and delete its data/log directory
+#   deploy/local/kafka.sh status         exit 0 and print the bootstrap if running, else exit 3
+#
+# See deploy/local/README.md for the environment variables.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+POM="$SCRIPT_DIR/kafka/pom.xml"
+
+# The Kafka version lives in one place, the pom's <kafka.version>; it can be
+# overridden per run with HERMES_KAFKA_VERSION (passed to mvn as -Dkafka.version).
+pom_version=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$POM" | head -n 1)
+KAFKA_VERSION=${HERMES_KAFKA_VERSION:-$pom_version}
+if [[ ! $KAFKA_VERSION =~ ^[0-9A-Za-z._-]+$ ]]; then
+  echo "kafka.sh: bad Kafka version '$KAFKA_VERSION'" >&2
+  exit 2
+fi
+CACHE_DIR=${HERMES_KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermesbus/kafka-$KAFKA_VERSION}
+LIB_DIR="$CACHE_DIR/lib"
+RUN_DIR=${HERMES_KAFKA_RUN_DIR:-/tmp/hermesbus-kafka}
+PID_FILE="$RUN_DIR/kafka.pid"
+DIR_FILE="$RUN_DIR/kafka.dir"
+BOOT_FILE="$RUN_DIR/kafka.bootstrap"
+START_TIMEOUT=${HERMES_KAFKA_START_TIMEOUT:-90}
+HEAP=${HERMES_KAFKA_HEAP:-512m}
+JAVA=${JAVA:-java}
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+check_uint() { # name value
+  [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be a number, got '$2'"
+}
+check_uint HERMES_KAFKA_START_TIMEOUT "$START_TIMEOUT"
+[[ $HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || die "HERMES_KAFKA_HEAP must look like 512m, got '$HEAP'"
+
+# ---------------------------------------------------------------- fetch
+
+# The lib dir is complete when its marker holds this key: the version plus a
+# hash of the pom, so editing the pom (e.g. the log4j version) re-fetches.
+cache_key() {
+  printf '%s %s\n' "$KAFKA_VERSION" "$(sha256sum "$POM" | cut -d' ' -f1)"
+}
+
+lib_complete() {
+  [[ -f $LIB_DIR/.complete ]] && [[ $(cat "$LIB_DIR/.complete") == "$(cache_key)" ]]
+}
+
+do_fetch() {
+  lib_complete && return 0
+  command -v mvn >/dev/null || die "mvn not found (needed once to fetch Kafka $KAFKA_VERSION)"
+  mkdir -p "$CACHE_DIR"
+  # Serialise concurrent fetches into the same cache.
+  exec 9>"$CACHE_DIR/.lock"
+  flock 9
+  if lib_complete; then exec 9>&-; return 0; fi
+  log "fetching Kafka $KAFKA_VERSION jars with mvn into $LIB_DIR"
+  local tmp="$CACHE_DIR/lib.tmp.$$"
+  rm -rf -- "$tmp"
+  # Maven's output goes to stderr: stdout of `start` is reserved for the bootstrap line.
+  # (Debian's Maven 3.8 prints bare colour resets even in batch mode: strip them.)
+  if ! mvn -q -B -f "$POM" "-Dkafka.version=$KAFKA_VERSION" \
+      dependency:copy-dependencies -DincludeScope=runtime "-DoutputDirectory=$tmp" 2>&1 |
+      sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then
+    rm -rf -- "$tmp"
+    exec 9>&-
+    die "mvn failed to fetch Kafka $KAFKA_VERSION"
+  fi
+  compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || { rm -rf -- "$tmp"; exec 9>&-; die "no kafka_2.13 jar was fetched"; }
+  cache_key >"$tmp/.complete"
+  rm -rf -- "$LIB_DIR"
+  mv -- "$tmp" "$LIB_DIR"
+  exec 9>&-
+  log "cached $(find "$LIB_DIR" -name '*.jar' | wc -l) jars in $LIB_DIR"
+}
+
+# ---------------------------------------------------------------- helpers
+
+free_port() {
+  python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+}
+
+# pid of the running broker (recorded by us and still a kafka.Kafka JVM), or fail.
+running_pid() {
+  [[ -f $PID_FILE ]] || return 1
+  local pid
+  pid=$(cat "$PID_FILE")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  # Guard against a recycled pid: the process must be our broker.
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka' || return 1
+  echo "$pid"
+}
+
+# Ask the broker over the Kafka protocol: ApiVersions (v0), then Metadata (v4..v8,
+# the non-flexible versions) and require that it lists itself. Exit 0 when it answers.
+probe_broker() { # port
+  python3 - "$1" <<'PY'
+import socket, struct, sys
+
+port = int(sys.argv[1])
+
+def call(sock, api_key, version, body, corr):
+    client = b"hermesbus-probe"
+    req = struct.pack(">hhih", api_key, version, corr, len(client)) + client + body
+    sock.sendall(struct.pack(">i", len(req)) + req)
+    n = struct.unpack(">i", recv(sock, 4))[0]
+    resp = recv(sock, n)
+    if struct.unpack(">i", resp[:4])[0] != corr:
+        sys.exit(1)
+    return resp[4:]
+
+def recv(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            sys.exit(1)
+        buf += chunk
+    return buf
+
+try:
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+        s.settimeout(3)
+        r = call(s, 18, 0, b"", 1)  # ApiVersions v0
+        err, count = struct.unpack(">hi", r[:6])
+        if err != 0:
+            sys.exit(1)
+        ranges = {}
+        for i in range(count):
+            k, lo, hi = struct.unpack(">hhh", r[6 + 6 * i: 12 + 6 * i])
+            ranges[k] = (lo, hi)
+        lo, hi = ranges.get(3, (0, -1))
+        v = max(lo, 4)
+        if v > min(hi, 8):
+            sys.exit(0)  # cannot speak a non-flexible Metadata; ApiVersions answered
+        body = struct.pack(">i", -1) + b"\x00"  # all topics, no auto-create
+        r = call(s, 3, v, body, 2)  # Metadata
+        off = 4  # throttle_time_ms
+        (nb,) = struct.unpack(">i", r[off:off + 4]); off += 4
+        for _ in range(nb):
+            off += 4  # node_id
+            (hl,) = struct.unpack(">h", r[off:off + 2]); off += 2 + hl
+            (p,) = struct.unpack(">i", r[off:off + 4]); off += 4
+            (rl,) = struct.unpack(">h", r[off:off + 2]); off += 2 + max(rl, 0)
+            if p == port:
+                sys.exit(0)
+        sys.exit(1)
+except (OSError, struct.error):
+    sys.exit(1)
+PY
+}
+
+# ---------------------------------------------------------------- start
+
+do_start() {
+  local port=${1:-${HERMES_KAFKA_PORT:-}}
+  if [[ -n $port ]]; then
+    check_uint PORT "$port"
+    ((port > 0 && port < 65536)) || die "PORT out of range: $port"
+  fi
+  mkdir -p "$RUN_DIR"
+
+  local pid
+  if pid=$(running_pid); then
+    local boot
+    boot=$(cat "$BOOT_FILE" 2>/dev/null || true)
+    if [[ -z $port || $boot == "127.0.0.1:$port" ]]; then
+      log "already running (pid $pid), reusing it"
+      echo "KAFKA_BOOTSTRAP=$boot"
+      return 0
+    fi
+    die "a broker is already running at $boot (pid $pid); run '$0 stop' first"
+  fi
+  # Leftovers of a broker that died: clean them up first.
+  cleanup_state
+
+  command -v "$JAVA" >/dev/null || die "java not found (Kafka $KAFKA_VERSION needs Java 17+)"
+  do_fetch
+
+  [[ -n $port ]] || port=$(free_port)
+  local cport
+  cport=$(free_port)
+  while [[ $cport == "$port" ]]; do cport=$(free_port); done
+
+  local dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/hermesbus-kafka-data.XXXXXX")
+  : >"$dir/.hermesbus-kafka"
+  echo "$dir" >"$DIR_FILE"
+  mkdir -p "$dir/data" "$dir/logs"
+
+  cat >"$dir/server.properties" <<EOF
+# Written by deploy/local/kafka.sh: single node, KRaft, loopback only.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+# Topics exist only when created on purpose (hermesbus topics apply, or a test's
+# own admin call): a typo in a topic name must fail, not create a topic.
+auto.create.topics.enable=false
+# Internal topics: one replica, and few partitions so the first group join and
+# the first transaction are quick.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+EOF
+
+  # log4j2: everything to a file in the log dir, nothing on the console.
+  cat >"$dir/log4j2.properties" <<EOF
+status = warn
+name = hermesbus-kafka
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $dir/logs/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+# Keep the lifecycle lines ("Kafka Server started", shutdown) at INFO.
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+logger.controller.name = kafka.server.ControllerServer
+logger.controller.level = INFO
+EOF
+
+  local cp="$LIB_DIR/*"
+  local -a jvm=(
+    "-Xmx$HEAP"
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$dir/log4j2.properties"
+    -cp "$cp"
+  )
+  local cluster_id
+  cluster_id=$(python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+
+  log "formatting KRaft storage in $dir/data"
+  if ! "$JAVA" "${jvm[@]}" kafka.tools.StorageTool format \
+      -t "$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1; then
+    cat "$dir/logs/format.out" >&2
+    die "storage format failed (data dir kept: $dir)"
+  fi
+
+  log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller 127.0.0.1:$cport, dir $dir)"
+  # setsid: the broker outlives this script and is not hit by the caller's Ctrl-C.
+  # The inner shell writes its own pid (= the JVM's, after exec) to the pid file.
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' kafka-launch "$PID_FILE" \
+    "$JAVA" "${jvm[@]}" kafka.Kafka "$dir/server.properties" \
+    >"$dir/logs/stdout.log" 2>&1 </dev/null &
+  echo "127.0.0.1:$port" >"$BOOT_FILE"
+
+  local deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    if [[ -s $PID_FILE ]]; then
+      pid=$(cat "$PID_FILE")
+      if ! kill -0 "$pid" 2>/dev/null; then
+        start_failed "$dir" "the broker exited during startup"
+      fi
+      if grep -q 'Kafka Server started' "$dir/logs/server.log" 2>/dev/null && probe_broker "$port"; then
+        log "ready after ${SECONDS}s"
+        echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
+        return 0
+      fi
+    fi
+    sleep 0.25
+  done
+  start_failed "$dir" "the broker was not ready within ${START_TIMEOUT}s"
+}
+
+start_failed() { # dir message
+  local dir=$1
+  log "$2; last lines of $dir/logs:"
+  tail -n 40 "$dir/logs/server.log" >&2 2>/dev/null || true
+  tail -n 20 "$dir/logs/stdout.log" >&2 2>/dev/null || true
+  stop_broker
+  rm -f -- "$PID_FILE" "$BOOT_FILE"
+  log "data/log dir kept for inspection: $dir ('$0 stop' removes it)"
+  exit 1
+}
+
+# ---------------------------------------------------------------- stop
+
+stop_broker() {
+  local pid
+  pid=$(running_pid) || return 0
+  log "stopping broker (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 60; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
+  log "broker did not stop within 30s, killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.25
+  done
+}
+
+cleanup_state() {
+  if [[ -f $DIR_FILE ]]; then
+    local dir
+    dir=$(cat "$DIR_FILE")
+    # Only ever delete a directory that we created (it carries our marker).
+    if [[ -n $dir && -f $dir/.hermesbus-kafka ]]; then
+      rm -rf -- "$dir"
+    fi
+  fi
+  rm -f -- "$PID_FILE" "$DIR_FILE" "$BOOT_FILE"
+}
+
+do_stop() {
+  stop_broker
+  cleanup_state
+}
+
+do_status() {
+  local pid
+  if pid=$(running_pid); then
+    echo "running pid=$pid KAFKA_BOOTSTRAP=$(cat "$BOOT_FILE" 2>/dev/null) dir=$(cat "$DIR_FILE" 2>/dev/null)"
+    return 0
+  fi
+  echo "not running"
+  return 3
+}
+
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+cmd=${1:-}
+[[ $# -gt 0 ]] && shift
+case $cmd in
+  fetch) [[ $# -eq 0 ]] || usage; do_fetch; echo "KAFKA_LIB=$LIB_DIR" ;;
+  start) [[ $# -le 1 ]] || usage; do_start "${1:-}" ;;
+  stop) [[ $# -eq 0 ]] || usage; do_stop ;;
+  status) [[ $# -eq 0 ]] || usage; do_status ;;
+  *) usage ;;
+esac

@@ -1,0 +1,58 @@
+"""hermesbus: an event-driven message bus for AI-agent components on Kafka."""
+
+from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata, Priority, RetryPolicy
+from hermesbus.payloads import (
+    Attachment,
+    ContentType,
+    Continue,
+    ErrorReport,
+    MemoryContext,
+    MemoryFact,
+    MemoryQuery,
+    MemoryTier,
+    MemoryWrite,
+    Payload,
+    Reply,
+    Role,
+    StateSnapshot,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+    TrustLevel,
+    UserTurn,
+    Verification,
+)
+from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attachment",
+    "ContentType",
+    "ContextSnapshot",
+    "Continue",
+    "Diagnostics",
+    "Envelope",
+    "ErrorReport",
+    "ExternalCalls",
+    "MemoryContext",
+    "MemoryFact",
+    "MemoryQuery",
+    "MemoryTier",
+    "MemoryWrite",
+    "Metadata",
+    "Payload",
+    "Priority",
+    "Reply",
+    "RetryPolicy",
+    "Role",
+    "StateSnapshot",
+    "TimerFired",
+    "ToolCall",
+    "ToolCallTrace",
+    "ToolResult",
+    "TrustLevel",
+    "UserTurn",
+    "Verification",
+    "__version__",
+]

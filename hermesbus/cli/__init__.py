@@ -1,0 +1,26 @@
+"""The ``hermesbus`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from ._schemas import app as schemas_app
+from ._topics import app as topics_app
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="hermesbus",
+    help="hermesbus: an event-driven message bus for AI-agent components on Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(schemas_app, name="schemas")
+app.add_typer(topics_app, name="topics")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()

@@ -1,0 +1,112 @@
+"""``hermesbus schemas check|freeze|fingerprint``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hermesbus.compat import Compatibility, Level
+from hermesbus.evolution import CheckReport, check, previous_from
+from hermesbus.history import History
+from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
+from hermesbus.schemaset import SchemaSet, canonical_form, fingerprint
+
+from ._common import console, errors
+
+app = typer.Typer(help="Avro schemas: compatibility checks and frozen versions.", no_args_is_help=True)
+
+SchemasOption = Annotated[
+    Path, typer.Option("--schemas", help="The schemas folder.", file_okay=False)
+]
+
+
+@app.command("check")
+def check_command(
+    against: Annotated[
+        str | None,
+        typer.Option(help="A schemas folder or a git revision; default: schemas/history."),
+    ] = None,
+    level: Annotated[Level, typer.Option(help="The compatibility required.")] = Level.BACKWARD,
+    schemas: SchemasOption = SCHEMAS_DIR,
+) -> None:
+    """Report BACKWARD / FORWARD / FULL compatibility of every schema with its previous version.
+
+    Exits 1 when a schema breaks the required level (the message names the field) or
+    when a changed top-level schema has not been frozen into history/.
+    """
+    with errors():
+        current = SchemaSet.from_dir(schemas)
+        report = check(current, previous_from(current, schemas, against), level)
+    _print(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command("freeze")
+def freeze_command(
+    name: Annotated[str, typer.Option(help="The top-level schema to freeze.")] = ENVELOPE,
+    schemas: SchemasOption = SCHEMAS_DIR,
+) -> None:
+    """Record the current version of a top-level schema in history/ (once per change)."""
+    with errors():
+        version = History(schemas / "history").freeze(SchemaSet.from_dir(schemas), name)
+    if version is None:
+        console.print(f"{name}: unchanged since its latest frozen version")
+    else:
+        console.print(f"{name}: frozen as v{version.number} in {version.path}")
+
+
+@app.command("fingerprint")
+def fingerprint_command(
+    name: Annotated[str, typer.Argument(help="Full name of a schema.")] = ENVELOPE,
+    schemas: SchemasOption = SCHEMAS_DIR,
+) -> None:
+    """Print the CRC-64-AVRO fingerprint (little-endian hex) and the canonical form."""
+    with errors():
+        expanded = SchemaSet.from_dir(schemas).expanded(name)
+        console.print(f"{name} {fingerprint(expanded).hex()}")
+        console.print(canonical_form(expanded), soft_wrap=True)
+
+
+def _print(report: CheckReport) -> None:
+    table = Table(title=f"schemas against {report.against} (required: {report.required})")
+    for column in ("schema", "compatibility", "problem"):
+        table.add_column(column)
+    for result in report.results:
+        ok = result.level.satisfies(report.required)
+        problems = result.backward + result.forward
+        table.add_row(
+            result.name,
+            f"[{'green' if ok else 'red'}]{result.level}[/]",
+            str(problems[0]) if problems and not ok else "",
+        )
+    for name in report.added:
+        table.add_row(name, "[green]new[/]", "")
+    for name in report.removed:
+        table.add_row(name, "[yellow]removed[/]", "")
+    console.print(table)
+    for failure in report.failures:
+        for problem in _required_problems(report, failure):
+            console.print(f"[red]BREAK[/red] {failure.name}: {problem}", soft_wrap=True)
+    for name in report.unfrozen:
+        console.print(
+            f"[red]UNFROZEN[/red] {name} changed since its latest version in history/: "
+            "run `hermesbus schemas freeze` to record it, so data written with it "
+            "stays decodable after the next change",
+            soft_wrap=True,
+        )
+    if report.ok:
+        console.print(f"[green]ok[/green]: every schema is {report.required} compatible")
+
+
+def _required_problems(report: CheckReport, failure: Compatibility) -> list[str]:
+    wanted = report.required
+    problems = []
+    if wanted in (Level.BACKWARD, Level.FULL):
+        problems += [f"new schema cannot read old data: {p}" for p in failure.backward]
+    if wanted in (Level.FORWARD, Level.FULL):
+        problems += [f"old schema cannot read new data: {p}" for p in failure.forward]
+    return problems

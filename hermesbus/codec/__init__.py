@@ -1,0 +1,64 @@
+"""Encode and decode envelopes: ``encode(envelope, framing) -> bytes``, ``decode(data)``.
+
+Single-object framing (``C3 01`` + CRC-64-AVRO fingerprint) is the default and
+needs no registry; Confluent framing (``00`` + schema id) is used when
+``HERMES_SCHEMA_REGISTRY_URL`` is set. ``decode`` detects the framing itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from hermesbus.config import HermesSettings
+from hermesbus.envelope import Envelope
+
+from ._codec import Codec, WriterSchema
+from ._framing import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, Framing
+
+__all__ = [
+    "CONFLUENT_MAGIC",
+    "SINGLE_OBJECT_MAGIC",
+    "Codec",
+    "Framing",
+    "WriterSchema",
+    "decode",
+    "decode_record",
+    "default_codec",
+    "encode",
+]
+
+_default: Codec | None = None
+_lock = threading.Lock()
+
+
+def default_codec() -> Codec:
+    """The process-wide codec over the shipped schemas (and the configured registry)."""
+    global _default  # noqa: PLW0603 - one lazily built codec per process
+    if _default is None:
+        with _lock:
+            if _default is None:
+                _default = Codec(registry=_registry_from_env())
+    return _default
+
+
+def _registry_from_env() -> Any | None:
+    from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
+
+    config = RegistryConfig.from_settings(HermesSettings())
+    return SchemaRegistryClient(config) if config else None
+
+
+def encode(envelope: Envelope, framing: Framing = "single-object") -> bytes:
+    """Envelope -> bytes with the default codec."""
+    return default_codec().encode(envelope, framing)
+
+
+def decode(data: bytes, reader_schema: dict[str, Any] | str | None = None) -> Envelope:
+    """Bytes (either framing) -> Envelope with the default codec; failures raise DecodeError."""
+    return default_codec().decode(data, reader_schema)
+
+
+def decode_record(data: bytes, reader_schema: dict[str, Any] | str | None = None) -> dict[str, Any]:
+    """Bytes -> the Avro record as ``reader_schema`` sees it (default: the current envelope)."""
+    return default_codec().decode_record(data, reader_schema)

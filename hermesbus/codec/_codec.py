@@ -1,0 +1,211 @@
+"""The envelope codec: Avro bodies in single-object or Confluent framing."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from hermesbus.compat import can_read
+from hermesbus.envelope import Envelope
+from hermesbus.errors import DecodeError, EncodeError, HermesError, RegistryError
+from hermesbus.history import History
+from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
+from hermesbus.schemaset import SchemaSet, fingerprint, parse
+
+from ._convert import to_model, to_record
+from ._framing import SINGLE_OBJECT_MAGIC, Framing, confluent_header, split
+
+__all__ = ["Codec", "WriterSchema"]
+
+
+class WriterSchema:
+    """A writer schema known to the codec: its JSON, fastavro's parsed form and names."""
+
+    __slots__ = ("parsed", "schema")
+
+    def __init__(self, schema: dict[str, Any], where: str) -> None:
+        self.schema = schema
+        self.parsed = parse(schema, where)
+
+
+class Codec:
+    """Encodes envelopes and decodes them back, resolving writer schemas by fingerprint or id.
+
+    Every schema is parsed once, when the codec is built or first meets a schema id.
+    """
+
+    def __init__(
+        self,
+        schemas_dir: Path = SCHEMAS_DIR,
+        *,
+        registry: Any | None = None,
+        name: str = ENVELOPE,
+    ) -> None:
+        schemas = SchemaSet.from_dir(schemas_dir)
+        self.name = name
+        self.schema = schemas.expanded(name)
+        self.fingerprint = fingerprint(self.schema)
+        self._current = WriterSchema(self.schema, f"{schemas_dir}:{name}")
+        self._by_fingerprint = {self.fingerprint: self._current}
+        for version in History(schemas_dir / "history").versions(name):
+            frozen = version.load()
+            self._by_fingerprint.setdefault(
+                fingerprint(frozen), WriterSchema(frozen, str(version.path))
+            )
+        self._header = SINGLE_OBJECT_MAGIC + self.fingerprint
+        self._registry = registry
+        self._registered_id: int | None = None
+        self._by_id: dict[int, WriterSchema] = {}
+        self._readers: dict[str, WriterSchema] = {}
+        self._resolvable: dict[tuple[int, int], None] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def known_fingerprints(self) -> list[bytes]:
+        """Fingerprints of every writer schema this codec can decode without a registry."""
+        return list(self._by_fingerprint)
+
+    def encode(self, envelope: Envelope, framing: Framing = "single-object") -> bytes:
+        """Envelope -> bytes in the given framing (Confluent needs a registry)."""
+        if framing == "single-object":
+            header = self._header
+        elif framing == "confluent":
+            header = confluent_header(self._schema_id())
+        else:
+            raise EncodeError(f"unknown framing {framing!r}: use 'single-object' or 'confluent'")
+        buffer = io.BytesIO()
+        buffer.write(header)
+        try:
+            fastavro.schemaless_writer(buffer, self._current.parsed, to_record(envelope))
+        except Exception as exc:
+            raise EncodeError(f"cannot write envelope with {self.name}: {exc}") from exc
+        return buffer.getvalue()
+
+    def decode(self, data: bytes, reader_schema: dict[str, Any] | str | None = None) -> Envelope:
+        """Bytes in either framing -> Envelope; every failure is a DecodeError."""
+        return to_model(self.decode_record(data, reader_schema))
+
+    def decode_record(
+        self, data: bytes, reader_schema: dict[str, Any] | str | None = None
+    ) -> dict[str, Any]:
+        """Bytes -> the Avro record as read with ``reader_schema`` (default: the current one)."""
+        framing, key, body = split(data)
+        writer = self._writer_by_fingerprint(key) if framing == "single-object" else (
+            self._writer_by_id(key)
+        )
+        reader = self._reader(reader_schema)
+        if reader is writer or (reader is None and writer is self._current):
+            reader = None
+        elif reader is None:
+            reader = self._current
+        if reader is not None:
+            self._check_resolvable(reader, writer)
+        stream = io.BytesIO(body)
+        try:
+            record = fastavro.schemaless_reader(
+                stream,
+                writer.parsed,
+                reader.parsed if reader is not None else None,
+                return_record_name=True,
+                return_record_name_override=True,
+            )
+        except Exception as exc:
+            raise DecodeError(
+                f"body does not decode with writer schema {_label(framing, key)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        trailing = len(body) - stream.tell()
+        if trailing:
+            raise DecodeError(
+                f"{trailing} bytes left after the record written with {_label(framing, key)}"
+            )
+        if not isinstance(record, dict):
+            raise DecodeError(f"decoded a {type(record).__name__}, not a record")
+        return record
+
+    def _writer_by_fingerprint(self, key: bytes | int) -> WriterSchema:
+        writer = self._by_fingerprint.get(key) if isinstance(key, bytes) else None
+        if writer is None:
+            raise DecodeError(
+                f"unknown writer schema fingerprint {_label('single-object', key)}: "
+                f"not {self.name} nor any version in schemas/history"
+            )
+        return writer
+
+    def _writer_by_id(self, key: bytes | int) -> WriterSchema:
+        if not isinstance(key, int):
+            raise DecodeError("a Confluent header carries an integer schema id")
+        writer = self._by_id.get(key)
+        if writer is not None:
+            return writer
+        if self._registry is None:
+            raise DecodeError(
+                f"schema id {key} needs a schema registry: set HERMES_SCHEMA_REGISTRY_URL"
+            )
+        try:
+            schema = self._registry.schema(key)
+            writer = WriterSchema(schema, f"registry id {key}")
+        except RegistryError as exc:
+            raise DecodeError(f"unknown schema id {key}: {exc}") from exc
+        except HermesError as exc:
+            raise DecodeError(f"schema id {key} is not a valid Avro schema: {exc}") from exc
+        with self._lock:
+            self._by_id[key] = writer
+        return writer
+
+    def _reader(self, reader_schema: dict[str, Any] | str | None) -> WriterSchema | None:
+        if reader_schema is None:
+            return None
+        text = reader_schema if isinstance(reader_schema, str) else json.dumps(
+            reader_schema, sort_keys=True
+        )
+        reader = self._readers.get(text)
+        if reader is None:
+            try:
+                schema = json.loads(text) if isinstance(reader_schema, str) else reader_schema
+                reader = WriterSchema(schema, "reader schema")
+            except (HermesError, json.JSONDecodeError) as exc:
+                raise DecodeError(f"unusable reader schema: {exc}") from exc
+            with self._lock:
+                self._readers[text] = reader
+        return reader
+
+    def _check_resolvable(self, reader: WriterSchema, writer: WriterSchema) -> None:
+        pair = (id(reader), id(writer))
+        if pair in self._resolvable:
+            return
+        try:
+            problems = can_read(reader.schema, writer.schema)
+        except HermesError as exc:
+            raise DecodeError(f"reader schema cannot be resolved: {exc}") from exc
+        if problems:
+            raise DecodeError(
+                "reader schema cannot read the writer's data: "
+                + "; ".join(str(p) for p in problems[:3])
+            )
+        with self._lock:
+            self._resolvable[pair] = None
+
+    def _schema_id(self) -> int:
+        if self._registered_id is None:
+            if self._registry is None:
+                raise EncodeError(
+                    "Confluent framing needs a schema registry: set HERMES_SCHEMA_REGISTRY_URL"
+                )
+            try:
+                self._registered_id = int(self._registry.register(self.name, self.schema))
+            except RegistryError as exc:
+                raise EncodeError(f"cannot register {self.name}: {exc}") from exc
+        return self._registered_id
+
+
+def _label(framing: str, key: bytes | int) -> str:
+    if isinstance(key, bytes):
+        return f"fingerprint {key.hex()}"
+    return f"id {key}"
+

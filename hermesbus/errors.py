@@ -1,0 +1,81 @@
+"""The one exception tree of hermesbus.
+
+Third-party errors (fastavro, struct, httpx, aiokafka, ...) are translated at the
+boundary with ``raise OurError(...) from exc``; nothing else escapes the public API.
+
+    HermesError
+    ├── ConfigError            a setting is missing or malformed
+    ├── SchemaError            a schema file is missing, invalid or unresolvable
+    │   └── CompatibilityError a schema change breaks the required compatibility
+    ├── CodecError
+    │   ├── EncodeError        an envelope cannot be written with the schema
+    │   └── DecodeError        bytes cannot be turned into an envelope
+    │       └── ContractError  bytes decoded, but the envelope breaks the contract
+    ├── RegistryError          the schema registry refused or failed a request
+    ├── CatalogError           the topic catalog is invalid
+    └── BrokerError            the Kafka cluster refused or failed a request
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "CatalogError",
+    "CodecError",
+    "CompatibilityError",
+    "ConfigError",
+    "ContractError",
+    "DecodeError",
+    "EncodeError",
+    "HermesError",
+    "RegistryError",
+    "SchemaError",
+]
+
+
+class HermesError(Exception):
+    """Base of every error hermesbus raises on purpose."""
+
+
+class ConfigError(HermesError):
+    """A setting is missing or malformed."""
+
+
+class SchemaError(HermesError):
+    """A schema file is missing, invalid, or references an unknown named type."""
+
+
+class CompatibilityError(SchemaError):
+    """A schema change breaks the compatibility level that is required."""
+
+
+class CodecError(HermesError):
+    """Base of encode and decode failures."""
+
+
+class EncodeError(CodecError):
+    """An envelope cannot be written with the writer schema."""
+
+
+class DecodeError(CodecError):
+    """Bytes cannot be turned into an envelope; the message names the cause."""
+
+
+class ContractError(DecodeError):
+    """The bytes decoded, but the envelope breaks the contract (a field out of range)."""
+
+
+class RegistryError(HermesError):
+    """The schema registry refused or failed a request."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class CatalogError(HermesError):
+    """The topic catalog is invalid."""
+
+
+class BrokerError(HermesError):
+    """The Kafka cluster refused or failed a request."""

@@ -1,0 +1,129 @@
+"""``hermesbus schemas check``: every named type against its previous version.
+
+The previous versions come from ``schemas/history`` (the default), another
+schemas folder, or the ``schemas/`` folder of a git revision.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermesbus.compat import Compatibility, Level, compare, named_types
+from hermesbus.errors import SchemaError
+from hermesbus.history import History
+from hermesbus.schemaset import SchemaSet
+
+__all__ = ["CheckReport", "Previous", "check", "previous_from"]
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The previous version of every named type, as a name -> definition table."""
+
+    label: str
+    types: Mapping[str, Any]
+    unfrozen: tuple[str, ...] = ()
+    """Top-level schemas whose current form is not yet recorded in history/."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    against: str
+    required: Level
+    results: tuple[Compatibility, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    unfrozen: tuple[str, ...] = field(default=())
+
+    @property
+    def failures(self) -> tuple[Compatibility, ...]:
+        return tuple(r for r in self.results if not r.level.satisfies(self.required))
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.unfrozen
+
+
+def check(current: SchemaSet, previous: Previous, required: Level) -> CheckReport:
+    new_types = {name: current.definition(name) for name in current.names()}
+    results = [
+        compare(name, new_types[name], previous.types[name], new_types, previous.types)
+        for name in current.names()
+        if name in previous.types
+    ]
+    return CheckReport(
+        against=previous.label,
+        required=required,
+        results=tuple(results),
+        added=tuple(n for n in current.names() if n not in previous.types),
+        removed=tuple(sorted(n for n in previous.types if n not in new_types)),
+        unfrozen=previous.unfrozen,
+    )
+
+
+def previous_from(current: SchemaSet, schemas_dir: Path, against: str | None) -> Previous:
+    """Resolve ``--against``: None = history/, an existing folder, or a git revision."""
+    if against is None:
+        return _from_history(current, History(schemas_dir / "history"))
+    if Path(against).is_dir():
+        return _from_set(SchemaSet.from_dir(Path(against)), f"folder {against}")
+    return _from_set(_from_git(schemas_dir, against), f"git {against}")
+
+
+def _from_set(schemas: SchemaSet, label: str) -> Previous:
+    return Previous(label, {name: schemas.definition(name) for name in schemas.names()})
+
+
+def _from_history(current: SchemaSet, history: History) -> Previous:
+    types: dict[str, Any] = {}
+    labels, unfrozen = [], []
+    for name in history.names():
+        versions = history.versions(name)
+        if not versions or name not in current:
+            continue
+        latest = versions[-1]
+        base = latest
+        if latest.load() == current.expanded(name):
+            base = versions[-2] if len(versions) > 1 else latest
+        else:
+            unfrozen.append(name)
+        labels.append(f"{name} v{base.number}")
+        types.update(named_types(base.load()))
+    if not labels:
+        raise SchemaError(f"{history.folder}: no frozen versions to check against")
+    return Previous("history " + ", ".join(labels), types, tuple(unfrozen))
+
+
+def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:
+    if revision.startswith("-"):
+        raise SchemaError(f"{revision!r} is neither a folder nor a git revision")
+    top = _git(schemas_dir, "rev-parse", "--show-toplevel").strip()
+    prefix = schemas_dir.resolve().relative_to(Path(top).resolve()).as_posix()
+    listing = _git(schemas_dir, "ls-tree", "--name-only", f"{revision}:{prefix}")
+    texts = {
+        name: _git(schemas_dir, "show", f"{revision}:{prefix}/{name}")
+        for name in listing.split()
+        if name.endswith(".avsc")
+    }
+    return SchemaSet.from_texts(texts, origin=f"{revision}:{prefix}")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(  # noqa: S603 - fixed executable, arguments as a list
+            ["git", *args],  # noqa: S607 - git from PATH, as every developer runs it
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SchemaError(f"cannot run git: {exc}") from exc
+    if done.returncode != 0:
+        raise SchemaError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout

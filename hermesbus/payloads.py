@@ -1,0 +1,215 @@
+"""Payload models: the typed bodies of the protocol's own messages (``schemas/``).
+
+``Payload`` is ``{task, context, body}``: the task name and context of seed 000
+§4.1, plus one typed body record. Each body class names its Avro record in
+``avro_name``; tool arguments and results travel as JSON text validated by the
+tool's own JSON Schema.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from hermesbus._types import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.snapshot import ContextSnapshot
+
+__all__ = [
+    "BODY_TYPES",
+    "Attachment",
+    "Body",
+    "ContentType",
+    "ContextValue",
+    "Continue",
+    "ErrorReport",
+    "MemoryContext",
+    "MemoryFact",
+    "MemoryQuery",
+    "MemoryTier",
+    "MemoryWrite",
+    "Payload",
+    "Reply",
+    "Role",
+    "StateSnapshot",
+    "TimerFired",
+    "ToolCall",
+    "ToolResult",
+    "TrustLevel",
+    "UserTurn",
+    "Verification",
+]
+
+
+class TrustLevel(enum.StrEnum):
+    RAW = "raw"
+    VERIFIED = "verified"
+    CERTIFIED = "certified"
+
+
+class ContentType(enum.StrEnum):
+    TEXT = "text"
+    IMAGE = "image"
+    FILE = "file"
+    AUDIO = "audio"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class MemoryTier(enum.StrEnum):
+    SHORT_TERM = "short_term"
+    MID_TERM = "mid_term"
+    LONG_TERM = "long_term"
+
+
+class Verification(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.Verification"
+    tool: NonEmpty
+    verified_at: Millis
+
+
+class Attachment(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.Attachment"
+    name: str
+    media_type: str
+    uri: str
+    sha256: str = ""
+
+
+class MemoryFact(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.MemoryFact"
+    subject: str
+    relation: str
+    object: str
+    trust_level: TrustLevel = TrustLevel.RAW
+    verified_by: Verification | None = None
+    deprecated: bool = False
+
+
+class UserTurn(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.UserTurn"
+    text: str
+    content_type: ContentType = ContentType.TEXT
+    attachments: tuple[Attachment, ...] = ()
+    locale: str | None = None
+
+
+class Reply(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.Reply"
+    text: str
+    role: Role = Role.ASSISTANT
+    content_type: ContentType = ContentType.TEXT
+    choices: tuple[str, ...] = ()
+    verification_steps: tuple[str, ...] = ()
+    stale: bool = False
+    degraded: bool = False
+
+
+class ToolCall(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.ToolCall"
+    tool: NonEmpty
+    arguments_json: str
+    idempotency_key: NonEmpty
+    fallback_allowed: bool = True
+
+
+class ToolResult(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.ToolResult"
+    tool: NonEmpty
+    status_code: Int32
+    result_json: str = "null"
+    verified: bool = False
+    verification_steps: tuple[str, ...] = ()
+    stale: bool = False
+    stale_since: Millis | None = None
+    fallback: str | None = None
+    truncated: bool = False
+    error: str | None = None
+
+
+class MemoryQuery(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.MemoryQuery"
+    symbols: tuple[str, ...] = ()
+    preferences: tuple[str, ...] = ()
+    entity: str | None = None
+    trust_level: TrustLevel = TrustLevel.VERIFIED
+
+
+class MemoryContext(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.MemoryContext"
+    symbols: dict[str, str] = Field(default_factory=dict)
+    preferences: dict[str, str] = Field(default_factory=dict)
+    facts: tuple[MemoryFact, ...] = ()
+
+
+class MemoryWrite(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.MemoryWrite"
+    tier: MemoryTier
+    key: NonEmpty
+    value_json: str
+    ttl_s: Annotated[Int64, Field(ge=0)] | None = None
+    confirmed_by: str | None = None
+    verified_by: Verification | None = None
+    trust_level: TrustLevel = TrustLevel.RAW
+
+
+class StateSnapshot(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.StateSnapshot"
+    snapshot: ContextSnapshot
+    previous_state: str | None = None
+    trigger: str = ""
+
+
+class TimerFired(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.TimerFired"
+    timer_id: NonEmpty
+    due_at: Millis
+    purpose: str
+    data_json: str = "{}"
+
+
+class ErrorReport(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.ErrorReport"
+    component: NonEmpty
+    code: NonEmpty
+    message: str
+    advice: str = ""
+    retryable: bool = False
+
+
+class Continue(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.Continue"
+    reason: str = ""
+
+
+Body = (
+    UserTurn | Reply | ToolCall | ToolResult | MemoryQuery | MemoryContext | MemoryWrite
+    | StateSnapshot | TimerFired | ErrorReport | Continue
+)
+BODY_TYPES: dict[str, type[Record]] = {
+    cls.avro_name: cls
+    for cls in (
+        UserTurn, Reply, ToolCall, ToolResult, MemoryQuery, MemoryContext, MemoryWrite,
+        StateSnapshot, TimerFired, ErrorReport, Continue,
+    )
+}
+"""Body model by Avro full name, in the order of the ``Payload.body`` union."""
+
+ContextValue = None | bool | Int64 | Double | str | list[str]
+
+
+class Payload(Record):
+    """What the envelope asks for: ``task``, its ``context`` and a typed ``body``."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.Payload"
+    task: str = ""
+    context: dict[str, ContextValue] = Field(default_factory=dict)
+    body: Body | None = None

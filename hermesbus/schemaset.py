@@ -1,0 +1,191 @@
+"""Named Avro types read from a folder of ``.avsc`` files, resolved across files.
+
+Each file defines one named type (``hermes.mcp.Envelope.avsc``) and refers to the
+others by full name. :meth:`SchemaSet.expanded` inlines those references so that a
+schema is self-contained: that form is what gets fingerprinted, registered, frozen
+into ``history/`` and handed to fastavro.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import fastavro.schema
+
+from hermesbus.errors import SchemaError
+
+__all__ = ["PRIMITIVES", "SchemaSet", "canonical_form", "fingerprint"]
+
+PRIMITIVES = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+)
+_NAMED = frozenset({"record", "enum", "fixed", "error"})
+
+Schema = Any  # Avro schema JSON: a str, a list (union) or a dict
+
+
+def fullname(schema: Mapping[str, Any], namespace: str | None) -> str:
+    """Full name of a named schema, following the Avro namespace rules."""
+    name = str(schema["name"])
+    if "." in name:
+        return name
+    space = schema.get("namespace", namespace)
+    return f"{space}.{name}" if space else name
+
+
+def _qualify(ref: str, namespace: str | None) -> str:
+    if ref in PRIMITIVES or "." in ref or not namespace:
+        return ref
+    return f"{namespace}.{ref}"
+
+
+def canonical_form(schema: Schema) -> str:
+    """Avro Parsing Canonical Form of a self-contained schema."""
+    try:
+        return str(fastavro.schema.to_parsing_canonical_form(schema))
+    except Exception as exc:
+        raise SchemaError(f"cannot compute the canonical form: {exc}") from exc
+
+
+def fingerprint(schema: Schema) -> bytes:
+    """CRC-64-AVRO fingerprint of the canonical form, 8 bytes little-endian."""
+    hex_value = fastavro.schema.fingerprint(canonical_form(schema), "CRC-64-AVRO")
+    return int(hex_value, 16).to_bytes(8, "little")
+
+
+class SchemaSet:
+    """The named types of one schemas folder (or of a dict of file texts)."""
+
+    def __init__(self, definitions: Mapping[str, Mapping[str, Any]], origin: str) -> None:
+        self._defs = dict(definitions)
+        self.origin = origin
+        self._parsed: dict[str, Any] = {}
+        for name in self._defs:
+            self._check_refs(name)
+
+    @classmethod
+    def from_dir(cls, folder: Path) -> SchemaSet:
+        """Read every ``*.avsc`` directly in ``folder`` (not ``history/``)."""
+        if not folder.is_dir():
+            raise SchemaError(f"schemas folder {folder} does not exist")
+        texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.avsc"))}
+        return cls.from_texts(texts, origin=str(folder))
+
+    @classmethod
+    def from_texts(cls, texts: Mapping[str, str], origin: str) -> SchemaSet:
+        """Parse file texts keyed by file name; each file holds one named type."""
+        defs: dict[str, Mapping[str, Any]] = {}
+        for file_name, text in texts.items():
+            try:
+                schema = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{origin}/{file_name}: not JSON: {exc}") from exc
+            if not isinstance(schema, dict) or schema.get("type") not in _NAMED:
+                raise SchemaError(f"{origin}/{file_name}: must define one named type")
+            name = fullname(schema, None)
+            if name in defs:
+                raise SchemaError(f"{origin}/{file_name}: {name} is defined twice")
+            defs[name] = schema
+        if not defs:
+            raise SchemaError(f"{origin}: no .avsc files")
+        return cls(defs, origin)
+
+    def names(self) -> list[str]:
+        return sorted(self._defs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._defs
+
+    def definition(self, name: str) -> Mapping[str, Any]:
+        """The schema as written in its file (references not inlined)."""
+        try:
+            return self._defs[name]
+        except KeyError:
+            raise SchemaError(f"{self.origin}: no schema named {name}") from None
+
+    def expanded(self, name: str) -> dict[str, Any]:
+        """The schema of ``name`` with every referenced named type inlined once."""
+        result = self._expand(self.definition(name), None, set())
+        if not isinstance(result, dict):
+            raise SchemaError(f"{name} did not expand to a named type")
+        return result
+
+    def parsed(self, name: str) -> Any:
+        """fastavro's parsed form of ``name``, parsed once per set."""
+        if name not in self._parsed:
+            self._parsed[name] = parse(self.expanded(name), f"{self.origin}:{name}")
+        return self._parsed[name]
+
+    def _expand(self, schema: Schema, namespace: str | None, seen: set[str]) -> Schema:
+        if isinstance(schema, str):
+            ref = _qualify(schema, namespace)
+            if ref in PRIMITIVES or ref in seen:
+                return ref
+            return self._expand(self.definition(ref), None, seen)
+        if isinstance(schema, list):
+            return [self._expand(branch, namespace, seen) for branch in schema]
+        return self._expand_complex(dict(schema), namespace, seen)
+
+    def _expand_complex(
+        self, schema: dict[str, Any], namespace: str | None, seen: set[str]
+    ) -> dict[str, Any]:
+        kind = schema.get("type")
+        if kind in _NAMED:
+            name = fullname(schema, namespace)
+            seen.add(name)
+            namespace = name.rpartition(".")[0] or None
+            schema["name"], schema["namespace"] = name.rpartition(".")[2], namespace
+        if kind in ("record", "error"):
+            schema["fields"] = [
+                {**f, "type": self._expand(f["type"], namespace, seen)} for f in schema["fields"]
+            ]
+        elif kind == "array":
+            schema["items"] = self._expand(schema["items"], namespace, seen)
+        elif kind == "map":
+            schema["values"] = self._expand(schema["values"], namespace, seen)
+        elif isinstance(kind, (dict, list)) or (
+            isinstance(kind, str) and kind not in PRIMITIVES and kind not in _NAMED
+        ):
+            return {**schema, "type": self._expand(kind, namespace, seen)}
+        return schema
+
+    def _check_refs(self, name: str) -> None:
+        for ref in _references(self._defs[name], None):
+            if ref not in self._defs:
+                raise SchemaError(f"{self.origin}: {name} refers to unknown type {ref}")
+
+
+def _references(schema: Schema, namespace: str | None) -> Iterable[str]:
+    """Full names a schema refers to without defining them inline."""
+    if isinstance(schema, str):
+        ref = _qualify(schema, namespace)
+        if ref not in PRIMITIVES:
+            yield ref
+    elif isinstance(schema, list):
+        for branch in schema:
+            yield from _references(branch, namespace)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in _NAMED:
+            namespace = fullname(schema, namespace).rpartition(".")[0] or None
+        for field in schema.get("fields", []):
+            yield from _references(field["type"], namespace)
+        for key in ("items", "values"):
+            if key in schema:
+                yield from _references(schema[key], namespace)
+        if isinstance(kind, (dict, list)) or (
+            isinstance(kind, str) and kind not in PRIMITIVES and kind not in _NAMED
+            and kind not in ("array", "map")
+        ):
+            yield from _references(kind, namespace)
+
+
+def parse(schema: Schema, where: str) -> Any:
+    """fastavro.parse_schema with its errors translated."""
+    try:
+        return fastavro.schema.parse_schema(schema)
+    except Exception as exc:
+        raise SchemaError(f"{where}: invalid Avro schema: {exc}") from exc

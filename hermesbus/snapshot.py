@@ -1,0 +1,29 @@
+"""The context snapshot the conversation attaches at each state transition (seed 000 §2)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from hermesbus._types import Int32, Int64, Millis, NonEmpty, Record
+
+__all__ = ["ContextSnapshot", "ToolCallTrace"]
+
+
+class ToolCallTrace(Record):
+    avro_name: ClassVar[str] = "hermes.mcp.ToolCallTrace"
+    tool: str
+    args_digest: str
+    status_code: Int32
+
+
+class ContextSnapshot(Record):
+    """The conversation's snapshot at a state transition (seed 000 §2)."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.ContextSnapshot"
+    state_id: NonEmpty
+    entered_at: Millis
+    tokens_used: Annotated[Int64, Field(ge=0)] = 0
+    summary: Annotated[str, Field(max_length=50)] = ""
+    tool_calls: tuple[ToolCallTrace, ...] = ()

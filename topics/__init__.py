@@ -1,0 +1,16 @@
+"""The topic catalog (``catalog.yaml``) and the code that provisions it."""
+
+from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
+from .plan import Drift, ExistingTopic, TopicPlan, plan
+
+__all__ = [
+    "CATALOG_FILE",
+    "SESSION_KEY",
+    "Catalog",
+    "Drift",
+    "ExistingTopic",
+    "TopicPlan",
+    "TopicSpec",
+    "parse_retention",
+    "plan",
+]

@@ -1,0 +1,81 @@
+"""What ``topics apply`` has to do: compare the catalog with the cluster's topics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .catalog import Catalog, TopicSpec
+
+__all__ = ["Drift", "ExistingTopic", "TopicPlan", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingTopic:
+    """A topic as the cluster describes it; ``configs`` is None if it cannot say."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One setting of an existing topic that differs from the catalog."""
+
+    topic: str
+    setting: str
+    wanted: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.setting} is {self.actual}, the catalog says {self.wanted}"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    create: tuple[TopicSpec, ...]
+    in_sync: tuple[str, ...]
+    drift: tuple[Drift, ...]
+    unverified: tuple[str, ...] = field(default=())
+    """Existing topics whose configs the broker would not describe."""
+
+
+def plan(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> TopicPlan:
+    create, in_sync, drift, unverified = [], [], [], []
+    for spec in catalog:
+        actual = existing.get(spec.name)
+        if actual is None:
+            create.append(spec)
+            continue
+        found = _drift(spec, actual)
+        drift.extend(found)
+        if actual.configs is None:
+            unverified.append(spec.name)
+        if not found:
+            in_sync.append(spec.name)
+    return TopicPlan(tuple(create), tuple(in_sync), tuple(drift), tuple(unverified))
+
+
+def _drift(spec: TopicSpec, actual: ExistingTopic) -> list[Drift]:
+    found = []
+    if actual.partitions != spec.partitions:
+        found.append(
+            Drift(spec.name, "partitions", str(spec.partitions), str(actual.partitions))
+        )
+    if actual.replication_factor != spec.replication_factor:
+        found.append(
+            Drift(
+                spec.name,
+                "replication_factor",
+                str(spec.replication_factor),
+                str(actual.replication_factor),
+            )
+        )
+    if actual.configs is not None:
+        for key, wanted in spec.kafka_configs().items():
+            value = actual.configs.get(key)
+            if value != wanted:
+                found.append(Drift(spec.name, key, wanted, "unset" if value is None else value))
+    return found
