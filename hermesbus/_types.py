@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["EPOCH", "Double", "Int32", "Int64", "Millis", "NonEmpty", "Record", "to_millis_datetime"]
+__all__ = [
+    "EPOCH",
+    "Double",
+    "Int32",
+    "Int64",
+    "Millis",
+    "NonEmpty",
+    "Record",
+    "to_millis_datetime",
+]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
@@ -16,27 +25,24 @@ Double = Annotated[float, Field(allow_inf_nan=False)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-def _from_epoch_millis(value: object) -> object:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return EPOCH + timedelta(milliseconds=value)
-    return value
-
-
 def to_millis_datetime(value: datetime) -> datetime:
     """Aware UTC datetime truncated to whole milliseconds, as Avro timestamp-millis keeps it."""
+    if value.tzinfo is UTC and not value.microsecond % 1000:
+        return value  # the common case: already what Avro keeps (fastavro returns these)
     if value.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware (UTC)")
     value = value.astimezone(UTC)
     return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
 
 
-Millis = Annotated[
-    datetime, BeforeValidator(_from_epoch_millis), AfterValidator(to_millis_datetime)
-]
-"""A point in time with millisecond precision; epoch milliseconds are accepted."""
+Millis = Annotated[datetime, AfterValidator(to_millis_datetime)]
+"""An aware UTC point in time truncated to milliseconds; other inputs parse as pydantic does."""
 
 
 class Record(BaseModel):
     """Base of every model that mirrors an Avro record: immutable, no unknown fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    avro_name: ClassVar[str]
+    """Full name of the Avro record the model mirrors."""

@@ -197,8 +197,12 @@ class _Resolver:
             yield from self.check(reader["values"], writer["values"], r_ns, w_ns, f"{path}{{}}")
 
     def _named(
-        self, reader: dict[str, Any], writer: dict[str, Any], r_ns: str | None,
-        w_ns: str | None, path: str,
+        self,
+        reader: dict[str, Any],
+        writer: dict[str, Any],
+        r_ns: str | None,
+        w_ns: str | None,
+        path: str,
     ) -> Iterator[Incompatibility]:
         r_name, w_name = fullname(reader, r_ns), fullname(writer, w_ns)
         if not _names_match(reader, r_name, w_name):
@@ -220,8 +224,12 @@ class _Resolver:
             yield from self._record(reader, writer, r_ns, w_ns, path)
 
     def _record(
-        self, reader: dict[str, Any], writer: dict[str, Any], r_ns: str | None,
-        w_ns: str | None, path: str,
+        self,
+        reader: dict[str, Any],
+        writer: dict[str, Any],
+        r_ns: str | None,
+        w_ns: str | None,
+        path: str,
     ) -> Iterator[Incompatibility]:
         written = {f["name"]: f for f in writer["fields"]}
         for field in reader["fields"]:

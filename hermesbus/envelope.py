@@ -23,6 +23,7 @@ __all__ = [
 Address = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*:[A-Za-z0-9_.\-]+$")]
 """``component:instance``, e.g. ``conversation:S2`` or ``mcp:dispatcher``."""
 
+
 class Priority(enum.StrEnum):
     LOW = "low"
     NORMAL = "normal"

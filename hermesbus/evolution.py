@@ -101,11 +101,11 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:
     if revision.startswith("-"):
         raise SchemaError(f"{revision!r} is neither a folder nor a git revision")
-    top = _git(schemas_dir, "rev-parse", "--show-toplevel").strip()
-    prefix = schemas_dir.resolve().relative_to(Path(top).resolve()).as_posix()
-    listing = _git(schemas_dir, "ls-tree", "--name-only", f"{revision}:{prefix}")
+    top = Path(_git(schemas_dir, "rev-parse", "--show-toplevel").strip()).resolve()
+    prefix = schemas_dir.resolve().relative_to(top).as_posix()
+    listing = _git(top, "ls-tree", "--name-only", f"{revision}:{prefix}")
     texts = {
-        name: _git(schemas_dir, "show", f"{revision}:{prefix}/{name}")
+        name: _git(top, "show", f"{revision}:{prefix}/{name}")
         for name in listing.split()
         if name.endswith(".avsc")
     }

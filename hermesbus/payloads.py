@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from hermesbus._types import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus._types import Int32, Int64, Millis, NonEmpty, Record
 from hermesbus.snapshot import ContextSnapshot
 
 __all__ = [
@@ -173,7 +173,7 @@ class TimerFired(Record):
     timer_id: NonEmpty
     due_at: Millis
     purpose: str
-    data_json: str = "{}"
+    data_json: str = "null"
 
 
 class ErrorReport(Record):
@@ -191,19 +191,46 @@ class Continue(Record):
 
 
 Body = (
-    UserTurn | Reply | ToolCall | ToolResult | MemoryQuery | MemoryContext | MemoryWrite
-    | StateSnapshot | TimerFired | ErrorReport | Continue
+    UserTurn
+    | Reply
+    | ToolCall
+    | ToolResult
+    | MemoryQuery
+    | MemoryContext
+    | MemoryWrite
+    | StateSnapshot
+    | TimerFired
+    | ErrorReport
+    | Continue
 )
 BODY_TYPES: dict[str, type[Record]] = {
     cls.avro_name: cls
     for cls in (
-        UserTurn, Reply, ToolCall, ToolResult, MemoryQuery, MemoryContext, MemoryWrite,
-        StateSnapshot, TimerFired, ErrorReport, Continue,
+        UserTurn,
+        Reply,
+        ToolCall,
+        ToolResult,
+        MemoryQuery,
+        MemoryContext,
+        MemoryWrite,
+        StateSnapshot,
+        TimerFired,
+        ErrorReport,
+        Continue,
     )
 }
 """Body model by Avro full name, in the order of the ``Payload.body`` union."""
 
-ContextValue = None | bool | Int64 | Double | str | list[str]
+ContextValue = Annotated[
+    StrictBool
+    | Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+    | Annotated[StrictFloat, Field(allow_inf_nan=False)]
+    | StrictStr
+    | list[StrictStr]
+    | None,
+    Field(union_mode="left_to_right"),
+]
+"""A context value: the JSON scalars and string lists; strict, so 1 stays int and "1" str."""
 
 
 class Payload(Record):

@@ -19,9 +19,7 @@ from hermesbus.errors import SchemaError
 
 __all__ = ["PRIMITIVES", "SchemaSet", "canonical_form", "fingerprint"]
 
-PRIMITIVES = frozenset(
-    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-)
+PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "enum", "fixed", "error"})
 
 Schema = Any  # Avro schema JSON: a str, a list (union) or a dict
@@ -51,9 +49,11 @@ def canonical_form(schema: Schema) -> str:
 
 
 def fingerprint(schema: Schema) -> bytes:
-    """CRC-64-AVRO fingerprint of the canonical form, 8 bytes little-endian."""
-    hex_value = fastavro.schema.fingerprint(canonical_form(schema), "CRC-64-AVRO")
-    return int(hex_value, 16).to_bytes(8, "little")
+    """CRC-64-AVRO fingerprint of the canonical form, 8 bytes little-endian.
+
+    fastavro's hex string already lists the bytes in little-endian order.
+    """
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical_form(schema), "CRC-64-AVRO"))
 
 
 class SchemaSet:
@@ -177,7 +177,9 @@ def _references(schema: Schema, namespace: str | None) -> Iterable[str]:
             if key in schema:
                 yield from _references(schema[key], namespace)
         if isinstance(kind, (dict, list)) or (
-            isinstance(kind, str) and kind not in PRIMITIVES and kind not in _NAMED
+            isinstance(kind, str)
+            and kind not in PRIMITIVES
+            and kind not in _NAMED
             and kind not in ("array", "map")
         ):
             yield from _references(kind, namespace)

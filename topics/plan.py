@@ -61,9 +61,7 @@ def plan(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> TopicPlan:
 def _drift(spec: TopicSpec, actual: ExistingTopic) -> list[Drift]:
     found = []
     if actual.partitions != spec.partitions:
-        found.append(
-            Drift(spec.name, "partitions", str(spec.partitions), str(actual.partitions))
-        )
+        found.append(Drift(spec.name, "partitions", str(spec.partitions), str(actual.partitions)))
     if actual.replication_factor != spec.replication_factor:
         found.append(
             Drift(

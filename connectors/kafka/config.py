@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -46,8 +47,6 @@ class KafkaConfig(BaseSettings):
             kwargs["sasl_plain_username"] = self.sasl_username
             kwargs["sasl_plain_password"] = self.sasl_password.get_secret_value()
         if self.security_protocol.endswith("SSL"):
-            from aiokafka.helpers import create_ssl_context
-
             kwargs["ssl_context"] = create_ssl_context(
                 cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
             )

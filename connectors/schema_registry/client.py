@@ -27,6 +27,7 @@ class SchemaRegistryClient:
     """Synchronous client (the codec is synchronous); safe to share between threads."""
 
     def __init__(self, config: RegistryConfig, transport: httpx.BaseTransport | None = None):
+        self.config = config
         auth = (config.username, config.password or "") if config.username else None
         self._http = httpx.Client(
             base_url=config.url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+
 import typer
 from rich.console import Console
 
@@ -29,4 +30,3 @@ def errors() -> Iterator[None]:
         yield
     except HermesError as exc:
         raise fail(str(exc)) from exc
-

@@ -16,7 +16,9 @@ from hermesbus.schemaset import SchemaSet, canonical_form, fingerprint
 
 from ._common import console, errors
 
-app = typer.Typer(help="Avro schemas: compatibility checks and frozen versions.", no_args_is_help=True)
+app = typer.Typer(
+    help="Avro schemas: compatibility checks and frozen versions.", no_args_is_help=True
+)
 
 SchemasOption = Annotated[
     Path, typer.Option("--schemas", help="The schemas folder.", file_okay=False)

@@ -89,20 +89,22 @@ def apply_command(
 
 def _report(result: ApplyResult, dry_run: bool) -> None:
     verb = "would create" if dry_run else "created"
+    plans = [result.plan] + ([result.late] if result.late else [])
     for spec in result.plan.create:
         if dry_run or spec.name in result.created:
             console.print(f"[green]{verb}[/green] {spec.name} ({spec.partitions} partitions)")
-        else:
-            console.print(f"[green]exists[/green] {spec.name} (created concurrently)")
-    for name in result.plan.in_sync:
+    in_sync = [name for p in plans for name in p.in_sync]
+    for name in in_sync:
         console.print(f"ok {name}")
-    for name in result.plan.unverified:
+    for name in (name for p in plans for name in p.unverified):
         console.print(f"[yellow]unverified[/yellow] {name}: the broker does not describe configs")
-    for drift in result.plan.drift:
+    for drift in result.drift:
         console.print(f"[red]drift[/red] {drift}", soft_wrap=True)
+    to_create = len(result.created) if not dry_run else len(result.plan.create)
+    drifted = len({d.topic for d in result.drift})
     console.print(
-        f"{len(result.plan.create)} to create, {len(result.plan.in_sync)} in sync, "
-        f"{len(result.plan.drift)} drifted"
+        f"{to_create} {'to create' if dry_run else 'created'}, {len(in_sync)} in sync, "
+        f"{drifted} drifted"
     )
 
 

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from hermesbus.config import HermesSettings
+from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
 from hermesbus.envelope import Envelope
 
 from ._codec import Codec, WriterSchema
@@ -42,9 +43,7 @@ def default_codec() -> Codec:
     return _default
 
 
-def _registry_from_env() -> Any | None:
-    from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
-
+def _registry_from_env() -> SchemaRegistryClient | None:
     config = RegistryConfig.from_settings(HermesSettings())
     return SchemaRegistryClient(config) if config else None
 

@@ -94,9 +94,11 @@ class Codec:
         self, data: bytes, reader_schema: dict[str, Any] | str | None = None
     ) -> dict[str, Any]:
         """Bytes -> the Avro record as read with ``reader_schema`` (default: the current one)."""
-        framing, key, body = split(data)
-        writer = self._writer_by_fingerprint(key) if framing == "single-object" else (
-            self._writer_by_id(key)
+        framing, key, offset = split(data)
+        writer = (
+            self._writer_by_fingerprint(key)
+            if framing == "single-object"
+            else (self._writer_by_id(key))
         )
         reader = self._reader(reader_schema)
         if reader is writer or (reader is None and writer is self._current):
@@ -105,7 +107,8 @@ class Codec:
             reader = self._current
         if reader is not None:
             self._check_resolvable(reader, writer)
-        stream = io.BytesIO(body)
+        stream = io.BytesIO(data)
+        stream.seek(offset)
         try:
             record = fastavro.schemaless_reader(
                 stream,
@@ -119,7 +122,7 @@ class Codec:
                 f"body does not decode with writer schema {_label(framing, key)}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        trailing = len(body) - stream.tell()
+        trailing = len(data) - stream.tell()
         if trailing:
             raise DecodeError(
                 f"{trailing} bytes left after the record written with {_label(framing, key)}"
@@ -161,8 +164,10 @@ class Codec:
     def _reader(self, reader_schema: dict[str, Any] | str | None) -> WriterSchema | None:
         if reader_schema is None:
             return None
-        text = reader_schema if isinstance(reader_schema, str) else json.dumps(
-            reader_schema, sort_keys=True
+        text = (
+            reader_schema
+            if isinstance(reader_schema, str)
+            else json.dumps(reader_schema, sort_keys=True)
         )
         reader = self._readers.get(text)
         if reader is None:
@@ -208,4 +213,3 @@ def _label(framing: str, key: bytes | int) -> str:
     if isinstance(key, bytes):
         return f"fingerprint {key.hex()}"
     return f"id {key}"
-

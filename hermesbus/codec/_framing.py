@@ -31,20 +31,18 @@ def confluent_header(schema_id: int) -> bytes:
     return CONFLUENT_MAGIC + _ID.pack(schema_id)
 
 
-def split(data: bytes) -> tuple[Framing, bytes | int, memoryview]:
-    """Detect the framing from the first byte: (framing, fingerprint or id, body)."""
-    view = memoryview(data)
+def split(data: bytes) -> tuple[Framing, bytes | int, int]:
+    """Detect the framing from the first byte: (framing, fingerprint or id, body offset)."""
     if not data:
         raise DecodeError("empty message: expected a C3 01 or 00 framing header")
     if data[:1] == CONFLUENT_MAGIC:
         if len(data) < _CONFLUENT_HEADER:
             raise DecodeError(f"truncated Confluent header: {len(data)} of 5 bytes")
-        return "confluent", _ID.unpack_from(data, 1)[0], view[_CONFLUENT_HEADER:]
+        return "confluent", _ID.unpack_from(data, 1)[0], _CONFLUENT_HEADER
     if data[:2] == SINGLE_OBJECT_MAGIC:
         if len(data) < _SINGLE_HEADER:
             raise DecodeError(f"truncated single-object header: {len(data)} of 10 bytes")
-        return "single-object", bytes(view[2:_SINGLE_HEADER]), view[_SINGLE_HEADER:]
+        return "single-object", bytes(data[2:_SINGLE_HEADER]), _SINGLE_HEADER
     raise DecodeError(
-        f"unknown magic byte 0x{data[0]:02x}: expected C3 01 (Avro single-object) "
-        "or 00 (Confluent)"
+        f"unknown magic byte 0x{data[0]:02x}: expected C3 01 (Avro single-object) or 00 (Confluent)"
     )

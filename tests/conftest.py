@@ -1,0 +1,49 @@
+"""Shared fixtures: services come from the test command through HERMES_TEST_* variables.
+
+A test that needs a service it cannot get is skipped with the reason printed
+(``-ra`` in the pytest options lists every skip with its reason).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100
+)
+settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=300)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """Bootstrap of the real broker the test command started (HERMES_TEST_KAFKA_BOOTSTRAP)."""
+    bootstrap = os.environ.get("HERMES_TEST_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        pytest.skip(
+            "no Kafka broker: HERMES_TEST_KAFKA_BOOTSTRAP is unset "
+            "(deploy/local/test.sh starts Apache Kafka where java and mvn exist)"
+        )
+    return bootstrap
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> str:
+    """URL of the real schema registry the test command started."""
+    url = os.environ.get("HERMES_TEST_SCHEMA_REGISTRY_URL")
+    if not url:
+        pytest.skip(
+            "no schema registry: HERMES_TEST_SCHEMA_REGISTRY_URL is unset "
+            "(deploy/local/test.sh starts Apicurio Registry where Java exists)"
+        )
+    return url
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh name part, so every test gets its own topics, subjects and groups."""
+    return uuid.uuid4().hex[:12]

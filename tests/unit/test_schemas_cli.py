@@ -1,0 +1,125 @@
+"""``hermesbus schemas check|freeze|fingerprint`` on the shipped schemas and on edited copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from hermesbus.cli import app
+from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def schemas(tmp_path: Path) -> Path:
+    folder = tmp_path / "schemas"
+    shutil.copytree(SCHEMAS_DIR, folder, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    return folder
+
+
+def edit(folder: Path, name: str, change: Any) -> None:
+    path = folder / f"{name}.avsc"
+    schema = json.loads(path.read_text())
+    change(schema)
+    path.write_text(json.dumps(schema, indent=2))
+
+
+def rename_text_field(schema: dict[str, Any]) -> None:
+    """A breaking change: UserTurn.text becomes body, with no default."""
+    schema["fields"][0] = {"name": "body", "type": "string"}
+
+
+def add_tenant(schema: dict[str, Any]) -> None:
+    schema["fields"].append({"name": "tenant", "type": "string", "default": ""})
+
+
+def test_check_passes_on_the_shipped_schemas() -> None:
+    code, output = run("schemas", "check")
+    assert code == 0, output
+    assert "hermes.mcp.Envelope" in output
+    assert "ok: every schema is BACKWARD compatible" in output
+
+
+def test_a_breaking_edit_fails_and_names_the_field(schemas: Path) -> None:
+    edit(schemas, "hermes.mcp.UserTurn", rename_text_field)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert "BREAK hermes.mcp.UserTurn" in output
+    assert "hermes.mcp.UserTurn.body: field is missing from the writer and has no default" in output
+    assert "BREAK hermes.mcp.Envelope" in output  # the envelope contains UserTurn
+
+
+def test_a_compatible_edit_must_be_frozen_then_passes(schemas: Path) -> None:
+    edit(schemas, ENVELOPE, add_tenant)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert "UNFROZEN hermes.mcp.Envelope" in output
+    assert "BREAK" not in output
+
+    code, output = run("schemas", "freeze", "--schemas", str(schemas))
+    assert code == 0, output
+    assert (schemas / "history" / ENVELOPE / "v2.avsc").is_file()
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 0, output
+    assert "hermes.mcp.Envelope v1" in output  # v2 is compared with v1
+    code, output = run("schemas", "freeze", "--schemas", str(schemas))
+    assert "unchanged" in output
+
+
+def test_required_level_full_refuses_a_backward_only_change(schemas: Path) -> None:
+    def drop_component(schema: dict[str, Any]) -> None:
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != "component"]
+
+    edit(schemas, "hermes.mcp.ErrorReport", drop_component)
+    code, output = run("schemas", "check", "--schemas", str(schemas), "--against", str(SCHEMAS_DIR))
+    assert code == 0, output
+    code, output = run(
+        "schemas",
+        "check",
+        "--schemas",
+        str(schemas),
+        "--against",
+        str(SCHEMAS_DIR),
+        "--level",
+        "FULL",
+    )
+    assert code == 1
+    assert "old schema cannot read new data" in output
+    assert "hermes.mcp.ErrorReport.component: field is missing from the writer" in output
+
+
+def test_check_against_a_git_revision(schemas: Path) -> None:
+    repo = schemas.parent
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=t@example.invalid", "-c", "user.name=t", "add", ".")
+    git("-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-qm", "v1")
+    edit(schemas, "hermes.mcp.UserTurn", rename_text_field)
+    code, output = run("schemas", "check", "--schemas", str(schemas), "--against", "HEAD")
+    assert code == 1
+    assert "git HEAD" in output
+    assert "hermes.mcp.UserTurn.body" in output
+    code, output = run("schemas", "check", "--schemas", str(schemas), "--against", "no-such-rev")
+    assert code == 1
+    assert "git ls-tree" in output
+
+
+def test_fingerprint_prints_the_single_object_fingerprint() -> None:
+    code, output = run("schemas", "fingerprint")
+    assert code == 0
+    assert output.startswith("hermes.mcp.Envelope 82d87f0addc09770")

@@ -1,0 +1,140 @@
+"""The topic catalog: what it declares, what it refuses, and the apply plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from hermesbus.cli import app
+from hermesbus.errors import CatalogError
+from hermesbus.topics import Catalog, ExistingTopic, parse_retention, plan
+
+DESIGN_TOPICS = {
+    "hermes.conversation.in",
+    "hermes.conversation.out",
+    "hermes.dispatcher",
+    "hermes.tool",
+    "hermes.memory",
+    "hermes.audit",
+    "hermes.alerts",
+    "hermes.dlq",
+}
+
+
+def test_the_catalog_names_every_topic_of_the_design() -> None:
+    catalog = Catalog.load()
+    assert set(catalog.names()) == DESIGN_TOPICS
+    for spec in catalog:
+        assert spec.partitions >= 1
+        assert spec.cleanup_policy == "delete"
+        assert spec.retention_ms > 0
+    assert catalog.get("hermes.tool").key == "session_id"
+    assert catalog.get("hermes.tool").value_schema == "hermes.mcp.Envelope"
+    assert catalog.get("hermes.dlq").value_schema is None  # original bytes, unchanged
+    assert catalog.get("hermes.audit").retention_ms == 365 * 86_400_000
+
+
+def test_session_keyed_topics_share_one_partition_count() -> None:
+    counts = {s.partitions for s in Catalog.load() if s.key == "session_id"}
+    assert len(counts) == 1
+
+
+def raw(**topic: Any) -> dict[str, Any]:
+    base = {
+        "partitions": 3,
+        "replication_factor": 1,
+        "key": "session_id",
+        "value_schema": "hermes.mcp.Envelope",
+        "cleanup_policy": "delete",
+        "retention": "1d",
+    }
+    return {"defaults": base, "topics": [{"name": "a.in"}, {"name": "a.out", **topic}]}
+
+
+@pytest.mark.parametrize(
+    ("topic", "message"),
+    [
+        ({"partitions": 4}, "must share one partition count"),
+        ({"name": "a.in"}, "declared twice"),
+        ({"name": "bad name!"}, "not a valid Kafka topic name"),
+        ({"retention": "a week"}, "use a duration like"),
+        ({"cleanup_policy": "archive"}, "cleanup_policy"),
+        ({"partitions": 0}, "partitions"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_invalid_catalogs_are_refused_with_the_reason(topic: dict[str, Any], message: str) -> None:
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_mapping(raw(**topic))
+
+
+def test_unknown_value_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(
+        "topics:\n  - {name: x, partitions: 1, replication_factor: 1, key: k,"
+        " value_schema: hermes.mcp.Nope, cleanup_policy: delete, retention: 1d}\n"
+    )
+    with pytest.raises(CatalogError, match="hermes.mcp.Nope is not in schemas/"):
+        Catalog.load(path)
+
+
+def test_retention() -> None:
+    assert parse_retention("90s") == 90_000
+    assert parse_retention("15m") == 900_000
+    assert parse_retention("forever") == -1
+    assert parse_retention(1234) == 1234
+
+
+def test_overrides_prefix_every_name_and_keep_co_partitioning() -> None:
+    catalog = Catalog.load().with_overrides(prefix="t1.", partitions=2, replication_factor=3)
+    assert all(name.startswith("t1.hermes.") for name in catalog.names())
+    assert {s.partitions for s in catalog if s.key == "session_id"} == {2}
+    assert catalog.get("t1.hermes.alerts").partitions == 1  # not session-keyed
+    assert {s.replication_factor for s in catalog} == {3}
+
+
+def existing(spec: Any, **change: Any) -> ExistingTopic:
+    values = {
+        "name": spec.name,
+        "partitions": spec.partitions,
+        "replication_factor": spec.replication_factor,
+        "configs": spec.kafka_configs(),
+    }
+    return ExistingTopic(**{**values, **change})
+
+
+def test_plan_creates_missing_and_reports_drift() -> None:
+    catalog = Catalog.load()
+    tool, memory, dlq = (catalog.get(n) for n in ("hermes.tool", "hermes.memory", "hermes.dlq"))
+    result = plan(
+        catalog,
+        {
+            tool.name: existing(tool),
+            memory.name: existing(memory, partitions=12),
+            dlq.name: existing(dlq, configs={**dlq.kafka_configs(), "retention.ms": "1000"}),
+        },
+    )
+    assert {s.name for s in result.create} == DESIGN_TOPICS - {tool.name, memory.name, dlq.name}
+    assert result.in_sync == (tool.name,)
+    assert [str(d) for d in result.drift] == [
+        "hermes.memory: partitions is 12, the catalog says 6",
+        "hermes.dlq: retention.ms is 1000, the catalog says 2592000000",
+    ]
+
+
+def test_plan_marks_topics_whose_configs_cannot_be_read() -> None:
+    catalog = Catalog.load()
+    tool = catalog.get("hermes.tool")
+    result = plan(catalog, {tool.name: existing(tool, configs=None)})
+    assert result.unverified == (tool.name,)
+    assert tool.name in result.in_sync
+
+
+def test_topics_list_prints_the_catalog() -> None:
+    result = CliRunner().invoke(app, ["topics", "list", "--prefix", "demo."])
+    assert result.exit_code == 0, result.output
+    assert "demo.hermes.conversation.in" in result.output
+    assert "raw bytes" in result.output  # the dead-letter topic keeps original bytes
