@@ -10,7 +10,7 @@ cd "$ROOT"
 source deploy/local/setup.sh
 
 hermesbus schemas check >/dev/null && echo "schemas: every schema is compatible with its frozen version"
-hermesbus schemas fingerprint | head -n 1
+hermesbus schemas fingerprint
 hermesbus topics list
 
 if [[ -n ${HERMES_KAFKA_BOOTSTRAP:-} ]]; then

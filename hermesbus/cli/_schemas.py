@@ -64,13 +64,15 @@ def freeze_command(
 @app.command("fingerprint")
 def fingerprint_command(
     name: Annotated[str, typer.Argument(help="Full name of a schema.")] = ENVELOPE,
+    canonical: Annotated[bool, typer.Option(help="Also print the canonical form.")] = False,
     schemas: SchemasOption = SCHEMAS_DIR,
 ) -> None:
-    """Print the CRC-64-AVRO fingerprint (little-endian hex) and the canonical form."""
+    """Print the CRC-64-AVRO fingerprint, in the byte order of the single-object header."""
     with errors():
         expanded = SchemaSet.from_dir(schemas).expanded(name)
         console.print(f"{name} {fingerprint(expanded).hex()}")
-        console.print(canonical_form(expanded), soft_wrap=True)
+        if canonical:
+            console.print(canonical_form(expanded), soft_wrap=True)
 
 
 def _print(report: CheckReport) -> None:

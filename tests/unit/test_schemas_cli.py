@@ -122,4 +122,6 @@ def test_check_against_a_git_revision(schemas: Path) -> None:
 def test_fingerprint_prints_the_single_object_fingerprint() -> None:
     code, output = run("schemas", "fingerprint")
     assert code == 0
-    assert output.startswith("hermes.mcp.Envelope 82d87f0addc09770")
+    assert output == "hermes.mcp.Envelope 82d87f0addc09770\n"
+    code, output = run("schemas", "fingerprint", "--canonical")
+    assert output.splitlines()[1].startswith('{"name":"hermes.mcp.Envelope","type":"record"')
