@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "EPOCH",
@@ -25,18 +25,31 @@ Double = Annotated[float, Field(allow_inf_nan=False)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
+def _epoch_millis(value: object) -> object:
+    """Integers are epoch milliseconds, as in Avro's timestamp-millis and the seed's JSON."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return EPOCH + timedelta(milliseconds=value)
+        except OverflowError:
+            raise ValueError(f"{value} ms since the epoch is outside years 1-9999") from None
+    return value
+
+
 def to_millis_datetime(value: datetime) -> datetime:
     """Aware UTC datetime truncated to whole milliseconds, as Avro timestamp-millis keeps it."""
     if value.tzinfo is UTC and not value.microsecond % 1000:
         return value  # the common case: already what Avro keeps (fastavro returns these)
     if value.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware (UTC)")
-    value = value.astimezone(UTC)
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("timestamp in UTC is outside years 1-9999") from None
     return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
 
 
-Millis = Annotated[datetime, AfterValidator(to_millis_datetime)]
-"""An aware UTC point in time truncated to milliseconds; other inputs parse as pydantic does."""
+Millis = Annotated[datetime, BeforeValidator(_epoch_millis), AfterValidator(to_millis_datetime)]
+"""An aware UTC point in time truncated to milliseconds; integers are epoch milliseconds."""
 
 
 class Record(BaseModel):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermesbus.errors import SchemaError
-from hermesbus.schemaset import PRIMITIVES, fullname
+from hermesbus.schemaset import PRIMITIVES, fullname, qualify, walk
 
 __all__ = ["Compatibility", "Incompatibility", "Level", "can_read", "compare", "named_types"]
 
@@ -74,30 +74,7 @@ class Compatibility:
 
 def named_types(schema: Any, namespace: str | None = None) -> dict[str, dict[str, Any]]:
     """Every named type defined inline in a (self-contained) schema, by full name."""
-    found: dict[str, dict[str, Any]] = {}
-    _collect(schema, namespace, found)
-    return found
-
-
-def _collect(schema: Any, namespace: str | None, found: dict[str, dict[str, Any]]) -> None:
-    if isinstance(schema, list):
-        for branch in schema:
-            _collect(branch, namespace, found)
-        return
-    if not isinstance(schema, dict):
-        return
-    kind = schema.get("type")
-    if kind in ("record", "error", "enum", "fixed"):
-        name = fullname(schema, namespace)
-        found[name] = schema
-        namespace = name.rpartition(".")[0] or None
-    for field in schema.get("fields", []):
-        _collect(field["type"], namespace, found)
-    for key in ("items", "values"):
-        if key in schema:
-            _collect(schema[key], namespace, found)
-    if isinstance(kind, (dict, list)):
-        _collect(kind, namespace, found)
+    return walk(schema, namespace)[0]
 
 
 def can_read(
@@ -260,11 +237,12 @@ def _deref(
     while isinstance(schema, dict) and schema.get("type") not in _COMPLEX:
         schema = schema["type"]
     if isinstance(schema, str) and schema not in PRIMITIVES:
-        full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
-        target = names.get(full, names.get(schema))
-        if target is None:
+        full = qualify(schema, namespace)
+        if full not in names and schema in names:
+            full = schema  # a reference to a type with no namespace
+        if full not in names:
             raise SchemaError(f"{path}: unknown named type {schema}")
-        return target, namespace
+        return names[full], full.rpartition(".")[0] or None  # the namespace it was defined in
     return schema, namespace
 
 

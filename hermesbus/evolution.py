@@ -7,17 +7,17 @@ schemas folder, or the ``schemas/`` folder of a git revision.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermesbus.compat import Compatibility, Level, compare, named_types
+from hermesbus.compat import Compatibility, Level, can_read, compare, named_types
 from hermesbus.errors import SchemaError
-from hermesbus.history import History
+from hermesbus.history import History, Version
 from hermesbus.schemaset import SchemaSet
 
-__all__ = ["CheckReport", "Previous", "check", "previous_from"]
+__all__ = ["CheckReport", "Previous", "check", "previous_from", "unreadable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class Previous:
     types: Mapping[str, Any]
     unfrozen: tuple[str, ...] = ()
     """Top-level schemas whose current form is not yet recorded in history/."""
+    frozen: tuple[Version, ...] = ()
+    """Every frozen version: the codec reads data written with any of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class CheckReport:
     added: tuple[str, ...]
     removed: tuple[str, ...]
     unfrozen: tuple[str, ...] = field(default=())
+    unreadable: tuple[str, ...] = field(default=())
+    """Frozen versions whose data the current schema cannot read, with the reason."""
 
     @property
     def failures(self) -> tuple[Compatibility, ...]:
@@ -45,7 +49,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.unfrozen
+        return not self.failures and not self.unfrozen and not self.unreadable
 
 
 def check(current: SchemaSet, previous: Previous, required: Level) -> CheckReport:
@@ -62,7 +66,18 @@ def check(current: SchemaSet, previous: Previous, required: Level) -> CheckRepor
         added=tuple(n for n in current.names() if n not in previous.types),
         removed=tuple(sorted(n for n in previous.types if n not in new_types)),
         unfrozen=previous.unfrozen,
+        unreadable=tuple(unreadable(current, previous.frozen)),
     )
+
+
+def unreadable(current: SchemaSet, frozen: Sequence[Version]) -> list[str]:
+    """Transitive BACKWARD: the current schema must read data of every frozen version."""
+    found = []
+    for version in frozen:
+        problems = can_read(current.expanded(version.name), version.load())
+        if problems:
+            found.append(f"{version.name} v{version.number}: {problems[0]}")
+    return found
 
 
 def previous_from(current: SchemaSet, schemas_dir: Path, against: str | None) -> Previous:
@@ -80,7 +95,7 @@ def _from_set(schemas: SchemaSet, label: str) -> Previous:
 
 def _from_history(current: SchemaSet, history: History) -> Previous:
     types: dict[str, Any] = {}
-    labels, unfrozen = [], []
+    labels, unfrozen, frozen = [], [], []
     for name in history.names():
         versions = history.versions(name)
         if not versions or name not in current:
@@ -93,9 +108,10 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
             unfrozen.append(name)
         labels.append(f"{name} v{base.number}")
         types.update(named_types(base.load()))
+        frozen.extend(versions)
     if not labels:
         raise SchemaError(f"{history.folder}: no frozen versions to check against")
-    return Previous("history " + ", ".join(labels), types, tuple(unfrozen))
+    return Previous("history " + ", ".join(labels), types, tuple(unfrozen), tuple(frozen))
 
 
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:

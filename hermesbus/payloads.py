@@ -9,6 +9,7 @@ tool's own JSON Schema.
 from __future__ import annotations
 
 import enum
+import typing
 from typing import Annotated, ClassVar
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
@@ -203,22 +204,7 @@ Body = (
     | ErrorReport
     | Continue
 )
-BODY_TYPES: dict[str, type[Record]] = {
-    cls.avro_name: cls
-    for cls in (
-        UserTurn,
-        Reply,
-        ToolCall,
-        ToolResult,
-        MemoryQuery,
-        MemoryContext,
-        MemoryWrite,
-        StateSnapshot,
-        TimerFired,
-        ErrorReport,
-        Continue,
-    )
-}
+BODY_TYPES: dict[str, type[Record]] = {cls.avro_name: cls for cls in typing.get_args(Body)}
 """Body model by Avro full name, in the order of the ``Payload.body`` union."""
 
 ContextValue = Annotated[

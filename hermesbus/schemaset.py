@@ -9,7 +9,7 @@ into ``history/`` and handed to fastavro.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,15 @@ import fastavro.schema
 
 from hermesbus.errors import SchemaError
 
-__all__ = ["PRIMITIVES", "SchemaSet", "canonical_form", "fingerprint"]
+__all__ = [
+    "PRIMITIVES",
+    "SchemaSet",
+    "canonical_form",
+    "fingerprint",
+    "fullname",
+    "qualify",
+    "walk",
+]
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "enum", "fixed", "error"})
@@ -34,7 +42,8 @@ def fullname(schema: Mapping[str, Any], namespace: str | None) -> str:
     return f"{space}.{name}" if space else name
 
 
-def _qualify(ref: str, namespace: str | None) -> str:
+def qualify(ref: str, namespace: str | None) -> str:
+    """Full name of a reference written inside ``namespace``."""
     if ref in PRIMITIVES or "." in ref or not namespace:
         return ref
     return f"{namespace}.{ref}"
@@ -62,9 +71,17 @@ class SchemaSet:
     def __init__(self, definitions: Mapping[str, Mapping[str, Any]], origin: str) -> None:
         self._defs = dict(definitions)
         self.origin = origin
-        self._parsed: dict[str, Any] = {}
-        for name in self._defs:
-            self._check_refs(name)
+        self._all: dict[str, Mapping[str, Any]] = {}
+        references: dict[str, list[str]] = {}
+        for name, schema in self._defs.items():
+            defined, references[name] = walk(schema, None, f"{origin}: {name}")
+            self._all.update(defined)
+        for name, refs in references.items():
+            unknown = [ref for ref in refs if ref not in self._all]
+            if unknown:
+                raise SchemaError(f"{origin}: {name} refers to unknown type {unknown[0]}")
+        for name in self._defs:  # valid Avro, defaults included, before anyone relies on it
+            parse(self.expanded(name), f"{origin}: {name}")
 
     @classmethod
     def from_dir(cls, folder: Path) -> SchemaSet:
@@ -100,9 +117,9 @@ class SchemaSet:
         return name in self._defs
 
     def definition(self, name: str) -> Mapping[str, Any]:
-        """The schema as written in its file (references not inlined)."""
+        """The schema as written (references not inlined); also types defined inline."""
         try:
-            return self._defs[name]
+            return self._all[name]
         except KeyError:
             raise SchemaError(f"{self.origin}: no schema named {name}") from None
 
@@ -113,15 +130,9 @@ class SchemaSet:
             raise SchemaError(f"{name} did not expand to a named type")
         return result
 
-    def parsed(self, name: str) -> Any:
-        """fastavro's parsed form of ``name``, parsed once per set."""
-        if name not in self._parsed:
-            self._parsed[name] = parse(self.expanded(name), f"{self.origin}:{name}")
-        return self._parsed[name]
-
     def _expand(self, schema: Schema, namespace: str | None, seen: set[str]) -> Schema:
         if isinstance(schema, str):
-            ref = _qualify(schema, namespace)
+            ref = qualify(schema, namespace)
             if ref in PRIMITIVES or ref in seen:
                 return ref
             return self._expand(self.definition(ref), None, seen)
@@ -131,10 +142,12 @@ class SchemaSet:
 
     def _expand_complex(
         self, schema: dict[str, Any], namespace: str | None, seen: set[str]
-    ) -> dict[str, Any]:
+    ) -> Schema:
         kind = schema.get("type")
         if kind in _NAMED:
             name = fullname(schema, namespace)
+            if name in seen:  # already inlined where it was first referenced
+                return name
             seen.add(name)
             namespace = name.rpartition(".")[0] or None
             schema["name"], schema["namespace"] = name.rpartition(".")[2], namespace
@@ -152,37 +165,58 @@ class SchemaSet:
             return {**schema, "type": self._expand(kind, namespace, seen)}
         return schema
 
-    def _check_refs(self, name: str) -> None:
-        for ref in _references(self._defs[name], None):
-            if ref not in self._defs:
-                raise SchemaError(f"{self.origin}: {name} refers to unknown type {ref}")
+
+def walk(
+    schema: Schema, namespace: str | None = None, where: str = "schema"
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The named types a schema defines (in order) and the full names it refers to.
+
+    Raises SchemaError, naming the place, where the JSON is not an Avro schema.
+    """
+    walker = _Walker()
+    walker.visit(schema, namespace, where)
+    return walker.defined, walker.refs
 
 
-def _references(schema: Schema, namespace: str | None) -> Iterable[str]:
-    """Full names a schema refers to without defining them inline."""
-    if isinstance(schema, str):
-        ref = _qualify(schema, namespace)
-        if ref not in PRIMITIVES:
-            yield ref
-    elif isinstance(schema, list):
-        for branch in schema:
-            yield from _references(branch, namespace)
-    elif isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind in _NAMED:
-            namespace = fullname(schema, namespace).rpartition(".")[0] or None
-        for field in schema.get("fields", []):
-            yield from _references(field["type"], namespace)
-        for key in ("items", "values"):
-            if key in schema:
-                yield from _references(schema[key], namespace)
-        if isinstance(kind, (dict, list)) or (
-            isinstance(kind, str)
-            and kind not in PRIMITIVES
-            and kind not in _NAMED
-            and kind not in ("array", "map")
-        ):
-            yield from _references(kind, namespace)
+class _Walker:
+    def __init__(self) -> None:
+        self.defined: dict[str, dict[str, Any]] = {}
+        self.refs: list[str] = []
+
+    def visit(self, node: Schema, space: str | None, path: str) -> None:
+        if isinstance(node, str):
+            ref = qualify(node, space)
+            if ref not in PRIMITIVES and ref not in self.defined:
+                self.refs.append(ref)
+        elif isinstance(node, list):
+            for branch in node:
+                self.visit(branch, space, path)
+        elif not isinstance(node, dict) or "type" not in node:
+            raise SchemaError(f"{path}: not an Avro schema: {node!r:.80}")
+        elif node["type"] in _NAMED:
+            self._named(node, space, path)
+        elif node["type"] in ("array", "map"):
+            key = "items" if node["type"] == "array" else "values"
+            if key not in node:
+                raise SchemaError(f"{path}: an {node['type']} needs {key!r}")
+            self.visit(node[key], space, path)
+        else:
+            self.visit(node["type"], space, path)  # {"type": "long", "logicalType": ...}
+
+    def _named(self, node: dict[str, Any], space: str | None, path: str) -> None:
+        if not isinstance(node.get("name"), str):
+            raise SchemaError(f"{path}: a {node['type']} needs a name")
+        name = fullname(node, space)
+        self.defined[name] = node
+        if node["type"] not in ("record", "error"):
+            return
+        fields = node.get("fields")
+        if not isinstance(fields, list):
+            raise SchemaError(f"{name}: a record needs a list of fields")
+        for field in fields:
+            if not isinstance(field, dict) or "name" not in field or "type" not in field:
+                raise SchemaError(f"{name}: every field needs a name and a type")
+            self.visit(field["type"], name.rpartition(".")[0] or None, f"{name}.{field['name']}")
 
 
 def parse(schema: Schema, where: str) -> Any:

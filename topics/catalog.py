@@ -27,6 +27,8 @@ FOREVER = -1
 def parse_retention(value: object) -> int:
     """``7d`` / ``12h`` / ``forever`` / milliseconds -> Kafka ``retention.ms``."""
     if isinstance(value, int) and not isinstance(value, bool):
+        if value < FOREVER:
+            raise ValueError(f"retention {value}: must be >= 0 ms, or -1 for forever")
         return value
     text = str(value).strip().lower()
     if text in ("forever", "-1"):
@@ -59,6 +61,16 @@ class TopicSpec(BaseModel):
             raise ValueError(f"{name!r} is not a valid Kafka topic name")
         return name
 
+    @field_validator("configs")
+    @classmethod
+    def _no_shadowing(cls, configs: dict[str, str]) -> dict[str, str]:
+        shadowed = sorted(set(configs) & {"cleanup.policy", "retention.ms"})
+        if shadowed:
+            raise ValueError(
+                f"configs may not set {', '.join(shadowed)}: use cleanup_policy and retention"
+            )
+        return configs
+
     def kafka_configs(self) -> dict[str, str]:
         """The topic-level configs ``apply`` sets and compares."""
         return {
@@ -89,9 +101,12 @@ class Catalog(BaseModel):
     def from_mapping(cls, raw: object, origin: str = "catalog") -> Catalog:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("topics"), list):
             raise CatalogError(f"{origin}: expected a mapping with a 'topics' list")
-        defaults = dict(raw.get("defaults") or {})
+        defaults = raw.get("defaults") or {}
+        entries = raw["topics"]
+        if not isinstance(defaults, Mapping) or not all(isinstance(e, Mapping) for e in entries):
+            raise CatalogError(f"{origin}: 'defaults' and every topic must be mappings")
         try:
-            specs = tuple(_spec({**defaults, **entry}) for entry in raw["topics"])
+            specs = tuple(_spec({**defaults, **entry}) for entry in entries)
         except (ValidationError, ValueError, TypeError) as exc:
             raise CatalogError(f"{origin}: {exc}") from exc
         catalog = cls(topics=specs)
@@ -155,6 +170,10 @@ class Catalog(BaseModel):
 
 def _spec(entry: dict[str, Any]) -> TopicSpec:
     entry = dict(entry)
+    if "retention_ms" in entry:
+        raise ValueError(
+            f"topic {entry.get('name')}: write 'retention' (e.g. 7d), not retention_ms"
+        )
     entry["retention_ms"] = parse_retention(entry.pop("retention", "7d"))
     entry["configs"] = {str(k): str(v) for k, v in (entry.get("configs") or {}).items()}
     return TopicSpec.model_validate(entry)

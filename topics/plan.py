@@ -39,11 +39,14 @@ class TopicPlan:
     in_sync: tuple[str, ...]
     drift: tuple[Drift, ...]
     unverified: tuple[str, ...] = field(default=())
-    """Existing topics whose configs the broker would not describe."""
+    """Existing topics without drift in partitions, whose configs the broker would not describe."""
 
 
 def plan(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> TopicPlan:
-    create, in_sync, drift, unverified = [], [], [], []
+    create: list[TopicSpec] = []
+    drift: list[Drift] = []
+    in_sync: list[str] = []
+    unverified: list[str] = []
     for spec in catalog:
         actual = existing.get(spec.name)
         if actual is None:
@@ -51,10 +54,9 @@ def plan(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> TopicPlan:
             continue
         found = _drift(spec, actual)
         drift.extend(found)
-        if actual.configs is None:
-            unverified.append(spec.name)
-        if not found:
-            in_sync.append(spec.name)
+        if found:
+            continue
+        (unverified if actual.configs is None else in_sync).append(spec.name)
     return TopicPlan(tuple(create), tuple(in_sync), tuple(drift), tuple(unverified))
 
 

@@ -109,7 +109,7 @@ class SchemaRegistryClient:
 
 def _int_field(answer: dict[str, Any], name: str) -> int:
     value = answer.get(name)
-    if not isinstance(value, int):
+    if not isinstance(value, int) or isinstance(value, bool):
         raise RegistryError(f"the registry's answer has no integer {name!r}")
     return value
 

@@ -9,7 +9,11 @@ ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 source deploy/local/setup.sh
 
-hermesbus schemas check >/dev/null && echo "schemas: every schema is compatible with its frozen version"
+if ! report=$(hermesbus schemas check); then
+  echo "$report"
+  exit 1
+fi
+echo "schemas: every schema is compatible with its frozen versions"
 hermesbus schemas fingerprint
 hermesbus topics list
 

@@ -33,7 +33,11 @@ for folder in schemas topics processors connectors; do ln -s "$ROOT/$folder" "$f
 MYPYPATH="$ROOT/build/typecheck" mypy -p hermesbus -p tests
 
 say "schema compatibility against the frozen versions in schemas/history"
-hermesbus schemas check >/dev/null && echo "hermesbus schemas check: ok"
+if ! report=$(hermesbus schemas check); then
+  echo "$report"
+  exit 1
+fi
+echo "hermesbus schemas check: ok"
 
 say "services"
 if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then

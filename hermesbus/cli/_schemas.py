@@ -9,12 +9,12 @@ import typer
 from rich.table import Table
 
 from hermesbus.compat import Compatibility, Level
-from hermesbus.evolution import CheckReport, check, previous_from
+from hermesbus.evolution import CheckReport, check, previous_from, unreadable
 from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
 from hermesbus.schemaset import SchemaSet, canonical_form, fingerprint
 
-from ._common import console, errors
+from ._common import console, errors, fail
 
 app = typer.Typer(
     help="Avro schemas: compatibility checks and frozen versions.", no_args_is_help=True
@@ -52,9 +52,16 @@ def freeze_command(
     name: Annotated[str, typer.Option(help="The top-level schema to freeze.")] = ENVELOPE,
     schemas: SchemasOption = SCHEMAS_DIR,
 ) -> None:
-    """Record the current version of a top-level schema in history/ (once per change)."""
+    """Record the current version of a top-level schema in history/ (once per change).
+
+    Refuses when the current schema cannot read data written with a frozen version.
+    """
     with errors():
-        version = History(schemas / "history").freeze(SchemaSet.from_dir(schemas), name)
+        current, history = SchemaSet.from_dir(schemas), History(schemas / "history")
+        problems = unreadable(current, history.versions(name))
+        if problems:
+            raise fail(f"not frozen: the current {name} cannot read {problems[0]}")
+        version = history.freeze(current, name)
     if version is None:
         console.print(f"{name}: unchanged since its latest frozen version")
     else:
@@ -81,11 +88,11 @@ def _print(report: CheckReport) -> None:
         table.add_column(column)
     for result in report.results:
         ok = result.level.satisfies(report.required)
-        problems = result.backward + result.forward
+        problems = _required_problems(report, result)
         table.add_row(
             result.name,
             f"[{'green' if ok else 'red'}]{result.level}[/]",
-            str(problems[0]) if problems and not ok else "",
+            problems[0] if problems and not ok else "",
         )
     for name in report.added:
         table.add_row(name, "[green]new[/]", "")
@@ -95,6 +102,12 @@ def _print(report: CheckReport) -> None:
     for failure in report.failures:
         for problem in _required_problems(report, failure):
             console.print(f"[red]BREAK[/red] {failure.name}: {problem}", soft_wrap=True)
+    for line in report.unreadable:
+        console.print(
+            f"[red]UNREADABLE[/red] data written with {line} "
+            "(the codec reads every frozen version with the current schema)",
+            soft_wrap=True,
+        )
     for name in report.unfrozen:
         console.print(
             f"[red]UNFROZEN[/red] {name} changed since its latest version in history/: "

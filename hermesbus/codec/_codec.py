@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,10 @@ from hermesbus.schemaset import SchemaSet, fingerprint, parse
 from ._convert import to_model, to_record
 from ._framing import SINGLE_OBJECT_MAGIC, Framing, confluent_header, split
 
-__all__ = ["Codec", "WriterSchema"]
+__all__ = ["UNKNOWN_ID_TTL_S", "Codec", "WriterSchema"]
+
+UNKNOWN_ID_TTL_S = 30.0
+"""How long a schema id the registry does not know is refused without asking again."""
 
 
 class WriterSchema:
@@ -54,21 +59,18 @@ class Codec:
         self._by_fingerprint = {self.fingerprint: self._current}
         for version in History(schemas_dir / "history").versions(name):
             frozen = version.load()
-            self._by_fingerprint.setdefault(
-                fingerprint(frozen), WriterSchema(frozen, str(version.path))
-            )
+            key = fingerprint(frozen)
+            if key not in self._by_fingerprint:
+                self._by_fingerprint[key] = WriterSchema(frozen, str(version.path))
         self._header = SINGLE_OBJECT_MAGIC + self.fingerprint
         self._registry = registry
         self._registered_id: int | None = None
         self._by_id: dict[int, WriterSchema] = {}
+        self._unknown_ids: dict[int, float] = {}
         self._readers: dict[str, WriterSchema] = {}
+        self._last_reader: tuple[object, WriterSchema] | None = None
         self._resolvable: dict[tuple[int, int], None] = {}
         self._lock = threading.Lock()
-
-    @property
-    def known_fingerprints(self) -> list[bytes]:
-        """Fingerprints of every writer schema this codec can decode without a registry."""
-        return list(self._by_fingerprint)
 
     def encode(self, envelope: Envelope, framing: Framing = "single-object") -> bytes:
         """Envelope -> bytes in the given framing (Confluent needs a registry)."""
@@ -95,16 +97,13 @@ class Codec:
     ) -> dict[str, Any]:
         """Bytes -> the Avro record as read with ``reader_schema`` (default: the current one)."""
         framing, key, offset = split(data)
-        writer = (
-            self._writer_by_fingerprint(key)
-            if framing == "single-object"
-            else (self._writer_by_id(key))
-        )
+        if framing == "single-object":
+            writer = self._writer_by_fingerprint(key)
+        else:
+            writer = self._writer_by_id(key)
         reader = self._reader(reader_schema)
-        if reader is writer or (reader is None and writer is self._current):
-            reader = None
-        elif reader is None:
-            reader = self._current
+        if reader is None and writer is not self._current:
+            reader = self._current  # older data is resolved to the current schema
         if reader is not None:
             self._check_resolvable(reader, writer)
         stream = io.BytesIO(data)
@@ -141,6 +140,11 @@ class Codec:
         return writer
 
     def _writer_by_id(self, key: bytes | int) -> WriterSchema:
+        """The writer schema of a Confluent id; an outage of the registry is a RegistryError.
+
+        Only a registry that answers "no such id" (404) makes the bytes undecodable; that
+        answer is remembered for a while so a burst of such messages costs one request.
+        """
         if not isinstance(key, int):
             raise DecodeError("a Confluent header carries an integer schema id")
         writer = self._by_id.get(key)
@@ -150,11 +154,20 @@ class Codec:
             raise DecodeError(
                 f"schema id {key} needs a schema registry: set HERMES_SCHEMA_REGISTRY_URL"
             )
+        refused_at = self._unknown_ids.get(key)
+        if refused_at is not None and time.monotonic() - refused_at < UNKNOWN_ID_TTL_S:
+            raise DecodeError(f"unknown schema id {key}: the registry has no such id")
         try:
             schema = self._registry.schema(key)
-            writer = WriterSchema(schema, f"registry id {key}")
         except RegistryError as exc:
+            if exc.status_code != HTTPStatus.NOT_FOUND:
+                raise  # the registry is down or refuses us: the bytes may be fine
+            self._unknown_ids[key] = time.monotonic()
             raise DecodeError(f"unknown schema id {key}: {exc}") from exc
+        try:  # a schema we ship is used as is: same fingerprint, no resolution needed
+            writer = self._by_fingerprint.get(fingerprint(schema)) or WriterSchema(
+                schema, f"registry id {key}"
+            )
         except HermesError as exc:
             raise DecodeError(f"schema id {key} is not a valid Avro schema: {exc}") from exc
         with self._lock:
@@ -162,8 +175,12 @@ class Codec:
         return writer
 
     def _reader(self, reader_schema: dict[str, Any] | str | None) -> WriterSchema | None:
+        """The parsed reader schema; the same object passed again costs one identity check."""
         if reader_schema is None:
             return None
+        last = self._last_reader
+        if last is not None and last[0] is reader_schema:
+            return last[1]
         text = (
             reader_schema
             if isinstance(reader_schema, str)
@@ -178,6 +195,7 @@ class Codec:
                 raise DecodeError(f"unusable reader schema: {exc}") from exc
             with self._lock:
                 self._readers[text] = reader
+        self._last_reader = (reader_schema, reader)
         return reader
 
     def _check_resolvable(self, reader: WriterSchema, writer: WriterSchema) -> None:
@@ -203,9 +221,12 @@ class Codec:
                     "Confluent framing needs a schema registry: set HERMES_SCHEMA_REGISTRY_URL"
                 )
             try:
-                self._registered_id = int(self._registry.register(self.name, self.schema))
+                schema_id = int(self._registry.register(self.name, self.schema))
             except RegistryError as exc:
                 raise EncodeError(f"cannot register {self.name}: {exc}") from exc
+            with self._lock:
+                self._by_id[schema_id] = self._current  # our own messages decode at once
+            self._registered_id = schema_id
         return self._registered_id
 
 

@@ -327,3 +327,94 @@ def test_schemaset_names_the_missing_type(tmp_path: Path) -> None:
     )
     with pytest.raises(h.errors.SchemaError, match="x.A refers to unknown type x.B"):
         SchemaSet.from_dir(tmp_path)
+
+
+def test_a_type_defined_inline_can_be_referenced_later(tmp_path: Path) -> None:
+    (tmp_path / "x.A.avsc").write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "A",
+                "namespace": "x",
+                "fields": [
+                    {"name": "k1", "type": {"type": "enum", "name": "Kind", "symbols": ["p", "q"]}},
+                    {"name": "k2", "type": "Kind"},
+                ],
+            }
+        )
+    )
+    (tmp_path / "x.B.avsc").write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "B",
+                "namespace": "x",
+                "fields": [
+                    {"name": "a", "type": "x.A"},
+                    {"name": "k", "type": "x.Kind"},
+                ],
+            }
+        )
+    )
+    schemas = SchemaSet.from_dir(tmp_path)
+    expanded = schemas.expanded("x.B")
+    parsed = fastavro.parse_schema(expanded)
+    buffer = io.BytesIO()
+    value = {"a": {"k1": "p", "k2": "q"}, "k": "q"}
+    fastavro.schemaless_writer(buffer, parsed, value)
+    buffer.seek(0)
+    assert fastavro.schemaless_reader(buffer, parsed, None) == value
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fastavro 1.13 reads a negative enum/union index (zigzag -1 = 0x01) as an index "
+    "from the end instead of refusing it; cf. apache/avro#3876 for the same bug in the "
+    "reference Python decoder. When this passes, fastavro fixed it: remove the xfail.",
+)
+def test_negative_enum_index_is_refused() -> None:
+    data = bytearray(CODEC.encode(s.envelope_with()))
+    record = CODEC.decode_record(bytes(data))
+    assert record["metadata"]["priority"] == "high"
+    # priority is the first byte of metadata: index 2 (0x04) -> zigzag -1 (0x01)
+    position = data.rindex(b"\x04\x90\x4e")  # priority high, then timeout_ms 5000
+    data[position] = 0x01
+    with pytest.raises(DecodeError):
+        CODEC.decode(bytes(data))
+
+
+class FlakyRegistry(DictRegistry):
+    """Answers like a registry that is down (503) or that has no such id (404)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status, self.calls = status, 0
+
+    def schema(self, schema_id: int) -> dict[str, Any]:
+        self.calls += 1
+        raise h.errors.RegistryError(f"HTTP {self.status}", status_code=self.status)
+
+
+def test_a_registry_outage_is_not_a_decode_error() -> None:
+    """Valid bytes must not be dead-lettered because the registry is briefly down."""
+    registry = FlakyRegistry(503)
+    with pytest.raises(h.errors.RegistryError) as raised:
+        Codec(registry=registry).decode(b"\x00\x00\x00\x00\x07\x02")
+    assert not isinstance(raised.value, DecodeError)
+
+
+def test_an_unknown_id_is_asked_for_once() -> None:
+    registry = FlakyRegistry(404)
+    framed = Codec(registry=registry)
+    for _ in range(5):
+        with pytest.raises(DecodeError, match="unknown schema id 7"):
+            framed.decode(b"\x00\x00\x00\x00\x07\x02")
+    assert registry.calls == 1
+
+
+def test_own_confluent_messages_decode_without_asking_the_registry() -> None:
+    registry = FlakyRegistry(503)  # fails every lookup: only register works
+    framed = Codec(registry=registry)
+    envelope = s.envelope_with(h.Continue())
+    assert framed.decode(framed.encode(envelope, framing="confluent")) == envelope
+    assert registry.calls == 0

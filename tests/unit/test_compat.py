@@ -117,3 +117,86 @@ def test_levels() -> None:
     assert Level.FULL.satisfies(Level.BACKWARD)
     assert not Level.FORWARD.satisfies(Level.BACKWARD)
     assert Level.NONE.satisfies(Level.NONE)
+
+
+def test_references_resolve_in_the_namespace_the_type_was_defined_in() -> None:
+    """x.A refers to B by its short name; y.C refers to x.A from another namespace."""
+    top = {
+        "type": "record",
+        "name": "Top",
+        "namespace": "x",
+        "fields": [
+            {"name": "kind", "type": {"type": "enum", "name": "B", "symbols": ["p", "q"]}},
+            {
+                "name": "a",
+                "type": {"type": "record", "name": "A", "fields": [{"name": "b", "type": "B"}]},
+            },
+            {
+                "name": "c",
+                "type": {
+                    "type": "record",
+                    "name": "C",
+                    "namespace": "y",
+                    "fields": [{"name": "a2", "type": "x.A"}],
+                },
+            },
+        ],
+    }
+    assert can_read(top, top) == []
+    assert set(named_types(top)) == {"x.Top", "x.B", "x.A", "y.C"}
+
+
+def test_compat_agrees_with_fastavro_resolution() -> None:
+    """Where can_read says yes, fastavro reads; where it says no, fastavro refuses."""
+    import io
+
+    import fastavro
+
+    writer = record(
+        field("n", "int"), field("e", {"type": "enum", "name": "E", "symbols": ["a", "b"]})
+    )
+    readers = {
+        "promoted": (
+            record(
+                field("n", "double"),
+                field("e", {"type": "enum", "name": "E", "symbols": ["a", "b"]}),
+            ),
+            True,
+        ),
+        "new field with default": (
+            record(
+                field("n", "int"),
+                field("x", "string", default="d"),
+                field("e", {"type": "enum", "name": "E", "symbols": ["a", "b"]}),
+            ),
+            True,
+        ),
+        "new field without default": (
+            record(
+                field("n", "int"),
+                field("x", "string"),
+                field("e", {"type": "enum", "name": "E", "symbols": ["a", "b"]}),
+            ),
+            False,
+        ),
+        "narrowed": (
+            record(
+                field("n", "string"),
+                field("e", {"type": "enum", "name": "E", "symbols": ["a", "b"]}),
+            ),
+            False,
+        ),
+    }
+    data = io.BytesIO()
+    fastavro.schemaless_writer(data, fastavro.parse_schema(writer), {"n": 1, "e": "b"})
+    for label, (reader, readable) in readers.items():
+        assert (can_read(reader, writer) == []) is readable, label
+        data.seek(0)
+        try:
+            fastavro.schemaless_reader(
+                data, fastavro.parse_schema(writer), fastavro.parse_schema(reader)
+            )
+            read = True
+        except Exception:
+            read = False
+        assert read is readable, label

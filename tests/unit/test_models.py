@@ -184,3 +184,18 @@ def test_context_values_keep_their_json_type() -> None:
     assert [type(v) for v in payload.context.values()] == [int, float, bool, str, list]
     with pytest.raises(ValidationError, match="context"):
         h.Payload(context={"nested": {"no": "objects"}})
+
+
+def test_integer_timestamps_are_epoch_milliseconds() -> None:
+    early = h.Verification(tool="org_tool", verified_at=86_400_000)  # one day, in ms
+    assert early.verified_at == datetime(1970, 1, 2, tzinfo=UTC)
+    with pytest.raises(ValidationError, match="outside years 1-9999"):
+        h.Verification(tool="org_tool", verified_at=2**62)
+
+
+def test_offset_timestamps_at_the_limits_are_validation_errors() -> None:
+    from datetime import timedelta, timezone
+
+    plus_one = timezone(timedelta(hours=1))
+    with pytest.raises(ValidationError, match="outside years 1-9999"):
+        h.Verification(tool="x", verified_at=datetime(1, 1, 1, 0, 30, tzinfo=plus_one))

@@ -125,3 +125,53 @@ def test_fingerprint_prints_the_single_object_fingerprint() -> None:
     assert output == "hermes.mcp.Envelope 82d87f0addc09770\n"
     code, output = run("schemas", "fingerprint", "--canonical")
     assert output.splitlines()[1].startswith('{"name":"hermes.mcp.Envelope","type":"record"')
+
+
+def test_every_frozen_version_stays_readable(schemas: Path) -> None:
+    """v2 drops a field and v3 brings it back with another type: v1 data would not decode."""
+
+    def drop_retryable(schema: dict[str, Any]) -> None:
+        schema["fields"] = [f for f in schema["fields"] if f["name"] != "retryable"]
+
+    def string_retryable(schema: dict[str, Any]) -> None:
+        schema["fields"].append({"name": "retryable", "type": "string", "default": "no"})
+
+    edit(schemas, "hermes.mcp.ErrorReport", drop_retryable)
+    assert run("schemas", "freeze", "--schemas", str(schemas))[0] == 0
+    edit(schemas, "hermes.mcp.ErrorReport", string_retryable)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert "UNREADABLE data written with hermes.mcp.Envelope v1" in output
+    assert "retryable: type changed from boolean to string" in output
+    code, output = run("schemas", "freeze", "--schemas", str(schemas))
+    assert code == 1
+    assert "not frozen" in output
+    assert not (schemas / "history" / ENVELOPE / "v3.avsc").exists()
+
+
+def test_a_schema_that_is_not_valid_avro_is_refused(schemas: Path) -> None:
+    def bad_default(schema: dict[str, Any]) -> None:
+        schema["fields"].append({"name": "n", "type": "int", "default": "abc"})
+
+    edit(schemas, "hermes.mcp.Continue", bad_default)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert "hermes.mcp.Continue: invalid Avro schema" in output
+    code, output = run("schemas", "freeze", "--schemas", str(schemas))
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["fields"][0].pop("type"), "every field needs a name and a type"),
+        (lambda s: s["fields"].append({"name": "a", "type": {"type": "array"}}), "needs 'items'"),
+        (lambda s: s.update(fields="none"), "needs a list of fields"),
+    ],
+)
+def test_malformed_schema_files_name_the_problem(schemas: Path, change: Any, message: str) -> None:
+    edit(schemas, "hermes.mcp.Continue", change)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert message in output
+    assert "Traceback" not in output

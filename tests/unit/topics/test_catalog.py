@@ -64,11 +64,19 @@ def raw(**topic: Any) -> dict[str, Any]:
         ({"cleanup_policy": "archive"}, "cleanup_policy"),
         ({"partitions": 0}, "partitions"),
         ({"colour": "blue"}, "colour"),
+        ({"retention_ms": 1000}, "write 'retention'"),
+        ({"retention": -7}, "must be >= 0 ms"),
+        ({"configs": {"cleanup.policy": "compact"}}, "use cleanup_policy and retention"),
     ],
 )
 def test_invalid_catalogs_are_refused_with_the_reason(topic: dict[str, Any], message: str) -> None:
     with pytest.raises(CatalogError, match=message):
         Catalog.from_mapping(raw(**topic))
+
+
+def test_defaults_must_be_a_mapping() -> None:
+    with pytest.raises(CatalogError, match="must be mappings"):
+        Catalog.from_mapping({"defaults": ["x"], "topics": [{"name": "a"}]})
 
 
 def test_unknown_value_schema_is_refused(tmp_path: Path) -> None:
@@ -130,7 +138,7 @@ def test_plan_marks_topics_whose_configs_cannot_be_read() -> None:
     tool = catalog.get("hermes.tool")
     result = plan(catalog, {tool.name: existing(tool, configs=None)})
     assert result.unverified == (tool.name,)
-    assert tool.name in result.in_sync
+    assert tool.name not in result.in_sync
 
 
 def test_topics_list_prints_the_catalog() -> None:
