@@ -19,28 +19,32 @@ settings.register_profile("ci", parent=settings.get_profile("default"), max_exam
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
+def _service(variable: str, what: str, how: str) -> str:
+    """The value the test command exported for a service, or a skip saying why not."""
+    value = os.environ.get(variable)
+    if not value:
+        pytest.skip(f"no {what}: {variable} is unset ({how})")
+    return value
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """Bootstrap of the real broker the test command started (HERMES_TEST_KAFKA_BOOTSTRAP)."""
-    bootstrap = os.environ.get("HERMES_TEST_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        pytest.skip(
-            "no Kafka broker: HERMES_TEST_KAFKA_BOOTSTRAP is unset "
-            "(deploy/local/test.sh starts Apache Kafka where java and mvn exist)"
-        )
-    return bootstrap
+    """Bootstrap of the real broker the test command started."""
+    return _service(
+        "HERMES_TEST_KAFKA_BOOTSTRAP",
+        "Kafka broker",
+        "deploy/local/test.sh starts Apache Kafka where java and mvn exist",
+    )
 
 
 @pytest.fixture(scope="session")
 def schema_registry_url() -> str:
     """URL of the real schema registry the test command started."""
-    url = os.environ.get("HERMES_TEST_SCHEMA_REGISTRY_URL")
-    if not url:
-        pytest.skip(
-            "no schema registry: HERMES_TEST_SCHEMA_REGISTRY_URL is unset "
-            "(deploy/local/test.sh starts Apicurio Registry where Java exists)"
-        )
-    return url
+    return _service(
+        "HERMES_TEST_SCHEMA_REGISTRY_URL",
+        "schema registry",
+        "deploy/local/test.sh starts Apicurio Registry where Java exists",
+    )
 
 
 @pytest.fixture
