@@ -12,7 +12,16 @@ import enum
 import typing
 from typing import Annotated, ClassVar
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WrapSerializer,
+)
 
 from hermesbus._types import Int32, Int64, Millis, NonEmpty, Record
 from hermesbus.snapshot import ContextSnapshot
@@ -219,10 +228,36 @@ ContextValue = Annotated[
 """A context value: the JSON scalars and string lists; strict, so 1 stays int and "1" str."""
 
 
+def _named_body(value: object) -> object:
+    """A body model, ``{"hermes.mcp.UserTurn": {...}}`` (Avro's JSON form of a union) or
+    ``("hermes.mcp.UserTurn", {...})`` (fastavro's); an untagged dict is refused, since
+    bodies share field names and a guess could pick the wrong one."""
+    if value is None or isinstance(value, Record):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:  # noqa: PLR2004 - (name, fields)
+        name, fields = value
+    elif isinstance(value, dict) and len(value) == 1:
+        ((name, fields),) = value.items()
+    else:
+        raise ValueError('name the body type, e.g. {"hermes.mcp.UserTurn": {"text": "..."}}')
+    cls = BODY_TYPES.get(name) or BODY_TYPES.get(f"hermes.mcp.{name}")
+    if cls is None:
+        raise ValueError(f"unknown body type {name!r}")
+    return cls.model_validate(fields)
+
+
+def _tag_body(value: Record | None, handler: SerializerFunctionWrapHandler) -> object:
+    return None if value is None else {value.avro_name: handler(value)}
+
+
+NamedBody = Annotated[Body | None, BeforeValidator(_named_body), WrapSerializer(_tag_body)]
+"""The body union, named by its Avro type in dumps and required to be named on input."""
+
+
 class Payload(Record):
     """What the envelope asks for: ``task``, its ``context`` and a typed ``body``."""
 
     avro_name: ClassVar[str] = "hermes.mcp.Payload"
     task: str = ""
     context: dict[str, ContextValue] = Field(default_factory=dict)
-    body: Body | None = None
+    body: NamedBody = None

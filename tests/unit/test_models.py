@@ -199,3 +199,37 @@ def test_offset_timestamps_at_the_limits_are_validation_errors() -> None:
     plus_one = timezone(timedelta(hours=1))
     with pytest.raises(ValidationError, match="outside years 1-9999"):
         h.Verification(tool="x", verified_at=datetime(1, 1, 1, 0, 30, tzinfo=plus_one))
+
+
+@given(s.envelopes)
+def test_envelopes_round_trip_through_json(envelope: h.Envelope) -> None:
+    """Apps may send JSON; it carries the body named as Avro's JSON encoding does."""
+    assert h.Envelope.model_validate_json(envelope.model_dump_json()) == envelope
+
+
+def test_a_body_is_named_by_its_type() -> None:
+    payload = h.Payload(body={"hermes.mcp.UserTurn": {"text": "不用，就这三张"}})
+    assert payload.body == h.UserTurn(text="不用，就这三张")
+    assert h.Payload(body={"Continue": {}}).body == h.Continue()
+    assert payload.model_dump(mode="json")["body"] == {
+        "hermes.mcp.UserTurn": {
+            "text": "不用，就这三张",
+            "content_type": "text",
+            "attachments": [],
+            "locale": None,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "name the body type"),
+        ({"symbols": []}, "unknown body type 'symbols'"),
+        ({"text": "hi", "role": "user"}, "name the body type"),
+        ({"hermes.mcp.UserTurn": {"txt": "hi"}}, "text"),
+    ],
+)
+def test_an_unnamed_or_unknown_body_is_refused(body: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        h.Payload(body=body)
