@@ -1,5 +1,6 @@
 """hermesbus: an event-driven message bus for AI-agent components on Kafka."""
 
+from hermesbus import errors
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata, Priority, RetryPolicy
 from hermesbus.payloads import (
     Attachment,
@@ -55,4 +56,5 @@ __all__ = [
     "UserTurn",
     "Verification",
     "__version__",
+    "errors",
 ]
