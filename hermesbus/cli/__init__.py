@@ -23,4 +23,5 @@ app.add_typer(topics_app, name="topics")
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # we report its failures once
     app()
