@@ -30,6 +30,7 @@ class Previous:
     """Top-level schemas whose current form is not yet recorded in history/."""
     frozen: tuple[Version, ...] = ()
     """Every frozen version: the codec reads data written with any of them."""
+    tampered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class CheckReport:
     unfrozen: tuple[str, ...] = field(default=())
     unreadable: tuple[str, ...] = field(default=())
     """Frozen versions whose data the current schema cannot read, with the reason."""
+    tampered: tuple[str, ...] = field(default=())
+    """Frozen files changed after freezing."""
 
     @property
     def failures(self) -> tuple[Compatibility, ...]:
@@ -49,7 +52,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and not self.unfrozen and not self.unreadable
+        return not (self.failures or self.unfrozen or self.unreadable or self.tampered)
 
 
 def check(current: SchemaSet, previous: Previous, required: Level) -> CheckReport:
@@ -67,6 +70,7 @@ def check(current: SchemaSet, previous: Previous, required: Level) -> CheckRepor
         removed=tuple(sorted(n for n in previous.types if n not in new_types)),
         unfrozen=previous.unfrozen,
         unreadable=tuple(unreadable(current, previous.frozen)),
+        tampered=previous.tampered,
     )
 
 
@@ -109,9 +113,17 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
         labels.append(f"{name} v{base.number}")
         types.update(named_types(base.load()))
         frozen.extend(versions)
+    tampered = history.tampered()
     if not labels:
-        raise SchemaError(f"{history.folder}: no frozen versions to check against")
-    return Previous("history " + ", ".join(labels), types, tuple(unfrozen), tuple(frozen))
+        detail = f" ({tampered[0]})" if tampered else ""
+        raise SchemaError(f"{history.folder}: no frozen versions to check against{detail}")
+    return Previous(
+        "history " + ", ".join(labels),
+        types,
+        tuple(unfrozen),
+        tuple(frozen),
+        tuple(tampered),
+    )
 
 
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:

@@ -1,13 +1,17 @@
 """Frozen earlier versions of the top-level schemas, kept under ``schemas/history/``.
 
 ``history/<full name>/v<N>.avsc`` holds version N of a schema, self-contained
-(named types inlined). The codec resolves writer schemas of old data by their
-fingerprint among these; ``hermesbus schemas check`` compares the current
-schemas against the newest of them.
+(named types inlined). ``history/SHA256SUMS`` records each file as it was frozen:
+a frozen file edited in place would silently change how old data decodes, or make
+it undecodable, so ``schemas check`` refuses that.
+
+The codec resolves writer schemas of old data by their fingerprint among these;
+``hermesbus schemas check`` compares the current schemas against them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -76,4 +80,39 @@ class History:
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(current, indent=2, ensure_ascii=False) + "\n"
         path.write_text(text, encoding="utf-8")
+        with self.manifest.open("a", encoding="utf-8") as sums:
+            sums.write(f"{_sha256(path)}  {name}/{path.name}\n")
         return Version(name, number, path)
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / "SHA256SUMS"
+
+    def tampered(self) -> list[str]:
+        """Frozen files that were edited, removed or never recorded since freezing."""
+        recorded = self._recorded()
+        problems = []
+        for name in self.names():
+            for version in self.versions(name):
+                key = f"{name}/{version.path.name}"
+                digest = recorded.pop(key, None)
+                if digest is None:
+                    problems.append(f"{key} is not recorded in {self.manifest.name}")
+                elif digest != _sha256(version.path):
+                    problems.append(f"{key} was edited after it was frozen")
+        problems += [f"{key} was removed after it was frozen" for key in sorted(recorded)]
+        return problems
+
+    def _recorded(self) -> dict[str, str]:
+        if not self.manifest.is_file():
+            return {}
+        recorded = {}
+        for line in self.manifest.read_text(encoding="utf-8").splitlines():
+            digest, _, key = line.partition("  ")
+            if key:
+                recorded[key] = digest
+        return recorded
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

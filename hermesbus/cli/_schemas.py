@@ -102,6 +102,8 @@ def _print(report: CheckReport) -> None:
     for failure in report.failures:
         for problem in _required_problems(report, failure):
             console.print(f"[red]BREAK[/red] {failure.name}: {problem}", soft_wrap=True)
+    for line in report.tampered:
+        console.print(f"[red]TAMPERED[/red] history/{line}: frozen versions never change")
     for line in report.unreadable:
         console.print(
             f"[red]UNREADABLE[/red] data written with {line} "

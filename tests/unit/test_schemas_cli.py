@@ -175,3 +175,16 @@ def test_malformed_schema_files_name_the_problem(schemas: Path, change: Any, mes
     assert code == 1
     assert message in output
     assert "Traceback" not in output
+
+
+def test_a_frozen_version_edited_in_place_is_refused(schemas: Path) -> None:
+    frozen = schemas / "history" / ENVELOPE / "v1.avsc"
+    schema = json.loads(frozen.read_text())
+    schema["fields"][0]["doc"] = "edited after release"
+    frozen.write_text(json.dumps(schema, indent=2))
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert f"TAMPERED history/{ENVELOPE}/v1.avsc was edited after it was frozen" in output
+    frozen.unlink()
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert f"{ENVELOPE}/v1.avsc was removed after it was frozen" in output
