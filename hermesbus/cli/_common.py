@@ -19,7 +19,7 @@ err_console = Console(stderr=True, highlight=False, width=_WIDTH)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}")
+    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
     return typer.Exit(code)
 
 
