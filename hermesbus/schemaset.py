@@ -80,8 +80,10 @@ class SchemaSet:
             unknown = [ref for ref in refs if ref not in self._all]
             if unknown:
                 raise SchemaError(f"{origin}: {name} refers to unknown type {unknown[0]}")
-        for name in self._defs:  # valid Avro, defaults included, before anyone relies on it
-            parse(self.expanded(name), f"{origin}: {name}")
+        # valid Avro, defaults included, before anyone relies on it; kept for the codec
+        self._parsed = {
+            name: parse(self.expanded(name), f"{origin}: {name}") for name in self._defs
+        }
 
     @classmethod
     def from_dir(cls, folder: Path) -> SchemaSet:
@@ -129,6 +131,12 @@ class SchemaSet:
         if not isinstance(result, dict):
             raise SchemaError(f"{name} did not expand to a named type")
         return result
+
+    def parsed(self, name: str) -> Any:
+        """fastavro's parsed form of the expanded ``name`` (parsed once, when loaded)."""
+        if name not in self._parsed:
+            raise SchemaError(f"{self.origin}: no schema file for {name}")
+        return self._parsed[name]
 
     def _expand(self, schema: Schema, namespace: str | None, seen: set[str]) -> Schema:
         if isinstance(schema, str):

@@ -14,7 +14,7 @@ from hermesbus.config import HermesSettings
 from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
 from hermesbus.envelope import Envelope
 
-from ._codec import Codec, WriterSchema
+from ._codec import Codec, SchemaRegistry, WriterSchema
 from ._framing import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, Framing
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "Codec",
     "Framing",
+    "SchemaRegistry",
     "WriterSchema",
     "decode",
     "decode_record",

@@ -8,7 +8,7 @@ import threading
 import time
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 
@@ -22,20 +22,28 @@ from hermesbus.schemaset import SchemaSet, fingerprint, parse
 from ._convert import to_model, to_record
 from ._framing import SINGLE_OBJECT_MAGIC, Framing, confluent_header, split
 
-__all__ = ["UNKNOWN_ID_TTL_S", "Codec", "WriterSchema"]
+__all__ = ["UNKNOWN_ID_TTL_S", "Codec", "SchemaRegistry", "WriterSchema"]
 
 UNKNOWN_ID_TTL_S = 30.0
 """How long a schema id the registry does not know is refused without asking again."""
 
 
+class SchemaRegistry(Protocol):
+    """What the codec needs of a schema registry (SchemaRegistryClient is one)."""
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int: ...
+
+    def schema(self, schema_id: int) -> dict[str, Any]: ...
+
+
 class WriterSchema:
-    """A writer schema known to the codec: its JSON, fastavro's parsed form and names."""
+    """A schema known to the codec: its JSON and fastavro's parsed form."""
 
     __slots__ = ("parsed", "schema")
 
-    def __init__(self, schema: dict[str, Any], where: str) -> None:
+    def __init__(self, schema: dict[str, Any], where: str, parsed: Any = None) -> None:
         self.schema = schema
-        self.parsed = parse(schema, where)
+        self.parsed = parse(schema, where) if parsed is None else parsed
 
 
 class Codec:
@@ -48,14 +56,14 @@ class Codec:
         self,
         schemas_dir: Path = SCHEMAS_DIR,
         *,
-        registry: Any | None = None,
+        registry: SchemaRegistry | None = None,
         name: str = ENVELOPE,
     ) -> None:
         schemas = SchemaSet.from_dir(schemas_dir)
         self.name = name
         self.schema = schemas.expanded(name)
         self.fingerprint = fingerprint(self.schema)
-        self._current = WriterSchema(self.schema, f"{schemas_dir}:{name}")
+        self._current = WriterSchema(self.schema, name, schemas.parsed(name))
         self._by_fingerprint = {self.fingerprint: self._current}
         for version in History(schemas_dir / "history").versions(name):
             frozen = version.load()
@@ -69,7 +77,7 @@ class Codec:
         self._unknown_ids: dict[int, float] = {}
         self._readers: dict[str, WriterSchema] = {}
         self._last_reader: tuple[object, WriterSchema] | None = None
-        self._resolvable: dict[tuple[int, int], None] = {}
+        self._resolvable: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
 
     def encode(self, envelope: Envelope, framing: Framing = "single-object") -> bytes:
@@ -212,7 +220,7 @@ class Codec:
                 + "; ".join(str(p) for p in problems[:3])
             )
         with self._lock:
-            self._resolvable[pair] = None
+            self._resolvable.add(pair)
 
     def _schema_id(self) -> int:
         if self._registered_id is None:
@@ -221,7 +229,7 @@ class Codec:
                     "Confluent framing needs a schema registry: set HERMES_SCHEMA_REGISTRY_URL"
                 )
             try:
-                schema_id = int(self._registry.register(self.name, self.schema))
+                schema_id = self._registry.register(self.name, self.schema)
             except RegistryError as exc:
                 raise EncodeError(f"cannot register {self.name}: {exc}") from exc
             with self._lock:
