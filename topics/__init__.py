@@ -2,9 +2,14 @@
 
 from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
 from .plan import Drift, ExistingTopic, TopicPlan, plan
+from .routes import CONVERSATION_IN, CONVERSATION_OUT, DLQ, ROUTES, topic_for
 
 __all__ = [
     "CATALOG_FILE",
+    "CONVERSATION_IN",
+    "CONVERSATION_OUT",
+    "DLQ",
+    "ROUTES",
     "SESSION_KEY",
     "Catalog",
     "Drift",
@@ -13,4 +18,5 @@ __all__ = [
     "TopicSpec",
     "parse_retention",
     "plan",
+    "topic_for",
 ]

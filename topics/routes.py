@@ -1,0 +1,36 @@
+"""Which topic an envelope goes to, from the component part of its ``target``.
+
+``tool:rule_engine_tool`` goes to ``hermes.tool``, ``mcp:dispatcher`` to
+``hermes.dispatcher``; replies to a user (``user:...`` or ``app:...``) go to
+``hermes.conversation.out``, where apps read them.
+"""
+
+from __future__ import annotations
+
+from hermesbus.errors import ConfigError
+
+__all__ = ["CONVERSATION_IN", "CONVERSATION_OUT", "DLQ", "ROUTES", "topic_for"]
+
+CONVERSATION_IN = "hermes.conversation.in"
+CONVERSATION_OUT = "hermes.conversation.out"
+DLQ = "hermes.dlq"
+
+ROUTES: dict[str, str] = {
+    "conversation": CONVERSATION_IN,
+    "mcp": "hermes.dispatcher",
+    "dispatcher": "hermes.dispatcher",
+    "tool": "hermes.tool",
+    "memory": "hermes.memory",
+    "user": CONVERSATION_OUT,
+    "app": CONVERSATION_OUT,
+}
+
+
+def topic_for(target: str, prefix: str = "") -> str:
+    """The topic for an envelope addressed to ``target`` (``component:instance``)."""
+    component = target.split(":", 1)[0]
+    topic = ROUTES.get(component)
+    if topic is None:
+        known = ", ".join(sorted(ROUTES))
+        raise ConfigError(f"no topic for target {target!r}: component must be one of {known}")
+    return prefix + topic
