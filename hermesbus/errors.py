@@ -13,7 +13,8 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     │       └── ContractError  bytes decoded, but the envelope breaks the contract
     ├── RegistryError          the schema registry refused or failed a request
     ├── CatalogError           the topic catalog is invalid
-    └── BrokerError            the Kafka cluster refused or failed a request
+    ├── BrokerError            the Kafka cluster refused or failed a request
+    └── StoreError             a state store refused or failed a request
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "HermesError",
     "RegistryError",
     "SchemaError",
+    "StoreError",
 ]
 
 
@@ -79,3 +81,7 @@ class CatalogError(HermesError):
 
 class BrokerError(HermesError):
     """The Kafka cluster refused or failed a request."""
+
+
+class StoreError(HermesError):
+    """A state store (SQLite, Redis, ...) refused or failed a request."""
