@@ -14,7 +14,8 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     ├── RegistryError          the schema registry refused or failed a request
     ├── CatalogError           the topic catalog is invalid
     ├── BrokerError            the Kafka cluster refused or failed a request
-    └── StoreError             a state store refused or failed a request
+    ├── StoreError             a state store refused or failed a request
+    └── ReplyTimeout           no reply to a turn arrived in time (Client.ask)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "EncodeError",
     "HermesError",
     "RegistryError",
+    "ReplyTimeout",
     "SchemaError",
     "StoreError",
 ]
@@ -85,3 +87,7 @@ class BrokerError(HermesError):
 
 class StoreError(HermesError):
     """A state store (SQLite, Redis, ...) refused or failed a request."""
+
+
+class ReplyTimeout(HermesError):
+    """No reply of the turn's trace arrived on the session within the timeout."""
