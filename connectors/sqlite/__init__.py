@@ -1,0 +1,7 @@
+"""SQLite connector: the embedded state store (state CAS, outbox, durable timers)."""
+
+from .config import SqliteConfig
+from .errors import StoreError
+from .store import SqliteStateStore
+
+__all__ = ["SqliteConfig", "SqliteStateStore", "StoreError"]

@@ -1,0 +1,232 @@
+"""SQLite state store: one file shared by every worker process on this machine.
+
+WAL mode lets readers run beside the one writer; ``BEGIN IMMEDIATE`` makes each
+commit a short exclusive write, and the version compare-and-set inside it fences
+a worker that lost its partition. Calls are short and local, so they run inline.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from hermesbus.errors import StoreError
+from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
+
+from .config import SqliteConfig
+
+__all__ = ["SqliteStateStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS state (
+    processor TEXT NOT NULL, session_id TEXT NOT NULL, version INTEGER NOT NULL,
+    data TEXT NOT NULL, applied TEXT NOT NULL, PRIMARY KEY (processor, session_id));
+CREATE TABLE IF NOT EXISTS outbox (
+    processor TEXT NOT NULL, session_id TEXT NOT NULL, message_id TEXT NOT NULL,
+    seq INTEGER NOT NULL, topic TEXT NOT NULL, partition INTEGER, key BLOB, value BLOB NOT NULL,
+    headers TEXT NOT NULL, PRIMARY KEY (processor, session_id, message_id, seq));
+CREATE TABLE IF NOT EXISTS timers (
+    timer_id TEXT PRIMARY KEY, processor TEXT NOT NULL, session_id TEXT NOT NULL,
+    purpose TEXT NOT NULL, due_at_ms INTEGER NOT NULL, topic TEXT NOT NULL,
+    partition INTEGER, key BLOB, value BLOB NOT NULL, headers TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS timers_due ON timers (processor, topic, partition, due_at_ms);
+CREATE INDEX IF NOT EXISTS timers_purpose ON timers (processor, session_id, purpose);
+"""
+_TIMER_COLUMNS = (
+    "timer_id, processor, session_id, purpose, due_at_ms, topic, partition, key, value, headers"
+)
+
+
+class _VersionMoved(Exception):
+    """The compare-and-set lost: someone else saved this session since we loaded it."""
+
+
+class SqliteStateStore:
+    """The embedded :class:`~hermesbus.runtime.StateStore` (``$HERMES_HOME/state.sqlite3``)."""
+
+    def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
+        self._config = config or SqliteConfig()
+        self.path = Path(path) if path is not None else self._config.path
+        self._db: sqlite3.Connection | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._db is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(
+                self.path, timeout=self._config.busy_timeout_ms / 1000, isolation_level=None
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the state store {self.path}: {exc}") from exc
+        self._db = db
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the SQLite state store is not started")
+        return self._db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One exclusive write transaction; sqlite errors become StoreError."""
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store write failed ({self.path}): {exc}") from exc
+
+    async def load(self, processor: str, session_id: str) -> SessionState:
+        try:
+            row = self.db.execute(
+                "SELECT version, data, applied FROM state WHERE processor=? AND session_id=?",
+                (processor, session_id),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
+        if row is None:
+            return SessionState()
+        return SessionState(row[0], json.loads(row[1]), tuple(json.loads(row[2])))
+
+    async def commit(self, processor: str, session_id: str, change: StateChange) -> bool:
+        data = json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
+        applied = json.dumps(list(change.applied))
+        try:
+            with self._write() as db:
+                if change.expected_version == 0:
+                    moved = db.execute(
+                        "INSERT OR IGNORE INTO state VALUES (?, ?, 1, ?, ?)",
+                        (processor, session_id, data, applied),
+                    ).rowcount
+                else:
+                    moved = db.execute(
+                        "UPDATE state SET version=version+1, data=?, applied=? "
+                        "WHERE processor=? AND session_id=? AND version=?",
+                        (data, applied, processor, session_id, change.expected_version),
+                    ).rowcount
+                if moved != 1:
+                    raise _VersionMoved  # noqa: TRY301 - rolls the transaction back
+                self._apply(db, processor, session_id, change)
+        except _VersionMoved:
+            return False
+        return True
+
+    def _apply(
+        self, db: sqlite3.Connection, processor: str, session_id: str, change: StateChange
+    ) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (processor, session_id, change.message_id, seq, *_record_row(r))
+                for seq, r in enumerate(change.outbox)
+            ],
+        )
+        db.executemany(
+            "DELETE FROM timers WHERE processor=? AND session_id=? AND purpose=?",
+            [(processor, session_id, purpose) for purpose in change.cancel],
+        )
+        for timer in change.timers:
+            _insert_timer(db, timer)
+
+    async def outbox(self, processor: str, session_id: str, message_id: str) -> list[OutRecord]:
+        rows = self.db.execute(
+            "SELECT topic, partition, key, value, headers FROM outbox "
+            "WHERE processor=? AND session_id=? AND message_id=? ORDER BY seq",
+            (processor, session_id, message_id),
+        ).fetchall()
+        return [_record(*row) for row in rows]
+
+    async def clear_outbox(self, processor: str, session_id: str, message_id: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "DELETE FROM outbox WHERE processor=? AND session_id=? AND message_id=?",
+                (processor, session_id, message_id),
+            )
+
+    async def schedule(self, timer: StoredTimer) -> None:
+        with self._write() as db:
+            _insert_timer(db, timer)
+
+    async def due(
+        self, processor: str, partitions: Sequence[tuple[str, int]], now_ms: int, limit: int
+    ) -> list[StoredTimer]:
+        if not partitions:
+            return []
+        owned = " OR ".join("(topic=? AND partition=?)" for _ in partitions)
+        args: list[Any] = [processor, now_ms]
+        for topic, partition in partitions:
+            args += [topic, partition]
+        try:
+            rows = self.db.execute(
+                f"SELECT {_TIMER_COLUMNS} FROM timers WHERE processor=? AND due_at_ms<=? "  # noqa: S608 - placeholders only
+                f"AND ({owned}) ORDER BY due_at_ms LIMIT ?",
+                [*args, limit],
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
+        return [
+            StoredTimer(r[0], r[1], r[2], r[3], r[4], _record(r[5], r[6], r[7], r[8], r[9]))
+            for r in rows
+        ]
+
+    async def delete_timer(self, timer_id: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM timers WHERE timer_id=?", (timer_id,))
+
+
+def _record_row(record: OutRecord) -> tuple[Any, ...]:
+    headers = json.dumps([[k, v.hex()] for k, v in record.headers])
+    return (record.topic, record.partition, record.key, record.value, headers)
+
+
+def _record(
+    topic: str, partition: int | None, key: bytes | None, value: bytes, headers: str
+) -> OutRecord:
+    pairs = tuple((k, bytes.fromhex(v)) for k, v in json.loads(headers))
+    return OutRecord(topic, key, value, pairs, partition)
+
+
+def _insert_timer(db: sqlite3.Connection, timer: StoredTimer) -> None:
+    db.execute(  # one timer per session and purpose: a new one replaces the old
+        "DELETE FROM timers WHERE processor=? AND session_id=? AND purpose=? AND timer_id<>?",
+        (timer.processor, timer.session_id, timer.purpose, timer.timer_id),
+    )
+    db.execute(
+        f"INSERT OR REPLACE INTO timers ({_TIMER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+        (
+            timer.timer_id,
+            timer.processor,
+            timer.session_id,
+            timer.purpose,
+            timer.due_at_ms,
+            *_record_row(timer.record),
+        ),
+    )

@@ -1,0 +1,29 @@
+"""The processor runtime: handlers in, Kafka consuming, committing and producing around them.
+
+A handler is ``async (HandlerInput) -> Outcome``; :class:`Processor` runs it as one
+consumer group with per-session order, effectively-once effects, durable timers,
+retries and dead letters. :class:`StateStore` is the port for session state.
+"""
+
+from ._model import Handler, HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+from ._offsets import OffsetTracker
+from ._runtime import Processor, ProcessorStats
+from ._settings import RuntimeSettings
+from ._store import OutRecord, StateChange, StateStore, StoredTimer
+
+__all__ = [
+    "Handler",
+    "HandlerInput",
+    "OffsetTracker",
+    "OutRecord",
+    "Outcome",
+    "Processor",
+    "ProcessorStats",
+    "RuntimeSettings",
+    "SessionState",
+    "StateChange",
+    "StateStore",
+    "StoredTimer",
+    "TimerRequest",
+    "derive_id",
+]

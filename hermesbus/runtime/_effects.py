@@ -1,0 +1,153 @@
+"""Turn a handler's outcome into records: outputs, timers, retries and dead letters.
+
+Everything here is a pure function of its inputs, so the same input envelope and
+state produce byte-identical records on every replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from hermesbus import headers as h
+from hermesbus._types import EPOCH
+from hermesbus.codec import Codec
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import Payload, TimerFired
+from hermesbus.topics import topic_for
+
+from ._model import Outcome, TimerRequest, derive_id
+from ._store import OutRecord, StoredTimer
+
+__all__ = ["RETRY_PREFIX", "dead_letter", "outputs", "retry_timer", "timers"]
+
+RETRY_PREFIX = "retry:"
+"""Purpose of the durable timer that re-sends a failed envelope."""
+_MAX_ERROR_HEADER = 2000
+
+
+def _record(codec: Codec, envelope: Envelope, topic: str, partition: int | None) -> OutRecord:
+    value = codec.encode(envelope)
+    headers = tuple(h.envelope_headers(envelope))
+    return OutRecord(topic, envelope.session_id.encode(), value, headers, partition)
+
+
+def outputs(codec: Codec, source: Envelope, outcome: Outcome, prefix: str) -> tuple[OutRecord, ...]:
+    """The emitted envelopes with ids derived from the input id and their index."""
+    records = []
+    for index, envelope in enumerate(outcome.emit):
+        final = envelope.model_copy(
+            update={
+                "message_id": derive_id(source.message_id, "out", index),
+                "causation_id": envelope.causation_id or source.message_id,
+            }
+        )
+        records.append(_record(codec, final, topic_for(final.target, prefix), None))
+    return tuple(records)
+
+
+def timers(
+    codec: Codec,
+    processor: str,
+    source: Envelope,
+    requests: Sequence[TimerRequest],
+    *,
+    topic: str,
+    partition: int,
+) -> tuple[StoredTimer, ...]:
+    """Durable timers that fire ``timer_fired`` envelopes on the session's own partition."""
+    result = []
+    for request in requests:
+        timer_id = derive_id(source.message_id, "timer", request.purpose)
+        fired = Envelope(
+            message_id=timer_id,
+            timestamp=request.due_at,
+            source=f"{processor}:timer",
+            target=source.target,
+            session_id=source.session_id,
+            user_id=source.user_id,
+            trace_id=source.trace_id,
+            causation_id=source.message_id,
+            payload=Payload(
+                task="timer",
+                body=TimerFired(
+                    timer_id=timer_id,
+                    due_at=request.due_at,
+                    purpose=request.purpose,
+                    data_json=request.data_json,
+                ),
+            ),
+        )
+        record = _record(codec, fired, topic, partition)
+        due_ms = _millis(fired.timestamp)
+        result.append(
+            StoredTimer(timer_id, processor, source.session_id, request.purpose, due_ms, record)
+        )
+    return tuple(result)
+
+
+def retry_timer(
+    codec: Codec,
+    processor: str,
+    envelope: Envelope,
+    *,
+    now_ms: int,
+    max_backoff_ms: int,
+    topic: str,
+    partition: int,
+) -> StoredTimer:
+    """Re-send ``envelope`` with ``attempt + 1`` after ``backoff_ms * 2^(attempt-1)``."""
+    attempt = envelope.metadata.attempt
+    backoff = min(envelope.metadata.retry_policy.backoff_ms * 2 ** (attempt - 1), max_backoff_ms)
+    again = envelope.model_copy(
+        update={"metadata": envelope.metadata.model_copy(update={"attempt": attempt + 1})}
+    )
+    record = _record(codec, again, topic, partition)
+    record = OutRecord(
+        record.topic,
+        record.key,
+        record.value,
+        (*record.headers, (h.DLQ_ATTEMPT, str(attempt + 1).encode())),
+        partition,
+    )
+    timer_id = derive_id(envelope.message_id, "retry", attempt)
+    purpose = f"{RETRY_PREFIX}{envelope.message_id}"
+    return StoredTimer(timer_id, processor, envelope.session_id, purpose, now_ms + backoff, record)
+
+
+def dead_letter(
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes,
+    headers: Sequence[tuple[str, bytes]],
+    error: BaseException,
+    processor: str,
+    attempt: int,
+    dlq_topic: str,
+) -> OutRecord:
+    """The original bytes, unchanged, with where they came from and why they failed."""
+    message = str(error) or type(error).__name__
+    extra = (
+        (h.DLQ_ORIGIN_TOPIC, topic.encode()),
+        (h.DLQ_ORIGIN_PARTITION, str(partition).encode()),
+        (h.DLQ_ORIGIN_OFFSET, str(offset).encode()),
+        (h.DLQ_ERROR_CLASS, _qualname(error).encode()),
+        (h.DLQ_ERROR_MESSAGE, message[:_MAX_ERROR_HEADER].encode()),
+        (h.DLQ_PROCESSOR, processor.encode()),
+        (h.DLQ_ATTEMPT, str(attempt).encode()),
+    )
+    names = {name for name, _ in extra}
+    kept = tuple((k, bytes(v)) for k, v in headers if k not in names)
+    return OutRecord(dlq_topic, key, value, kept + extra)
+
+
+def _qualname(error: BaseException) -> str:
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _millis(moment: datetime) -> int:
+    return (moment - EPOCH) // timedelta(milliseconds=1)

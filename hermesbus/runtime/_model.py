@@ -1,0 +1,89 @@
+"""What handlers see and return: a frozen input, an outcome, and the session state."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from hermesbus.envelope import Envelope
+
+__all__ = [
+    "Handler",
+    "HandlerInput",
+    "Outcome",
+    "SessionState",
+    "TimerRequest",
+    "derive_id",
+]
+
+_IDS = uuid.UUID("6f1c7a52-3f0e-4c55-9a77-6d3b2f8e1c40")
+"""Namespace of derived ids; fixed forever, or replays would mint different ids."""
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def derive_id(*parts: object) -> str:
+    """A stable id from its inputs (uuid5), e.g. ``derive_id(input_id, "out", 0)``."""
+    return str(uuid.uuid5(_IDS, "/".join(str(p) for p in parts)))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """A session's state as a processor last saved it.
+
+    ``version`` is the compare-and-set token (0: never saved); ``applied`` holds the
+    ids of the latest envelopes whose effects are saved, so a redelivery is skipped.
+    """
+
+    version: int = 0
+    data: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    applied: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRequest:
+    """Fire a ``timer_fired`` envelope with ``purpose`` at ``due_at`` (from envelope time).
+
+    One timer per session and purpose: scheduling the purpose again replaces it.
+    """
+
+    due_at: datetime
+    purpose: str
+    data_json: str = "null"
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerInput:
+    """Everything a handler may use; it must not read the clock or a random source."""
+
+    envelope: Envelope
+    state: SessionState
+    processor: str
+    ports: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a handler decided: envelopes to emit, the new state, timers to set or cancel.
+
+    ``state=None`` keeps the state as it was. Emitted envelopes get their
+    ``message_id`` derived from the input's id and their index, and
+    ``causation_id`` set to the input's id when the handler left it empty.
+    """
+
+    emit: tuple[Envelope, ...] = ()
+    state: Mapping[str, Any] | None = None
+    timers: tuple[TimerRequest, ...] = ()
+    cancel: tuple[str, ...] = field(default=())
+    """Purposes of timers to cancel."""
+
+
+Handler = Callable[[HandlerInput], Awaitable[Outcome]]
+"""``async (HandlerInput) -> Outcome``."""

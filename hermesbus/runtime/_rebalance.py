@@ -1,0 +1,27 @@
+"""aiokafka's rebalance callbacks, forwarded to the runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+
+__all__ = ["Rebalance"]
+
+
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Revocation is awaited before the group rejoins, so in-flight work can finish."""
+
+    def __init__(
+        self,
+        adopt: Callable[[Sequence[TopicPartition]], None],
+        release: Callable[[Sequence[TopicPartition]], Awaitable[None]],
+    ) -> None:
+        self._adopt = adopt
+        self._release = release
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        await self._release(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self._adopt(list(assigned))

@@ -1,0 +1,84 @@
+"""The state-store port: session state with a version compare-and-set, outbox and timers.
+
+One atomic ``commit`` writes a session's new state, the records its envelope
+emitted (the outbox) and its timer changes; it fails when the version moved on,
+which is how a zombie consumer that lost its partition is fenced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._model import SessionState
+
+__all__ = ["OutRecord", "StateChange", "StateStore", "StoredTimer"]
+
+Header = tuple[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A Kafka record to produce: topic, key, value, headers (and a partition for timers)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: tuple[Header, ...] = ()
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTimer:
+    """A durable timer: at ``due_at_ms`` its record is produced to its session's partition."""
+
+    timer_id: str
+    processor: str
+    session_id: str
+    purpose: str
+    due_at_ms: int
+    record: OutRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One atomic write after handling ``message_id``."""
+
+    expected_version: int
+    message_id: str
+    data: Mapping[str, Any]
+    applied: tuple[str, ...]
+    outbox: tuple[OutRecord, ...] = ()
+    timers: tuple[StoredTimer, ...] = ()
+    cancel: tuple[str, ...] = ()
+
+
+class StateStore(Protocol):
+    """Session state, outbox and timers of every processor; one implementation per backend."""
+
+    async def load(self, processor: str, session_id: str) -> SessionState: ...
+
+    async def commit(self, processor: str, session_id: str, change: StateChange) -> bool:
+        """Apply ``change`` if the stored version is still ``expected_version``."""
+        ...
+
+    async def outbox(self, processor: str, session_id: str, message_id: str) -> list[OutRecord]:
+        """Records ``message_id`` emitted that are not known to be produced yet."""
+        ...
+
+    async def clear_outbox(self, processor: str, session_id: str, message_id: str) -> None: ...
+
+    async def schedule(self, timer: StoredTimer) -> None:
+        """Insert or replace a timer (same id: replaced)."""
+        ...
+
+    async def due(
+        self, processor: str, partitions: Sequence[tuple[str, int]], now_ms: int, limit: int
+    ) -> list[StoredTimer]:
+        """Timers of ``processor`` due by ``now_ms`` on the given (topic, partition)s."""
+        ...
+
+    async def delete_timer(self, timer_id: str) -> None: ...
+
+    async def close(self) -> None: ...
