@@ -6,6 +6,7 @@ import logging
 
 import typer
 
+from ._broker import broker_command
 from ._schemas import app as schemas_app
 from ._topics import app as topics_app
 
@@ -17,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("broker")(broker_command)
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
 
