@@ -1,6 +1,7 @@
 """hermesbus: an event-driven message bus for AI-agent components on Kafka."""
 
 from hermesbus import errors
+from hermesbus.client import Client
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata, Priority, RetryPolicy
 from hermesbus.payloads import (
     Attachment,
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attachment",
+    "Client",
     "ContentType",
     "ContextSnapshot",
     "Continue",

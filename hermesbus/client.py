@@ -1,0 +1,319 @@
+"""The client SDK for apps: send envelopes, say a user turn, read replies, ask and wait.
+
+async with Client(bootstrap="localhost:9092") as client:
+    reply = await client.ask("session-1", "user-1", "I want to file an expense report")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+from pydantic import ValidationError
+
+from hermesbus.codec import Codec, Framing, default_codec
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.envelope import Envelope
+from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
+from hermesbus.headers import envelope_headers
+from hermesbus.payloads import Payload, UserTurn
+from hermesbus.topics import CONVERSATION_OUT, topic_for
+
+__all__ = ["CONVERSATION_TARGET", "Client", "Replies", "partition_for_key"]
+
+log = logging.getLogger(__name__)
+
+CONVERSATION_TARGET = "conversation:in"
+"""Where ``say`` addresses user turns (routed to ``hermes.conversation.in``)."""
+
+_INSTANCE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_PARTITIONER = DefaultPartitioner()
+
+
+def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
+    """The partition aiokafka's producer picks for ``key``: murmur2, as the Java client."""
+    ordered = sorted(partitions)
+    if not ordered:
+        raise BrokerError("the topic has no partitions")
+    return int(_PARTITIONER(key, ordered, ordered))
+
+
+def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> KafkaConfig:
+    """``config`` (default: from ``HERMES_KAFKA_*``) with keyword overrides; needs a bootstrap."""
+    unknown = sorted(set(overrides) - set(KafkaConfig.model_fields))
+    if unknown:
+        known = ", ".join(KafkaConfig.model_fields)
+        raise ConfigError(f"unknown Kafka setting {', '.join(unknown)}: use one of {known}")
+    try:
+        if config is None:
+            config = KafkaConfig(**overrides)
+        elif overrides:
+            config = KafkaConfig.model_validate({**config.model_dump(), **overrides})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid Kafka settings: {exc}") from exc
+    if not config.bootstrap:
+        raise ConfigError(
+            "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP or pass Client(bootstrap='HOST:PORT')"
+        )
+    return config
+
+
+class Client:
+    """An app's side of the bus; an async context manager whose start/stop are idempotent.
+
+    ``name`` is the instance part of the ``app:<name>`` source address; ``topic_prefix``
+    is put in front of every topic name (one per tenant or test). Keyword ``overrides``
+    are :class:`KafkaConfig` fields (``bootstrap=...``, ``security_protocol=...``).
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig | None = None,
+        *,
+        name: str = "client",
+        topic_prefix: str = "",
+        codec: Codec | None = None,
+        framing: Framing = "single-object",
+        **overrides: Any,
+    ) -> None:
+        if not _INSTANCE.match(name):
+            raise ConfigError(f"client name {name!r}: use letters, digits, '_', '.' or '-'")
+        self.config = _kafka_config(config, overrides)
+        self.source = f"app:{name}"
+        self.topic_prefix = topic_prefix
+        self._kwargs = self.config.client_kwargs()
+        self._codec = codec
+        self._framing: Framing = framing
+        self._producer: Any = None
+        self._replies: set[Replies] = set()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self._producer is not None:
+            return
+        # acks=all without idempotence: the embedded broker has no idempotent producers.
+        producer = AIOKafkaProducer(**self._kwargs, acks="all", enable_idempotence=False)
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise BrokerError(
+                f"cannot reach Kafka at {self.config.bootstrap}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Stop the producer and end every open ``replies`` iterator."""
+        for replies in list(self._replies):
+            await replies.stop()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    @property
+    def codec(self) -> Codec:
+        """The codec given to the constructor, else the process-wide default."""
+        return self._codec if self._codec is not None else default_codec()
+
+    async def send(self, envelope: Envelope) -> None:
+        """Write ``envelope`` to its target's topic, keyed by session; wait for the acks."""
+        topic = topic_for(envelope.target, self.topic_prefix)
+        value = self.codec.encode(envelope, self._framing)
+        producer = self._started()
+        try:
+            await producer.send_and_wait(
+                topic, value, key=envelope.session_id.encode(), headers=envelope_headers(envelope)
+            )
+        except KafkaError as exc:
+            raise BrokerError(
+                f"cannot send {envelope.message_id} to {topic}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def turn(
+        self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None
+    ) -> Envelope:
+        """The envelope ``say`` sends: a user turn from this app, in a new trace by default."""
+        try:
+            return Envelope(
+                message_id=str(uuid.uuid4()),
+                timestamp=datetime.now(UTC),
+                source=self.source,
+                target=CONVERSATION_TARGET,
+                session_id=session_id,
+                user_id=user_id,
+                trace_id=uuid.uuid4().hex if trace_id is None else trace_id,
+                span_id=uuid.uuid4().hex[:16],
+                payload=Payload(body=UserTurn(text=text)),
+            )
+        except ValidationError as exc:
+            raise EncodeError(f"invalid user turn: {exc}") from exc
+
+    async def say(
+        self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None
+    ) -> str:
+        """Send ``text`` as a user turn of the session; returns its message id."""
+        envelope = self.turn(session_id, user_id, text, trace_id=trace_id)
+        await self.send(envelope)
+        return envelope.message_id
+
+    def replies(self, session_id: str) -> Replies:
+        """Reply envelopes of the session from the moment the iterator starts."""
+        return Replies(self, session_id)
+
+    async def ask(
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        timeout: float = 30.0,  # noqa: ASYNC109 - ask owns its deadline and raises ReplyTimeout
+    ) -> Envelope:
+        """Say ``text``, return the first reply of its trace; ReplyTimeout ``timeout`` s after."""
+        turn = self.turn(session_id, user_id, text)
+        async with self.replies(session_id) as replies:  # listen first: fast replies count
+            await self.send(turn)
+            try:
+                async with asyncio.timeout(timeout):
+                    async for reply in replies:
+                        if reply.trace_id == turn.trace_id:
+                            return reply
+            except TimeoutError as exc:
+                raise ReplyTimeout(
+                    f"no reply to trace {turn.trace_id} of session {session_id!r}"
+                    f" within {timeout:g} s"
+                ) from exc
+        raise BrokerError("the client stopped before a reply arrived")
+
+    def _started(self) -> Any:
+        if self._producer is None:
+            raise BrokerError("the client is not started: use `async with Client(...)` or start()")
+        return self._producer
+
+    async def _partition(self, topic: str, key: bytes) -> int:
+        """The partition the producer writes ``key`` to on ``topic``."""
+        try:
+            partitions = await self._started().partitions_for(topic)
+        except KafkaError as exc:
+            raise BrokerError(
+                f"no partitions for topic {topic} (is it created? `hermesbus topics apply`):"
+                f" {type(exc).__name__}: {exc}"
+            ) from exc
+        return partition_for_key(key, partitions)
+
+
+class Replies:
+    """Reply envelopes of one session from ``hermes.conversation.out``, as they arrive.
+
+    Reads just the session's partition, without a consumer group, from the end offset
+    taken at ``start()`` (``async with`` or the first ``__anext__``). Records of other
+    sessions are passed over; undecodable ones are logged and skipped.
+    """
+
+    def __init__(self, client: Client, session_id: str) -> None:
+        self.session_id = session_id
+        self.topic = client.topic_prefix + CONVERSATION_OUT
+        self._key = session_id.encode()
+        self._client = client
+        self._consumer: Any = None
+        self._partition: Any = None
+        self._stopped = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Envelope:
+        if self._stopped:
+            raise StopAsyncIteration
+        await self.start()
+        while not self._stopped:
+            envelope = self._decode(await self._next_record())
+            if envelope is not None:
+                return envelope
+        raise StopAsyncIteration
+
+    async def start(self) -> None:
+        """Assign the session's partition and fix the start at its current end offset."""
+        if self._stopped:
+            raise BrokerError("these replies are stopped: call Client.replies() again")
+        if self._consumer is not None:
+            return
+        partition = TopicPartition(self.topic, await self._client._partition(self.topic, self._key))
+        consumer = AIOKafkaConsumer(**self._client._kwargs, group_id=None, enable_auto_commit=False)
+        self._consumer, self._partition = consumer, partition
+        self._client._replies.add(self)  # from here on, the client's stop() closes it
+        try:
+            await consumer.start()
+            consumer.assign([partition])
+            await consumer.seek_to_end(partition)
+            await consumer.position(partition)
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerError(f"cannot read {self.topic}: {type(exc).__name__}: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close the consumer; iteration ends."""
+        self._stopped = True
+        self._client._replies.discard(self)
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    async def _next_record(self) -> Any:
+        if self._consumer is None:
+            raise StopAsyncIteration
+        try:
+            return await self._consumer.getone(self._partition)
+        except ConsumerStoppedError as exc:
+            raise StopAsyncIteration from exc
+        except KafkaError as exc:
+            raise BrokerError(f"cannot read {self.topic}: {type(exc).__name__}: {exc}") from exc
+
+    def _decode(self, record: Any) -> Envelope | None:
+        """The record's envelope if it is a reply of this session, else None (logged if bad)."""
+        if record.key != self._key:
+            return None
+        try:
+            envelope = self._client.codec.decode(record.value or b"")
+        except HermesError as exc:  # DecodeError, or RegistryError when the registry is down
+            log.warning(
+                "reply skipped: undecodable topic=%s partition=%s offset=%s error=%s",
+                record.topic,
+                record.partition,
+                record.offset,
+                exc,
+            )
+            return None
+        if envelope.session_id != self.session_id:
+            log.warning(
+                "reply skipped: key and session_id differ topic=%s offset=%s session_id=%s",
+                record.topic,
+                record.offset,
+                envelope.session_id,
+            )
+            return None
+        return envelope
