@@ -1,0 +1,117 @@
+"""Helpers for runtime tests: topics per test, envelopes with sequence numbers, readers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+
+from hermesbus import Envelope, Payload, Reply, UserTurn
+from hermesbus.codec import decode, encode
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.envelope import Metadata, RetryPolicy
+from hermesbus.runtime import HandlerInput, Outcome
+from hermesbus.topics import Catalog
+
+IN = "hermes.conversation.in"
+OUT = "hermes.conversation.out"
+DLQ = "hermes.dlq"
+T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
+
+
+async def provision(bootstrap: str, prefix: str, partitions: int = 6) -> None:
+    catalog = Catalog.load().with_overrides(prefix=prefix, partitions=partitions)
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        await admin.create(catalog.topics)
+
+
+def turn(
+    session: str, seq: int, *, text: str | None = None, attempts: int = 1, backoff_ms: int = 50
+) -> Envelope:
+    """A user turn carrying its per-session sequence number in ``payload.context``."""
+    return Envelope(
+        message_id=f"{session}-m{seq}",
+        timestamp=T0 + timedelta(seconds=seq),
+        source="app:test",
+        target="conversation:in",
+        session_id=session,
+        user_id="u1",
+        trace_id=f"trace-{session}",
+        payload=Payload(task="t", context={"seq": seq}, body=UserTurn(text=text or str(seq))),
+        metadata=Metadata(retry_policy=RetryPolicy(max_attempts=attempts, backoff_ms=backoff_ms)),
+    )
+
+
+def reply_to(envelope: Envelope, text: str) -> Envelope:
+    return envelope.model_copy(
+        update={
+            "source": "conversation:test",
+            "target": "user:app",
+            "payload": Payload(task=envelope.payload.task, body=Reply(text=text)),
+        }
+    )
+
+
+async def counting(inp: HandlerInput) -> Outcome:
+    """Counts turns per session, checks their order, replies ``"<seq>"``."""
+    seq = inp.envelope.payload.context["seq"]
+    assert isinstance(seq, int)
+    last = inp.state.data.get("last", -1)
+    violations = inp.state.data.get("violations", 0) + (seq != last + 1)
+    state = {"last": seq, "count": inp.state.data.get("count", 0) + 1, "violations": violations}
+    return Outcome(emit=(reply_to(inp.envelope, str(seq)),), state=state)
+
+
+async def produce(bootstrap: str, topic: str, envelopes: Iterable[Envelope]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
+    await producer.start()
+    try:
+        for envelope in envelopes:
+            await producer.send(topic, encode(envelope), key=envelope.session_id.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def produce_raw(bootstrap: str, topic: str, key: bytes | None, value: bytes) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key)
+    finally:
+        await producer.stop()
+
+
+async def read(
+    bootstrap: str, topic: str, *, until: int, timeout: float = 60.0, quiet: float = 0.0
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Records of ``topic`` from the start, until ``until`` arrived (then ``quiet`` s more)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(records) < until and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            records += [r for part in batch.values() for r in part]
+        end = time.monotonic() + quiet
+        while time.monotonic() < end:
+            batch = await consumer.getmany(timeout_ms=100)
+            records += [r for part in batch.values() for r in part]
+    finally:
+        await consumer.stop()
+    return records
+
+
+def replies(records: Iterable[ConsumerRecord[bytes, bytes]]) -> list[Envelope]:
+    return [decode(r.value or b"") for r in records]
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``predicate`` until true or ``timeout``; the caller asserts what it needs."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
