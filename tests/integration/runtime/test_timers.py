@@ -1,0 +1,88 @@
+"""Durable timers: fired as timer_fired envelopes on the session's partition, across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hermesbus import TimerFired
+from hermesbus.codec import decode
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings, TimerRequest
+
+from .support import IN, OUT, produce, read, replies, reply_to, turn, wait_for
+
+pytestmark = pytest.mark.kafka
+
+FAST = RuntimeSettings(timer_interval_ms=20)
+
+
+async def waiting(inp: HandlerInput) -> Outcome:
+    """A turn sets a 'user gave up' timer; a second turn cancels it; the timer replies."""
+    body = inp.envelope.payload.body
+    if isinstance(body, TimerFired):
+        return Outcome(emit=(reply_to(inp.envelope, f"fired {body.purpose} {body.data_json}"),))
+    if inp.envelope.payload.context.get("seq") == 0:
+        # due two seconds after the envelope's own time; the envelopes here are from 2024
+        due = inp.envelope.timestamp + timedelta(seconds=2)
+        timer = TimerRequest(due_at=due, purpose="gave-up", data_json='{"state": "S2"}')
+        return Outcome(emit=(reply_to(inp.envelope, "waiting"),), timers=(timer,))
+    return Outcome(emit=(reply_to(inp.envelope, "cancelled"),), cancel=("gave-up",))
+
+
+async def test_a_timer_scheduled_before_a_restart_fires_after_it(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    kafka = KafkaConfig(bootstrap=broker)
+    # stopped before it can fire: a timer loop that never polls
+    slow = RuntimeSettings(timer_interval_ms=3_600_000)
+    first = Processor(
+        "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=slow
+    )
+    await produce(broker, prefix + IN, [turn("s1", 0)])
+    async with first:
+        await wait_for(lambda: first.stats.processed == 1)
+    assert first.stats.timers_fired == 0
+    pending = await store.due("timers", [(prefix + IN, p) for p in range(6)], 2**62, 10)
+    assert [t.purpose for t in pending] == ["gave-up"]
+
+    second = Processor(
+        "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST
+    )
+    async with second:
+        await wait_for(lambda: second.stats.processed == 1)
+    assert second.stats.timers_fired == 1
+    out = replies(await read(broker, prefix + OUT, until=2))
+    assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]
+    fired = out[1]
+    assert fired.causation_id is not None  # caused by the timer_fired envelope
+    records = await read(broker, prefix + IN, until=2)
+    (fired_record,) = [
+        r for r in records if isinstance(decode(r.value or b"").payload.body, TimerFired)
+    ]
+    assert fired_record.partition == records[0].partition  # the session's own partition
+    assert fired_record.key == b"s1"
+    assert not await store.due("timers", [(prefix + IN, p) for p in range(6)], 2**62, 10)
+
+
+async def test_a_cancelled_timer_never_fires(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    kafka = KafkaConfig(bootstrap=broker)
+    processor = Processor(
+        "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST
+    )
+    now = datetime.now(UTC)  # due 2 s from now, so the cancelling turn certainly comes first
+    first = turn("s1", 0).model_copy(update={"timestamp": now})
+    second = turn("s1", 1).model_copy(update={"timestamp": now})
+    await produce(broker, prefix + IN, [first, second])
+    async with processor:
+        await wait_for(lambda: processor.stats.processed == 2)
+        await asyncio.sleep(3)
+    assert processor.stats.timers_fired == 0
+    assert not await store.due("timers", [(prefix + IN, p) for p in range(6)], 2**62, 10)
+    out = replies(await read(broker, prefix + OUT, until=3, timeout=3))
+    assert [e.payload.body.text for e in out] == ["waiting", "cancelled"]  # type: ignore[union-attr]
