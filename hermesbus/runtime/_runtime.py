@@ -259,7 +259,8 @@ class Processor:
                 part, record = queue[0]
                 if not part.closed:
                     async with self._slots:
-                        await self._guarded(part, record)
+                        if not part.closed:  # it may have been revoked while we waited
+                            await self._guarded(part, record)
                 queue.popleft()
                 self._buffered -= 1
         finally:

@@ -1,0 +1,48 @@
+"""A worker process for the crash test: ``python -m tests.integration.runtime.worker``.
+
+Arguments: bootstrap, topic prefix, SQLite path. Runs the counting handler (with a
+short pause per envelope, so a SIGKILL lands mid-stream) until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+
+from .support import IN, counting
+
+
+async def slow_counting(inp: HandlerInput) -> Outcome:
+    await asyncio.sleep(0.002)
+    return await counting(inp)
+
+
+async def main(bootstrap: str, prefix: str, path: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    async with SqliteStateStore(path) as store:
+        processor = Processor(
+            "crash",
+            slow_counting,
+            [IN],
+            store=store,
+            kafka=KafkaConfig(bootstrap=bootstrap),
+            topic_prefix=prefix,
+            settings=RuntimeSettings(max_in_flight=16),
+        )
+        async with processor:
+            print("started", flush=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await stop.wait()
+    print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))
