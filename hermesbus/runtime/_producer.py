@@ -1,15 +1,21 @@
-"""Producing records: one plain producer (no idempotence, so the embedded broker works)."""
+"""Producing records: a plain producer, plus one transactional producer per input partition.
+
+The plain producer has no idempotence, so the embedded broker (no producer ids)
+works. Exactly-once mode adds a producer per input partition whose
+transactional id is stable (``<group>.<topic>.<partition>``): when the partition
+moves, the new owner's producer fences the old one's unfinished transaction.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.errors import BrokerError
+from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
 
@@ -24,10 +30,13 @@ class Producer:
         self._group = group
         self.exactly_once = exactly_once
         self._producer: AIOKafkaProducer | None = None
+        self._transactional: dict[TopicPartition, AIOKafkaProducer] = {}
 
     async def start(self) -> None:
         if self._producer is not None:
             return
+        if self.exactly_once:
+            await self._probe_transactions()
         producer = AIOKafkaProducer(
             **self._kafka.client_kwargs(), acks="all", enable_idempotence=False, linger_ms=2
         )
@@ -36,6 +45,8 @@ class Producer:
 
     async def stop(self) -> None:
         producer, self._producer = self._producer, None
+        for tp in list(self._transactional):
+            await self.release(tp)
         if producer is not None:
             await producer.stop()
 
@@ -45,12 +56,68 @@ class Producer:
         if producer is None:
             raise BrokerError("the producer is not started")
         try:
-            pending = [
-                await producer.send(
-                    r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers)
-                )
-                for r in records
-            ]
+            pending = [await _send(producer, r) for r in records]
             await asyncio.gather(*pending)
         except KafkaError as exc:
             raise BrokerError(f"cannot produce to {records[0].topic}: {exc}") from exc
+
+    # -- exactly-once ----------------------------------------------------------------------
+
+    async def transactional(self, tp: TopicPartition) -> AIOKafkaProducer:
+        """The producer of input partition ``tp``; starting it fences any older one."""
+        producer = self._transactional.get(tp)
+        if producer is None:
+            producer = self._new_transactional(f"{self._group}.{tp.topic}.{tp.partition}")
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await producer.stop()
+                raise BrokerError(
+                    f"cannot start the transactional producer of {tp}: {exc}"
+                ) from exc
+            self._transactional[tp] = producer
+        return producer
+
+    async def release(self, tp: TopicPartition) -> None:
+        producer = self._transactional.pop(tp, None)
+        if producer is not None:
+            await producer.stop()
+
+    async def send_in_transaction(self, tp: TopicPartition, records: Sequence[OutRecord]) -> None:
+        """Add ``records`` to the open transaction of ``tp`` (acknowledged at commit)."""
+        producer = await self.transactional(tp)
+        try:
+            for record in records:
+                await _send(producer, record)
+        except KafkaError as exc:
+            raise BrokerError(f"cannot produce in the transaction of {tp}: {exc}") from exc
+
+    def _new_transactional(self, transactional_id: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **self._kafka.client_kwargs(),
+            acks="all",
+            enable_idempotence=True,
+            transactional_id=transactional_id,
+            linger_ms=2,
+        )
+
+    async def _probe_transactions(self) -> None:
+        """Refuse exactly-once mode at start on a broker without transactions."""
+        probe = self._new_transactional(f"{self._group}.probe")
+        try:
+            await probe.start()
+        except KafkaError as exc:
+            raise ConfigError(
+                f"--exactly-once needs a broker with transactions (Apache Kafka); the broker at "
+                f"{self._kafka.bootstrap} refused a transactional producer ({exc!r}). The "
+                "embedded broker has no transactions: run without --exactly-once there."
+            ) from exc
+        finally:
+            await probe.stop()
+
+
+async def _send(producer: AIOKafkaProducer, r: OutRecord) -> asyncio.Future[object]:
+    future: asyncio.Future[object] = await producer.send(
+        r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers)
+    )
+    return future

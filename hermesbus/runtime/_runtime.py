@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeAlias
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus import headers as h
@@ -56,12 +56,24 @@ class ProcessorStats:
     dead_letters: int = 0
     timers_fired: int = 0
     fenced: int = 0
+    aborted: int = 0
+    """Transactions aborted because a handler failed (exactly-once mode)."""
 
 
 class _Partition:
     """A partition this worker owns: its offsets, in-flight count and whether it is closed."""
 
-    __slots__ = ("active", "closed", "committed", "idle", "tp", "tracker")
+    __slots__ = (
+        "active",
+        "closed",
+        "committed",
+        "failed",
+        "idle",
+        "sent",
+        "settled",
+        "tp",
+        "tracker",
+    )
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -71,6 +83,10 @@ class _Partition:
         self.active = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        # exactly-once mode: what the open transaction holds
+        self.sent: list[OutRecord] = []
+        self.failed: list[tuple[Record, Envelope, Exception]] = []
+        self.settled: list[tuple[str, str]] = []
 
 
 class Processor:
@@ -113,6 +129,7 @@ class Processor:
         self._tasks: list[asyncio.Task[None]] = []
         self._workers: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._eos = self._settings.exactly_once
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -132,6 +149,11 @@ class Processor:
         self._stopping = False
         settings = self._settings
         producer = Producer(self._kafka, self._group, exactly_once=settings.exactly_once)
+        try:
+            await producer.start()  # first: exactly-once mode is refused before joining
+        except KafkaError as exc:
+            await producer.stop()
+            raise BrokerError(f"processor {self.name}: cannot reach Kafka: {exc}") from exc
         consumer = AIOKafkaConsumer(
             **self._kafka.client_kwargs(),
             group_id=self._group,
@@ -144,7 +166,6 @@ class Processor:
         )
         consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
         try:
-            await producer.start()
             await consumer.start()
         except KafkaError as exc:
             await producer.stop()
@@ -163,6 +184,8 @@ class Processor:
         if consumer is None or producer is None:
             return
         self._stopping = True
+        # the consume loop ends by itself after its current batch (a transaction commits)
+        await asyncio.wait(self._tasks[:1], timeout=self._settings.revoke_timeout_ms / 1000)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -208,6 +231,8 @@ class Processor:
         await self._commit(parts)
         for part in parts:
             self._parts.pop(part.tp, None)
+            if self._eos and self._producer is not None:
+                await self._producer.release(part.tp)
 
     # -- consuming -------------------------------------------------------------------------
 
@@ -222,10 +247,13 @@ class Processor:
                 log.warning("processor=%s fetch failed: %s", self.name, exc)
                 await asyncio.sleep(self._settings.infra_retry_ms / 1000)
                 continue
-            for tp, records in batch.items():
-                part = self._parts.get(tp)
-                if part is None or part.closed:
-                    continue
+            owned = [
+                (p, rs) for tp, rs in batch.items() if (p := self._parts.get(tp)) and not p.closed
+            ]
+            if self._eos:
+                await asyncio.gather(*(self._transaction(part, records) for part, records in owned))
+                continue
+            for part, records in owned:
                 for record in records:
                     part.tracker.add(record.offset)
                     self._enqueue(part, record)
@@ -307,15 +335,18 @@ class Processor:
         state = await self._store.load(self.name, envelope.session_id)
         if envelope.message_id in state.applied:
             self.stats.duplicates += 1
-            await self._flush(envelope.session_id, envelope.message_id)
+            await self._flush(part, envelope.session_id, envelope.message_id)
             return True
         try:
             change = await self._run(part, record, envelope, state)
         except ContractError as exc:
             await self._dead_letter(part, record, exc, envelope.metadata.attempt)
             return True
-        except Exception as exc:
-            await self._retry_or_dead_letter(part, record, envelope, exc)
+        except Exception as exc:  # any handler failure: retried or dead-lettered
+            if self._eos:  # aborts the partition's transaction; settled after the batch
+                part.failed.append((record, envelope, exc))
+            else:
+                await self._retry_or_dead_letter(part, record, envelope, exc)
             return True
         if not await self._store.commit(self.name, envelope.session_id, change):
             self.stats.fenced += 1
@@ -328,8 +359,8 @@ class Processor:
                 part.tp,
             )
             return False
-        await self._produce(change.outbox)
-        await self._store.clear_outbox(self.name, envelope.session_id, envelope.message_id)
+        await self._emit(part, change.outbox)
+        await self._settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
         return True
 
@@ -367,11 +398,26 @@ class Processor:
             cancel=tuple(outcome.cancel),
         )
 
-    async def _flush(self, session_id: str, message_id: str) -> None:
+    async def _flush(self, part: _Partition, session_id: str, message_id: str) -> None:
         """Re-send what an already-applied envelope emitted, if it may not have gone out."""
         pending = await self._store.outbox(self.name, session_id, message_id)
         if pending:
-            await self._produce(pending)
+            await self._emit(part, pending)
+            await self._settle(part, session_id, message_id)
+
+    async def _emit(self, part: _Partition, records: Sequence[OutRecord]) -> None:
+        """Produce now, or add to the partition's open transaction in exactly-once mode."""
+        if not self._eos:
+            await self._produce(records)
+        elif records and self._producer is not None:
+            part.sent.extend(records)
+            await self._producer.send_in_transaction(part.tp, records)
+
+    async def _settle(self, part: _Partition, session_id: str, message_id: str) -> None:
+        """The outbox of ``message_id`` is out (or will be once the transaction commits)."""
+        if self._eos:
+            part.settled.append((session_id, message_id))
+        else:
             await self._store.clear_outbox(self.name, session_id, message_id)
 
     async def _retry_or_dead_letter(
@@ -424,7 +470,7 @@ class Processor:
             attempt=attempt,
             dlq_topic=self._prefix + DLQ,
         )
-        await self._produce((letter,))
+        await self._emit(part, (letter,))
         self.stats.dead_letters += 1
 
     async def _produce(self, records: Sequence[OutRecord]) -> None:
@@ -434,6 +480,65 @@ class Processor:
                 raise BrokerError(f"processor {self.name} is stopped")
             await producer.send_all(records)
 
+    # -- exactly-once ----------------------------------------------------------------------
+
+    async def _transaction(self, part: _Partition, records: Sequence[Record]) -> None:
+        """One transaction per fetched batch of a partition: its outputs and its offsets.
+
+        A handler failure aborts the transaction, so no output of the batch becomes
+        visible; a new one then carries the batch's other outputs again (from memory,
+        as saved in their outboxes) and the failure's retry or dead letter.
+        """
+        producer = self._producer
+        if producer is None or not records:
+            return
+        part.active += 1
+        part.idle.clear()
+        part.sent, part.failed, part.settled = [], [], []
+        try:
+            txn = await producer.transactional(part.tp)
+            await txn.begin_transaction()
+            sessions: dict[bytes, list[Record]] = {}
+            for record in records:
+                part.tracker.add(record.offset)
+                sessions.setdefault(record.key or b"", []).append(record)
+            await asyncio.gather(*(self._in_order(part, rs) for rs in sessions.values()))
+            if part.closed:  # fenced or revoked meanwhile: nothing of this batch may count
+                await txn.abort_transaction()
+                return
+            if part.failed:
+                await self._abort_and_redo(part, txn)
+            position = records[-1].offset + 1
+            await txn.send_offsets_to_transaction({part.tp: position}, self._group)
+            await txn.commit_transaction()
+            part.committed = position
+            for session_id, message_id in part.settled:
+                await self._store.clear_outbox(self.name, session_id, message_id)
+        except (KafkaError, BrokerError) as exc:
+            part.closed = True
+            log.warning("processor=%s transaction of %s failed: %s", self.name, part.tp, exc)
+        finally:
+            part.sent, part.failed, part.settled = [], [], []
+            part.active -= 1
+            if not part.active:
+                part.idle.set()
+
+    async def _in_order(self, part: _Partition, records: Sequence[Record]) -> None:
+        for record in records:
+            if part.closed:
+                return
+            async with self._slots:
+                await self._guarded(part, record)
+
+    async def _abort_and_redo(self, part: _Partition, txn: AIOKafkaProducer) -> None:
+        await txn.abort_transaction()
+        self.stats.aborted += 1
+        await txn.begin_transaction()
+        sent, part.sent = part.sent, []
+        await self._emit(part, sent)
+        for record, envelope, error in part.failed:
+            await self._retry_or_dead_letter(part, record, envelope, error)
+
     # -- commits and timers ----------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
@@ -442,6 +547,8 @@ class Processor:
             await self._commit(list(self._parts.values()))
 
     async def _commit(self, parts: Sequence[_Partition]) -> None:
+        if self._eos:
+            return  # offsets are committed inside each transaction
         consumer = self._consumer
         offsets = {}
         for part in parts:
