@@ -9,6 +9,7 @@ import typer
 from ._broker import broker_command
 from ._schemas import app as schemas_app
 from ._topics import app as topics_app
+from ._up import up_command
 
 __all__ = ["app", "main"]
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 app.command("broker")(broker_command)
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
+app.command("up")(up_command)
 
 
 def main() -> None:

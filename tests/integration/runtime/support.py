@@ -13,7 +13,7 @@ from hermesbus import Envelope, Payload, Reply, UserTurn
 from hermesbus.codec import decode, encode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.envelope import Metadata, RetryPolicy
-from hermesbus.runtime import HandlerInput, Outcome
+from hermesbus.runtime import HandlerInput, Outcome, Processor
 from hermesbus.topics import Catalog
 
 IN = "hermes.conversation.in"
@@ -115,3 +115,7 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+
+
+def processed(processor: Processor, count: int) -> Callable[[], bool]:
+    return lambda: processor.stats.processed >= count

@@ -12,7 +12,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
 
-from .support import IN, OUT, counting, produce, read, replies, turn, wait_for
+from .support import IN, OUT, counting, processed, produce, read, replies, turn, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -108,7 +108,7 @@ async def test_the_same_input_emits_the_same_ids(broker: str, prefix: str, tmp_p
                 group_id=f"replay-{run}",
             )
             async with processor:
-                await wait_for(lambda p=processor: p.stats.processed == 2)
+                await wait_for(processed(processor, 2))
     out = await read(broker, prefix + OUT, until=4)
     first, second = out[:2], out[2:]
     assert [r.value for r in first] == [r.value for r in second]
