@@ -1,0 +1,5 @@
+"""``python -m hermesbus.cli`` is the ``hermesbus`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,117 @@
+"""The StateStore contract, run against every implementation (SQLite today)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.errors import StoreError
+from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, StoredTimer
+
+
+@pytest.fixture(params=["sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
+    async with SqliteStateStore(tmp_path / "state.sqlite3") as sqlite:
+        yield sqlite
+
+
+def change(version: int, message_id: str, **data: object) -> StateChange:
+    return StateChange(version, message_id, data, applied=(message_id,))
+
+
+def timer(timer_id: str, purpose: str, due: int, partition: int = 0) -> StoredTimer:
+    record = OutRecord("in", b"s1", timer_id.encode(), (("h", b"\x00\xff"),), partition)
+    return StoredTimer(timer_id, "conv", "s1", purpose, due, record)
+
+
+async def test_an_unknown_session_has_version_zero(store: StateStore) -> None:
+    assert await store.load("conv", "s1") == SessionState()
+
+
+async def test_compare_and_set(store: StateStore) -> None:
+    assert await store.commit("conv", "s1", change(0, "m1", n=1))
+    assert not await store.commit("conv", "s1", change(0, "m1", n=1))  # already created
+    state = await store.load("conv", "s1")
+    assert (state.version, dict(state.data), state.applied) == (1, {"n": 1}, ("m1",))
+    assert await store.commit("conv", "s1", change(1, "m2", n=2))
+    assert not await store.commit("conv", "s1", change(1, "m2", n=99))  # a zombie's stale save
+    assert (await store.load("conv", "s1")).data == {"n": 2}
+    assert (await store.load("other", "s1")).version == 0  # per processor
+
+
+async def test_a_failed_compare_and_set_writes_nothing(store: StateStore) -> None:
+    await store.commit("conv", "s1", change(0, "m1"))
+    stale = StateChange(
+        0, "m2", {}, ("m2",), outbox=(OutRecord("out", b"k", b"v"),), timers=(timer("t", "p", 1),)
+    )
+    assert not await store.commit("conv", "s1", stale)
+    assert await store.outbox("conv", "s1", "m2") == []
+    assert await store.due("conv", [("in", 0)], 10, 10) == []
+
+
+async def test_outbox_is_saved_with_the_state_and_cleared(store: StateStore) -> None:
+    records = (OutRecord("out", b"k", b"v1", (("a", b"1"),)), OutRecord("tool", None, b"v2"))
+    saved = StateChange(0, "m1", {}, ("m1",), outbox=records)
+    assert await store.commit("conv", "s1", saved)
+    assert await store.outbox("conv", "s1", "m1") == list(records)
+    await store.clear_outbox("conv", "s1", "m1")
+    assert await store.outbox("conv", "s1", "m1") == []
+
+
+async def test_timers_one_per_purpose_cancel_and_due_by_partition(store: StateStore) -> None:
+    await store.schedule(timer("t1", "wait", 100))
+    await store.schedule(timer("t2", "wait", 200))  # replaces t1: same session and purpose
+    await store.schedule(timer("t3", "expire", 150, partition=1))
+    assert [t.timer_id for t in await store.due("conv", [("in", 0), ("in", 1)], 1000, 10)] == [
+        "t3",
+        "t2",
+    ]
+    assert [t.timer_id for t in await store.due("conv", [("in", 0)], 1000, 10)] == ["t2"]
+    assert await store.due("conv", [("in", 0)], 199, 10) == []
+    assert await store.due("conv", [], 1000, 10) == []
+    (due,) = await store.due("conv", [("in", 0)], 1000, 10)
+    assert due == timer("t2", "wait", 200)  # the record round-trips, binary headers too
+    cancel = StateChange(0, "m1", {}, ("m1",), cancel=("wait",))
+    assert await store.commit("conv", "s1", cancel)
+    assert [t.timer_id for t in await store.due("conv", [("in", 0), ("in", 1)], 1000, 10)] == ["t3"]
+    await store.delete_timer("t3")
+    assert await store.due("conv", [("in", 1)], 1000, 10) == []
+
+
+async def test_state_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    async with SqliteStateStore(path) as store:
+        await store.commit("conv", "s1", change(0, "m1", n=1))
+        await store.schedule(timer("t1", "wait", 100))
+    async with SqliteStateStore(path) as store:
+        assert (await store.load("conv", "s1")).data == {"n": 1}
+        assert len(await store.due("conv", [("in", 0)], 1000, 10)) == 1
+
+
+async def test_two_connections_fence_each_other(tmp_path: Path) -> None:
+    """Two worker processes share the file: only one save of the same version wins."""
+    path = tmp_path / "s.sqlite3"
+    async with SqliteStateStore(path) as a, SqliteStateStore(path) as b:
+        await a.commit("conv", "s1", change(0, "m1"))
+        loaded_a, loaded_b = await a.load("conv", "s1"), await b.load("conv", "s1")
+        assert await b.commit("conv", "s1", change(loaded_b.version, "m2"))
+        assert not await a.commit("conv", "s1", change(loaded_a.version, "m2"))
+
+
+async def test_errors_are_store_errors(tmp_path: Path) -> None:
+    store = SqliteStateStore(tmp_path / "s.sqlite3")
+    with pytest.raises(StoreError, match="not started"):
+        await store.load("conv", "s1")
+    (tmp_path / "dir.sqlite3").mkdir()
+    with pytest.raises(StoreError, match="cannot open the state store"):
+        await SqliteStateStore(tmp_path / "dir.sqlite3").start()
+    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+        db = sqlite3.connect(tmp_path / "s.sqlite3")
+        db.execute("DROP TABLE state")
+        db.close()
+        with pytest.raises(StoreError, match="state store read failed"):
+            await store.load("conv", "s1")
