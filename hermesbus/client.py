@@ -21,6 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
 from hermesbus.codec import Codec, Framing, default_codec
+from hermesbus.config import HermesSettings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
@@ -71,8 +72,8 @@ class Client:
     """An app's side of the bus; an async context manager whose start/stop are idempotent.
 
     ``name`` is the instance part of the ``app:<name>`` source address; ``topic_prefix``
-    is put in front of every topic name (one per tenant or test). Keyword ``overrides``
-    are :class:`KafkaConfig` fields (``bootstrap=...``, ``security_protocol=...``).
+    is put in front of every topic name (default ``HERMES_TOPIC_PREFIX``, else none).
+    Keyword ``overrides`` are :class:`KafkaConfig` fields (``bootstrap=...``, ...).
     """
 
     def __init__(
@@ -80,7 +81,7 @@ class Client:
         config: KafkaConfig | None = None,
         *,
         name: str = "client",
-        topic_prefix: str = "",
+        topic_prefix: str | None = None,
         codec: Codec | None = None,
         framing: Framing = "single-object",
         **overrides: Any,
@@ -89,7 +90,9 @@ class Client:
             raise ConfigError(f"client name {name!r}: use letters, digits, '_', '.' or '-'")
         self.config = _kafka_config(config, overrides)
         self.source = f"app:{name}"
-        self.topic_prefix = topic_prefix
+        self.topic_prefix = (
+            topic_prefix if topic_prefix is not None else HermesSettings().topic_prefix
+        )
         self._kwargs = self.config.client_kwargs()
         self._codec = codec
         self._framing: Framing = framing

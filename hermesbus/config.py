@@ -16,6 +16,8 @@ class HermesSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
     home: Path = Path(".hermes")
+    topic_prefix: str = ""
+    """Put in front of every topic name (one per tenant or environment)."""
     schema_registry_url: str | None = None
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None

@@ -31,7 +31,9 @@ def up_command(
             help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."
         ),
     ] = None,
-    prefix: Annotated[str, typer.Option(help="Prefix of every topic name.")] = "",
+    prefix: Annotated[
+        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
+    ] = "",
     exactly_once: Annotated[
         bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
     ] = False,
