@@ -11,6 +11,7 @@ record or re-sends its saved outputs, never applies it twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -21,7 +22,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from hermesbus import headers as h
 from hermesbus.codec import Codec, default_codec
@@ -306,6 +307,8 @@ class Processor:
                 try:
                     finished = await self._process(part, record)
                 except (BrokerError, StoreError) as exc:
+                    if self._eos:
+                        raise  # the transaction is rewound as a whole
                     if part.closed or self._stopping:
                         return
                     log.warning(
@@ -314,6 +317,10 @@ class Processor:
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 10.0)
                     continue
+                except Exception as exc:  # a bug: dead-letter the record rather than stall
+                    log.exception("processor=%s failed on offset=%s", self.name, record.offset)
+                    await self._dead_letter(part, record, exc, _attempt(record))
+                    finished = True
                 if finished:
                     part.tracker.finish(record.offset)
                 return
@@ -379,6 +386,8 @@ class Processor:
                 record.offset,
             )
         )
+        if outcome.state is not None:
+            json.dumps(dict(outcome.state))  # a state the store cannot save fails the handler
         window = self._settings.applied_window
         timers = fx.timers(
             self._codec,
@@ -502,7 +511,9 @@ class Processor:
             for record in records:
                 part.tracker.add(record.offset)
                 sessions.setdefault(record.key or b"", []).append(record)
-            await asyncio.gather(*(self._in_order(part, rs) for rs in sessions.values()))
+            async with asyncio.TaskGroup() as group:  # one failure cancels the others
+                for session_records in sessions.values():
+                    group.create_task(self._in_order(part, session_records))
             if part.closed:  # fenced or revoked meanwhile: nothing of this batch may count
                 await txn.abort_transaction()
                 return
@@ -514,14 +525,31 @@ class Processor:
             part.committed = position
             for session_id, message_id in part.settled:
                 await self._store.clear_outbox(self.name, session_id, message_id)
-        except (KafkaError, BrokerError) as exc:
-            part.closed = True
-            log.warning("processor=%s transaction of %s failed: %s", self.name, part.tp, exc)
+        except* ProducerFenced:
+            part.closed = True  # a newer owner of this partition took over: we are a zombie
+            log.warning("processor=%s fenced out of %s", self.name, part.tp)
+        except* (KafkaError, BrokerError, StoreError) as failures:
+            log.warning("processor=%s transaction of %s failed: %s", self.name, part.tp, failures)
+            await self._rewind(part)
         finally:
             part.sent, part.failed, part.settled = [], [], []
             part.active -= 1
             if not part.active:
                 part.idle.set()
+
+    async def _rewind(self, part: _Partition) -> None:
+        """After a failed transaction: a fresh producer, and back to the committed offset."""
+        consumer, producer = self._consumer, self._producer
+        if consumer is None or producer is None:
+            return
+        await producer.release(part.tp)  # aborts what was open; the next one starts clean
+        position = part.committed if part.committed >= 0 else await consumer.committed(part.tp)
+        if position is None:
+            await consumer.seek_to_beginning(part.tp)  # nothing committed: auto_offset_reset
+        else:
+            consumer.seek(part.tp, position)
+        part.tracker = OffsetTracker()
+        await asyncio.sleep(self._settings.infra_retry_ms / 1000)
 
     async def _in_order(self, part: _Partition, records: Sequence[Record]) -> None:
         for record in records:

@@ -22,7 +22,7 @@ from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
 
 from .support import IN, OUT, counting, produce, read, replies, turn, wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[3]
 

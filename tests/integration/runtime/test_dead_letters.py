@@ -112,3 +112,19 @@ async def test_a_failing_handler_is_retried_by_timer_then_dead_lettered(
     assert letter.value == encode(retried)
     texts = [e.payload.body.text for e in replies(await read(broker, prefix + OUT, until=2))]  # type: ignore[union-attr]
     assert sorted(texts) == ["0", "1"]
+
+
+async def test_a_state_the_store_cannot_save_is_a_handler_failure(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    async def unsavable(inp: HandlerInput) -> Outcome:
+        return Outcome(state={"when": object()})
+
+    await produce(broker, prefix + IN, [turn("s1", 0), turn("s1", 1)])
+    kafka = KafkaConfig(bootstrap=broker)
+    processor = Processor("bad", unsavable, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    async with processor:
+        await wait_for(lambda: processor.stats.dead_letters == 2)
+    letters = await read(broker, prefix + DLQ, until=2)
+    assert {h.header(list(r.headers), h.DLQ_ERROR_CLASS) for r in letters} == {"builtins.TypeError"}
+    assert (await store.load("bad", "s1")).version == 0
