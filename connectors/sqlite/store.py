@@ -142,6 +142,10 @@ class SqliteStateStore:
     def _apply(
         self, db: sqlite3.Connection, processor: str, session_id: str, change: StateChange
     ) -> None:
+        if change.clear_previous:
+            db.execute(
+                "DELETE FROM outbox WHERE processor=? AND session_id=?", (processor, session_id)
+            )
         db.executemany(
             "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [

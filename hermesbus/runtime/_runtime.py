@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
@@ -131,6 +131,7 @@ class Processor:
         self._workers: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._eos = self._settings.exactly_once
+        self._cache: OrderedDict[str, tuple[_Partition, SessionState]] = OrderedDict()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -164,6 +165,7 @@ class Processor:
             max_poll_records=settings.max_poll_records,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
         )
         consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
         try:
@@ -230,6 +232,8 @@ class Processor:
             except TimeoutError:
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         await self._commit(parts)
+        for session_id in [s for s, (p, _) in self._cache.items() if p in parts]:
+            del self._cache[session_id]
         for part in parts:
             self._parts.pop(part.tp, None)
             if self._eos and self._producer is not None:
@@ -339,7 +343,7 @@ class Processor:
         except DecodeError as exc:
             await self._dead_letter(part, record, exc, _attempt(record))
             return True
-        state = await self._store.load(self.name, envelope.session_id)
+        state = await self._state(part, envelope.session_id)
         if envelope.message_id in state.applied:
             self.stats.duplicates += 1
             await self._flush(part, envelope.session_id, envelope.message_id)
@@ -356,6 +360,7 @@ class Processor:
                 await self._retry_or_dead_letter(part, record, envelope, exc)
             return True
         if not await self._store.commit(self.name, envelope.session_id, change):
+            self._cache.pop(envelope.session_id, None)
             self.stats.fenced += 1
             part.closed = True
             log.error(
@@ -366,10 +371,29 @@ class Processor:
                 part.tp,
             )
             return False
+        saved = SessionState(change.expected_version + 1, change.data, change.applied)
+        self._remember(part, envelope.session_id, saved)
         await self._emit(part, change.outbox)
         await self._settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
         return True
+
+    async def _state(self, part: _Partition, session_id: str) -> SessionState:
+        """The session's state: cached while this worker owns its partition, else loaded."""
+        cached = self._cache.get(session_id)
+        if cached is not None and cached[0] is part:
+            self._cache.move_to_end(session_id)
+            return cached[1]
+        state = await self._store.load(self.name, session_id)
+        self._remember(part, session_id, state)
+        return state
+
+    def _remember(self, part: _Partition, session_id: str, state: SessionState) -> None:
+        cache = self._cache
+        cache[session_id] = (part, state)
+        cache.move_to_end(session_id)
+        if len(cache) > self._settings.state_cache_size:
+            cache.popitem(last=False)
 
     async def _run(
         self, part: _Partition, record: Record, envelope: Envelope, state: SessionState
@@ -405,6 +429,9 @@ class Processor:
             outbox=fx.outputs(self._codec, envelope, outcome, self._prefix),
             timers=timers,
             cancel=tuple(outcome.cancel),
+            # the session's previous outbox went out before this record started, unless it
+            # waits for its transaction to commit (exactly-once mode clears it then)
+            clear_previous=not self._eos,
         )
 
     async def _flush(self, part: _Partition, session_id: str, message_id: str) -> None:
@@ -423,11 +450,14 @@ class Processor:
             await self._producer.send_in_transaction(part.tp, records)
 
     async def _settle(self, part: _Partition, session_id: str, message_id: str) -> None:
-        """The outbox of ``message_id`` is out (or will be once the transaction commits)."""
+        """The outbox of ``message_id`` is out; cleared after the transaction commits.
+
+        Without transactions it is cleared by the session's next commit (one write per
+        record): a session's records run in order, so the next one starts only after
+        this outbox was produced.
+        """
         if self._eos:
             part.settled.append((session_id, message_id))
-        else:
-            await self._store.clear_outbox(self.name, session_id, message_id)
 
     async def _retry_or_dead_letter(
         self, part: _Partition, record: Record, envelope: Envelope, error: Exception

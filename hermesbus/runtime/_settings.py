@@ -31,6 +31,10 @@ class RuntimeSettings(BaseSettings):
     """First pause before retrying a store or broker failure (doubles up to 10 s)."""
     max_backoff_ms: Positive = 3_600_000
     max_poll_records: Positive = 500
+    fetch_max_wait_ms: Positive = 50
+    """How long the broker may hold a fetch for data; the embedded broker always waits it out."""
+    state_cache_size: Positive = 10_000
+    """Session states kept in memory while this worker owns their partitions."""
     session_timeout_ms: Positive = 10_000
     heartbeat_interval_ms: Positive = 1_000
     exactly_once: bool = False

@@ -52,6 +52,8 @@ class StateChange:
     outbox: tuple[OutRecord, ...] = ()
     timers: tuple[StoredTimer, ...] = ()
     cancel: tuple[str, ...] = ()
+    clear_previous: bool = True
+    """Drop the session's earlier outbox records (they are known to be produced)."""
 
 
 class StateStore(Protocol):
