@@ -15,7 +15,9 @@ class SqliteConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
     home: Path = Path(".hermes")
-    busy_timeout_ms: int = 10_000
+    busy_timeout_ms: int = 5_000
+    """How long a write waits for another process's lock; it blocks the event loop, so it
+    stays well under the consumer session timeout (10 s)."""
 
     @property
     def path(self) -> Path:

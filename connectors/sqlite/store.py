@@ -7,10 +7,12 @@ a worker that lost its partition. Calls are short and local, so they run inline.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -42,8 +44,16 @@ _TIMER_COLUMNS = (
 )
 
 
-class _VersionMoved(Exception):
-    """The compare-and-set lost: someone else saved this session since we loaded it."""
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """A commit waiting for the next group transaction."""
+
+    processor: str
+    session_id: str
+    change: StateChange
+    data: str
+    applied: str
+    future: asyncio.Future[bool]
 
 
 class SqliteStateStore:
@@ -53,6 +63,7 @@ class SqliteStateStore:
         self._config = config or SqliteConfig()
         self.path = Path(path) if path is not None else self._config.path
         self._db: sqlite3.Connection | None = None
+        self._queued: list[_Queued] = []
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -117,26 +128,50 @@ class SqliteStateStore:
         return SessionState(row[0], json.loads(row[1]), tuple(json.loads(row[2])))
 
     async def commit(self, processor: str, session_id: str, change: StateChange) -> bool:
+        """Queue the change; every commit queued in the same loop turn shares one transaction.
+
+        Each change keeps its own compare-and-set: one that loses writes nothing, the others
+        in the batch are unaffected. Group commit is what lets SQLite keep up with dozens of
+        sessions in flight.
+        """
         data = json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
         applied = json.dumps(list(change.applied))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._queued.append(_Queued(processor, session_id, change, data, applied, future))
+        if len(self._queued) == 1:
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._queued = self._queued, []
         try:
             with self._write() as db:
-                if change.expected_version == 0:
-                    moved = db.execute(
-                        "INSERT OR IGNORE INTO state VALUES (?, ?, 1, ?, ?)",
-                        (processor, session_id, data, applied),
-                    ).rowcount
-                else:
-                    moved = db.execute(
-                        "UPDATE state SET version=version+1, data=?, applied=? "
-                        "WHERE processor=? AND session_id=? AND version=?",
-                        (data, applied, processor, session_id, change.expected_version),
-                    ).rowcount
-                if moved != 1:
-                    raise _VersionMoved  # noqa: TRY301 - rolls the transaction back
-                self._apply(db, processor, session_id, change)
-        except _VersionMoved:
-            return False
+                results = [self._commit_one(db, q) for q in batch]
+        except StoreError as exc:
+            for queued in batch:
+                if not queued.future.done():
+                    queued.future.set_exception(exc)
+            return
+        for queued, ok in zip(batch, results, strict=True):
+            if not queued.future.done():
+                queued.future.set_result(ok)
+
+    def _commit_one(self, db: sqlite3.Connection, q: _Queued) -> bool:
+        if q.change.expected_version == 0:
+            moved = db.execute(
+                "INSERT OR IGNORE INTO state VALUES (?, ?, 1, ?, ?)",
+                (q.processor, q.session_id, q.data, q.applied),
+            ).rowcount
+        else:
+            moved = db.execute(
+                "UPDATE state SET version=version+1, data=?, applied=? "
+                "WHERE processor=? AND session_id=? AND version=?",
+                (q.data, q.applied, q.processor, q.session_id, q.change.expected_version),
+            ).rowcount
+        if moved != 1:
+            return False  # nothing of this change was written
+        self._apply(db, q.processor, q.session_id, q.change)
         return True
 
     def _apply(
