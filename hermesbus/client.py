@@ -68,6 +68,10 @@ def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> K
     return config
 
 
+_FETCH_MAX_WAIT_MS = 50
+"""How long the broker may hold a replies fetch (the embedded broker always waits it out)."""
+
+
 class Client:
     """An app's side of the bus; an async context manager whose start/stop are idempotent.
 
@@ -266,7 +270,12 @@ class Replies:
         if self._consumer is not None:
             return
         partition = TopicPartition(self.topic, await self._client._partition(self.topic, self._key))
-        consumer = AIOKafkaConsumer(**self._client._kwargs, group_id=None, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            **self._client._kwargs,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,  # a reply is waited for: don't sit on it
+        )
         self._consumer, self._partition = consumer, partition
         self._client._replies.add(self)  # from here on, the client's stop() closes it
         try:
