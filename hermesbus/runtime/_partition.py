@@ -1,0 +1,78 @@
+"""What the runtime tracks per owned partition, and the counters it keeps."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from hermesbus import headers as h
+from hermesbus.envelope import Envelope
+from hermesbus.errors import ContractError
+
+from ._offsets import OffsetTracker
+from ._store import OutRecord
+
+__all__ = ["Partition", "ProcessorStats", "Record", "attempt_of", "check_key"]
+
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
+@dataclass
+class ProcessorStats:
+    """Counters a processor keeps (also what ``hermesbus up`` prints on exit)."""
+
+    processed: int = 0
+    duplicates: int = 0
+    retries: int = 0
+    dead_letters: int = 0
+    timers_fired: int = 0
+    fenced: int = 0
+    aborted: int = 0
+    """Transactions aborted because a handler failed (exactly-once mode)."""
+
+
+class Partition:
+    """A partition this worker owns: its offsets, in-flight count and whether it is closed."""
+
+    __slots__ = (
+        "active",
+        "closed",
+        "committed",
+        "failed",
+        "idle",
+        "sent",
+        "settled",
+        "tp",
+        "tracker",
+    )
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.tracker = OffsetTracker()
+        self.committed = -1
+        self.closed = False
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        # exactly-once mode: what the open transaction holds
+        self.sent: list[OutRecord] = []
+        self.failed: list[tuple[Record, Envelope, Exception]] = []
+        self.settled: list[tuple[str, str]] = []
+
+
+def check_key(record: Record, envelope: Envelope) -> None:
+    """The Kafka key is the session id: anything else breaks per-session order."""
+    key = record.key.decode("utf-8", "replace") if record.key is not None else None
+    if key != envelope.session_id:
+        raise ContractError(
+            f"record key {key!r} is not the envelope's session_id {envelope.session_id!r}"
+        )
+
+
+def attempt_of(record: Record) -> int:
+    """The attempt a re-sent record carries in its header (1 for a first delivery)."""
+    value = h.header(list(record.headers), h.DLQ_ATTEMPT)
+    return int(value) if value and value.isdigit() else 1

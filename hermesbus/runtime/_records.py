@@ -1,0 +1,283 @@
+"""One record through the runtime: decode, state, handler, one atomic save, produce.
+
+Each record's effects (state, outputs, timers) are saved in one compare-and-set
+before its outputs are produced, so a crash at any point either replays the
+record or re-sends its saved outputs, never applies it twice; a worker that lost
+the compare-and-set (a zombie) emits nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hermesbus.codec import Codec
+from hermesbus.envelope import Envelope
+from hermesbus.errors import BrokerError, ContractError, DecodeError, StoreError
+from hermesbus.topics import DLQ
+
+from . import _effects as fx
+from ._model import Handler, HandlerInput, SessionState
+from ._partition import Partition, ProcessorStats, Record, attempt_of, check_key
+from ._producer import Producer
+from ._settings import RuntimeSettings
+from ._store import OutRecord, StateChange, StateStore
+
+__all__ = ["Records"]
+
+log = logging.getLogger(__name__)
+
+
+class Records:
+    """Processes records for one processor; the Processor owns the consuming around it."""
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        store: StateStore,
+        codec: Codec,
+        settings: RuntimeSettings,
+        ports: Mapping[str, Any],
+        prefix: str,
+        stats: ProcessorStats,
+    ) -> None:
+        self.name = name
+        self.handler = handler
+        self.store = store
+        self.codec = codec
+        self.settings = settings
+        self.ports = ports
+        self.prefix = prefix
+        self.stats = stats
+        self.eos = settings.exactly_once
+        self.producer: Producer | None = None
+        self.stopping = False
+        self.cache: OrderedDict[str, tuple[Partition, SessionState]] = OrderedDict()
+
+    def forget(self, parts: Sequence[Partition]) -> None:
+        """Drop the cached states of sessions on partitions this worker no longer owns."""
+        for session_id in [s for s, (p, _) in self.cache.items() if p in parts]:
+            del self.cache[session_id]
+
+    async def guarded(self, part: Partition, record: Record) -> None:
+        """Process one record; store and broker outages are retried in place, in order."""
+        part.active += 1
+        part.idle.clear()
+        pause = self.settings.infra_retry_ms / 1000
+        try:
+            while True:
+                try:
+                    finished = await self.process(part, record)
+                except (BrokerError, StoreError) as exc:
+                    if self.eos:
+                        raise  # the transaction is rewound as a whole
+                    if part.closed or self.stopping:
+                        return
+                    log.warning(
+                        "processor=%s retrying offset=%s: %s", self.name, record.offset, exc
+                    )
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 10.0)
+                    continue
+                except Exception as exc:  # a bug: dead-letter the record rather than stall
+                    log.exception("processor=%s failed on offset=%s", self.name, record.offset)
+                    await self.dead_letter(part, record, exc, attempt_of(record))
+                    finished = True
+                if finished:
+                    part.tracker.finish(record.offset)
+                return
+        finally:
+            part.active -= 1
+            if not part.active:
+                part.idle.set()
+
+    async def process(self, part: Partition, record: Record) -> bool:
+        """Handle one record; False means this worker was fenced and must not commit it."""
+        try:
+            envelope = self.codec.decode(record.value or b"")
+            check_key(record, envelope)
+        except DecodeError as exc:
+            await self.dead_letter(part, record, exc, attempt_of(record))
+            return True
+        state = await self.state(part, envelope.session_id)
+        if envelope.message_id in state.applied:
+            self.stats.duplicates += 1
+            await self.flush(part, envelope.session_id, envelope.message_id)
+            return True
+        try:
+            change = await self.run(part, record, envelope, state)
+        except ContractError as exc:
+            await self.dead_letter(part, record, exc, envelope.metadata.attempt)
+            return True
+        except Exception as exc:  # any handler failure: retried or dead-lettered
+            if self.eos:  # aborts the partition's transaction; settled after the batch
+                part.failed.append((record, envelope, exc))
+            else:
+                await self.retry_or_dead_letter(part, record, envelope, exc)
+            return True
+        if not await self.store.commit(self.name, envelope.session_id, change):
+            self.cache.pop(envelope.session_id, None)
+            self.stats.fenced += 1
+            part.closed = True
+            log.error(
+                "processor=%s fenced on session=%s partition=%s: another worker saved it first;"
+                " dropping this partition's work without committing",
+                self.name,
+                envelope.session_id,
+                part.tp,
+            )
+            return False
+        saved = SessionState(change.expected_version + 1, change.data, change.applied)
+        self.remember(part, envelope.session_id, saved)
+        await self.emit(part, change.outbox)
+        await self.settle(part, envelope.session_id, envelope.message_id)
+        self.stats.processed += 1
+        return True
+
+    async def state(self, part: Partition, session_id: str) -> SessionState:
+        """The session's state: cached while this worker owns its partition, else loaded."""
+        cached = self.cache.get(session_id)
+        if cached is not None and cached[0] is part:
+            self.cache.move_to_end(session_id)
+            return cached[1]
+        state = await self.store.load(self.name, session_id)
+        self.remember(part, session_id, state)
+        return state
+
+    def remember(self, part: Partition, session_id: str, state: SessionState) -> None:
+        cache = self.cache
+        cache[session_id] = (part, state)
+        cache.move_to_end(session_id)
+        if len(cache) > self.settings.state_cache_size:
+            cache.popitem(last=False)
+
+    async def run(
+        self, part: Partition, record: Record, envelope: Envelope, state: SessionState
+    ) -> StateChange:
+        """Call the handler and turn its outcome into one atomic state change."""
+        outcome = await self.handler(
+            HandlerInput(
+                envelope,
+                state,
+                self.name,
+                self.ports,
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+        )
+        if outcome.state is not None:
+            json.dumps(dict(outcome.state))  # a state the store cannot save fails the handler
+        window = self.settings.applied_window
+        timers = fx.timers(
+            self.codec,
+            self.name,
+            envelope,
+            outcome.timers,
+            topic=part.tp.topic,
+            partition=part.tp.partition,
+        )
+        return StateChange(
+            expected_version=state.version,
+            message_id=envelope.message_id,
+            data=state.data if outcome.state is None else outcome.state,
+            applied=(*state.applied, envelope.message_id)[-window:],
+            outbox=fx.outputs(self.codec, envelope, outcome, self.prefix),
+            timers=timers,
+            cancel=tuple(outcome.cancel),
+            # the session's previous outbox went out before this record started, unless it
+            # waits for its transaction to commit (exactly-once mode clears it then)
+            clear_previous=not self.eos,
+        )
+
+    async def flush(self, part: Partition, session_id: str, message_id: str) -> None:
+        """Re-send what an already-applied envelope emitted, if it may not have gone out."""
+        pending = await self.store.outbox(self.name, session_id, message_id)
+        if pending:
+            await self.emit(part, pending)
+            await self.settle(part, session_id, message_id)
+
+    async def emit(self, part: Partition, records: Sequence[OutRecord]) -> None:
+        """Produce now, or add to the partition's open transaction in exactly-once mode."""
+        if not self.eos:
+            await self.produce(records)
+        elif records and self.producer is not None:
+            part.sent.extend(records)
+            await self.producer.send_in_transaction(part.tp, records)
+
+    async def settle(self, part: Partition, session_id: str, message_id: str) -> None:
+        """The outbox of ``message_id`` is out; cleared after the transaction commits.
+
+        Without transactions it is cleared by the session's next commit (one write per
+        record): a session's records run in order, so the next one starts only after
+        this outbox was produced.
+        """
+        if self.eos:
+            part.settled.append((session_id, message_id))
+
+    async def retry_or_dead_letter(
+        self, part: Partition, record: Record, envelope: Envelope, error: Exception
+    ) -> None:
+        attempt = envelope.metadata.attempt
+        if attempt >= envelope.metadata.retry_policy.max_attempts:
+            await self.dead_letter(part, record, error, attempt)
+            return
+        log.info(
+            "processor=%s handler failed on message=%s attempt=%s: %s",
+            self.name,
+            envelope.message_id,
+            attempt,
+            error,
+        )
+        timer = fx.retry_timer(
+            self.codec,
+            self.name,
+            envelope,
+            now_ms=int(time.time() * 1000),
+            max_backoff_ms=self.settings.max_backoff_ms,
+            topic=part.tp.topic,
+            partition=part.tp.partition,
+        )
+        await self.store.schedule(timer)
+        self.stats.retries += 1
+
+    async def dead_letter(
+        self, part: Partition, record: Record, error: BaseException, attempt: int
+    ) -> None:
+        log.warning(
+            "processor=%s dead-letter topic=%s partition=%s offset=%s: %s: %s",
+            self.name,
+            record.topic,
+            record.partition,
+            record.offset,
+            type(error).__name__,
+            error,
+        )
+        letter = fx.dead_letter(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value or b"",
+            headers=list(record.headers),
+            error=error,
+            processor=self.name,
+            attempt=attempt,
+            dlq_topic=self.prefix + DLQ,
+        )
+        await self.emit(part, (letter,))
+        self.stats.dead_letters += 1
+
+    async def produce(self, records: Sequence[OutRecord]) -> None:
+        if records:
+            producer = self.producer
+            if producer is None:
+                raise BrokerError(f"processor {self.name} is stopped")
+            await producer.send_all(records)
