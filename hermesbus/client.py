@@ -12,7 +12,6 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, TopicPartition
@@ -22,10 +21,11 @@ from pydantic import ValidationError
 
 from hermesbus.codec import Codec, Framing, default_codec
 from hermesbus.config import HermesSettings
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
 from hermesbus.headers import envelope_headers
+from hermesbus.lifecycle import Service
 from hermesbus.payloads import Payload, UserTurn
 from hermesbus.topics import CONVERSATION_OUT, topic_for
 
@@ -72,7 +72,7 @@ _FETCH_MAX_WAIT_MS = 50
 """How long the broker may hold a replies fetch (the embedded broker always waits it out)."""
 
 
-class Client:
+class Client(Service):
     """An app's side of the bus; an async context manager whose start/stop are idempotent.
 
     ``name`` is the instance part of the ``app:<name>`` source address; ``topic_prefix``
@@ -103,27 +103,13 @@ class Client:
         self._producer: Any = None
         self._replies: set[Replies] = set()
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         if self._producer is not None:
             return
         # acks=all without idempotence: the embedded broker has no idempotent producers.
         producer = AIOKafkaProducer(**self._kwargs, acks="all", enable_idempotence=False)
-        try:
-            await producer.start()
-        except KafkaError as exc:
-            await producer.stop()
-            raise BrokerError(
-                f"cannot reach Kafka at {self.config.bootstrap}: {type(exc).__name__}: {exc}"
-            ) from exc
+        where = f"cannot reach Kafka at {self.config.bootstrap}"
+        await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
 
     async def stop(self) -> None:
@@ -224,7 +210,7 @@ class Client:
         return partition_for_key(key, partitions)
 
 
-class Replies:
+class Replies(Service):
     """Reply envelopes of one session from ``hermes.conversation.out``, as they arrive.
 
     Reads just the session's partition, without a consumer group, from the end offset
@@ -240,15 +226,6 @@ class Replies:
         self._consumer: Any = None
         self._partition: Any = None
         self._stopped = False
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     def __aiter__(self) -> Self:
         return self

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from hermesbus.errors import BrokerError
+from hermesbus.lifecycle import Service
 from hermesbus.topics import ExistingTopic, TopicSpec
 
+from .client import start_or_close
 from .config import KafkaConfig
 
 __all__ = ["KafkaAdmin"]
@@ -24,33 +25,19 @@ _UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
 
 
-class KafkaAdmin:
+class KafkaAdmin(Service):
     """An async context manager around aiokafka's admin client; start/stop are idempotent."""
 
     def __init__(self, config: KafkaConfig) -> None:
         self._config = config
         self._client: AIOKafkaAdminClient | None = None
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         if self._client is not None:
             return
         client = AIOKafkaAdminClient(**self._config.client_kwargs())
-        try:
-            await client.start()
-        except KafkaError as exc:
-            await client.close()
-            raise BrokerError(
-                f"cannot reach Kafka at {self._config.bootstrap}: {type(exc).__name__}: {exc}"
-            ) from exc
+        where = f"cannot reach Kafka at {self._config.bootstrap}"
+        await start_or_close(client.start, client.close, where)
         self._client = client
 
     async def stop(self) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from hermesbus.errors import StoreError
+from hermesbus.lifecycle import Service
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
 
 from .config import SqliteConfig
@@ -56,7 +56,7 @@ class _Queued:
     future: asyncio.Future[bool]
 
 
-class SqliteStateStore:
+class SqliteStateStore(Service):
     """The embedded :class:`~hermesbus.runtime.StateStore` (``$HERMES_HOME/state.sqlite3``)."""
 
     def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
@@ -64,15 +64,6 @@ class SqliteStateStore:
         self.path = Path(path) if path is not None else self._config.path
         self._db: sqlite3.Connection | None = None
         self._queued: list[_Queued] = []
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         if self._db is not None:
@@ -88,6 +79,9 @@ class SqliteStateStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state store {self.path}: {exc}") from exc
         self._db = db
+
+    async def stop(self) -> None:
+        await self.close()
 
     async def close(self) -> None:
         db, self._db = self._db, None

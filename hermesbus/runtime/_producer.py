@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
@@ -40,7 +40,8 @@ class Producer:
         producer = AIOKafkaProducer(
             **self._kafka.client_kwargs(), acks="all", enable_idempotence=False, linger_ms=2
         )
-        await producer.start()
+        where = f"cannot reach Kafka at {self._kafka.bootstrap}"
+        await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
 
     async def stop(self) -> None:
@@ -68,13 +69,8 @@ class Producer:
         producer = self._transactional.get(tp)
         if producer is None:
             producer = self._new_transactional(f"{self._group}.{tp.topic}.{tp.partition}")
-            try:
-                await producer.start()
-            except KafkaError as exc:
-                await producer.stop()
-                raise BrokerError(
-                    f"cannot start the transactional producer of {tp}: {exc}"
-                ) from exc
+            where = f"cannot start the transactional producer of {tp}"
+            await start_or_close(producer.start, producer.stop, where)
             self._transactional[tp] = producer
         return producer
 

@@ -14,8 +14,8 @@ import re
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from types import MappingProxyType
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError, StoreError
+from hermesbus.lifecycle import Service
 
 from ._eos import Transactions
 from ._model import EMPTY, Handler
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
-class Processor:
+class Processor(Service):
     """Runs ``handler`` as consumer group ``group_id`` (default: the processor's name)."""
 
     def __init__(
@@ -88,15 +89,6 @@ class Processor:
             stats=self.stats,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     # -- lifecycle -------------------------------------------------------------------------
 
