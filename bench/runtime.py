@@ -139,11 +139,13 @@ class TimedStore(SqliteStateStore):
 @asynccontextmanager
 async def raw_pipe(kafka: KafkaConfig, prefix: str) -> AsyncIterator[Meter]:
     """Consume, produce each value as it is, commit every 200 ms: the floor under the runtime,
-    with the runtime's client settings (max_poll_records 500; acks=all, linger 2 ms)."""
+    with the runtime's client settings (max_poll_records 500, fetch_max_wait_ms; acks=all,
+    linger 2 ms)."""
     meter, offsets, sink = Meter(), dict[TopicPartition, int](), prefix + CONVERSATION_OUT
     consumer = AIOKafkaConsumer(
         prefix + CONVERSATION_IN, **kafka.client_kwargs(), group_id=prefix + "raw",
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=500,
+        fetch_max_wait_ms=RuntimeSettings().fetch_max_wait_ms,
     )  # fmt: skip
     producer = AIOKafkaProducer(
         **kafka.client_kwargs(), acks="all", enable_idempotence=False, linger_ms=2
