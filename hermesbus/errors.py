@@ -82,7 +82,15 @@ class CatalogError(HermesError):
 
 
 class BrokerError(HermesError):
-    """The Kafka cluster refused or failed a request."""
+    """The Kafka cluster refused or failed a request.
+
+    ``retriable`` is False when trying again cannot help (a record larger than the broker
+    accepts, an invalid or forbidden topic): the runtime dead-letters instead of retrying.
+    """
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class StoreError(HermesError):

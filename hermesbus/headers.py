@@ -16,6 +16,7 @@ __all__ = [
     "DLQ_ATTEMPT",
     "DLQ_ERROR_CLASS",
     "DLQ_ERROR_MESSAGE",
+    "DLQ_NOTE",
     "DLQ_ORIGIN_OFFSET",
     "DLQ_ORIGIN_PARTITION",
     "DLQ_ORIGIN_TOPIC",
@@ -42,6 +43,8 @@ DLQ_ERROR_CLASS = "hermes.error.class"
 DLQ_ERROR_MESSAGE = "hermes.error.message"
 DLQ_PROCESSOR = "hermes.processor"
 DLQ_ATTEMPT = "hermes.attempt"
+DLQ_NOTE = "hermes.dlq.note"
+"""Set when the original bytes could not be copied into the dead letter."""
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")

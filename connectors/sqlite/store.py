@@ -142,10 +142,11 @@ class SqliteStateStore(Service):
         try:
             with self._write() as db:
                 results = [self._commit_one(db, q) for q in batch]
-        except StoreError as exc:
+        except Exception as exc:  # every waiter hears of it; none is left hanging
+            failure = exc if isinstance(exc, StoreError) else StoreError(f"group commit: {exc}")
             for queued in batch:
                 if not queued.future.done():
-                    queued.future.set_exception(exc)
+                    queued.future.set_exception(failure)
             return
         for queued, ok in zip(batch, results, strict=True):
             if not queued.future.done():
@@ -190,11 +191,14 @@ class SqliteStateStore(Service):
             _insert_timer(db, timer)
 
     async def outbox(self, processor: str, session_id: str, message_id: str) -> list[OutRecord]:
-        rows = self.db.execute(
-            "SELECT topic, partition, key, value, headers FROM outbox "
-            "WHERE processor=? AND session_id=? AND message_id=? ORDER BY seq",
-            (processor, session_id, message_id),
-        ).fetchall()
+        try:
+            rows = self.db.execute(
+                "SELECT topic, partition, key, value, headers FROM outbox "
+                "WHERE processor=? AND session_id=? AND message_id=? ORDER BY seq",
+                (processor, session_id, message_id),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
         return [_record(*row) for row in rows]
 
     async def clear_outbox(self, processor: str, session_id: str, message_id: str) -> None:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
 from hermesbus.errors import BrokerError, StoreError
 
@@ -71,7 +71,7 @@ class Transactions:
         except* ProducerFenced:
             part.closed = True  # a newer owner of this partition took over: we are a zombie
             log.warning("processor=%s fenced out of %s", self.records.name, part.tp)
-        except* (KafkaError, BrokerError, StoreError) as failures:
+        except* (KafkaError, IllegalOperation, BrokerError, StoreError) as failures:
             log.warning(
                 "processor=%s transaction of %s failed: %s", self.records.name, part.tp, failures
             )
@@ -94,6 +94,7 @@ class Transactions:
         else:
             consumer.seek(part.tp, position)
         part.tracker = OffsetTracker()
+        self.records.forget([part])  # commits of the failed batch may or may not have landed
         await asyncio.sleep(self.records.settings.infra_retry_ms / 1000)
 
     async def in_order(self, part: Partition, records: Sequence[Record]) -> None:

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
 from aiokafka.errors import KafkaError
 
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
@@ -20,6 +21,17 @@ from hermesbus.errors import BrokerError, ConfigError
 from ._store import OutRecord
 
 __all__ = ["Producer"]
+
+_PERMANENT = (
+    kafka_errors.MessageSizeTooLargeError,
+    kafka_errors.RecordListTooLargeError,
+    kafka_errors.InvalidTopicError,
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.ClusterAuthorizationFailedError,
+    kafka_errors.UnsupportedForMessageFormatError,
+    kafka_errors.CorruptRecordException,
+)
+"""Produce errors that no retry can fix."""
 
 
 class Producer:
@@ -60,7 +72,7 @@ class Producer:
             pending = [await _send(producer, r) for r in records]
             await asyncio.gather(*pending)
         except KafkaError as exc:
-            raise BrokerError(f"cannot produce to {records[0].topic}: {exc}") from exc
+            raise _broker_error(f"cannot produce to {records[0].topic}", exc) from exc
 
     # -- exactly-once ----------------------------------------------------------------------
 
@@ -80,13 +92,19 @@ class Producer:
             await producer.stop()
 
     async def send_in_transaction(self, tp: TopicPartition, records: Sequence[OutRecord]) -> None:
-        """Add ``records`` to the open transaction of ``tp`` (acknowledged at commit)."""
-        producer = await self.transactional(tp)
+        """Add ``records`` to the open transaction of ``tp`` (acknowledged at commit).
+
+        Never starts a producer: one released with its partition must not come back and
+        fence the partition's new owner.
+        """
+        producer = self._transactional.get(tp)
+        if producer is None:
+            raise BrokerError(f"no open transaction for {tp}: the partition was released")
         try:
             for record in records:
                 await _send(producer, record)
-        except KafkaError as exc:
-            raise BrokerError(f"cannot produce in the transaction of {tp}: {exc}") from exc
+        except (KafkaError, kafka_errors.IllegalOperation) as exc:
+            raise _broker_error(f"cannot produce in the transaction of {tp}", exc) from exc
 
     def _new_transactional(self, transactional_id: str) -> AIOKafkaProducer:
         return AIOKafkaProducer(
@@ -110,6 +128,12 @@ class Producer:
             ) from exc
         finally:
             await probe.stop()
+
+
+def _broker_error(what: str, exc: Exception) -> BrokerError:
+    return BrokerError(
+        f"{what}: {type(exc).__name__}: {exc}", retriable=not isinstance(exc, _PERMANENT)
+    )
 
 
 async def _send(producer: AIOKafkaProducer, r: OutRecord) -> asyncio.Future[object]:

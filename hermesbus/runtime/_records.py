@@ -14,11 +14,13 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hermesbus.codec import Codec
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, ContractError, DecodeError, StoreError
+from hermesbus.headers import DLQ_NOTE
 from hermesbus.topics import DLQ
 
 from . import _effects as fx
@@ -74,7 +76,7 @@ class Records:
         try:
             while True:
                 try:
-                    finished = await self.process(part, record)
+                    finished = await self._attempt(part, record)
                 except (BrokerError, StoreError) as exc:
                     if self.eos:
                         raise  # the transaction is rewound as a whole
@@ -86,10 +88,6 @@ class Records:
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 10.0)
                     continue
-                except Exception as exc:  # a bug: dead-letter the record rather than stall
-                    log.exception("processor=%s failed on offset=%s", self.name, record.offset)
-                    await self.dead_letter(part, record, exc, attempt_of(record))
-                    finished = True
                 if finished:
                     part.tracker.finish(record.offset)
                 return
@@ -97,6 +95,25 @@ class Records:
             part.active -= 1
             if not part.active:
                 part.idle.set()
+
+    async def _attempt(self, part: Partition, record: Record) -> bool:
+        """``process``; a record that can never be handled is dead-lettered instead.
+
+        Outages (a retriable BrokerError, a StoreError) go up to be retried in place.
+        """
+        try:
+            return await self.process(part, record)
+        except BrokerError as exc:
+            if exc.retriable:
+                raise
+            error: Exception = exc  # e.g. an output larger than the broker accepts
+        except StoreError:
+            raise
+        except Exception as exc:  # a bug: dead-letter the record rather than stall
+            log.exception("processor=%s failed on offset=%s", self.name, record.offset)
+            error = exc
+        await self.dead_letter(part, record, error, attempt_of(record))
+        return True
 
     async def process(self, part: Partition, record: Record) -> bool:
         """Handle one record; False means this worker was fenced and must not commit it."""
@@ -111,6 +128,12 @@ class Records:
             self.stats.duplicates += 1
             await self.flush(part, envelope.session_id, envelope.message_id)
             return True
+        return await self._apply(part, record, envelope, state)
+
+    async def _apply(
+        self, part: Partition, record: Record, envelope: Envelope, state: SessionState
+    ) -> bool:
+        """Run the handler on a new envelope, save its effects, then produce them."""
         try:
             change = await self.run(part, record, envelope, state)
         except ContractError as exc:
@@ -122,24 +145,44 @@ class Records:
             else:
                 await self.retry_or_dead_letter(part, record, envelope, exc)
             return True
-        if not await self.store.commit(self.name, envelope.session_id, change):
-            self.cache.pop(envelope.session_id, None)
-            self.stats.fenced += 1
-            part.closed = True
-            log.error(
-                "processor=%s fenced on session=%s partition=%s: another worker saved it first;"
-                " dropping this partition's work without committing",
-                self.name,
-                envelope.session_id,
-                part.tp,
-            )
-            return False
+        if part.closed:
+            return False  # revoked while the handler ran: the new owner redoes it
+        if not await self._save(envelope.session_id, change):
+            return await self._lost_race(part, envelope)
         saved = SessionState(change.expected_version + 1, change.data, change.applied)
         self.remember(part, envelope.session_id, saved)
         await self.emit(part, change.outbox)
         await self.settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
         return True
+
+    async def _save(self, session_id: str, change: StateChange) -> bool:
+        try:
+            return await self.store.commit(self.name, session_id, change)
+        except BaseException:
+            self.cache.pop(session_id, None)  # it may or may not have been written
+            raise
+
+    async def _lost_race(self, part: Partition, envelope: Envelope) -> bool:
+        """Another worker saved this session first (a zombie, or us being one).
+
+        If it applied this very envelope, it also emits its outputs: this worker emits
+        nothing and moves on. Otherwise the record is retried with the saved state.
+        """
+        self.stats.fenced += 1
+        self.cache.pop(envelope.session_id, None)
+        log.warning(
+            "processor=%s lost the compare-and-set on session=%s partition=%s",
+            self.name,
+            envelope.session_id,
+            part.tp,
+        )
+        state = await self.state(part, envelope.session_id)
+        if envelope.message_id in state.applied:
+            return True
+        if part.closed:
+            return False
+        raise StoreError(f"session {envelope.session_id} moved on meanwhile: retrying")
 
     async def state(self, part: Partition, session_id: str) -> SessionState:
         """The session's state: cached while this worker owns its partition, else loaded."""
@@ -174,7 +217,7 @@ class Records:
             )
         )
         if outcome.state is not None:
-            json.dumps(dict(outcome.state))  # a state the store cannot save fails the handler
+            json.dumps(dict(outcome.state), sort_keys=True)  # unsavable: the handler failed
         window = self.settings.applied_window
         timers = fx.timers(
             self.codec,
@@ -272,7 +315,15 @@ class Records:
             attempt=attempt,
             dlq_topic=self.prefix + DLQ,
         )
-        await self.emit(part, (letter,))
+        try:
+            await self.emit(part, (letter,))
+        except BrokerError as exc:
+            if exc.retriable or self.eos:
+                raise
+            # the original cannot be copied (too large for the DLQ): a pointer to it instead
+            note = f"original not copied ({exc}); read it at the origin offset".encode()
+            pointer = replace(letter, value=b"", headers=(*letter.headers, (DLQ_NOTE, note)))
+            await self.emit(part, (pointer,))
         self.stats.dead_letters += 1
 
     async def produce(self, records: Sequence[OutRecord]) -> None:

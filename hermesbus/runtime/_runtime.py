@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -126,9 +126,9 @@ class Processor(Service):
         self._records.producer, self._transactions.consumer = producer, consumer
         self._records.stopping = False
         self._tasks = [
-            asyncio.create_task(self._consume(), name=f"{self.name}-consume"),
-            asyncio.create_task(self._commit_loop(), name=f"{self.name}-commit"),
-            asyncio.create_task(self._timer_loop(), name=f"{self.name}-timers"),
+            _task(self._consume(), f"{self.name}-consume"),
+            _task(self._commit_loop(), f"{self.name}-commit"),
+            _task(self._timer_loop(), f"{self.name}-timers"),
         ]
 
     async def stop(self) -> None:
@@ -197,23 +197,28 @@ class Processor(Service):
             return
         while not self._stopping:
             try:
-                batch = await consumer.getmany(timeout_ms=100)
-            except KafkaError as exc:
-                log.warning("processor=%s fetch failed: %s", self.name, exc)
+                await self._consume_once(consumer)
+            except Exception:  # the loop must outlive any one batch
+                log.exception("processor=%s consume loop", self.name)
                 await asyncio.sleep(self._settings.infra_retry_ms / 1000)
-                continue
-            owned = [
-                (p, rs) for tp, rs in batch.items() if (p := self._parts.get(tp)) and not p.closed
-            ]
-            if self._eos:
-                run = self._transactions.transaction
-                await asyncio.gather(*(run(part, records) for part, records in owned))
-                continue
-            for part, records in owned:
-                for record in records:
-                    part.tracker.add(record.offset)
-                    self._enqueue(part, record)
-            self._backpressure(consumer)
+
+    async def _consume_once(self, consumer: AIOKafkaConsumer) -> None:
+        try:
+            batch = await consumer.getmany(timeout_ms=100)
+        except KafkaError as exc:
+            log.warning("processor=%s fetch failed: %s", self.name, exc)
+            await asyncio.sleep(self._settings.infra_retry_ms / 1000)
+            return
+        owned = [(p, rs) for tp, rs in batch.items() if (p := self._parts.get(tp)) and not p.closed]
+        if self._eos:
+            run = self._transactions.transaction
+            await asyncio.gather(*(run(part, records) for part, records in owned))
+            return
+        for part, records in owned:
+            for record in records:
+                part.tracker.add(record.offset)
+                self._enqueue(part, record)
+        self._backpressure(consumer)
 
     def _backpressure(self, consumer: AIOKafkaConsumer) -> None:
         limit = self._settings.max_buffered
@@ -232,7 +237,7 @@ class Processor(Service):
             queue.append((part, record))
             return
         queue = self._sessions[key] = deque([(part, record)])
-        task = asyncio.create_task(self._drain(key, queue))
+        task = _task(self._drain(key, queue), f"{self.name}-session")
         self._workers.add(task)
         task.add_done_callback(self._workers.discard)
 
@@ -298,3 +303,15 @@ class Processor(Service):
         for timer in due:
             await self._store.delete_timer(timer.timer_id)
         self.stats.timers_fired += len(due)
+
+
+def _task(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A background task whose failure is logged, not left for the garbage collector."""
+    task = asyncio.create_task(work, name=name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("task %s failed", task.get_name(), exc_info=error)

@@ -14,7 +14,19 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
 
-from .support import DLQ, IN, OUT, counting, produce, produce_raw, read, replies, turn, wait_for
+from .support import (
+    DLQ,
+    IN,
+    OUT,
+    counting,
+    produce,
+    produce_raw,
+    read,
+    replies,
+    reply_to,
+    turn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -128,3 +140,27 @@ async def test_a_state_the_store_cannot_save_is_a_handler_failure(
     letters = await read(broker, prefix + DLQ, until=2)
     assert {h.header(list(r.headers), h.DLQ_ERROR_CLASS) for r in letters} == {"builtins.TypeError"}
     assert (await store.load("bad", "s1")).version == 0
+
+
+async def test_an_output_the_broker_can_never_take_dead_letters_its_input(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    """A reply larger than a Kafka record may be: no retry can fix it, the partition moves on."""
+
+    async def huge(inp: HandlerInput) -> Outcome:
+        if inp.envelope.payload.context.get("seq") == 0:
+            return Outcome(emit=(reply_to(inp.envelope, "x" * 2_000_000),))
+        return await counting(inp)
+
+    await produce(broker, prefix + IN, [turn("s1", 0), turn("s1", 1)])
+    kafka = KafkaConfig(bootstrap=broker)
+    processor = Processor("huge", huge, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    async with processor:
+        await wait_for(lambda: processor.stats.dead_letters == 1 and processor.stats.processed == 1)
+    assert (processor.stats.dead_letters, processor.stats.processed) == (1, 1)
+    (letter,) = await read(broker, prefix + DLQ, until=1)
+    assert letter.value == encode(turn("s1", 0))
+    assert h.header(list(letter.headers), h.DLQ_ERROR_CLASS) == "hermesbus.errors.BrokerError"
+    assert "MessageSizeTooLarge" in (h.header(list(letter.headers), h.DLQ_ERROR_MESSAGE) or "")
+    out = replies(await read(broker, prefix + OUT, until=1))
+    assert [e.payload.body.text for e in out] == ["1"]  # type: ignore[union-attr]

@@ -1,0 +1,133 @@
+"""One record through the runtime, with a real SQLite store and no broker.
+
+The races here are the ones a rebalance produces: a worker that kept running after its
+partition was revoked (a zombie) saves a session before the partition's new owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiokafka import ConsumerRecord, TopicPartition
+
+from hermesbus import Envelope, Payload, UserTurn
+from hermesbus.codec import Codec, encode
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.errors import BrokerError, StoreError
+from hermesbus.runtime import HandlerInput, Outcome, OutRecord, RuntimeSettings, StateChange
+from hermesbus.runtime._partition import Partition, ProcessorStats
+from hermesbus.runtime._producer import Producer
+from hermesbus.runtime._records import Records
+
+T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
+
+
+def turn(message_id: str) -> Envelope:
+    return Envelope(
+        message_id=message_id,
+        timestamp=T0,
+        source="app:web",
+        target="conversation:in",
+        session_id="s1",
+        user_id="u1",
+        trace_id="t1",
+        payload=Payload(body=UserTurn(text=message_id)),
+    )
+
+
+def record(envelope: Envelope, offset: int) -> ConsumerRecord[bytes, bytes]:
+    value = encode(envelope)
+    return ConsumerRecord("in", 0, offset, 0, 0, b"s1", value, None, 2, len(value), ())
+
+
+async def count(inp: HandlerInput) -> Outcome:  # state only: no producer needed
+    return Outcome(state={"n": inp.state.data.get("n", 0) + 1})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
+    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+        yield store
+
+
+def records(store: SqliteStateStore) -> Records:
+    return Records(
+        "conv",
+        count,
+        store=store,
+        codec=Codec(),
+        settings=RuntimeSettings(infra_retry_ms=1),
+        ports={},
+        prefix="",
+        stats=ProcessorStats(),
+    )
+
+
+async def test_the_owner_that_loses_to_a_zombie_on_the_same_envelope_moves_on(
+    store: SqliteStateStore,
+) -> None:
+    owner, part = records(store), Partition(TopicPartition("in", 0))
+    await owner.state(part, "s1")  # cached at version 0
+    # the zombie applies m1 first (same input, same state: the same change)
+    assert await store.commit("conv", "s1", StateChange(0, "m1", {"n": 1}, ("m1",)))
+    part.tracker.add(0)
+    await owner.guarded(part, record(turn("m1"), 0))
+    assert owner.stats.fenced == 1
+    assert owner.stats.processed == 0  # nothing applied or emitted twice
+    assert not part.closed  # it still owns the partition and goes on
+    assert part.tracker.committable() == 1
+    assert (await store.load("conv", "s1")).data == {"n": 1}
+
+
+async def test_the_owner_retries_with_the_saved_state_when_the_zombie_applied_another(
+    store: SqliteStateStore,
+) -> None:
+    owner, part = records(store), Partition(TopicPartition("in", 0))
+    await owner.state(part, "s1")  # cached at version 0
+    assert await store.commit("conv", "s1", StateChange(0, "m0", {"n": 1}, ("m0",)))
+    part.tracker.add(5)
+    await owner.guarded(part, record(turn("m1"), 5))
+    assert owner.stats.fenced == 1
+    assert owner.stats.processed == 1
+    state = await store.load("conv", "s1")
+    assert (state.version, state.data, state.applied) == (2, {"n": 2}, ("m0", "m1"))
+    assert part.tracker.committable() == 6
+
+
+async def test_a_revoked_partition_saves_nothing(store: SqliteStateStore) -> None:
+    worker, part = records(store), Partition(TopicPartition("in", 0))
+    part.tracker.add(0)
+    part.closed = True  # revoked while the handler ran
+    await worker.guarded(part, record(turn("m1"), 0))
+    assert (await store.load("conv", "s1")).version == 0
+    assert part.tracker.committable() == 0  # not finished: the new owner redoes it
+
+
+async def test_a_store_outage_is_retried_in_place_then_succeeds(
+    store: SqliteStateStore, tmp_path: Path
+) -> None:
+    worker, part = records(store), Partition(TopicPartition("in", 0))
+    failures = iter([StoreError("disk on fire"), StoreError("still on fire")])
+    real = store.load
+
+    async def flaky(processor: str, session_id: str):  # type: ignore[no-untyped-def]
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return await real(processor, session_id)
+
+    store.load = flaky  # type: ignore[method-assign]
+    part.tracker.add(0)
+    await worker.guarded(part, record(turn("m1"), 0))
+    assert worker.stats.processed == 1
+    assert part.tracker.committable() == 1
+
+
+async def test_a_released_partition_gets_no_new_transactional_producer() -> None:
+    producer = Producer(KafkaConfig(bootstrap="127.0.0.1:9"), "g", exactly_once=True)
+    with pytest.raises(BrokerError, match="no open transaction"):
+        await producer.send_in_transaction(TopicPartition("in", 0), [OutRecord("out", b"k", b"v")])
