@@ -75,7 +75,8 @@ class Processor(Service):
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._workers: set[asyncio.Task[None]] = set()
+        self._workers: list[asyncio.Task[None]] = []
+        self._ready: asyncio.Queue[bytes] = asyncio.Queue()
         self._stopping = False
         self._eos = self._settings.exactly_once
         self._records = Records(
@@ -130,6 +131,11 @@ class Processor(Service):
             _task(self._commit_loop(), f"{self.name}-commit"),
             _task(self._timer_loop(), f"{self.name}-timers"),
         ]
+        if not self._eos:  # max_in_flight workers, each running one session at a time
+            self._workers = [
+                _task(self._work(), f"{self.name}-worker-{n}")
+                for n in range(self._settings.max_in_flight)
+            ]
 
     async def stop(self) -> None:
         """Finish in-flight work (bounded), commit the finished prefix, leave the group."""
@@ -143,9 +149,11 @@ class Processor(Service):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._release(list(self._parts))
-        for task in list(self._workers):
+        for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers, self._sessions, self._buffered = [], {}, 0
+        self._ready = asyncio.Queue()
         self._consumer = self._producer = self._records.producer = None
         self._transactions.consumer = None
         await consumer.stop()
@@ -236,26 +244,28 @@ class Processor(Service):
         if queue is not None:
             queue.append((part, record))
             return
-        queue = self._sessions[key] = deque([(part, record)])
-        task = _task(self._drain(key, queue), f"{self.name}-session")
-        self._workers.add(task)
-        task.add_done_callback(self._workers.discard)
+        self._sessions[key] = deque([(part, record)])
+        self._ready.put_nowait(key)  # a new session: the next free worker takes it
 
-    async def _drain(self, key: bytes, queue: deque[tuple[Partition, Record]]) -> None:
-        """Run one session's records in order; records of a closed partition are dropped."""
-        try:
+    async def _work(self) -> None:
+        """Take a ready session and run its records in order until it has none left.
+
+        A session is in the ready queue or with one worker, never both, so its records
+        never run concurrently; records of a closed (revoked) partition are dropped.
+        """
+        while True:
+            key = await self._ready.get()
+            queue = self._sessions[key]
             while queue:
                 part, record = queue[0]
                 if not part.closed:
-                    async with self._slots:
-                        if not part.closed:  # it may have been revoked while we waited
-                            await self._records.guarded(part, record)
+                    try:
+                        await self._records.guarded(part, record)
+                    except Exception:  # unfinished: redelivered after the next rebalance
+                        log.exception("processor=%s offset=%s", self.name, record.offset)
                 queue.popleft()
                 self._buffered -= 1
-        finally:
-            if self._sessions.get(key) is queue:
-                del self._sessions[key]
-                self._buffered -= len(queue)
+            del self._sessions[key]
 
     # -- commits and timers ----------------------------------------------------------------
 
