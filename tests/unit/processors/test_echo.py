@@ -7,22 +7,13 @@ from datetime import UTC, datetime
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
 from hermesbus.processors.echo import echo
 from hermesbus.runtime import HandlerInput, SessionState
+from tests import builders
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 
 
 def turn(body: UserTurn | TimerFired) -> Envelope:
-    return Envelope(
-        message_id="m1",
-        timestamp=T0,
-        source="app:web",
-        target="conversation:in",
-        session_id="s1",
-        user_id="u1",
-        trace_id="t1",
-        span_id="sp1",
-        payload=Payload(task="expense", body=body),
-    )
+    return builders.turn(span_id="sp1", payload=Payload(task="expense", body=body))
 
 
 async def test_answers_a_user_turn_and_counts_turns() -> None:

@@ -11,21 +11,17 @@ from hermesbus.envelope import Metadata, RetryPolicy
 from hermesbus.errors import DecodeError
 from hermesbus.runtime import Outcome, TimerRequest, derive_id
 from hermesbus.runtime import _effects as fx
+from tests import builders
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 CODEC = Codec()
 
 
 def turn(attempt: int = 1) -> Envelope:
-    return Envelope(
-        message_id="m1",
-        timestamp=T0,
-        source="app:web",
-        target="conversation:in",
+    return builders.turn(
+        UserTurn(text="我要报上个月去深圳的差旅费"),
         session_id="sess_456",
-        user_id="u1",
         trace_id="trace_789",
-        payload=Payload(body=UserTurn(text="我要报上个月去深圳的差旅费")),
         metadata=Metadata(
             retry_policy=RetryPolicy(max_attempts=5, backoff_ms=100), attempt=attempt
         ),

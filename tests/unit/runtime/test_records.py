@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from hermesbus import Envelope, Payload, UserTurn
+from hermesbus import Envelope
 from hermesbus.codec import Codec, encode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -22,21 +22,13 @@ from hermesbus.runtime import HandlerInput, Outcome, OutRecord, RuntimeSettings,
 from hermesbus.runtime._partition import Partition, ProcessorStats
 from hermesbus.runtime._producer import Producer
 from hermesbus.runtime._records import Records
+from tests import builders
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 
 
 def turn(message_id: str) -> Envelope:
-    return Envelope(
-        message_id=message_id,
-        timestamp=T0,
-        source="app:web",
-        target="conversation:in",
-        session_id="s1",
-        user_id="u1",
-        trace_id="t1",
-        payload=Payload(body=UserTurn(text=message_id)),
-    )
+    return builders.turn(message_id=message_id)
 
 
 def record(envelope: Envelope, offset: int) -> ConsumerRecord[bytes, bytes]:
