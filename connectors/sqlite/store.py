@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from hermesbus.errors import StoreError
@@ -119,7 +120,8 @@ class SqliteStateStore(Service):
             raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
         if row is None:
             return SessionState()
-        return SessionState(row[0], json.loads(row[1]), tuple(json.loads(row[2])))
+        data = MappingProxyType(json.loads(row[1]))  # handlers get read-only state
+        return SessionState(row[0], data, tuple(json.loads(row[2])))
 
     async def commit(self, processor: str, session_id: str, change: StateChange) -> bool:
         """Queue the change; every commit queued in the same loop turn shares one transaction.

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from hermesbus.codec import Codec
@@ -149,7 +150,8 @@ class Records:
             return False  # revoked while the handler ran: the new owner redoes it
         if not await self._save(envelope.session_id, change):
             return await self._lost_race(part, envelope)
-        saved = SessionState(change.expected_version + 1, change.data, change.applied)
+        data = MappingProxyType(dict(change.data))  # the cached state stays read-only too
+        saved = SessionState(change.expected_version + 1, data, change.applied)
         self.remember(part, envelope.session_id, saved)
         await self.emit(part, change.outbox)
         await self.settle(part, envelope.session_id, envelope.message_id)

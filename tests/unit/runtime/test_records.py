@@ -123,3 +123,17 @@ async def test_a_released_partition_gets_no_new_transactional_producer() -> None
     producer = Producer(KafkaConfig(bootstrap="127.0.0.1:9"), "g", exactly_once=True)
     with pytest.raises(BrokerError, match="no open transaction"):
         await producer.send_in_transaction(TopicPartition("in", 0), [OutRecord("out", b"k", b"v")])
+
+
+async def test_handlers_get_read_only_state(store: SqliteStateStore) -> None:
+    worker, part = records(store), Partition(TopicPartition("in", 0))
+    assert await store.commit("conv", "s1", StateChange(0, "m0", {"n": 1}, ("m0",)))
+    state = await worker.state(part, "s1")
+    with pytest.raises(TypeError):
+        state.data["n"] = 99  # type: ignore[index]
+    part.tracker.add(0)
+    await worker.guarded(part, record(turn("m1"), 0))
+    cached = await worker.state(part, "s1")
+    assert dict(cached.data) == {"n": 2}
+    with pytest.raises(TypeError):
+        cached.data["n"] = 99  # type: ignore[index]
