@@ -130,7 +130,8 @@ class SqliteStateStore(Service):
         in the batch are unaffected. Group commit is what lets SQLite keep up with dozens of
         sessions in flight.
         """
-        data = json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
+        keep = not change.data_changed and change.expected_version > 0
+        data = "" if keep else json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
         applied = json.dumps(list(change.applied))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
@@ -160,6 +161,12 @@ class SqliteStateStore(Service):
                 "INSERT OR IGNORE INTO state VALUES (?, ?, 1, ?, ?)",
                 (q.processor, q.session_id, q.data, q.applied),
             ).rowcount
+        elif not q.data:  # the data did not change: only the version and the applied ids
+            moved = db.execute(
+                "UPDATE state SET version=version+1, applied=? "
+                "WHERE processor=? AND session_id=? AND version=?",
+                (q.applied, q.processor, q.session_id, q.change.expected_version),
+            ).rowcount
         else:
             moved = db.execute(
                 "UPDATE state SET version=version+1, data=?, applied=? "
@@ -178,17 +185,19 @@ class SqliteStateStore(Service):
             db.execute(
                 "DELETE FROM outbox WHERE processor=? AND session_id=?", (processor, session_id)
             )
-        db.executemany(
-            "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (processor, session_id, change.message_id, seq, *_record_row(r))
-                for seq, r in enumerate(change.outbox)
-            ],
-        )
-        db.executemany(
-            "DELETE FROM timers WHERE processor=? AND session_id=? AND purpose=?",
-            [(processor, session_id, purpose) for purpose in change.cancel],
-        )
+        if change.outbox:
+            db.executemany(
+                "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (processor, session_id, change.message_id, seq, *_record_row(r))
+                    for seq, r in enumerate(change.outbox)
+                ],
+            )
+        if change.cancel:
+            db.executemany(
+                "DELETE FROM timers WHERE processor=? AND session_id=? AND purpose=?",
+                [(processor, session_id, purpose) for purpose in change.cancel],
+            )
         for timer in change.timers:
             _insert_timer(db, timer)
 

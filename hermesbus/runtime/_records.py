@@ -240,6 +240,7 @@ class Records:
             # the session's previous outbox went out before this record started, unless it
             # waits for its transaction to commit (exactly-once mode clears it then)
             clear_previous=not self.eos,
+            data_changed=outcome.state is not None,
         )
 
     async def flush(self, part: Partition, session_id: str, message_id: str) -> None:

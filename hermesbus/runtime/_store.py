@@ -54,6 +54,8 @@ class StateChange:
     cancel: tuple[str, ...] = ()
     clear_previous: bool = True
     """Drop the session's earlier outbox records (they are known to be produced)."""
+    data_changed: bool = True
+    """False when ``data`` is the stored data unchanged (the store may skip writing it)."""
 
 
 class StateStore(Protocol):

@@ -129,3 +129,11 @@ async def test_errors_are_store_errors(tmp_path: Path) -> None:
         db.close()
         with pytest.raises(StoreError, match="state store read failed"):
             await store.load("conv", "s1")
+
+
+async def test_unchanged_data_is_kept(store: StateStore) -> None:
+    assert await store.commit("conv", "s1", change(0, "m1", n=1))
+    same = StateChange(1, "m2", {"n": 1}, ("m1", "m2"), data_changed=False)
+    assert await store.commit("conv", "s1", same)
+    state = await store.load("conv", "s1")
+    assert (state.version, dict(state.data), state.applied) == (2, {"n": 1}, ("m1", "m2"))
