@@ -124,7 +124,11 @@ class Records:
         except DecodeError as exc:
             await self.dead_letter(part, record, exc, attempt_of(record))
             return True
-        state = await self.state(part, envelope.session_id)
+        cached = self.cache.get(envelope.session_id)  # the common case, without an await
+        if cached is not None and cached[0] is part:
+            state = cached[1]
+        else:
+            state = await self.state(part, envelope.session_id)
         if envelope.message_id in state.applied:
             self.stats.duplicates += 1
             await self.flush(part, envelope.session_id, envelope.message_id)
@@ -150,10 +154,12 @@ class Records:
             return False  # revoked while the handler ran: the new owner redoes it
         if not await self._save(envelope.session_id, change):
             return await self._lost_race(part, envelope)
-        data = MappingProxyType(dict(change.data))  # the cached state stays read-only too
+        # the cached state stays read-only too
+        data = MappingProxyType(dict(change.data)) if change.data_changed else state.data
         saved = SessionState(change.expected_version + 1, data, change.applied)
         self.remember(part, envelope.session_id, saved)
-        await self.emit(part, change.outbox)
+        if change.outbox:
+            await self.emit(part, change.outbox)
         await self.settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
         return True
@@ -221,20 +227,24 @@ class Records:
         if outcome.state is not None:
             json.dumps(dict(outcome.state), sort_keys=True)  # unsavable: the handler failed
         window = self.settings.applied_window
-        timers = fx.timers(
-            self.codec,
-            self.name,
-            envelope,
-            outcome.timers,
-            topic=part.tp.topic,
-            partition=part.tp.partition,
+        timers = (
+            ()
+            if not outcome.timers
+            else fx.timers(
+                self.codec,
+                self.name,
+                envelope,
+                outcome.timers,
+                topic=part.tp.topic,
+                partition=part.tp.partition,
+            )
         )
         return StateChange(
             expected_version=state.version,
             message_id=envelope.message_id,
             data=state.data if outcome.state is None else outcome.state,
             applied=(*state.applied, envelope.message_id)[-window:],
-            outbox=fx.outputs(self.codec, envelope, outcome, self.prefix),
+            outbox=fx.outputs(self.codec, envelope, outcome, self.prefix) if outcome.emit else (),
             timers=timers,
             cancel=tuple(outcome.cancel),
             # the session's previous outbox went out before this record started, unless it
