@@ -120,6 +120,8 @@ class Producer:
         probe = self._new_transactional(f"{self._group}.probe")
         try:
             await probe.start()
+        except kafka_errors.KafkaConnectionError as exc:
+            raise BrokerError(f"cannot reach Kafka at {self._kafka.bootstrap}: {exc}") from exc
         except KafkaError as exc:
             raise ConfigError(
                 f"--exactly-once needs a broker with transactions (Apache Kafka); the broker at "

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.lifecycle import Service
 
@@ -100,11 +100,7 @@ class Processor(Service):
         self._stopping = False
         settings = self._settings
         producer = Producer(self._kafka, self._group, exactly_once=settings.exactly_once)
-        try:
-            await producer.start()  # first: exactly-once mode is refused before joining
-        except KafkaError as exc:
-            await producer.stop()
-            raise BrokerError(f"processor {self.name}: cannot reach Kafka: {exc}") from exc
+        await producer.start()  # first, so exactly-once mode is refused before joining
         consumer = AIOKafkaConsumer(
             **self._kafka.client_kwargs(),
             group_id=self._group,
@@ -118,11 +114,11 @@ class Processor(Service):
         )
         consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
         try:
-            await consumer.start()
-        except KafkaError as exc:
+            where = f"processor {self.name}: cannot reach Kafka"
+            await start_or_close(consumer.start, consumer.stop, where)
+        except BrokerError:
             await producer.stop()
-            await consumer.stop()
-            raise BrokerError(f"processor {self.name}: cannot reach Kafka: {exc}") from exc
+            raise
         self._consumer, self._producer = consumer, producer
         self._records.producer, self._transactions.consumer = producer, consumer
         self._records.stopping = False

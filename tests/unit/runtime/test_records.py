@@ -137,3 +137,9 @@ async def test_handlers_get_read_only_state(store: SqliteStateStore) -> None:
     assert dict(cached.data) == {"n": 2}
     with pytest.raises(TypeError):
         cached.data["n"] = 99  # type: ignore[index]
+
+
+async def test_an_unreachable_broker_is_not_mistaken_for_one_without_transactions() -> None:
+    producer = Producer(KafkaConfig(bootstrap="127.0.0.1:9"), "g", exactly_once=True)
+    with pytest.raises(BrokerError, match=r"cannot reach Kafka at 127\.0\.0\.1:9"):
+        await producer.start()
