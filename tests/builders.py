@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from hermesbus import Envelope, Payload, UserTurn
+from hermesbus import Envelope, Payload, Reply, UserTurn
 from hermesbus._types import Record
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
@@ -25,3 +25,18 @@ def turn(body: Record | None = None, **fields: Any) -> Envelope:
         "payload": Payload(body=body or UserTurn(text=message_id)),
     }
     return Envelope(**{**values, **fields})
+
+
+def reply_to(turn: Envelope, text: str, trace_id: str | None = None) -> Envelope:
+    """The conversation's reply to ``turn``, back to its source; a decoy if ``trace_id`` differs."""
+    return Envelope(
+        message_id=f"reply-{turn.message_id}-{text}",
+        timestamp=turn.timestamp,
+        source="conversation:S1",
+        target=turn.source,
+        session_id=turn.session_id,
+        user_id=turn.user_id,
+        trace_id=trace_id or turn.trace_id,
+        causation_id=turn.message_id,
+        payload=Payload(body=Reply(text=text)),
+    )

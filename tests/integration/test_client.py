@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import ReplyTimeout
 from hermesbus.headers import traceparent
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
+from tests.builders import reply_to
 
 pytestmark = pytest.mark.kafka
 
@@ -58,20 +58,6 @@ async def read(broker: str, topic: str, count: int = 1) -> list[Any]:
         return records[:count]
     finally:
         await consumer.stop()
-
-
-def reply_to(turn: h.Envelope, text: str, trace_id: str | None = None) -> h.Envelope:
-    return h.Envelope(
-        message_id=str(uuid.uuid4()),
-        timestamp=datetime.now(UTC),
-        source="conversation:echo",
-        target=turn.source,
-        session_id=turn.session_id,
-        user_id=turn.user_id,
-        trace_id=trace_id or turn.trace_id,
-        causation_id=turn.message_id,
-        payload=h.Payload(body=h.Reply(text=text)),
-    )
 
 
 async def test_send_lands_on_the_target_topic_with_headers_and_decodes_back(

@@ -23,6 +23,7 @@ from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
 from hermesbus.headers import traceparent
+from tests.builders import reply_to
 
 CODEC = Codec()
 IN = "p.hermes.conversation.in"
@@ -123,20 +124,6 @@ def kafka(monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
 
 def make_client(**kwargs: Any) -> Client:
     return Client(bootstrap="broker.invalid:9092", topic_prefix="p.", codec=CODEC, **kwargs)
-
-
-def reply_to(turn: h.Envelope, text: str, trace_id: str | None = None) -> h.Envelope:
-    return h.Envelope(
-        message_id=f"reply-{turn.message_id}-{text}",
-        timestamp=turn.timestamp,
-        source="conversation:S1",
-        target=turn.source,
-        session_id=turn.session_id,
-        user_id=turn.user_id,
-        trace_id=trace_id or turn.trace_id,
-        causation_id=turn.message_id,
-        payload=h.Payload(body=h.Reply(text=text)),
-    )
 
 
 # -- the envelope say() builds ------------------------------------------------------------
