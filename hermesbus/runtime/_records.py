@@ -160,7 +160,8 @@ class Records:
         self.remember(part, envelope.session_id, saved)
         if change.outbox:
             await self.emit(part, change.outbox)
-        await self.settle(part, envelope.session_id, envelope.message_id)
+        if self.eos:
+            await self.settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
         return True
 
