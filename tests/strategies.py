@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -189,3 +190,58 @@ def envelope_with(body: h.payloads.Body | None = None) -> h.Envelope:
             retry_policy=h.RetryPolicy(max_attempts=2, backoff_ms=100),
         ),
     )
+
+
+# -- arbitrary Avro values of a schema, blind to the models' constraints -----------------
+
+AVRO_TEXT = (
+    st.text(max_size=12)
+    | ADDRESS
+    | ADDRESS.map(lambda a: a + "\n")  # Python's `$` matches before a final newline
+    | st.text(min_size=49, max_size=52)  # around ContextSnapshot.summary's limit
+)
+AVRO_PRIMITIVES: dict[str, st.SearchStrategy] = {
+    "null": st.none(),
+    "boolean": st.booleans(),
+    "int": INT32 | st.integers(-2, 2),
+    "long": INT64 | st.integers(-2, 2),
+    "float": st.floats(width=32),
+    "double": st.floats() | st.sampled_from([-0.0, 0.0, 1.0, 1.5]),
+    "string": AVRO_TEXT,
+}
+
+
+def avro_value(schema: object, named: dict[str, dict[str, Any]]) -> st.SearchStrategy:  # noqa: PLR0911 - one per Avro kind
+    """Any value fastavro can write for ``schema`` (self-contained; ``named`` fills as
+    definitions are met). Records inside unions come named, ``(full name, fields)``."""
+    if isinstance(schema, list):
+        return st.one_of(*[_branch(branch, named) for branch in schema])
+    if isinstance(schema, str):
+        return (
+            AVRO_PRIMITIVES[schema]
+            if schema in AVRO_PRIMITIVES
+            else avro_value(named[schema], named)
+        )
+    assert isinstance(schema, dict)
+    kind = schema["type"]
+    if kind in ("record", "enum"):
+        named.setdefault(f"{schema['namespace']}.{schema['name']}", schema)
+    if kind == "record":
+        fields = {f["name"]: avro_value(f["type"], named) for f in schema["fields"]}
+        return st.fixed_dictionaries(fields)
+    if kind == "enum":
+        return st.sampled_from(schema["symbols"])
+    if kind == "array":
+        return st.lists(avro_value(schema["items"], named), max_size=3)
+    if kind == "map":
+        return st.dictionaries(AVRO_TEXT, avro_value(schema["values"], named), max_size=3)
+    return AVRO_PRIMITIVES[kind]  # a primitive with a logical type: timestamp-millis is a long
+
+
+def _branch(branch: object, named: dict[str, dict[str, Any]]) -> st.SearchStrategy:
+    if isinstance(branch, dict) and branch["type"] == "record":
+        name = f"{branch['namespace']}.{branch['name']}"
+        return avro_value(branch, named).map(lambda fields: (name, fields))
+    if isinstance(branch, str) and branch in named and named[branch]["type"] == "record":
+        return avro_value(branch, named).map(lambda fields: (branch, fields))
+    return avro_value(branch, named)

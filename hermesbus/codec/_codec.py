@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import struct
 import threading
 import time
 from http import HTTPStatus
@@ -14,15 +16,19 @@ import fastavro
 
 from hermesbus.compat import can_read
 from hermesbus.envelope import Envelope
-from hermesbus.errors import DecodeError, EncodeError, HermesError, RegistryError
+from hermesbus.errors import ContractError, DecodeError, EncodeError, HermesError, RegistryError
 from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
 from hermesbus.schemaset import SchemaSet, fingerprint, parse
 
+from . import _wire
+from ._compile import Compiled, CompileError, compile_codec
 from ._convert import to_model, to_record
 from ._framing import SINGLE_OBJECT_MAGIC, Framing, confluent_header, split
 
 __all__ = ["UNKNOWN_ID_TTL_S", "Codec", "SchemaRegistry", "WriterSchema"]
+
+logger = logging.getLogger(__name__)
 
 UNKNOWN_ID_TTL_S = 30.0
 """How long a schema id the registry does not know is refused without asking again."""
@@ -50,6 +56,11 @@ class Codec:
     """Encodes envelopes and decodes them back, resolving writer schemas by fingerprint or id.
 
     Every schema is parsed once, when the codec is built or first meets a schema id.
+    The current schema is also compiled with the models (``_compile``): envelopes are
+    written and read by generated code, constraints checked inline. Data of any other
+    writer schema, or read with another reader schema, goes through fastavro and pydantic
+    validation; so does everything when the schema and the models do not pair exactly
+    (``compiled`` is then False).
     """
 
     def __init__(
@@ -79,6 +90,12 @@ class Codec:
         self._last_reader: tuple[object, WriterSchema] | None = None
         self._resolvable: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
+        self._compiled = _compile_or_none(self.schema, name)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether envelopes of the current schema go through the generated codec."""
+        return self._compiled is not None
 
     def encode(self, envelope: Envelope, framing: Framing = "single-object") -> bytes:
         """Envelope -> bytes in the given framing (Confluent needs a registry)."""
@@ -88,9 +105,13 @@ class Codec:
             header = confluent_header(self._schema_id())
         else:
             raise EncodeError(f"unknown framing {framing!r}: use 'single-object' or 'confluent'")
-        buffer = io.BytesIO()
-        buffer.write(header)
         try:
+            if self._compiled is not None:
+                out = bytearray(header)
+                self._compiled.encode(out, envelope)
+                return bytes(out)
+            buffer = io.BytesIO()
+            buffer.write(header)
             fastavro.schemaless_writer(buffer, self._current.parsed, to_record(envelope))
         except Exception as exc:
             raise EncodeError(f"cannot write envelope with {self.name}: {exc}") from exc
@@ -98,7 +119,34 @@ class Codec:
 
     def decode(self, data: bytes, reader_schema: dict[str, Any] | str | None = None) -> Envelope:
         """Bytes in either framing -> Envelope; every failure is a DecodeError."""
+        if self._compiled is not None and reader_schema is None:
+            if type(data) is not bytes:
+                data = bytes(data)
+            framing, key, offset = split(data)
+            if framing == "single-object":
+                writer = self._writer_by_fingerprint(key)
+            else:
+                writer = self._writer_by_id(key)
+            if writer is self._current:
+                return self._decode_compiled(self._compiled, data, offset, _label(framing, key))
         return to_model(self.decode_record(data, reader_schema))
+
+    def _decode_compiled(
+        self, compiled: Compiled, data: bytes, offset: int, label: str
+    ) -> Envelope:
+        try:
+            envelope, end = compiled.decode(data, offset)
+        except _wire.Broken as exc:
+            raise ContractError(f"envelope breaks the contract: {exc}") from exc
+        except (IndexError, struct.error) as exc:
+            raise DecodeError(
+                f"body does not decode with writer schema {label}: it ends early"
+            ) from exc
+        except (_wire.Malformed, UnicodeDecodeError) as exc:
+            raise DecodeError(f"body does not decode with writer schema {label}: {exc}") from exc
+        if end != len(data):
+            raise DecodeError(f"{len(data) - end} bytes left after the record written with {label}")
+        return envelope  # type: ignore[no-any-return]
 
     def decode_record(
         self, data: bytes, reader_schema: dict[str, Any] | str | None = None
@@ -236,6 +284,16 @@ class Codec:
                 self._by_id[schema_id] = self._current  # our own messages decode at once
             self._registered_id = schema_id
         return self._registered_id
+
+
+def _compile_or_none(schema: dict[str, Any], name: str) -> Compiled | None:
+    if name != Envelope.avro_name:
+        return None
+    try:
+        return compile_codec(schema, Envelope)
+    except CompileError as exc:
+        logger.info("codec: %s is not compiled, fastavro and pydantic read it: %s", name, exc)
+        return None
 
 
 def _label(framing: str, key: bytes | int) -> str:

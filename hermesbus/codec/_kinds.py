@@ -1,0 +1,387 @@
+"""Pair an Avro schema with the pydantic models that mirror it, type by type.
+
+The result is a small tree of *kinds* (string with its constraints, record with its
+model class, union with its branches, ...) from which ``_compile`` writes the codec.
+Pairing refuses, with a :class:`CompileError` naming the place, anything it cannot
+reproduce exactly: a field the model and the schema disagree on, a validator it does
+not know, an Avro type the models do not use. The codec then uses fastavro and
+pydantic instead, so a refusal costs speed, never correctness.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import types
+import typing
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import annotated_types as at
+from pydantic import AfterValidator, BeforeValidator, Strict, WrapSerializer
+from pydantic.fields import FieldInfo
+from pydantic.types import AllowInfNan
+
+from hermesbus import payloads
+from hermesbus._types import Record, _epoch_millis, to_millis_datetime
+from hermesbus.schemaset import fullname, qualify
+
+__all__ = [
+    "Array",
+    "Bool",
+    "Checks",
+    "CompileError",
+    "Double",
+    "Enum",
+    "Kind",
+    "Long",
+    "Map",
+    "Millis",
+    "Null",
+    "RecordKind",
+    "Str",
+    "Union",
+    "pair_record",
+]
+
+# Validators whose effect on a decoded value the compiled codec reproduces itself:
+# Millis turns epoch ms into an aware UTC datetime (decode builds exactly that), and the
+# named body turns (full name, fields) into that branch's model (decode builds it).
+_KNOWN_FUNCTIONS = frozenset(
+    {_epoch_millis, to_millis_datetime, payloads._named_body, payloads._tag_body}
+)
+_GENERAL_KEYS = frozenset({"pattern", "allow_inf_nan", "union_mode", "strict"})
+
+
+class CompileError(Exception):
+    """The schema and the models cannot be paired exactly; the codec falls back."""
+
+
+@dataclass(frozen=True)
+class Checks:
+    """The constraints pydantic applies to one decoded value."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    finite: bool = False
+
+    def without_bounds_of(self, low: int, high: int) -> Checks:
+        """These checks minus bounds that the Avro type already guarantees."""
+        ge = None if self.ge is not None and self.ge <= low else self.ge
+        le = None if self.le is not None and self.le >= high else self.le
+        return replace(self, ge=ge, le=le)
+
+
+@dataclass(frozen=True)
+class Null:
+    pass
+
+
+@dataclass(frozen=True)
+class Bool:
+    pass
+
+
+@dataclass(frozen=True)
+class Long:
+    bits: int
+    checks: Checks = Checks()
+
+
+@dataclass(frozen=True)
+class Double:
+    bits: int
+    checks: Checks = Checks()
+
+
+@dataclass(frozen=True)
+class Str:
+    checks: Checks = Checks()
+
+
+@dataclass(frozen=True)
+class Millis:
+    pass
+
+
+@dataclass(frozen=True)
+class Enum:
+    name: str
+    members: tuple[enum.Enum, ...]
+
+
+@dataclass(frozen=True)
+class Array:
+    items: Kind
+    container: type  # tuple or list, as the model holds it
+
+
+@dataclass(frozen=True)
+class Map:
+    values: Kind
+
+
+@dataclass(frozen=True)
+class Union:
+    branches: tuple[Kind, ...]
+
+
+@dataclass(eq=False)
+class RecordKind:
+    """A record and its model; ``fields`` is filled after creation, so types may recurse."""
+
+    name: str
+    model: type[Record]
+    fields: list[tuple[str, Kind]] = field(default_factory=list)
+
+
+Kind = Null | Bool | Long | Double | Str | Millis | Enum | Array | Map | Union | RecordKind
+
+
+def pair_record(schema: dict[str, Any], model: type[Record]) -> RecordKind:
+    """The kind tree of a self-contained record schema and the model that mirrors it."""
+    return _Pairing().record(schema, None, model)
+
+
+class _Pairing:
+    def __init__(self) -> None:
+        self.named: dict[str, Any] = {}  # full name -> schema dict, as they are defined
+        self.records: dict[str, RecordKind] = {}
+
+    def record(self, schema: dict[str, Any], namespace: str | None, model: Any) -> RecordKind:
+        name = fullname(schema, namespace)
+        if name in self.records:
+            return self.records[name]
+        if not _is_record(model):
+            raise CompileError(f"{name}: the model side is {model!r}, not a Record")
+        if model.avro_name != name:
+            raise CompileError(f"{name}: the model is {model.__name__} ({model.avro_name})")
+        _check_model(model)
+        self.named[name] = schema
+        kind = self.records[name] = RecordKind(name, model)
+        space = name.rpartition(".")[0] or None
+        fields = schema["fields"]
+        if [f["name"] for f in fields] != list(model.model_fields):
+            raise CompileError(f"{name}: the fields of the schema and of {model.__name__} differ")
+        for avro_field in fields:
+            info = model.model_fields[avro_field["name"]]
+            where = f"{name}.{avro_field['name']}"
+            kind.fields.append(
+                (
+                    avro_field["name"],
+                    self.kind(
+                        avro_field["type"], space, info.annotation, list(info.metadata), where
+                    ),
+                )
+            )
+        return kind
+
+    def kind(self, schema: Any, space: str | None, hint: Any, meta: list[Any], where: str) -> Kind:
+        hint, meta = _unwrap(hint, meta)
+        if isinstance(schema, list):
+            return self.union(schema, space, hint, where)
+        if isinstance(schema, str) and qualify(schema, space) in self.named:
+            schema = self.named[qualify(schema, space)]
+        if isinstance(schema, str):
+            schema = {"type": schema}
+        kind = schema["type"]
+        if kind in ("record", "error"):
+            return self.record(schema, space, hint)
+        if kind == "enum":
+            return self.enum(schema, space, hint, where)
+        if kind == "array":
+            return self.array(schema, space, hint, where)
+        if kind == "map":
+            values = _args(hint, dict, 2, where)[1]
+            return Map(self.kind(schema["values"], space, values, [], f"{where}.<value>"))
+        return _primitive(schema, hint, _checks(meta, where), where)
+
+    def enum(self, schema: dict[str, Any], space: str | None, hint: Any, where: str) -> Enum:
+        name = fullname(schema, space)
+        self.named[name] = schema
+        if not (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+            raise CompileError(f"{where}: enum {name} is paired with {hint!r}")
+        try:
+            members = tuple(hint(symbol) for symbol in schema["symbols"])
+        except ValueError as exc:
+            raise CompileError(f"{where}: {hint.__name__} lacks a symbol of {name}") from exc
+        if len(members) != len(hint):
+            raise CompileError(f"{where}: {hint.__name__} has members {name} does not")
+        return Enum(name, members)
+
+    def array(self, schema: dict[str, Any], space: str | None, hint: Any, where: str) -> Array:
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # noqa: PLR2004
+            container: type = tuple
+        elif origin is list and len(args) == 1:
+            container = list
+        else:
+            raise CompileError(f"{where}: an array is paired with {hint!r}")
+        items = self.kind(schema["items"], space, args[0], [], f"{where}.<item>")
+        if isinstance(items, Null):
+            raise CompileError(f"{where}: arrays of zero-byte items are not compiled")
+        return Array(items, container)
+
+    def union(self, branches: list[Any], space: str | None, hint: Any, where: str) -> Union:
+        if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+            raise CompileError(f"{where}: a union is paired with {hint!r}")
+        members = list(typing.get_args(hint))
+        kinds = []
+        for branch in branches:
+            match = [m for m in members if _fits(branch, space, m, self.named)]
+            if len(match) != 1:
+                raise CompileError(f"{where}: branch {branch!r} fits {len(match)} model types")
+            members.remove(match[0])
+            kinds.append(self.kind(branch, space, match[0], [], where))
+        if members:
+            raise CompileError(f"{where}: model types {members!r} have no branch")
+        categories = [_category(kind) for kind in kinds if not isinstance(kind, RecordKind)]
+        if len(set(categories)) != len(categories):
+            raise CompileError(f"{where}: two branches take the same kind of Python value")
+        return Union(tuple(kinds))
+
+
+def _check_model(model: type[Record]) -> None:
+    """Refuse models whose instances the codec could not build exactly as pydantic does."""
+    decorators = model.__pydantic_decorators__
+    if (
+        decorators.validators
+        or decorators.field_validators
+        or decorators.root_validators
+        or decorators.model_validators
+        or model.__pydantic_post_init__ is not None
+        or model.__private_attributes__
+        or model.model_config.get("extra") == "allow"
+    ):
+        raise CompileError(f"{model.__name__}: validators, private attributes or extras")
+
+
+def _unwrap(hint: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
+    """``Annotated[T, m...]`` -> (T, metadata), flattening Field(...) infos."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint, *extra = typing.get_args(hint)
+        meta = [*meta, *extra]
+    flat: list[Any] = []
+    for item in meta:
+        flat.extend(item.metadata if isinstance(item, FieldInfo) else [item])
+    return hint, flat
+
+
+def _checks(meta: list[Any], where: str) -> Checks:
+    """The constraints of one value; repeated bounds combine to the strictest, as in pydantic."""
+    lower: dict[str, list[Any]] = {"ge": [], "gt": [], "min_length": []}
+    upper: dict[str, list[Any]] = {"le": [], "lt": [], "max_length": []}
+    patterns: list[str] = []
+    finite = False
+    for item in meta:
+        if isinstance(item, at.Ge | at.Gt | at.MinLen):
+            name = type(item).__name__.lower().replace("minlen", "min_length")
+            lower[name].append(getattr(item, name))
+        elif isinstance(item, at.Le | at.Lt | at.MaxLen):
+            name = type(item).__name__.lower().replace("maxlen", "max_length")
+            upper[name].append(getattr(item, name))
+        elif isinstance(item, AllowInfNan):
+            finite = finite or not item.allow_inf_nan
+        elif isinstance(item, Strict):
+            pass  # decoded values have exactly the Avro type's Python type
+        elif isinstance(item, BeforeValidator | AfterValidator | WrapSerializer):
+            if item.func not in _KNOWN_FUNCTIONS:
+                raise CompileError(f"{where}: unknown validator {item.func!r}")
+        elif hasattr(item, "__dict__") and set(vars(item)) <= _GENERAL_KEYS:
+            general = vars(item)
+            patterns += [general["pattern"]] if "pattern" in general else []
+            finite = finite or general.get("allow_inf_nan") is False
+        else:
+            raise CompileError(f"{where}: unknown constraint {item!r}")
+    if len(patterns) > 1:
+        raise CompileError(f"{where}: more than one pattern")
+    bounds = {name: max(found) for name, found in lower.items() if found}
+    bounds |= {name: min(found) for name, found in upper.items() if found}
+    return Checks(**bounds, pattern=patterns[0] if patterns else None, finite=finite)
+
+
+def _args(hint: Any, origin: type, count: int, where: str) -> tuple[Any, ...]:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is not origin or len(args) != count:
+        raise CompileError(f"{where}: expected {origin.__name__} in the model, got {hint!r}")
+    return args
+
+
+_PRIMITIVE_TYPES: dict[str, type] = {
+    "null": type(None),
+    "boolean": bool,
+    "int": int,
+    "long": int,
+    "float": float,
+    "double": float,
+    "string": str,
+}
+
+
+def _primitive(schema: dict[str, Any], hint: Any, checks: Checks, where: str) -> Kind:
+    avro, logical = schema["type"], schema.get("logicalType")
+    if logical == "timestamp-millis" and avro == "long":
+        if hint is not datetime:
+            raise CompileError(f"{where}: timestamp-millis is paired with {hint!r}")
+        return Millis()
+    if logical is not None or avro not in _PRIMITIVE_TYPES:
+        raise CompileError(f"{where}: Avro type {avro} ({logical}) is not compiled")
+    if hint is not _PRIMITIVE_TYPES[avro]:
+        raise CompileError(f"{where}: Avro {avro} is paired with {hint!r}")
+    if checks.pattern is not None:
+        re.compile(checks.pattern)
+    kinds: dict[str, Kind] = {
+        "null": Null(),
+        "boolean": Bool(),
+        "int": Long(32, checks.without_bounds_of(-(2**31), 2**31 - 1)),
+        "long": Long(64, checks.without_bounds_of(-(2**63), 2**63 - 1)),
+        "float": Double(32, checks),
+        "double": Double(64, checks),
+        "string": Str(checks),
+    }
+    return kinds[avro]
+
+
+def _fits(branch: Any, space: str | None, member: Any, named: dict[str, Any]) -> bool:  # noqa: PLR0911 - one per Avro kind
+    """Whether a union branch of the schema is the Avro form of one model union member."""
+    member = _unwrap(member, [])[0]
+    if isinstance(branch, str) and qualify(branch, space) in named:
+        branch = named[qualify(branch, space)]
+    if isinstance(branch, str):
+        return _PRIMITIVE_TYPES.get(branch) is member
+    kind = branch["type"]
+    if kind in ("record", "error"):
+        return _is_record(member) and member.avro_name == fullname(branch, space)
+    if kind == "enum":
+        return isinstance(member, type) and issubclass(member, enum.Enum)
+    if kind == "array":
+        return typing.get_origin(member) in (list, tuple)
+    if kind == "map":
+        return typing.get_origin(member) is dict
+    if branch.get("logicalType") == "timestamp-millis":
+        return member is datetime
+    return _PRIMITIVE_TYPES.get(kind) is member
+
+
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Record)
+
+
+def _category(kind: Kind) -> str:
+    """The Python value class a branch takes on encode: each may appear once per union."""
+    if isinstance(kind, Long):
+        return "int"
+    if isinstance(kind, Double):
+        return "float"
+    if isinstance(kind, Str | Enum):
+        return "str"
+    if isinstance(kind, Array):
+        return "sequence"
+    return type(kind).__name__

@@ -1,0 +1,154 @@
+"""Avro binary encoding primitives for the compiled codec's slow paths.
+
+The generated code (``_compile``) handles the common cases inline: one-byte
+varints, short strings. Everything else comes here, and every way the bytes can
+be wrong raises :class:`Malformed`; a value that decodes but breaks the model's
+contract raises :class:`Broken`. The codec turns both into ``DecodeError``s.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = [
+    "DOUBLE",
+    "FLOAT",
+    "LENGTHS",
+    "SMALL",
+    "Broken",
+    "Malformed",
+    "block",
+    "long_bytes",
+    "read_int",
+    "read_long",
+    "read_string",
+]
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_MAX_LONG_BYTES = 10  # 64 bits in 7-bit groups
+_LOW7 = 0x7F  # the payload bits of a varint byte; 0x80 says another byte follows
+_TWO_BYTES = 1 << 13  # |n| below this zigzags into 14 bits: two varint bytes
+
+DOUBLE = struct.Struct("<d")
+FLOAT = struct.Struct("<f")
+
+
+class Malformed(Exception):
+    """The bytes are not Avro of the writer schema (bad index, length, varint, UTF-8)."""
+
+
+class Broken(Exception):
+    """A decoded value breaks the model's contract; each enclosing level adds to ``path``."""
+
+    def __init__(self, rule: str) -> None:
+        super().__init__(rule)
+        self.path: list[str] = []
+        self.rule = rule
+
+    def at(self, outer: str | int) -> None:
+        """Prefix the path with the field (or array index) that contains it."""
+        self.path.insert(0, str(outer))
+
+    def __str__(self) -> str:
+        return f"{'.'.join(self.path)}: {self.rule}"
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > _LOW7:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+SMALL = tuple(_zigzag(n) for n in range(-64, 64))
+"""The one-byte encodings of -64..63, at index n + 64."""
+LENGTHS = SMALL[64:]
+"""The one-byte encodings of 0..63, at index n: string, array and map lengths."""
+
+
+def long_bytes(n: int, bits: int = 64) -> bytes:
+    """The zigzag varint of ``n``; refuses a value outside the signed ``bits`` range."""
+    if not isinstance(n, int):
+        raise TypeError(f"expected an int, got {type(n).__name__}")
+    if -_TWO_BYTES <= n < _TWO_BYTES:  # lengths and counts up to 8 KiB, status codes
+        z = (n << 1) ^ (n >> 63)
+        return bytes((z & 0x7F | 0x80, z >> 7)) if z > _LOW7 else bytes((z,))
+    low, high = (_LONG_MIN, _LONG_MAX) if bits == 64 else (_INT_MIN, _INT_MAX)  # noqa: PLR2004
+    if not low <= n <= high:
+        raise ValueError(f"{n} is outside the Avro {'long' if bits == 64 else 'int'} range")  # noqa: PLR2004
+    return _zigzag(n)
+
+
+def read_long(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint of up to 64 bits at ``pos`` -> (value, next position)."""
+    byte = buf[pos]  # IndexError: the body ends early
+    raw = byte & 0x7F
+    if byte & 0x80:  # two and three bytes unrolled: lengths, ms durations, counts
+        byte = buf[pos + 1]
+        raw |= (byte & 0x7F) << 7
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 2
+        byte = buf[pos + 2]
+        raw |= (byte & 0x7F) << 14
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 3
+        return _read(buf, pos, _LONG_MIN, _LONG_MAX, "long")
+    return (raw >> 1) ^ -(raw & 1), pos + 1
+
+
+def read_int(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint of up to 32 bits at ``pos`` -> (value, next position)."""
+    return _read(buf, pos, _INT_MIN, _INT_MAX, "int")
+
+
+def _read(buf: bytes, pos: int, low: int, high: int, kind: str) -> tuple[int, int]:
+    start, shift, raw = pos, 0, 0
+    while True:
+        byte = buf[pos]  # IndexError: the body ends early
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if pos - start >= _MAX_LONG_BYTES:
+            raise Malformed(f"varint at byte {start} runs past {_MAX_LONG_BYTES} bytes")
+    value = (raw >> 1) ^ -(raw & 1)
+    if not low <= value <= high:
+        raise Malformed(f"varint at byte {start} is outside the Avro {kind} range")
+    return value, pos
+
+
+def read_string(buf: bytes, pos: int, field: str) -> tuple[str, int]:
+    """A length-prefixed UTF-8 string whose length is not a one-byte varint."""
+    first, second = buf[pos], buf[pos + 1]
+    if first & 0x80 and not second & 0x80 and not first & 1:  # 64 to 8191 bytes
+        start = pos + 2
+        end = start + ((first & 0x7F) >> 1 | second << 6)
+    else:
+        length, start = read_long(buf, pos)
+        if length < 0:
+            raise Malformed(f"{field}: negative string length {length}")
+        end = start + length
+    if end > len(buf):
+        raise IndexError(end)  # the body ends early
+    return buf[start:end].decode(), end
+
+
+def block(buf: bytes, pos: int, field: str) -> tuple[int, int]:
+    """The item count of the next array or map block (0 ends it), checked against the bytes.
+
+    A negative count is followed by the block's size in bytes, which is skipped. The
+    compiler admits only items of at least one byte, so a count larger than what is left
+    is refused before anything is read for it.
+    """
+    count, pos = read_long(buf, pos)
+    if count < 0:
+        count = -count
+        _size, pos = read_long(buf, pos)
+    if count > len(buf) - pos:
+        raise Malformed(f"{field}: block of {count} items in {len(buf) - pos} bytes")
+    return count, pos
