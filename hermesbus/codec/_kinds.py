@@ -11,6 +11,7 @@ pydantic instead, so a refusal costs speed, never correctness.
 from __future__ import annotations
 
 import enum
+import keyword
 import re
 import types
 import typing
@@ -52,6 +53,7 @@ _KNOWN_FUNCTIONS = frozenset(
     {_epoch_millis, to_millis_datetime, payloads._named_body, payloads._tag_body}
 )
 _GENERAL_KEYS = frozenset({"pattern", "allow_inf_nan", "union_mode", "strict"})
+_FULL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class CompileError(Exception):
@@ -158,6 +160,7 @@ class _Pairing:
         name = fullname(schema, namespace)
         if name in self.records:
             return self.records[name]
+        _check_names(name, [f["name"] for f in schema["fields"]])
         if not _is_record(model):
             raise CompileError(f"{name}: the model side is {model!r}, not a Record")
         if model.avro_name != name:
@@ -246,6 +249,15 @@ class _Pairing:
         if len(set(categories)) != len(categories):
             raise CompileError(f"{where}: two branches take the same kind of Python value")
         return Union(tuple(kinds))
+
+
+def _check_names(record: str, fields: list[str]) -> None:
+    """Names go into the generated source: only Avro names, which are Python identifiers."""
+    if not _FULL_NAME.fullmatch(record):
+        raise CompileError(f"{record!r} is not an Avro full name")
+    for name in fields:
+        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+            raise CompileError(f"{record}: field {name!r} is not an Avro name")
 
 
 def _check_model(model: type[Record]) -> None:

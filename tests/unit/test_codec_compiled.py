@@ -304,3 +304,10 @@ def test_a_schema_the_models_do_not_mirror_falls_back_to_fastavro(tmp_path: Any)
     v2 = Codec(_v2_schemas(tmp_path))
     assert not v2.compiled
     assert v2.decode_record(CODEC.encode(s.envelope_with()))["tenant"] == "default"
+
+
+def test_names_that_are_not_avro_names_are_not_compiled() -> None:
+    schema = _record_schema([{"name": "count", "type": "long"}])
+    schema["name"] = "Probe\nimport os"
+    with pytest.raises(CompileError, match="not an Avro full name"):
+        compile_codec(schema, Probe)
