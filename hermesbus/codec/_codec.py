@@ -291,9 +291,13 @@ def _compile_or_none(schema: dict[str, Any], name: str) -> Compiled | None:
         return None
     try:
         return compile_codec(schema, Envelope)
-    except CompileError as exc:
+    except CompileError as exc:  # a schema that the models do not mirror, e.g. a newer one
         logger.info("codec: %s is not compiled, fastavro and pydantic read it: %s", name, exc)
-        return None
+    except Exception:  # a bug in the generator must cost speed, not the codec
+        logger.warning(
+            "codec: compiling %s failed; fastavro and pydantic read it", name, exc_info=True
+        )
+    return None
 
 
 def _label(framing: str, key: bytes | int) -> str:

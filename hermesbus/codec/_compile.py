@@ -11,7 +11,9 @@ members, compiled patterns) is passed in its namespace, never spelled in the sou
 
 from __future__ import annotations
 
+import itertools
 import linecache
+import struct
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -31,6 +33,9 @@ Decoder = Callable[[bytes, int], tuple[Any, int]]
 Encoder = Callable[[bytearray, Any], None]
 
 
+_COUNT = itertools.count()  # each generated module gets its own name in linecache
+
+
 class Compiled:
     """The generated encoder and decoder of one record schema, and their source."""
 
@@ -46,7 +51,7 @@ def compile_codec(schema: dict[str, Any], model: type[Record]) -> Compiled:
     writer = _Writer()
     writer.record(root)
     source = "\n\n".join(writer.functions) + "\n"
-    filename = f"<hermesbus.codec: {root.name}>"
+    filename = f"<hermesbus.codec {next(_COUNT)}: {root.name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # S102: the source is generated from the shipped schema's identifiers, see the module doc.
     exec(compile(source, filename, "exec"), writer.namespace)  # noqa: S102
@@ -71,19 +76,20 @@ def _namespace() -> dict[str, Any]:
         "_set_fields": _slot_setter("__pydantic_fields_set__"),
         "_set_extra": _slot_setter("__pydantic_extra__"),
         "_set_private": _slot_setter("__pydantic_private__"),
+        "_Located": _wire.Located,
         "_Malformed": _wire.Malformed,
         "_Broken": _wire.Broken,
+        "_StructError": struct.error,
         "_read_long": _wire.read_long,
         "_read_int": _wire.read_int,
         "_read_string": _wire.read_string,
         "_block": _wire.block,
+        "_too_many": _wire.too_many,
         "_long_bytes": _wire.long_bytes,
         "_SMALL": _wire.SMALL,
         "_LENGTHS": _wire.LENGTHS,
         "_double": _wire.DOUBLE.unpack_from,
-        "_float": _wire.FLOAT.unpack_from,
         "_pack_double": _wire.DOUBLE.pack,
-        "_pack_float": _wire.FLOAT.pack,
         "_EPOCH": EPOCH,
         "_MS": timedelta(milliseconds=1),
         "_td": timedelta,

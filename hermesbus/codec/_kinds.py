@@ -46,13 +46,14 @@ __all__ = [
     "pair_record",
 ]
 
-# Validators whose effect on a decoded value the compiled codec reproduces itself:
-# Millis turns epoch ms into an aware UTC datetime (decode builds exactly that), and the
-# named body turns (full name, fields) into that branch's model (decode builds it).
-_KNOWN_FUNCTIONS = frozenset(
-    {_epoch_millis, to_millis_datetime, payloads._named_body, payloads._tag_body}
-)
+# Validators whose effect on a decoded value the compiled codec reproduces itself, each
+# only where it stands in the models: Millis turns epoch ms into an aware UTC datetime
+# (decode builds exactly that); the named body turns (full name, fields) into that
+# branch's model (decode builds it). Any other validator or serializer is refused.
+_MILLIS = frozenset({_epoch_millis, to_millis_datetime})
+_NAMED_BODY = frozenset({payloads._named_body, payloads._tag_body})
 _GENERAL_KEYS = frozenset({"pattern", "allow_inf_nan", "union_mode", "strict"})
+_CONFIG_KEYS = frozenset({"frozen", "extra"})
 _FULL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -98,7 +99,6 @@ class Long:
 
 @dataclass(frozen=True)
 class Double:
-    bits: int
     checks: Checks = Checks()
 
 
@@ -175,35 +175,34 @@ class _Pairing:
         for avro_field in fields:
             info = model.model_fields[avro_field["name"]]
             where = f"{name}.{avro_field['name']}"
-            kind.fields.append(
-                (
-                    avro_field["name"],
-                    self.kind(
-                        avro_field["type"], space, info.annotation, list(info.metadata), where
-                    ),
-                )
-            )
+            pair = self.kind(avro_field["type"], space, info.annotation, list(info.metadata), where)
+            kind.fields.append((avro_field["name"], pair))
         return kind
 
     def kind(self, schema: Any, space: str | None, hint: Any, meta: list[Any], where: str) -> Kind:
         hint, meta = _unwrap(hint, meta)
         if isinstance(schema, list):
-            return self.union(schema, space, hint, where)
+            return self.union(schema, space, hint, meta, where)
         if isinstance(schema, str) and qualify(schema, space) in self.named:
             schema = self.named[qualify(schema, space)]
         if isinstance(schema, str):
             schema = {"type": schema}
         kind = schema["type"]
+        if kind not in ("record", "error", "enum", "array", "map"):
+            return _primitive(schema, hint, meta, where)
+        if meta:  # a length, strictness or validator on a container is not reproduced
+            raise CompileError(f"{where}: constraints on a {kind} are not compiled: {meta!r}")
         if kind in ("record", "error"):
             return self.record(schema, space, hint)
         if kind == "enum":
             return self.enum(schema, space, hint, where)
         if kind == "array":
             return self.array(schema, space, hint, where)
-        if kind == "map":
-            values = _args(hint, dict, 2, where)[1]
-            return Map(self.kind(schema["values"], space, values, [], f"{where}.<value>"))
-        return _primitive(schema, hint, _checks(meta, where), where)
+        key, values = _args(hint, dict, 2, where)
+        key, key_meta = _unwrap(key, [])
+        if key is not str or not all(isinstance(m, Strict) for m in key_meta):
+            raise CompileError(f"{where}: map keys are paired with {key!r} {key_meta!r}, not str")
+        return Map(self.kind(schema["values"], space, values, [], f"{where}.<value>"))
 
     def enum(self, schema: dict[str, Any], space: str | None, hint: Any, where: str) -> Enum:
         name = fullname(schema, space)
@@ -232,10 +231,13 @@ class _Pairing:
             raise CompileError(f"{where}: arrays of zero-byte items are not compiled")
         return Array(items, container)
 
-    def union(self, branches: list[Any], space: str | None, hint: Any, where: str) -> Union:
+    def union(
+        self, branches: list[Any], space: str | None, hint: Any, meta: list[Any], where: str
+    ) -> Union:
         if typing.get_origin(hint) not in (typing.Union, types.UnionType):
             raise CompileError(f"{where}: a union is paired with {hint!r}")
         members = list(typing.get_args(hint))
+        _check_union(members, meta, where)
         kinds = []
         for branch in branches:
             match = [m for m in members if _fits(branch, space, m, self.named)]
@@ -251,6 +253,49 @@ class _Pairing:
         return Union(tuple(kinds))
 
 
+def _check_union(members: list[Any], meta: list[Any], where: str) -> None:
+    """Refuse unions whose branch pydantic could pick differently from the Avro index.
+
+    Decode takes the branch the writer named. pydantic takes, from an exact-typed value,
+    the member of that type, if no other member coerces it first: so the other members
+    must be strict (or records, which take only dicts, or None). Records in a union of
+    several come as (full name, fields), which only the named-body validator accepts.
+    """
+    records = [m for m in members if _is_record(m)]
+    others = [m for m in members if not _is_record(m) and m is not type(None)]
+    named_body = _validators(meta) == _NAMED_BODY
+    general = [m for m in meta if not isinstance(m, BeforeValidator | WrapSerializer)]
+    if any(not _is_general(m) or set(vars(m)) != {"union_mode"} for m in general):
+        raise CompileError(f"{where}: constraints on a union are not compiled: {meta!r}")
+    if _validators(meta) and not named_body:
+        raise CompileError(f"{where}: unknown validators on a union: {meta!r}")
+    if len(records) > 1 and not (named_body and not others):
+        raise CompileError(f"{where}: several records in a union without the named body")
+    if named_body and set(records) != set(payloads.BODY_TYPES.values()):
+        raise CompileError(f"{where}: the named body is paired with {records!r}")
+    if len(others) + bool(records) > 1 and not all(_is_strict(m) for m in others):
+        raise CompileError(f"{where}: a union of several types whose members are not strict")
+
+
+def _validators(meta: list[Any]) -> frozenset[Any]:
+    return frozenset(
+        m.func for m in meta if isinstance(m, BeforeValidator | AfterValidator | WrapSerializer)
+    )
+
+
+def _is_strict(member: Any) -> bool:
+    hint, meta = _unwrap(member, [])
+    if typing.get_origin(hint) in (list, tuple):  # strict list of strict items
+        (item, *_rest) = typing.get_args(hint)
+        return _is_strict(item)
+    return any(isinstance(m, Strict) and m.strict for m in meta)
+
+
+def _is_general(item: Any) -> bool:
+    """pydantic's catch-all metadata (pattern, allow_inf_nan, union_mode, strict)."""
+    return hasattr(item, "__dict__") and set(vars(item)) <= _GENERAL_KEYS
+
+
 def _check_names(record: str, fields: list[str]) -> None:
     """Names go into the generated source: only Avro names, which are Python identifiers."""
     if not _FULL_NAME.fullmatch(record):
@@ -261,18 +306,28 @@ def _check_names(record: str, fields: list[str]) -> None:
 
 
 def _check_model(model: type[Record]) -> None:
-    """Refuse models whose instances the codec could not build exactly as pydantic does."""
+    """Refuse models whose instances the codec could not build, or dump, as pydantic does."""
     decorators = model.__pydantic_decorators__
+    config = dict(model.model_config)
     if (
         decorators.validators
         or decorators.field_validators
         or decorators.root_validators
         or decorators.model_validators
+        or decorators.field_serializers
+        or decorators.model_serializers
+        or decorators.computed_fields
         or model.__pydantic_post_init__ is not None
         or model.__private_attributes__
-        or model.model_config.get("extra") == "allow"
     ):
-        raise CompileError(f"{model.__name__}: validators, private attributes or extras")
+        raise CompileError(f"{model.__name__}: validators, serializers or private attributes")
+    if set(config) - _CONFIG_KEYS or config.get("extra") not in (None, "forbid", "ignore"):
+        raise CompileError(f"{model.__name__}: model configuration {config!r} is not compiled")
+    for name, info in model.model_fields.items():
+        if info.alias or info.validation_alias or info.serialization_alias:
+            raise CompileError(f"{model.__name__}.{name}: aliases are not compiled")
+        if info.exclude or info.discriminator is not None:
+            raise CompileError(f"{model.__name__}.{name}: exclude or discriminator")
 
 
 def _unwrap(hint: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
@@ -286,37 +341,52 @@ def _unwrap(hint: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
     return hint, flat
 
 
+_LOWER = {at.Ge: "ge", at.Gt: "gt", at.MinLen: "min_length"}
+_UPPER = {at.Le: "le", at.Lt: "lt", at.MaxLen: "max_length"}
+
+
 def _checks(meta: list[Any], where: str) -> Checks:
-    """The constraints of one value; repeated bounds combine to the strictest, as in pydantic."""
-    lower: dict[str, list[Any]] = {"ge": [], "gt": [], "min_length": []}
-    upper: dict[str, list[Any]] = {"le": [], "lt": [], "max_length": []}
-    patterns: list[str] = []
-    finite = False
+    """The constraints of one primitive value.
+
+    pydantic keeps the last of repeated bounds; they are compiled only where that is also
+    the strictest (a tighter bound after a looser one, as Int32 then Field(ge=1) gives).
+    """
+    found: dict[str, list[Any]] = {}
     for item in meta:
-        if isinstance(item, at.Ge | at.Gt | at.MinLen):
-            name = type(item).__name__.lower().replace("minlen", "min_length")
-            lower[name].append(getattr(item, name))
-        elif isinstance(item, at.Le | at.Lt | at.MaxLen):
-            name = type(item).__name__.lower().replace("maxlen", "max_length")
-            upper[name].append(getattr(item, name))
+        if type(item) in _LOWER or type(item) in _UPPER:
+            name = {**_LOWER, **_UPPER}[type(item)]
+            found.setdefault(name, []).append(getattr(item, name))
         elif isinstance(item, AllowInfNan):
-            finite = finite or not item.allow_inf_nan
+            found.setdefault("allow_inf_nan", []).append(item.allow_inf_nan)
         elif isinstance(item, Strict):
             pass  # decoded values have exactly the Avro type's Python type
-        elif isinstance(item, BeforeValidator | AfterValidator | WrapSerializer):
-            if item.func not in _KNOWN_FUNCTIONS:
-                raise CompileError(f"{where}: unknown validator {item.func!r}")
-        elif hasattr(item, "__dict__") and set(vars(item)) <= _GENERAL_KEYS:
-            general = vars(item)
-            patterns += [general["pattern"]] if "pattern" in general else []
-            finite = finite or general.get("allow_inf_nan") is False
+        elif _is_general(item) and "union_mode" not in vars(item):
+            for key, value in vars(item).items():
+                found.setdefault(key, []).append(value)
         else:
             raise CompileError(f"{where}: unknown constraint {item!r}")
-    if len(patterns) > 1:
-        raise CompileError(f"{where}: more than one pattern")
-    bounds = {name: max(found) for name, found in lower.items() if found}
-    bounds |= {name: min(found) for name, found in upper.items() if found}
-    return Checks(**bounds, pattern=patterns[0] if patterns else None, finite=finite)
+    values: dict[str, Any] = {}
+    for name, seen in found.items():
+        if name == "strict":
+            continue
+        strictest = _strictest(name, seen, where)
+        if seen[-1] != strictest:
+            raise CompileError(f"{where}: a looser {name} after a stricter one")
+        values[name] = strictest
+    if "pattern" in values and not isinstance(values["pattern"], str):
+        raise CompileError(f"{where}: a pattern that is not a string")
+    finite = values.pop("allow_inf_nan", True) is False
+    return Checks(**values, finite=finite)
+
+
+def _strictest(name: str, seen: list[Any], where: str) -> Any:
+    if name in ("pattern", "allow_inf_nan"):
+        if len(set(map(repr, seen))) > 1:
+            raise CompileError(f"{where}: different {name}s on one value")
+        return seen[-1]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in seen):
+        raise CompileError(f"{where}: {name} bounds that are not numbers: {seen!r}")
+    return max(seen) if name in ("ge", "gt", "min_length") else min(seen)
 
 
 def _args(hint: Any, origin: type, count: int, where: str) -> tuple[Any, ...]:
@@ -331,33 +401,36 @@ _PRIMITIVE_TYPES: dict[str, type] = {
     "boolean": bool,
     "int": int,
     "long": int,
-    "float": float,
     "double": float,
     "string": str,
 }
 
 
-def _primitive(schema: dict[str, Any], hint: Any, checks: Checks, where: str) -> Kind:
+def _primitive(schema: dict[str, Any], hint: Any, meta: list[Any], where: str) -> Kind:
     avro, logical = schema["type"], schema.get("logicalType")
+    validators = _validators(meta)
     if logical == "timestamp-millis" and avro == "long":
-        if hint is not datetime:
-            raise CompileError(f"{where}: timestamp-millis is paired with {hint!r}")
+        rest = [m for m in meta if not isinstance(m, BeforeValidator | AfterValidator)]
+        if hint is not datetime or validators != _MILLIS or rest:
+            raise CompileError(f"{where}: timestamp-millis is paired with {hint!r} {meta!r}")
         return Millis()
+    if validators:
+        raise CompileError(f"{where}: unknown validators {meta!r}")
     if logical is not None or avro not in _PRIMITIVE_TYPES:
         raise CompileError(f"{where}: Avro type {avro} ({logical}) is not compiled")
     if hint is not _PRIMITIVE_TYPES[avro]:
         raise CompileError(f"{where}: Avro {avro} is paired with {hint!r}")
-    if checks.pattern is not None:
-        re.compile(checks.pattern)
+    checks = _checks(meta, where)
     kinds: dict[str, Kind] = {
         "null": Null(),
         "boolean": Bool(),
         "int": Long(32, checks.without_bounds_of(-(2**31), 2**31 - 1)),
         "long": Long(64, checks.without_bounds_of(-(2**63), 2**63 - 1)),
-        "float": Double(32, checks),
-        "double": Double(64, checks),
+        "double": Double(checks),
         "string": Str(checks),
     }
+    if avro in ("null", "boolean") and checks != Checks():
+        raise CompileError(f"{where}: constraints on a {avro} are not compiled")
     return kinds[avro]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ._kinds import Array, Checks, Double, Kind, Long, Map, Millis, RecordKind, Str, Union
+from ._kinds import RecordKind
 
-__all__ = ["ONE_BYTE", "SHORT", "LineWriter", "can_break", "indent", "prefixed"]
+__all__ = ["ONE_BYTE", "SHORT", "LineWriter", "indent", "located"]
 
 ONE_BYTE = 128  # varint bytes below this end the varint
 SHORT = 64  # lengths below this are one varint byte: _wire.LENGTHS
@@ -35,22 +35,20 @@ class LineWriter:
         raise NotImplementedError
 
 
-def can_break(kind: Kind) -> bool:
-    """Whether reading a value of ``kind`` can raise a contract error."""
-    if isinstance(kind, Str | Long | Double):
-        return kind.checks != Checks()
-    if isinstance(kind, Array):
-        return can_break(kind.items)
-    if isinstance(kind, Map):
-        return can_break(kind.values)
-    if isinstance(kind, Union):
-        return any(can_break(branch) for branch in kind.branches)
-    return isinstance(kind, Millis | RecordKind)
-
-
-def prefixed(lines: list[str], where: str) -> list[str]:
-    """``lines`` in a try that prefixes a contract error's path with ``where``."""
-    return ["try:", *indent(lines), "except _Broken as err:", f"    err.at({where})", "    raise"]
+def located(lines: list[str], where: str) -> list[str]:
+    """``lines`` in a try that says where an error happened: each enclosing field, array
+    index or map key adds itself to the path; a short body or bad UTF-8 becomes Malformed."""
+    return [
+        "try:",
+        *indent(lines),
+        "except _Located as err:",
+        f"    err.at({where})",
+        "    raise",
+        "except (IndexError, _StructError):",
+        f"    raise _Malformed('the body ends early', {where}) from None",
+        "except UnicodeDecodeError:",
+        f"    raise _Malformed('a string is not valid UTF-8', {where}) from None",
+    ]
 
 
 def indent(lines: list[str], levels: int = 1) -> list[str]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
+
+from pydantic_core import SchemaValidator, core_schema
 
 from ._kinds import (
     Array,
     Bool,
     Checks,
-    CompileError,
     Double,
     Enum,
     Kind,
@@ -21,17 +21,14 @@ from ._kinds import (
     Str,
     Union,
 )
-from ._lines import ONE_BYTE, LineWriter, can_break, indent, prefixed
+from ._lines import ONE_BYTE, LineWriter, indent, located
 
 __all__ = ["ReadLines"]
 
 
-def _python_pattern(pattern: str, where: str) -> Callable[[str], object]:
-    """pydantic matches patterns with Rust's regex, where a final ``$`` ends the text only."""
-    body = pattern[:-1] if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
-    if "$" in body.replace("\\$", ""):
-        raise CompileError(f"{where}: a '$' inside the pattern is not compiled")
-    return re.compile(body + ("\\Z" if body != pattern else "")).search
+def _pattern_test(pattern: str) -> Callable[[str], bool]:
+    """pydantic's own check of ``pattern`` (Rust regex: linear time, its ``$`` and classes)."""
+    return SchemaValidator(core_schema.str_schema(pattern=pattern)).isinstance_python
 
 
 class ReadLines(LineWriter):
@@ -42,10 +39,7 @@ class ReadLines(LineWriter):
         values = []
         for index, (name, field) in enumerate(kind.fields):
             var = f"v{index}"
-            body = self.read(field, var, name)
-            if can_break(field):
-                body = prefixed(body, repr(name))
-            lines += indent(body)
+            lines += indent(located(self.read(field, var), repr(name)))
             values.append(f"{name!r}: {var}")
         names = ", ".join(repr(name) for name, _ in kind.fields)
         lines += indent(
@@ -60,7 +54,7 @@ class ReadLines(LineWriter):
         )
         return "\n".join(lines)
 
-    def read(self, kind: Kind, var: str, name: str) -> list[str]:  # noqa: PLR0911 - one per kind
+    def read(self, kind: Kind, var: str) -> list[str]:  # noqa: PLR0911 - one per kind
         """Lines that read one value of ``kind`` at ``pos`` into ``var``."""
         if isinstance(kind, Null):
             return [f"{var} = None"]
@@ -69,19 +63,18 @@ class ReadLines(LineWriter):
                 "b = buf[pos]",
                 "pos += 1",
                 "if b > 1:",
-                f"    raise _Malformed({name + ': boolean byte '!r} + str(b))",
+                "    raise _Malformed('boolean byte ' + str(b))",
                 f"{var} = b == 1",
             ]
         if isinstance(kind, Long):
-            return self._read_long(var, kind.bits) + self._bounds(var, name, kind.checks)
+            return self._read_long(var, kind.bits) + self._bounds(var, kind.checks)
         if isinstance(kind, Double):
-            unpack, size = ("_double", 8) if kind.bits == 64 else ("_float", 4)  # noqa: PLR2004
-            lines = [f"({var},) = {unpack}(buf, pos)", f"pos += {size}"]
-            if kind.checks.finite:
+            lines = [f"({var},) = _double(buf, pos)", "pos += 8"]
+            if kind.checks.finite:  # inf - inf and nan - nan are nan, which is true
                 lines += [f"if {var} - {var}:", "    raise _Broken('should be a finite number')"]
-            return lines + self._bounds(var, name, kind.checks)
+            return lines + self._bounds(var, kind.checks)
         if isinstance(kind, Str):
-            return self._read_string(var, name) + self._lengths(var, name, kind.checks)
+            return self._read_string(var) + self._lengths(var, kind.checks)
         if isinstance(kind, Millis):
             ms = self.temp("t")
             return [
@@ -93,11 +86,11 @@ class ReadLines(LineWriter):
             ]
         if isinstance(kind, Enum):
             members = self.const(kind.members, "E")
-            return [*self._index(var, name, len(kind.members), "enum"), f"{var} = {members}[{var}]"]
+            return [*self._index(var, len(kind.members), "enum"), f"{var} = {members}[{var}]"]
         if isinstance(kind, Array | Map):
-            return self._read_blocks(kind, var, name)
+            return self._read_blocks(kind, var)
         if isinstance(kind, Union):
-            return self._read_union(kind, var, name)
+            return self._read_union(kind, var)
         return [f"{var}, pos = _d{self.record(kind)}(buf, pos)"]
 
     def _read_long(self, var: str, bits: int) -> list[str]:
@@ -111,28 +104,28 @@ class ReadLines(LineWriter):
             f"    {var}, pos = {slow}(buf, pos)",
         ]
 
-    def _read_string(self, var: str, name: str) -> list[str]:
+    def _read_string(self, var: str) -> list[str]:
         return [
             "b = buf[pos]",
-            f"if b < {ONE_BYTE} and not b & 1:",
+            f"if b < {ONE_BYTE} and not b & 1:",  # a length below 64, one byte
             "    e = pos + 1 + (b >> 1)",
             "    if e > end:",
             "        raise IndexError(e)",
             f"    {var} = buf[pos + 1:e].decode()",
             "    pos = e",
             "else:",
-            f"    {var}, pos = _read_string(buf, pos, {name!r})",
+            f"    {var}, pos = _read_string(buf, pos)",
         ]
 
-    def _index(self, var: str, name: str, count: int, what: str) -> list[str]:
-        prefix, suffix = f"{name}: {what} index ", f" of {count}"
+    def _index(self, var: str, count: int, what: str) -> list[str]:
+        prefix, suffix = f"{what} index ", f" of {count}"
         return [
             *self._read_long(var, 32),
             f"if not 0 <= {var} < {count}:",
             f"    raise _Malformed({prefix!r} + str({var}) + {suffix!r})",
         ]
 
-    def _bounds(self, var: str, name: str, checks: Checks) -> list[str]:
+    def _bounds(self, var: str, checks: Checks) -> list[str]:
         """``not v >= bound`` rather than ``v < bound``: NaN fails every bound, as in pydantic."""
         lines = []
         for op, bound, words in (
@@ -141,15 +134,15 @@ class ReadLines(LineWriter):
             ("<=", checks.le, "less than or equal to"),
             ("<", checks.lt, "less than"),
         ):
-            if bound is None:
-                continue
-            lines += [
-                f"if not {var} {op} {bound!r}:",
-                f"    raise _Broken({f'should be {words} {bound}'!r})",
-            ]
+            if bound is not None:
+                rule = f"should be {words} {bound}"
+                lines += [
+                    f"if not {var} {op} {self.const(bound, 'B')}:",
+                    f"    raise _Broken({rule!r})",
+                ]
         return lines
 
-    def _lengths(self, var: str, name: str, checks: Checks) -> list[str]:
+    def _lengths(self, var: str, checks: Checks) -> list[str]:
         lines = []
         if checks.min_length == 1:
             lines += [f"if not {var}:", "    raise _Broken('should have at least 1 character')"]
@@ -160,24 +153,23 @@ class ReadLines(LineWriter):
             rule = f"should have at most {checks.max_length} characters"
             lines += [f"if len({var}) > {checks.max_length}:", f"    raise _Broken({rule!r})"]
         if checks.pattern is not None:
-            search = self.const(_python_pattern(checks.pattern, name), "P")
+            test = self.const(_pattern_test(checks.pattern), "P")
             rule = f"should match pattern {checks.pattern!r}"
-            lines += [f"if {search}({var}) is None:", f"    raise _Broken({rule!r})"]
+            lines += [f"if not {test}({var}):", f"    raise _Broken({rule!r})"]
         return lines
 
-    def _read_blocks(self, kind: Array | Map, var: str, name: str) -> list[str]:
+    def _read_blocks(self, kind: Array | Map, var: str) -> list[str]:
         acc, count, item = self.temp("a"), self.temp("c"), self.temp("i")
         if isinstance(kind, Array):
-            read = self.read(kind.items, item, name)
-            store, where = [f"{acc}.append({item})"], f"len({acc})"
+            read = located(self.read(kind.items, item), f"len({acc})")
+            store = [f"{acc}.append({item})"]
             empty, start = ("()" if kind.container is tuple else "[]"), "[]"
             done = f"tuple({acc})" if kind.container is tuple else acc
         else:
             key = self.temp("k")
-            read = self._read_string(key, name) + self.read(kind.values, item, name)
-            store, where, empty, start, done = [f"{acc}[{key}] = {item}"], key, "{}", "{}", acc
-        if can_break(kind.items if isinstance(kind, Array) else kind.values):
-            read = prefixed(read, where)
+            read = located(self._read_string(key), "'<key>'")
+            read += located(self.read(kind.values, item), key)
+            store, empty, start, done = [f"{acc}[{key}] = {item}"], "{}", "{}", acc
         return [
             "if buf[pos] == 0:",  # the common empty array or map: one zero byte
             "    pos += 1",
@@ -190,9 +182,9 @@ class ReadLines(LineWriter):
             "            pos += 1",
             f"            {count} = b >> 1",
             f"            if {count} > end - pos:",
-            f"                raise _Malformed({name + ': more items than bytes left'!r})",
+            f"                raise _Malformed(_too_many({count}, end - pos))",
             "        else:",
-            f"            {count}, pos = _block(buf, pos, {name!r})",
+            f"            {count}, pos = _block(buf, pos)",
             f"        if not {count}:",
             "            break",
             f"        for _ in range({count}):",
@@ -200,12 +192,10 @@ class ReadLines(LineWriter):
             f"    {var} = {done}",
         ]
 
-    def _read_union(self, kind: Union, var: str, name: str) -> list[str]:
+    def _read_union(self, kind: Union, var: str) -> list[str]:
         index = self.temp("u")
-        lines = self._index(index, name, len(kind.branches), "union")
+        lines = self._index(index, len(kind.branches), "union")
         for number, branch in enumerate(kind.branches):
             lines.append(f"{'if' if number == 0 else 'elif'} {index} == {number}:")
-            lines += indent(self.read(branch, var, name))
+            lines += indent(self.read(branch, var))
         return lines
-
-    # -- encode ---------------------------------------------------------------------------

@@ -12,16 +12,17 @@ import struct
 
 __all__ = [
     "DOUBLE",
-    "FLOAT",
     "LENGTHS",
     "SMALL",
     "Broken",
+    "Located",
     "Malformed",
     "block",
     "long_bytes",
     "read_int",
     "read_long",
     "read_string",
+    "too_many",
 ]
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
@@ -31,27 +32,30 @@ _LOW7 = 0x7F  # the payload bits of a varint byte; 0x80 says another byte follow
 _TWO_BYTES = 1 << 13  # |n| below this zigzags into 14 bits: two varint bytes
 
 DOUBLE = struct.Struct("<d")
-FLOAT = struct.Struct("<f")
 
 
-class Malformed(Exception):
-    """The bytes are not Avro of the writer schema (bad index, length, varint, UTF-8)."""
+class Located(Exception):
+    """A failure inside the body; each enclosing field, index or key adds to ``path``."""
 
-
-class Broken(Exception):
-    """A decoded value breaks the model's contract; each enclosing level adds to ``path``."""
-
-    def __init__(self, rule: str) -> None:
+    def __init__(self, rule: str, *path: object) -> None:
         super().__init__(rule)
-        self.path: list[str] = []
         self.rule = rule
+        self.path = [str(part) for part in path]
 
-    def at(self, outer: str | int) -> None:
-        """Prefix the path with the field (or array index) that contains it."""
+    def at(self, outer: object) -> None:
+        """Prefix the path with the field (or array index, or map key) that contains it."""
         self.path.insert(0, str(outer))
 
     def __str__(self) -> str:
-        return f"{'.'.join(self.path)}: {self.rule}"
+        return f"{'.'.join(self.path)}: {self.rule}" if self.path else self.rule
+
+
+class Malformed(Located):
+    """The bytes are not Avro of the writer schema (bad index, length, varint, UTF-8)."""
+
+
+class Broken(Located):
+    """A decoded value breaks the model's contract."""
 
 
 def _zigzag(n: int) -> bytes:
@@ -122,23 +126,23 @@ def _read(buf: bytes, pos: int, low: int, high: int, kind: str) -> tuple[int, in
     return value, pos
 
 
-def read_string(buf: bytes, pos: int, field: str) -> tuple[str, int]:
+def read_string(buf: bytes, pos: int) -> tuple[str, int]:
     """A length-prefixed UTF-8 string whose length is not a one-byte varint."""
-    first, second = buf[pos], buf[pos + 1]
-    if first & 0x80 and not second & 0x80 and not first & 1:  # 64 to 8191 bytes
+    first = buf[pos]
+    if first & 0x80 and not first & 1 and not buf[pos + 1] & 0x80:  # 64 to 8191 bytes
         start = pos + 2
-        end = start + ((first & 0x7F) >> 1 | second << 6)
+        end = start + ((first & _LOW7) >> 1 | buf[pos + 1] << 6)
     else:
         length, start = read_long(buf, pos)
         if length < 0:
-            raise Malformed(f"{field}: negative string length {length}")
+            raise Malformed(f"negative string length {length}")
         end = start + length
     if end > len(buf):
         raise IndexError(end)  # the body ends early
     return buf[start:end].decode(), end
 
 
-def block(buf: bytes, pos: int, field: str) -> tuple[int, int]:
+def block(buf: bytes, pos: int) -> tuple[int, int]:
     """The item count of the next array or map block (0 ends it), checked against the bytes.
 
     A negative count is followed by the block's size in bytes, which is skipped. The
@@ -150,5 +154,9 @@ def block(buf: bytes, pos: int, field: str) -> tuple[int, int]:
         count = -count
         _size, pos = read_long(buf, pos)
     if count > len(buf) - pos:
-        raise Malformed(f"{field}: block of {count} items in {len(buf) - pos} bytes")
+        raise Malformed(too_many(count, len(buf) - pos))
     return count, pos
+
+
+def too_many(count: int, left: int) -> str:
+    return f"block of {count} items in {left} bytes"

@@ -52,7 +52,7 @@ class WriteLines(LineWriter):
         if isinstance(kind, Long):
             return self._write_long(var, kind.bits)
         if isinstance(kind, Double):
-            return [f"out += {'_pack_double' if kind.bits == 64 else '_pack_float'}({var})"]  # noqa: PLR2004
+            return [f"out += _pack_double({var})"]
         if isinstance(kind, Str):
             return self._write_string(var)
         if isinstance(kind, Millis):
@@ -120,8 +120,8 @@ class WriteLines(LineWriter):
             return f"{var} is None"
         if isinstance(kind, Bool):
             return f"{var} is True or {var} is False"
-        if isinstance(kind, RecordKind):
-            return f"type({var}) is _C{self.record(kind)}"
+        if isinstance(kind, RecordKind):  # a subclass is written as its model's record
+            return f"isinstance({var}, _C{self.record(kind)})"
         if isinstance(kind, Enum):
             return f"isinstance({var}, {self.const(type(kind.members[0]), 'T')})"
         classes: dict[type, str] = {Long: "int", Double: "float", Str: "str", Map: "dict"}

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import copy
 import io
+import logging
 import pickle
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar
 
 import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 import hermesbus as h
 from hermesbus._types import Record
 from hermesbus.codec import Codec, default_codec
 from hermesbus.codec._compile import CompileError, compile_codec
 from hermesbus.codec._convert import to_model, to_record
+from hermesbus.codec._wire import Broken
 from hermesbus.errors import ContractError, DecodeError, EncodeError
 from tests import strategies as s
 
@@ -202,7 +205,9 @@ def test_malformed_bytes_name_what_is_wrong() -> None:
     position = data.index(b"\x04ok") + 7  # text, role, content_type, two empty arrays
     assert data[position] == 1  # stale: True
     data[position] = 7
-    with pytest.raises(DecodeError, match="stale: boolean byte 7"):
+    with pytest.raises(
+        DecodeError, match=r"fingerprint \w+: payload\.body\.stale: boolean byte 7$"
+    ):
         CODEC.decode(bytes(data))
 
 
@@ -211,8 +216,36 @@ def test_a_huge_block_count_is_refused_before_reading() -> None:
     position = data.index(b"\x04ok") + 5  # text, role, content_type, then the choices block
     assert data[position] == 2  # one item
     forged = data[:position] + b"\xfe\xff\xff\xff\x0f" + data[position + 1 :]
-    with pytest.raises(DecodeError, match="choices: block of 2147483647 items"):
+    with pytest.raises(DecodeError, match=r": payload\.body\.choices: block of 2147483647 items"):
         CODEC.decode(forged)
+
+
+def test_a_truncated_body_names_the_field_it_ends_in() -> None:
+    data = CODEC.encode(s.envelope_with(h.Reply(text="请提供发票照片和行程单")))
+    cut = data.index("行程单".encode()) + 2
+    with pytest.raises(DecodeError, match=r": payload\.body\.text: the body ends early$"):
+        CODEC.decode(data[:cut])
+
+
+def test_an_out_of_range_varint_names_the_field() -> None:
+    record = to_record(s.envelope_with(h.ToolResult(tool="ocr_tool", status_code=200)))
+    data = fastavro_bytes(record)
+    position = data.index(b"\x90\x03")  # 200 as a zigzag varint
+    forged = data[:position] + b"\x80\x80\x80\x80\x10" + data[position + 2 :]
+    with pytest.raises(
+        DecodeError, match=r"payload\.body\.status_code: varint at byte \d+ is outside"
+    ):
+        CODEC.decode(forged)
+
+
+def test_a_subclass_of_a_body_model_is_written_as_that_body() -> None:
+    class Pause(h.Continue):
+        pass
+
+    envelope = s.envelope_with(Pause(reason="等用户上传"))
+    data = CODEC.encode(envelope)
+    assert data == fastavro_bytes(to_record(envelope))
+    assert CODEC.decode(data) == s.envelope_with(h.Continue(reason="等用户上传"))
 
 
 def test_memoryview_input_decodes() -> None:
@@ -273,6 +306,56 @@ class MultipleProbe(Record):
     count: Annotated[int, Field(multiple_of=2)]
 
 
+class LooserLaterProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: Annotated[Annotated[int, Field(ge=5)], Field(ge=1)]  # pydantic keeps ge=1
+
+
+class ListLengthProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: Annotated[tuple[str, ...], Field(max_length=1)]
+
+
+class LaxUnionProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: int | float
+
+
+class TwoRecordsProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: h.Continue | h.Verification
+
+
+class IntKeysProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: dict[int, str]
+
+
+class ConfiguredProbe(Record):
+    model_config = ConfigDict(str_strip_whitespace=True)
+    avro_name: ClassVar[str] = "test.Probe"
+    count: str
+
+
+class AliasProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: int = Field(alias="Count")
+
+
+class SerializedProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: str
+
+    @field_serializer("count")
+    def _upper(self, value: str) -> str:
+        return value.upper()
+
+
+class DecimalBoundProbe(Record):
+    avro_name: ClassVar[str] = "test.Probe"
+    count: Annotated[float, Field(le=Decimal("0.5"))]
+
+
 def test_a_matching_model_compiles() -> None:
     compiled = compile_codec(_record_schema([{"name": "count", "type": "long"}]), Probe)
     out = bytearray()
@@ -289,6 +372,33 @@ def test_a_matching_model_compiles() -> None:
         ([{"name": "total", "type": "long"}], Probe, "fields of the schema and of Probe differ"),
         ([{"name": "count", "type": "string"}], Probe, "Avro string is paired with"),
         ([{"name": "count", "type": "bytes"}], Probe, "Avro type bytes"),
+        ([{"name": "count", "type": "float"}], Probe, "Avro type float"),
+        ([{"name": "count", "type": "long"}], LooserLaterProbe, "a looser ge after a stricter"),
+        (
+            [{"name": "count", "type": {"type": "array", "items": "string"}}],
+            ListLengthProbe,
+            "constraints on a array",
+        ),
+        ([{"name": "count", "type": ["long", "double"]}], LaxUnionProbe, "not strict"),
+        (
+            [
+                {
+                    "name": "count",
+                    "type": [NAMED["hermes.mcp.Continue"], NAMED["hermes.mcp.Verification"]],
+                }
+            ],
+            TwoRecordsProbe,
+            "several records in a union without the named body",
+        ),
+        (
+            [{"name": "count", "type": {"type": "map", "values": "string"}}],
+            IntKeysProbe,
+            "map keys are paired with",
+        ),
+        ([{"name": "count", "type": "string"}], ConfiguredProbe, "model configuration"),
+        ([{"name": "count", "type": "long"}], AliasProbe, "aliases"),
+        ([{"name": "count", "type": "string"}], SerializedProbe, "serializers"),
+        ([{"name": "count", "type": "double"}], DecimalBoundProbe, "not numbers"),
     ],
 )
 def test_the_compiler_refuses_what_it_cannot_reproduce(
@@ -311,3 +421,37 @@ def test_names_that_are_not_avro_names_are_not_compiled() -> None:
     schema["name"] = "Probe\nimport os"
     with pytest.raises(CompileError, match="not an Avro full name"):
         compile_codec(schema, Probe)
+
+
+def test_a_pattern_is_matched_as_pydantic_matches_it() -> None:
+    """Rust regex semantics (no backtracking, `$` at the very end), from pydantic-core."""
+
+    class Pattern(Record):
+        avro_name: ClassVar[str] = "test.Probe"
+        count: Annotated[str, Field(pattern=r"^(a+)+$")]
+
+    compiled = compile_codec(_record_schema([{"name": "count", "type": "string"}]), Pattern)
+    hostile = "a" * 40 + "!"  # exponential for a backtracking engine
+    out = bytearray()
+    compiled.encode(out, Pattern.model_construct(count=hostile))
+    with pytest.raises(Broken, match="should match pattern"):
+        compiled.decode(bytes(out), 0)
+    out = bytearray()
+    compiled.encode(out, Pattern.model_construct(count="aaa\n"))
+    with pytest.raises(Broken, match="should match pattern"):
+        compiled.decode(bytes(out), 0)
+
+
+def test_a_codec_that_cannot_compile_says_so_and_falls_back(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any) -> Any:
+        raise RuntimeError("a bug in the generator")
+
+    monkeypatch.setattr("hermesbus.codec._codec.compile_codec", refuse)
+    with caplog.at_level(logging.WARNING, logger="hermesbus.codec._codec"):
+        fallback = Codec()
+    assert not fallback.compiled
+    assert "a bug in the generator" in caplog.text
+    envelope = s.envelope_with(h.UserTurn(text="hi"))
+    assert fallback.decode(fallback.encode(envelope)) == envelope
