@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import orjson
+
 from hermesbus.errors import StoreError
 from hermesbus.lifecycle import Service
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
@@ -132,7 +134,7 @@ class SqliteStateStore(Service):
         """
         keep = not change.data_changed and change.expected_version > 0
         data = "" if keep else json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
-        applied = json.dumps(list(change.applied))
+        applied = orjson.dumps(change.applied).decode()  # up to applied_window ids, each commit
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._queued.append(_Queued(processor, session_id, change, data, applied, future))

@@ -90,18 +90,15 @@ def long_bytes(n: int, bits: int = 64) -> bytes:
 def read_long(buf: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint of up to 64 bits at ``pos`` -> (value, next position)."""
     byte = buf[pos]  # IndexError: the body ends early
-    raw = byte & 0x7F
-    if byte & 0x80:  # two and three bytes unrolled: lengths, ms durations, counts
-        byte = buf[pos + 1]
-        raw |= (byte & 0x7F) << 7
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos + 2
-        byte = buf[pos + 2]
-        raw |= (byte & 0x7F) << 14
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos + 3
-        return _read(buf, pos, _LONG_MIN, _LONG_MAX, "long")
-    return (raw >> 1) ^ -(raw & 1), pos + 1
+    raw, shift, end = byte & _LOW7, 7, pos + 1
+    while byte & 0x80:  # up to 9 bytes (63 bits) always fit a long: ms timestamps take 6
+        byte = buf[end]
+        raw |= (byte & _LOW7) << shift
+        shift += 7
+        end += 1
+        if end - pos == _MAX_LONG_BYTES - 1 and byte & 0x80:
+            return _read(buf, pos, _LONG_MIN, _LONG_MAX, "long")
+    return (raw >> 1) ^ -(raw & 1), end
 
 
 def read_int(buf: bytes, pos: int) -> tuple[int, int]:
