@@ -59,7 +59,7 @@ def compile_codec(schema: dict[str, Any], model: type[Record]) -> Compiled:
 
 
 def _slot_setter(name: str) -> Callable[[Any, Any], None]:
-    """The setter of one of BaseModel's instance slots."""
+    """The setter of one of BaseModel's instance slots (``__dict__`` is one of them)."""
     slot = vars(BaseModel).get(name)
     if slot is None or not hasattr(slot, "__set__"):
         raise CompileError(f"pydantic's BaseModel has no slot {name}")
@@ -71,8 +71,8 @@ def _namespace() -> dict[str, Any]:
     """What the generated functions refer to, besides their own constants."""
     return {
         "_new": object.__new__,
-        "_set": object.__setattr__,
         # the instance slots pydantic itself sets when it builds a model
+        "_set_dict": _slot_setter("__dict__"),
         "_set_fields": _slot_setter("__pydantic_fields_set__"),
         "_set_extra": _slot_setter("__pydantic_extra__"),
         "_set_private": _slot_setter("__pydantic_private__"),

@@ -45,7 +45,7 @@ class ReadLines(LineWriter):
         lines += indent(
             [  # built as model_construct builds an instance: every field is set
                 f"m = _new(_C{number})",
-                f"_set(m, '__dict__', {{{', '.join(values)}}})",
+                f"_set_dict(m, {{{', '.join(values)}}})",
                 f"_set_fields(m, {{{names}}})" if names else "_set_fields(m, set())",
                 "_set_extra(m, None)",
                 "_set_private(m, None)",
@@ -100,6 +100,10 @@ class ReadLines(LineWriter):
             f"if b < {ONE_BYTE}:",
             "    pos += 1",
             f"    {var} = (b >> 1) ^ -(b & 1)",
+            f"elif buf[pos + 1] < {ONE_BYTE}:",  # two bytes: 14 bits, any int or long
+            f"    b = b & {ONE_BYTE - 1} | buf[pos + 1] << 7",
+            "    pos += 2",
+            f"    {var} = (b >> 1) ^ -(b & 1)",
             "else:",
             f"    {var}, pos = {slow}(buf, pos)",
         ]
@@ -107,7 +111,7 @@ class ReadLines(LineWriter):
     def _read_string(self, var: str) -> list[str]:
         return [
             "b = buf[pos]",
-            f"if b < {ONE_BYTE} and not b & 1:",  # a length below 64, one byte
+            f"if not b & {ONE_BYTE | 1}:",  # one byte, not negative: a length below 64
             "    e = pos + 1 + (b >> 1)",
             "    if e > end:",
             "        raise IndexError(e)",
@@ -178,7 +182,7 @@ class ReadLines(LineWriter):
             f"    {acc} = {start}",
             "    while True:",
             "        b = buf[pos]",
-            f"        if b < {ONE_BYTE} and not b & 1:",  # a count below 64, the usual block
+            f"        if not b & {ONE_BYTE | 1}:",  # a count below 64, the usual block
             "            pos += 1",
             f"            {count} = b >> 1",
             f"            if {count} > end - pos:",
