@@ -12,10 +12,9 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -47,9 +46,8 @@ _TIMER_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Queued:
-    """A commit waiting for the next group transaction."""
+class _Queued(NamedTuple):
+    """A commit waiting for the next group transaction (one per record: a cheap tuple)."""
 
     processor: str
     session_id: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ._model import SessionState
 
@@ -41,9 +41,12 @@ class StoredTimer:
     record: OutRecord
 
 
-@dataclass(frozen=True, slots=True)
-class StateChange:
-    """One atomic write after handling ``message_id``."""
+class StateChange(NamedTuple):
+    """One atomic write after handling ``message_id``.
+
+    A named tuple rather than a frozen dataclass: one is built per record, and a frozen
+    dataclass costs a ``object.__setattr__`` call per field (4 us here, against 0.5).
+    """
 
     expected_version: int
     message_id: str

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,7 +68,7 @@ async def test_the_next_commit_drops_the_previous_outbox_unless_told_not_to(
     first = StateChange(0, "m1", {}, ("m1",), outbox=(OutRecord("out", b"k", b"1"),))
     assert await store.commit("conv", "s1", first)
     kept = StateChange(1, "m2", {}, ("m2",), outbox=(OutRecord("out", b"k", b"2"),))
-    assert await store.commit("conv", "s1", replace(kept, clear_previous=False))
+    assert await store.commit("conv", "s1", kept._replace(clear_previous=False))
     assert len(await store.outbox("conv", "s1", "m1")) == 1  # its transaction may be open
     assert await store.commit("conv", "s1", StateChange(2, "m3", {}, ("m3",)))
     assert await store.outbox("conv", "s1", "m1") == []
