@@ -28,7 +28,6 @@ __all__ = [
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _MAX_LONG_BYTES = 10  # 64 bits in 7-bit groups
-_MAX_INT_BYTES = 5  # 32 bits
 _LOW7 = 0x7F  # the payload bits of a varint byte; 0x80 says another byte follows
 _TWO_BYTES = 1 << 13  # |n| below this zigzags into 14 bits: two varint bytes
 
@@ -104,16 +103,10 @@ def read_long(buf: bytes, pos: int) -> tuple[int, int]:
 
 def read_int(buf: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint of up to 32 bits at ``pos`` -> (value, next position)."""
-    byte = buf[pos]  # IndexError: the body ends early
-    raw, shift, end = byte & _LOW7, 7, pos + 1
-    while byte & 0x80:  # up to 4 bytes (28 bits) always fit an int
-        byte = buf[end]
-        raw |= (byte & _LOW7) << shift
-        shift += 7
-        end += 1
-        if end - pos == _MAX_INT_BYTES - 1 and byte & 0x80:
-            return _read(buf, pos, _INT_MIN, _INT_MAX, "int")
-    return (raw >> 1) ^ -(raw & 1), end
+    value, end = read_long(buf, pos)
+    if _INT_MIN <= value <= _INT_MAX:
+        return value, end
+    return _read(buf, pos, _INT_MIN, _INT_MAX, "int")  # raises, naming the range
 
 
 def _read(buf: bytes, pos: int, low: int, high: int, kind: str) -> tuple[int, int]:
