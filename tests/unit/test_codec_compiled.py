@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_serializer, field
 
 import hermesbus as h
 from hermesbus._types import Record
-from hermesbus.codec import Codec, default_codec
+from hermesbus.codec import Codec, _wire, default_codec
 from hermesbus.codec._compile import CompileError, compile_codec
 from hermesbus.codec._convert import to_model, to_record
 from hermesbus.codec._wire import Broken
@@ -455,3 +455,44 @@ def test_a_codec_that_cannot_compile_says_so_and_falls_back(
     assert "a bug in the generator" in caplog.text
     envelope = s.envelope_with(h.UserTurn(text="hi"))
     assert fallback.decode(fallback.encode(envelope)) == envelope
+
+
+# -- the wire primitives behind the generated code's slow paths --------------------------
+
+
+def _fastavro_long(n: int, kind: str = "long") -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(kind), n)
+    return buffer.getvalue()
+
+
+@given(s.INT64)
+def test_long_varints_are_fastavro_s(n: int) -> None:
+    data = _fastavro_long(n)
+    assert _wire.long_bytes(n) == data
+    assert _wire.read_long(data + b"\x00", 0) == (n, len(data))
+
+
+@given(s.INT32)
+def test_int_varints_are_fastavro_s(n: int) -> None:
+    data = _fastavro_long(n, "int")
+    assert _wire.long_bytes(n, 32) == data
+    assert _wire.read_int(data, 0) == (n, len(data))
+
+
+@given(st.binary(max_size=12))
+def test_varint_readers_fail_only_as_truncated_or_malformed(data: bytes) -> None:
+    for read in (_wire.read_long, _wire.read_int):
+        try:
+            read(data, 0)
+        except (IndexError, _wire.Malformed):
+            pass
+
+
+def test_varints_past_64_bits_are_malformed() -> None:
+    with pytest.raises(_wire.Malformed, match="runs past 10 bytes"):
+        _wire.read_long(b"\x80" * 10 + b"\x00", 0)
+    with pytest.raises(_wire.Malformed, match="outside the Avro long range"):
+        _wire.read_long(b"\xff" * 9 + b"\x7f", 0)
+    with pytest.raises(_wire.Malformed, match="outside the Avro int range"):
+        _wire.read_int(b"\x80\x80\x80\x80\x10", 0)
