@@ -15,18 +15,25 @@ import keyword
 import re
 import types
 import typing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import annotated_types as at
 from pydantic import AfterValidator, BeforeValidator, Strict, WrapSerializer
-from pydantic.fields import FieldInfo
-from pydantic.types import AllowInfNan
 
 from hermesbus import payloads
 from hermesbus._types import Record, _epoch_millis, to_millis_datetime
 from hermesbus.schemaset import fullname, qualify
+
+from ._constraints import (
+    Checks,
+    CompileError,
+    checks_of,
+    is_general,
+    is_strict,
+    unwrap,
+    validators_of,
+)
 
 __all__ = [
     "Array",
@@ -52,33 +59,8 @@ __all__ = [
 # branch's model (decode builds it). Any other validator or serializer is refused.
 _MILLIS = frozenset({_epoch_millis, to_millis_datetime})
 _NAMED_BODY = frozenset({payloads._named_body, payloads._tag_body})
-_GENERAL_KEYS = frozenset({"pattern", "allow_inf_nan", "union_mode", "strict"})
 _CONFIG_KEYS = frozenset({"frozen", "extra"})
 _FULL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-class CompileError(Exception):
-    """The schema and the models cannot be paired exactly; the codec falls back."""
-
-
-@dataclass(frozen=True)
-class Checks:
-    """The constraints pydantic applies to one decoded value."""
-
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    min_length: int | None = None
-    max_length: int | None = None
-    pattern: str | None = None
-    finite: bool = False
-
-    def without_bounds_of(self, low: int, high: int) -> Checks:
-        """These checks minus bounds that the Avro type already guarantees."""
-        ge = None if self.ge is not None and self.ge <= low else self.ge
-        le = None if self.le is not None and self.le >= high else self.le
-        return replace(self, ge=ge, le=le)
 
 
 @dataclass(frozen=True)
@@ -94,17 +76,17 @@ class Bool:
 @dataclass(frozen=True)
 class Long:
     bits: int
-    checks: Checks = Checks()
+    checks: Checks
 
 
 @dataclass(frozen=True)
 class Double:
-    checks: Checks = Checks()
+    checks: Checks
 
 
 @dataclass(frozen=True)
 class Str:
-    checks: Checks = Checks()
+    checks: Checks
 
 
 @dataclass(frozen=True)
@@ -180,7 +162,7 @@ class _Pairing:
         return kind
 
     def kind(self, schema: Any, space: str | None, hint: Any, meta: list[Any], where: str) -> Kind:
-        hint, meta = _unwrap(hint, meta)
+        hint, meta = unwrap(hint, meta)
         if isinstance(schema, list):
             return self.union(schema, space, hint, meta, where)
         if isinstance(schema, str) and qualify(schema, space) in self.named:
@@ -199,7 +181,7 @@ class _Pairing:
         if kind == "array":
             return self.array(schema, space, hint, where)
         key, values = _args(hint, dict, 2, where)
-        key, key_meta = _unwrap(key, [])
+        key, key_meta = unwrap(key, [])
         if key is not str or not all(isinstance(m, Strict) for m in key_meta):
             raise CompileError(f"{where}: map keys are paired with {key!r} {key_meta!r}, not str")
         return Map(self.kind(schema["values"], space, values, [], f"{where}.<value>"))
@@ -263,37 +245,18 @@ def _check_union(members: list[Any], meta: list[Any], where: str) -> None:
     """
     records = [m for m in members if _is_record(m)]
     others = [m for m in members if not _is_record(m) and m is not type(None)]
-    named_body = _validators(meta) == _NAMED_BODY
+    named_body = validators_of(meta) == _NAMED_BODY
     general = [m for m in meta if not isinstance(m, BeforeValidator | WrapSerializer)]
-    if any(not _is_general(m) or set(vars(m)) != {"union_mode"} for m in general):
+    if any(not is_general(m) or set(vars(m)) != {"union_mode"} for m in general):
         raise CompileError(f"{where}: constraints on a union are not compiled: {meta!r}")
-    if _validators(meta) and not named_body:
+    if validators_of(meta) and not named_body:
         raise CompileError(f"{where}: unknown validators on a union: {meta!r}")
     if len(records) > 1 and not (named_body and not others):
         raise CompileError(f"{where}: several records in a union without the named body")
     if named_body and set(records) != set(payloads.BODY_TYPES.values()):
         raise CompileError(f"{where}: the named body is paired with {records!r}")
-    if len(others) + bool(records) > 1 and not all(_is_strict(m) for m in others):
+    if len(others) + bool(records) > 1 and not all(is_strict(m) for m in others):
         raise CompileError(f"{where}: a union of several types whose members are not strict")
-
-
-def _validators(meta: list[Any]) -> frozenset[Any]:
-    return frozenset(
-        m.func for m in meta if isinstance(m, BeforeValidator | AfterValidator | WrapSerializer)
-    )
-
-
-def _is_strict(member: Any) -> bool:
-    hint, meta = _unwrap(member, [])
-    if typing.get_origin(hint) in (list, tuple):  # strict list of strict items
-        (item, *_rest) = typing.get_args(hint)
-        return _is_strict(item)
-    return any(isinstance(m, Strict) and m.strict for m in meta)
-
-
-def _is_general(item: Any) -> bool:
-    """pydantic's catch-all metadata (pattern, allow_inf_nan, union_mode, strict)."""
-    return hasattr(item, "__dict__") and set(vars(item)) <= _GENERAL_KEYS
 
 
 def _check_names(record: str, fields: list[str]) -> None:
@@ -330,65 +293,6 @@ def _check_model(model: type[Record]) -> None:
             raise CompileError(f"{model.__name__}.{name}: exclude or discriminator")
 
 
-def _unwrap(hint: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
-    """``Annotated[T, m...]`` -> (T, metadata), flattening Field(...) infos."""
-    while typing.get_origin(hint) is typing.Annotated:
-        hint, *extra = typing.get_args(hint)
-        meta = [*meta, *extra]
-    flat: list[Any] = []
-    for item in meta:
-        flat.extend(item.metadata if isinstance(item, FieldInfo) else [item])
-    return hint, flat
-
-
-_LOWER = {at.Ge: "ge", at.Gt: "gt", at.MinLen: "min_length"}
-_UPPER = {at.Le: "le", at.Lt: "lt", at.MaxLen: "max_length"}
-
-
-def _checks(meta: list[Any], where: str) -> Checks:
-    """The constraints of one primitive value.
-
-    pydantic keeps the last of repeated bounds; they are compiled only where that is also
-    the strictest (a tighter bound after a looser one, as Int32 then Field(ge=1) gives).
-    """
-    found: dict[str, list[Any]] = {}
-    for item in meta:
-        if type(item) in _LOWER or type(item) in _UPPER:
-            name = {**_LOWER, **_UPPER}[type(item)]
-            found.setdefault(name, []).append(getattr(item, name))
-        elif isinstance(item, AllowInfNan):
-            found.setdefault("allow_inf_nan", []).append(item.allow_inf_nan)
-        elif isinstance(item, Strict):
-            pass  # decoded values have exactly the Avro type's Python type
-        elif _is_general(item) and "union_mode" not in vars(item):
-            for key, value in vars(item).items():
-                found.setdefault(key, []).append(value)
-        else:
-            raise CompileError(f"{where}: unknown constraint {item!r}")
-    values: dict[str, Any] = {}
-    for name, seen in found.items():
-        if name == "strict":
-            continue
-        strictest = _strictest(name, seen, where)
-        if seen[-1] != strictest:
-            raise CompileError(f"{where}: a looser {name} after a stricter one")
-        values[name] = strictest
-    if "pattern" in values and not isinstance(values["pattern"], str):
-        raise CompileError(f"{where}: a pattern that is not a string")
-    finite = values.pop("allow_inf_nan", True) is False
-    return Checks(**values, finite=finite)
-
-
-def _strictest(name: str, seen: list[Any], where: str) -> Any:
-    if name in ("pattern", "allow_inf_nan"):
-        if len(set(map(repr, seen))) > 1:
-            raise CompileError(f"{where}: different {name}s on one value")
-        return seen[-1]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in seen):
-        raise CompileError(f"{where}: {name} bounds that are not numbers: {seen!r}")
-    return max(seen) if name in ("ge", "gt", "min_length") else min(seen)
-
-
 def _args(hint: Any, origin: type, count: int, where: str) -> tuple[Any, ...]:
     args = typing.get_args(hint)
     if typing.get_origin(hint) is not origin or len(args) != count:
@@ -408,7 +312,7 @@ _PRIMITIVE_TYPES: dict[str, type] = {
 
 def _primitive(schema: dict[str, Any], hint: Any, meta: list[Any], where: str) -> Kind:
     avro, logical = schema["type"], schema.get("logicalType")
-    validators = _validators(meta)
+    validators = validators_of(meta)
     if logical == "timestamp-millis" and avro == "long":
         rest = [m for m in meta if not isinstance(m, BeforeValidator | AfterValidator)]
         if hint is not datetime or validators != _MILLIS or rest:
@@ -420,7 +324,7 @@ def _primitive(schema: dict[str, Any], hint: Any, meta: list[Any], where: str) -
         raise CompileError(f"{where}: Avro type {avro} ({logical}) is not compiled")
     if hint is not _PRIMITIVE_TYPES[avro]:
         raise CompileError(f"{where}: Avro {avro} is paired with {hint!r}")
-    checks = _checks(meta, where)
+    checks = checks_of(meta, where)
     kinds: dict[str, Kind] = {
         "null": Null(),
         "boolean": Bool(),
@@ -436,7 +340,7 @@ def _primitive(schema: dict[str, Any], hint: Any, meta: list[Any], where: str) -
 
 def _fits(branch: Any, space: str | None, member: Any, named: dict[str, Any]) -> bool:  # noqa: PLR0911 - one per Avro kind
     """Whether a union branch of the schema is the Avro form of one model union member."""
-    member = _unwrap(member, [])[0]
+    member = unwrap(member, [])[0]
     if isinstance(branch, str) and qualify(branch, space) in named:
         branch = named[qualify(branch, space)]
     if isinstance(branch, str):
