@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import struct
 import threading
 import time
 from http import HTTPStatus
@@ -29,6 +28,9 @@ from ._framing import SINGLE_OBJECT_MAGIC, Framing, confluent_header, split
 __all__ = ["UNKNOWN_ID_TTL_S", "Codec", "SchemaRegistry", "WriterSchema"]
 
 logger = logging.getLogger(__name__)
+
+_Header = tuple[Framing, bytes | int]
+"""The framing of a message and its fingerprint or schema id."""
 
 UNKNOWN_ID_TTL_S = 30.0
 """How long a schema id the registry does not know is refused without asking again."""
@@ -59,8 +61,8 @@ class Codec:
     The current schema is also compiled with the models (``_compile``): envelopes are
     written and read by generated code, constraints checked inline. Data of any other
     writer schema, or read with another reader schema, goes through fastavro and pydantic
-    validation; so does everything when the schema and the models do not pair exactly
-    (``compiled`` is then False).
+    validation; so does everything when the schema and the models do not pair exactly,
+    or with ``compiled=False`` (``compiled`` then reads False).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Codec:
         *,
         registry: SchemaRegistry | None = None,
         name: str = ENVELOPE,
+        compiled: bool = True,
     ) -> None:
         schemas = SchemaSet.from_dir(schemas_dir)
         self.name = name
@@ -90,7 +93,7 @@ class Codec:
         self._last_reader: tuple[object, WriterSchema] | None = None
         self._resolvable: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
-        self._compiled = _compile_or_none(self.schema, name)
+        self._compiled = _compile_or_none(self.schema, name) if compiled else None
 
     @property
     def compiled(self) -> bool:
@@ -119,44 +122,50 @@ class Codec:
 
     def decode(self, data: bytes, reader_schema: dict[str, Any] | str | None = None) -> Envelope:
         """Bytes in either framing -> Envelope; every failure is a DecodeError."""
-        if self._compiled is not None and reader_schema is None:
-            if type(data) is not bytes:
-                data = bytes(data)
-            framing, key, offset = split(data)
-            if framing == "single-object":
-                writer = self._writer_by_fingerprint(key)
-            else:
-                writer = self._writer_by_id(key)
-            if writer is self._current:
-                return self._decode_compiled(self._compiled, data, offset, _label(framing, key))
-        return to_model(self.decode_record(data, reader_schema))
-
-    def _decode_compiled(
-        self, compiled: Compiled, data: bytes, offset: int, label: str
-    ) -> Envelope:
+        if self._compiled is None or reader_schema is not None:
+            return to_model(self.decode_record(data, reader_schema))
+        if type(data) is not bytes:
+            data = bytes(data)
+        writer, offset, header = self._resolve(data)
+        if writer is not self._current:  # older data: fastavro resolves it to the current one
+            return to_model(self._read_record(data, writer, offset, header, None))
         try:
-            envelope, end = compiled.decode(data, offset)
+            envelope, end = self._compiled.decode(data, offset)
         except _wire.Broken as exc:
             raise ContractError(f"envelope breaks the contract: {exc}") from exc
-        except (IndexError, struct.error) as exc:
+        except _wire.Malformed as exc:  # the generated code turns short bodies into these too
             raise DecodeError(
-                f"body does not decode with writer schema {label}: it ends early"
+                f"body does not decode with writer schema {_label(*header)}: {exc}"
             ) from exc
-        except (_wire.Malformed, UnicodeDecodeError) as exc:
-            raise DecodeError(f"body does not decode with writer schema {label}: {exc}") from exc
         if end != len(data):
-            raise DecodeError(f"{len(data) - end} bytes left after the record written with {label}")
+            raise DecodeError(
+                f"{len(data) - end} bytes left after the record written with {_label(*header)}"
+            )
         return envelope  # type: ignore[no-any-return]
 
     def decode_record(
         self, data: bytes, reader_schema: dict[str, Any] | str | None = None
     ) -> dict[str, Any]:
         """Bytes -> the Avro record as read with ``reader_schema`` (default: the current one)."""
+        writer, offset, header = self._resolve(data)
+        return self._read_record(data, writer, offset, header, reader_schema)
+
+    def _resolve(self, data: bytes) -> tuple[WriterSchema, int, _Header]:
+        """The writer schema named by the framing header, where the body starts, the header."""
         framing, key, offset = split(data)
         if framing == "single-object":
-            writer = self._writer_by_fingerprint(key)
-        else:
-            writer = self._writer_by_id(key)
+            return self._writer_by_fingerprint(key), offset, (framing, key)
+        return self._writer_by_id(key), offset, (framing, key)
+
+    def _read_record(
+        self,
+        data: bytes,
+        writer: WriterSchema,
+        offset: int,
+        header: _Header,
+        reader_schema: dict[str, Any] | str | None,
+    ) -> dict[str, Any]:
+        """fastavro reads the body, resolved to ``reader_schema`` or the current schema."""
         reader = self._reader(reader_schema)
         if reader is None and writer is not self._current:
             reader = self._current  # older data is resolved to the current schema
@@ -174,13 +183,13 @@ class Codec:
             )
         except Exception as exc:
             raise DecodeError(
-                f"body does not decode with writer schema {_label(framing, key)}: "
+                f"body does not decode with writer schema {_label(*header)}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         trailing = len(data) - stream.tell()
         if trailing:
             raise DecodeError(
-                f"{trailing} bytes left after the record written with {_label(framing, key)}"
+                f"{trailing} bytes left after the record written with {_label(*header)}"
             )
         if not isinstance(record, dict):
             raise DecodeError(f"decoded a {type(record).__name__}, not a record")

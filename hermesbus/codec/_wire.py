@@ -1,6 +1,6 @@
 """Avro binary encoding primitives for the compiled codec's slow paths.
 
-The generated code (``_compile``) handles the common cases inline: one-byte
+The generated code (``_read``, ``_write``) handles the common cases inline: one-byte
 varints, short strings. Everything else comes here, and every way the bytes can
 be wrong raises :class:`Malformed`; a value that decodes but breaks the model's
 contract raises :class:`Broken`. The codec turns both into ``DecodeError``s.
