@@ -23,7 +23,7 @@ from pydantic import (
     WrapSerializer,
 )
 
-from hermesbus._types import Int32, Int64, Millis, NonEmpty, Record
+from hermesbus._types import Double, Int32, Int64, Millis, NonEmpty, Record
 from hermesbus.snapshot import ContextSnapshot
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "TimerFired",
     "ToolCall",
     "ToolResult",
+    "ToolResults",
     "TrustLevel",
     "UserTurn",
     "Verification",
@@ -158,6 +159,10 @@ class MemoryContext(Record):
     symbols: dict[str, str] = Field(default_factory=dict)
     preferences: dict[str, str] = Field(default_factory=dict)
     facts: tuple[MemoryFact, ...] = ()
+    invalid: tuple[str, ...] = ()
+    """Symbols asked for that expired or failed their validator: the asker must clarify."""
+    candidates: dict[str, str] = Field(default_factory=dict)
+    """Preferences chosen repeatedly but not confirmed yet: ask before writing them."""
 
 
 class MemoryWrite(Record):
@@ -169,6 +174,8 @@ class MemoryWrite(Record):
     confirmed_by: str | None = None
     verified_by: Verification | None = None
     trust_level: TrustLevel = TrustLevel.RAW
+    importance: Annotated[Double, Field(ge=0.0, le=1.0)] = 0.5
+    """A user over budget loses the least important, then the oldest, items first."""
 
 
 class StateSnapshot(Record):
@@ -200,6 +207,15 @@ class Continue(Record):
     reason: str = ""
 
 
+class ToolResults(Record):
+    """The dispatcher's one answer to a cycle of tool calls (seed 000 §4.2, one dispatch)."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.ToolResults"
+    results: tuple[ToolResult, ...] = ()
+    context: MemoryContext | None = None
+    notice: str = ""
+
+
 Body = (
     UserTurn
     | Reply
@@ -212,6 +228,7 @@ Body = (
     | TimerFired
     | ErrorReport
     | Continue
+    | ToolResults
 )
 BODY_TYPES: dict[str, type[Record]] = {cls.avro_name: cls for cls in typing.get_args(Body)}
 """Body model by Avro full name, in the order of the ``Payload.body`` union."""

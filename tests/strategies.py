@@ -97,6 +97,8 @@ BODIES = {
         symbols=st.dictionaries(TEXT, TEXT, max_size=3),
         preferences=st.dictionaries(TEXT, TEXT, max_size=3),
         facts=_tuple(fact),
+        invalid=_tuple(TEXT),
+        candidates=st.dictionaries(TEXT, TEXT, max_size=3),
     ),
     h.MemoryWrite: st.builds(
         h.MemoryWrite,
@@ -107,6 +109,7 @@ BODIES = {
         confirmed_by=st.none() | TEXT,
         verified_by=st.none() | verification,
         trust_level=st.sampled_from(h.TrustLevel),
+        importance=st.floats(0.0, 1.0),
     ),
     h.StateSnapshot: st.builds(
         h.StateSnapshot, snapshot=snapshot, previous_state=st.none() | TEXT, trigger=TEXT
@@ -124,6 +127,12 @@ BODIES = {
     ),
     h.Continue: st.builds(h.Continue, reason=TEXT),
 }
+BODIES[h.ToolResults] = st.builds(
+    h.ToolResults,
+    results=_tuple(BODIES[h.ToolResult]),
+    context=st.none() | BODIES[h.MemoryContext],
+    notice=TEXT,
+)
 
 context_value = st.none() | st.booleans() | INT64 | FLOATS | TEXT | st.lists(TEXT, max_size=3)
 payload = st.builds(

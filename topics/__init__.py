@@ -2,9 +2,11 @@
 
 from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
 from .plan import Drift, ExistingTopic, TopicPlan, plan
-from .routes import CONVERSATION_IN, CONVERSATION_OUT, DLQ, ROUTES, topic_for
+from .routes import ALERTS, AUDIT, CONVERSATION_IN, CONVERSATION_OUT, DLQ, ROUTES, topic_for
 
 __all__ = [
+    "ALERTS",
+    "AUDIT",
     "CATALOG_FILE",
     "CONVERSATION_IN",
     "CONVERSATION_OUT",

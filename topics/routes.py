@@ -2,18 +2,21 @@
 
 ``tool:rule_engine_tool`` goes to ``hermes.tool``, ``mcp:dispatcher`` to
 ``hermes.dispatcher``; replies to a user (``user:...`` or ``app:...``) go to
-``hermes.conversation.out``, where apps read them.
+``hermes.conversation.out``, where apps read them; ``audit:graph`` to ``hermes.audit`` and
+``alerts:tool`` to ``hermes.alerts``.
 """
 
 from __future__ import annotations
 
 from hermesbus.errors import ConfigError
 
-__all__ = ["CONVERSATION_IN", "CONVERSATION_OUT", "DLQ", "ROUTES", "topic_for"]
+__all__ = ["ALERTS", "AUDIT", "CONVERSATION_IN", "CONVERSATION_OUT", "DLQ", "ROUTES", "topic_for"]
 
 CONVERSATION_IN = "hermes.conversation.in"
 CONVERSATION_OUT = "hermes.conversation.out"
 DLQ = "hermes.dlq"
+AUDIT = "hermes.audit"
+ALERTS = "hermes.alerts"
 
 ROUTES: dict[str, str] = {
     "conversation": CONVERSATION_IN,
@@ -23,6 +26,8 @@ ROUTES: dict[str, str] = {
     "memory": "hermes.memory",
     "user": CONVERSATION_OUT,
     "app": CONVERSATION_OUT,
+    "audit": AUDIT,
+    "alerts": ALERTS,
 }
 
 

@@ -54,8 +54,15 @@ def timers(
     *,
     topic: str,
     partition: int,
+    now_ms: int,
 ) -> tuple[StoredTimer, ...]:
-    """Durable timers that fire ``timer_fired`` envelopes on the session's own partition."""
+    """Durable timers that fire ``timer_fired`` envelopes on the session's own partition.
+
+    A timer is due ``due_at - envelope time`` after ``now_ms`` (the runtime's clock when
+    it was scheduled): an app's skewed clock, an old envelope in a backlog or a replayed
+    conversation keep a 5-minute wait a 5-minute wait. The fired envelope carries
+    ``due_at`` as asked, so its bytes are the same on every replay.
+    """
     result = []
     for request in requests:
         timer_id = derive_id(source.message_id, "timer", request.purpose)
@@ -79,7 +86,7 @@ def timers(
             ),
         )
         record = _record(codec, fired, topic, partition)
-        due_ms = _millis(fired.timestamp)
+        due_ms = now_ms + max(0, _millis(fired.timestamp) - _millis(source.timestamp))
         result.append(
             StoredTimer(timer_id, processor, source.session_id, request.purpose, due_ms, record)
         )

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -50,8 +50,10 @@ class Records:
         ports: Mapping[str, Any],
         prefix: str,
         stats: ProcessorStats,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
+        self.clock = clock
         self.handler = handler
         self.store = store
         self.codec = codec
@@ -238,6 +240,7 @@ class Records:
                 outcome.timers,
                 topic=part.tp.topic,
                 partition=part.tp.partition,
+                now_ms=int(self.clock() * 1000),
             )
         )
         return StateChange(
@@ -297,7 +300,7 @@ class Records:
             self.codec,
             self.name,
             envelope,
-            now_ms=int(time.time() * 1000),
+            now_ms=int(self.clock() * 1000),
             max_backoff_ms=self.settings.max_backoff_ms,
             topic=part.tp.topic,
             partition=part.tp.partition,

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -57,7 +57,10 @@ class Processor(Service):
         codec: Codec | None = None,
         topic_prefix: str = "",
         group_id: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock`` (seconds since the epoch) decides when durable timers are due; tests
+        pass a controllable one. Handlers never see it: their time is the envelope's."""
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
         self.name = name
@@ -79,6 +82,7 @@ class Processor(Service):
         self._ready: asyncio.Queue[bytes] = asyncio.Queue()
         self._stopping = False
         self._eos = self._settings.exactly_once
+        self._clock = clock
         self._records = Records(
             name,
             handler,
@@ -88,6 +92,7 @@ class Processor(Service):
             ports=MappingProxyType(dict(ports or {})) if ports else EMPTY,
             prefix=topic_prefix,
             stats=self.stats,
+            clock=clock,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
 
@@ -301,7 +306,7 @@ class Processor(Service):
     async def _fire_due(self) -> None:
         """Produce every due timer of the partitions this worker owns, then forget it."""
         owned = [(tp.topic, tp.partition) for tp, part in self._parts.items() if not part.closed]
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self._clock() * 1000)
         due = await self._store.due(self.name, owned, now_ms, limit=500)
         if not due:
             return

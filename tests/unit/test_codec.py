@@ -103,10 +103,16 @@ def test_header_fingerprint_is_crc64_avro_of_the_canonical_form() -> None:
     assert data[2:10] == independent == by_fastavro
 
 
+LATEST_FROZEN = max(
+    (SCHEMAS_DIR / "history" / ENVELOPE).glob("v*.avsc"), key=lambda p: int(p.stem[1:])
+)
+"""The latest frozen envelope is the current one: ``schemas check`` refuses otherwise."""
+
+
 @pytest.mark.parametrize(
     "schema_file",
-    [SCHEMAS_DIR / f"{ENVELOPE}.avsc", SCHEMAS_DIR / "history" / ENVELOPE / "v1.avsc"],
-    ids=["schemas-dir", "frozen-v1"],
+    [SCHEMAS_DIR / f"{ENVELOPE}.avsc", LATEST_FROZEN],
+    ids=["schemas-dir", "latest-frozen"],
 )
 def test_plain_fastavro_reads_the_body_with_the_avsc_file(schema_file: Path) -> None:
     envelope = s.envelope_with(
@@ -141,7 +147,8 @@ def test_golden_bytes() -> None:
         canonical_form(History(SCHEMAS_DIR / "history").versions(ENVELOPE)[0].load()).encode()
     ).to_bytes(8, "little")
     assert CODEC.decode(golden) == _golden_envelope()
-    assert CODEC.encode(_golden_envelope()) == golden
+    # v2 only added fields to other records and a union branch at the end: same body bytes
+    assert CODEC.encode(_golden_envelope())[10:] == golden[10:]
 
 
 def _v2_schemas(tmp_path: Path) -> Path:

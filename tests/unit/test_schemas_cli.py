@@ -12,7 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from hermesbus.cli import app
+from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
+
+FROZEN = len(History(SCHEMAS_DIR / "history").versions(ENVELOPE))
+"""How many versions of the shipped envelope are frozen; the latest is the current one."""
 
 runner = CliRunner()
 
@@ -70,10 +74,10 @@ def test_a_compatible_edit_must_be_frozen_then_passes(schemas: Path) -> None:
 
     code, output = run("schemas", "freeze", "--schemas", str(schemas))
     assert code == 0, output
-    assert (schemas / "history" / ENVELOPE / "v2.avsc").is_file()
+    assert (schemas / "history" / ENVELOPE / f"v{FROZEN + 1}.avsc").is_file()
     code, output = run("schemas", "check", "--schemas", str(schemas))
     assert code == 0, output
-    assert "hermes.mcp.Envelope v1" in output  # v2 is compared with v1
+    assert f"hermes.mcp.Envelope v{FROZEN}" in output  # the new version vs. the one before
     code, output = run("schemas", "freeze", "--schemas", str(schemas))
     assert "unchanged" in output
 
@@ -122,13 +126,14 @@ def test_check_against_a_git_revision(schemas: Path) -> None:
 def test_fingerprint_prints_the_single_object_fingerprint() -> None:
     code, output = run("schemas", "fingerprint")
     assert code == 0
-    assert output == "hermes.mcp.Envelope 82d87f0addc09770\n"
+    assert output == "hermes.mcp.Envelope 12eab1317a2444cc\n"
     code, output = run("schemas", "fingerprint", "--canonical")
     assert output.splitlines()[1].startswith('{"name":"hermes.mcp.Envelope","type":"record"')
 
 
 def test_every_frozen_version_stays_readable(schemas: Path) -> None:
-    """v2 drops a field and v3 brings it back with another type: v1 data would not decode."""
+    """One version drops a field, the next brings it back with another type: v1 data would
+    not decode."""
 
     def drop_retryable(schema: dict[str, Any]) -> None:
         schema["fields"] = [f for f in schema["fields"] if f["name"] != "retryable"]
@@ -146,7 +151,7 @@ def test_every_frozen_version_stays_readable(schemas: Path) -> None:
     code, output = run("schemas", "freeze", "--schemas", str(schemas))
     assert code == 1
     assert "not frozen" in output
-    assert not (schemas / "history" / ENVELOPE / "v3.avsc").exists()
+    assert not (schemas / "history" / ENVELOPE / f"v{FROZEN + 2}.avsc").exists()
 
 
 def test_a_schema_that_is_not_valid_avro_is_refused(schemas: Path) -> None:

@@ -57,12 +57,16 @@ def test_a_handler_may_name_the_causation_itself() -> None:
 def test_timers_fire_on_the_session_partition_at_envelope_time() -> None:
     due = T0 + timedelta(minutes=5)
     request = TimerRequest(due_at=due, purpose="S2.wait", data_json='{"state":"S2"}')
-    (timer,) = fx.timers(CODEC, "conversation", turn(), [request], topic="in", partition=3)
-    assert timer.due_at_ms == int(due.timestamp() * 1000)
+    now_ms = 1_900_000_000_000  # the runtime's clock, far from the envelope's time
+    (timer,) = fx.timers(
+        CODEC, "conversation", turn(), [request], topic="in", partition=3, now_ms=now_ms
+    )
+    assert turn().timestamp == T0
+    assert timer.due_at_ms == now_ms + 5 * 60_000  # five minutes after it was scheduled
     assert timer.record.partition == 3
     assert timer.record.topic == "in"
     fired = CODEC.decode(timer.record.value)
-    assert fired.timestamp == due  # time comes from the envelope, never the clock
+    assert fired.timestamp == due  # the envelope's time, never the clock
     assert fired.message_id == timer.timer_id == derive_id("m1", "timer", "S2.wait")
     assert fired.payload.body == TimerFired(
         timer_id=timer.timer_id, due_at=due, purpose="S2.wait", data_json='{"state":"S2"}'
