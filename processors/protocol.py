@@ -1,0 +1,205 @@
+"""The protocol between the four processors: who sends which envelope to whom.
+
+Every envelope between components goes through the dispatcher (``mcp:dispatcher``,
+topic ``hermes.dispatcher``); only replies to the user go straight out (``user:app``,
+topic ``hermes.conversation.out``). Addresses are ``component:instance``; the runtime
+picks the topic from the component (``topics/routes.py``).
+
+A **cycle** is one request of the conversation for tool work, answered exactly once:
+
+1. conversation -> dispatcher: one ``ToolCall`` envelope per tool, all with
+   ``context[CYCLE]`` = the cycle id and ``context[TOOLS]`` = every tool of the cycle
+   in order; ``source`` = ``conversation:<state>``; ``metadata.timeout_ms`` = the
+   state's budget (``STATE_TIMEOUT_MS``); ``snapshot`` = the conversation's snapshot.
+2. dispatcher -> memory (``memory:context``): one ``MemoryQuery`` per cycle, before any
+   of its tool calls goes out (memory first).
+3. memory -> dispatcher: ``MemoryContext`` with the same ``context[CYCLE]``.
+4. dispatcher -> ``tool:<name>``: each call once (one dispatch per component per cycle;
+   a retry of the same call is the same dispatch), ``context[FALLBACK]`` = ``True`` when
+   live health says the tool is unhealthy and its fallback must answer.
+5. tool -> dispatcher: ``ToolResult`` with the same ``context[CYCLE]``.
+6. dispatcher -> ``conversation:<state>`` (the requester): ONE envelope per cycle, a
+   ``ToolResults`` with every result in call order and the memory context; or, fail
+   fast, one ``ErrorReport`` (a 5xx or a timeout cancels the cycle's pending calls).
+   A second answer in the same cycle needs a ``Continue`` from the conversation.
+
+Outside cycles: the conversation sends ``StateSnapshot`` on every transition and
+``MemoryWrite`` for mid-term items to the dispatcher, which validates and forwards them
+to ``memory:<tier>``; verified tool results that carry ``RESULT_FACTS`` /
+``RESULT_SYMBOLS`` become long-term / short-term ``MemoryWrite`` envelopes from the
+dispatcher; memory sends every graph change to ``audit:graph``; the tool processor sends
+verification failures to ``alerts:tool`` as ``ErrorReport`` envelopes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from hermesbus.payloads import MemoryTier
+
+__all__ = [
+    "ALERTS",
+    "AUDIT",
+    "BAD_ARGUMENTS",
+    "CONVERSATION",
+    "CYCLE",
+    "DISPATCHER",
+    "DISPATCHER_ADDRESS",
+    "FALLBACK",
+    "MEMORY",
+    "MEMORY_CONTEXT",
+    "NOT_REGISTERED",
+    "OK",
+    "RESULT_FACTS",
+    "RESULT_SYMBOLS",
+    "STATES",
+    "STATE_TIMEOUT_MS",
+    "SYMBOL_TTL_S",
+    "TASK_QUERY_CONTEXT",
+    "TIMEOUT",
+    "TOOL",
+    "TOOLS",
+    "TRANSITIONS",
+    "UNAVAILABLE",
+    "USER",
+    "VERIFICATION_FAILED",
+    "HealthView",
+    "ToolHealth",
+    "component_of",
+    "conversation_at",
+    "is_failure",
+    "memory_at",
+    "tool_at",
+]
+
+# processor names: consumer groups and state namespaces
+CONVERSATION: Final = "conversation"
+DISPATCHER: Final = "dispatcher"
+TOOL: Final = "tool"
+MEMORY: Final = "memory"
+
+# addresses
+DISPATCHER_ADDRESS: Final = "mcp:dispatcher"
+USER: Final = "user:app"
+MEMORY_CONTEXT: Final = "memory:context"
+"""Where query_context goes; writes go to ``memory:<tier>``."""
+AUDIT: Final = "audit:graph"
+ALERTS: Final = "alerts:tool"
+
+# payload.context keys
+CYCLE: Final = "cycle"
+"""The cycle an envelope belongs to (a str id); the dispatcher answers each cycle once."""
+TOOLS: Final = "tools"
+"""Every tool of the cycle, in call order (a list of str), on each conversation call."""
+FALLBACK: Final = "fallback"
+"""``True`` on a dispatched call: the tool is unhealthy, answer with its fallback."""
+
+TASK_QUERY_CONTEXT: Final = "query_context"
+
+# keys of a tool's result JSON that the dispatcher turns into memory writes
+RESULT_FACTS: Final = "facts"
+"""``[{"subject", "relation", "object"}]``: graph edges the tool verified (long-term)."""
+RESULT_SYMBOLS: Final = "symbols"
+"""``{"name": "entity"}``: short-term symbols of the session (TTL ``SYMBOL_TTL_S``)."""
+SYMBOL_TTL_S: Final = 600
+
+# ToolResult.status_code
+OK: Final = 200
+BAD_ARGUMENTS: Final = 400
+NOT_REGISTERED: Final = 404
+VERIFICATION_FAILED: Final = 502
+UNAVAILABLE: Final = 503
+TIMEOUT: Final = 504
+
+STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 5_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
+"""``metadata.timeout_ms`` the conversation sets per state (seed 000 §4.1: S1 5 s, S3 30 s)."""
+
+
+def is_failure(status_code: int) -> bool:
+    """5xx (timeouts are 504): fail fast."""
+    return status_code >= 500  # noqa: PLR2004 - HTTP's server-error class
+
+
+def component_of(address: str) -> str:
+    return address.split(":", 1)[0]
+
+
+def conversation_at(state: str) -> str:
+    return f"conversation:{state}"
+
+
+def tool_at(name: str) -> str:
+    return f"tool:{name}"
+
+
+def memory_at(tier: MemoryTier) -> str:
+    return f"memory:{tier.value}"
+
+
+# -- the conversation's state machine, as far as the dispatcher checks it ----------------
+
+STATES: Final = ("S1", "S2", "S3", "S3.1", "S4", "S5")
+"""Intent, materials, validation, human review, confirmation, terminate/degrade."""
+
+TRANSITIONS: Final = frozenset(
+    {
+        (None, "S1"),  # a new session
+        ("S1", "S2"),  # expense intent, materials missing
+        ("S1", "S5"),  # unclear intent
+        ("S2", "S2"),  # more materials, or OCR pre-check of an upload
+        ("S2", "S3"),  # all materials in: validate
+        ("S2", "S4"),  # waited 5 min: ask whether the user gave up
+        ("S2", "S5"),
+        ("S3", "S3.1"),  # validation over 30 s, or low confidence: human review
+        ("S3", "S4"),  # validated, no fatal error
+        ("S3", "S5"),  # fatal validation failure
+        ("S3.1", "S2"),  # the user uploads again
+        ("S3.1", "S3"),  # review passed, validation still to finish
+        ("S3.1", "S4"),  # review passed
+        ("S3.1", "S5"),
+        ("S4", "S2"),  # modify
+        ("S4", "S5"),  # submitted, cancelled, gave up or expired (idle 10 min)
+    }
+)
+"""Allowed ``(previous_state, state_id)`` pairs of a ``StateSnapshot``; others are refused."""
+
+
+# -- live tool health, read by the dispatcher and written by the tool processor -----------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHealth:
+    """A tool's latest health (seed 000 §3: latency, success rate, quota)."""
+
+    tool: str
+    latency_ms: float
+    success_rate: float
+    quota_remaining: int | None = None
+    """None: the tool has no quota."""
+    checked_at_ms: int = 0
+    slow_after_ms: float = 1_000.0
+    """Above this (and healthy) the user is told the result will take about ``estimate_s``."""
+    unhealthy_after_ms: float = 2_000.0
+    min_success_rate: float = 0.95
+    estimate_s: int = 30
+
+    @property
+    def healthy(self) -> bool:
+        return (
+            self.latency_ms <= self.unhealthy_after_ms
+            and self.success_rate >= self.min_success_rate
+            and self.quota_remaining != 0
+        )
+
+    @property
+    def slow(self) -> bool:
+        return self.healthy and self.latency_ms > self.slow_after_ms
+
+
+class HealthView(Protocol):
+    """The dispatcher's port onto live tool health (``ports["health"]``)."""
+
+    async def health(self, tool: str) -> ToolHealth | None:
+        """The tool's latest health; None when the tool is not registered."""
+        ...
