@@ -15,12 +15,17 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     ├── CatalogError           the topic catalog is invalid
     ├── BrokerError            the Kafka cluster refused or failed a request
     ├── StoreError             a state store refused or failed a request
+    ├── ToolError              a tool failed, or cannot be used as registered
+    │   ├── AdmissionError     the registry refuses a tool (no schema, probe, verifier, fallback)
+    │   └── VerificationError  a tool's result failed its signature, schema or content checks
+    ├── IntentError            the configured intent endpoint (HERMES_LLM_URL) failed
     └── ReplyTimeout           no reply to a turn arrived in time (Client.ask)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AdmissionError",
     "BrokerError",
     "CatalogError",
     "CodecError",
@@ -30,10 +35,13 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "HermesError",
+    "IntentError",
     "RegistryError",
     "ReplyTimeout",
     "SchemaError",
     "StoreError",
+    "ToolError",
+    "VerificationError",
 ]
 
 
@@ -95,6 +103,22 @@ class BrokerError(HermesError):
 
 class StoreError(HermesError):
     """A state store (SQLite, Redis, ...) refused or failed a request."""
+
+
+class ToolError(HermesError):
+    """A tool failed, or cannot be used the way it is registered."""
+
+
+class AdmissionError(ToolError):
+    """The registry refuses a tool: it lacks a schema, a probe, a verifier or a fallback."""
+
+
+class VerificationError(ToolError):
+    """A tool's result failed verification (signature, output schema, sensitive content)."""
+
+
+class IntentError(HermesError):
+    """The configured intent endpoint (``HERMES_LLM_URL``) failed or answered nonsense."""
 
 
 class ReplyTimeout(HermesError):
