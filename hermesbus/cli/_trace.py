@@ -1,0 +1,40 @@
+"""``hermesbus trace TRACE_ID``: a trace read back from the topics, drawn as a waterfall."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.trace import collect, spans, waterfall
+
+from ._common import console, errors, fail
+
+__all__ = ["trace_command"]
+
+
+def trace_command(
+    trace_id: Annotated[str, typer.Argument(help="The trace to draw (envelope trace_id).")],
+    session: Annotated[
+        str | None, typer.Option(help="Read only this session's partitions (faster).")
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
+    ] = None,
+    prefix: Annotated[
+        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
+    ] = "",
+) -> None:
+    """Print the trace's spans: component, state, what it handled, a time bar, ms, outcome."""
+    with errors():
+        kafka = KafkaConfig()
+        if bootstrap:
+            kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+        hops = asyncio.run(collect(kafka, trace_id, session_id=session, prefix=prefix))
+    if not hops:
+        raise fail(f"no envelope of trace {trace_id} on the topics")
+    for line in waterfall(spans(hops)):
+        console.print(escape(line), soft_wrap=True)
