@@ -1,1 +1,57 @@
-"""Placeholder; filled by issue #4."""
+"""The memory processor: three tiers of memory behind one handler (seed 000 §5, seed 001 §5).
+
+- short-term: a symbol table per session (symbol -> entity, created, TTL, validator) in
+  the session state; expired or invalid symbols come back in ``MemoryContext.invalid``;
+- mid-term: preferences written only with ``confirmed_by``, repeated choices proposed as
+  candidates, and items with importance and TTL under a per-user budget;
+- long-term: an entity graph changed only by tool-verified facts from the dispatcher,
+  queried by trust level, with conflict resolution and every change sent to ``audit:graph``.
+
+Wiring: ``async with MemoryStores(MemorySettings()) as stores:`` then run ``handle`` as
+processor ``NAME`` with ``ports={NAME: stores}``.
+"""
+
+from ._handler import NAME, TERMINAL_STATE, handle
+from ._model import (
+    TRUST_RANK,
+    ChoiceCount,
+    Edge,
+    GraphEvent,
+    GraphPlan,
+    GraphTask,
+    MidTermItem,
+    Node,
+    Preference,
+    ReviewItem,
+    millis,
+    trust_at_least,
+)
+from ._ports import GraphStore, PreferenceStore
+from ._settings import MemorySettings
+from ._stores import MemoryStores
+from ._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
+
+__all__ = [
+    "DEFAULT_VALIDATOR",
+    "NAME",
+    "TERMINAL_STATE",
+    "TRUST_RANK",
+    "VALIDATORS",
+    "ChoiceCount",
+    "Edge",
+    "GraphEvent",
+    "GraphPlan",
+    "GraphStore",
+    "GraphTask",
+    "MemorySettings",
+    "MemoryStores",
+    "MidTermItem",
+    "Node",
+    "Preference",
+    "PreferenceStore",
+    "ReviewItem",
+    "Validator",
+    "handle",
+    "millis",
+    "trust_at_least",
+]

@@ -1,0 +1,165 @@
+"""Long-term memory: the entity graph, changed only by tool-verified facts (seed 000 §5.3).
+
+A write ``"<subject>|<relation>|<object>"`` is accepted only from the dispatcher and only
+with ``verified_by``. Relations are single-valued per (subject, relation) unless listed
+in ``MemorySettings.multi_valued``. A rival object verified less than the conflict window
+apart goes to the review queue (nothing changes); otherwise the newest verification wins
+and the loser is kept, deprecated. A repeated identical fact refreshes its verification.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hermesbus.payloads import MemoryFact, MemoryWrite, TrustLevel, Verification
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS
+
+from ._emit import Refused
+from ._model import TRUST_RANK, Edge, GraphEvent, GraphPlan, GraphTask, Node, ReviewItem, millis
+from ._ports import GraphStore
+from ._settings import MemorySettings
+
+__all__ = ["facts_for", "parse_fact", "plan_write"]
+
+
+def parse_fact(write: MemoryWrite) -> tuple[str, str, str] | Refused:
+    """(subject, relation, object) from the key; a value naming other parts is refused."""
+    parts = write.key.split("|")
+    if len(parts) != 3 or not all(parts):  # noqa: PLR2004 - subject|relation|object
+        return Refused(
+            "memory.bad_key", f"{write.key!r}: a long-term key is '<subject>|<relation>|<object>'"
+        )
+    subject, relation, object_ = parts
+    try:
+        value = json.loads(write.value_json)
+    except ValueError:
+        return Refused("memory.bad_value", f"{write.key!r}: value_json is not JSON")
+    if isinstance(value, dict):
+        stated = (value.get("subject"), value.get("relation"), value.get("object"))
+        if stated not in ((None, None, None), (subject, relation, object_)):
+            return Refused("memory.bad_value", f"{write.key!r}: value_json states another fact")
+    return subject, relation, object_
+
+
+def _refusal(write: MemoryWrite, source: str) -> Refused | None:
+    if source != DISPATCHER_ADDRESS:
+        return Refused(
+            "memory.untrusted_source",
+            f"long-term write {write.key!r} came from {source!r}, not {DISPATCHER_ADDRESS}",
+            "only tool-verified facts forwarded by the dispatcher change the graph",
+        )
+    if write.verified_by is None:
+        return Refused(
+            "memory.unverified_fact",
+            f"long-term write {write.key!r} has no verified_by",
+            "let a tool verify the fact; the dispatcher forwards verified facts",
+        )
+    return None
+
+
+async def plan_write(
+    write: MemoryWrite, source: str, change_id: str, graph: GraphStore, settings: MemorySettings
+) -> GraphPlan | Refused:
+    """What the write changes in the graph (for ``GraphStore.apply``), or why it is refused."""
+    refused = _refusal(write, source)
+    verified = write.verified_by
+    if refused is not None or verified is None:
+        return refused or Refused("memory.unverified_fact", f"{write.key!r} has no verified_by")
+    parsed = parse_fact(write)
+    if isinstance(parsed, Refused):
+        return parsed
+    subject, relation, object_ = parsed
+    new = Edge(
+        subject=subject,
+        relation=relation,
+        object=object_,
+        trust_level=write.trust_level,
+        verified_tool=verified.tool,
+        verified_at_ms=millis(verified.verified_at),
+    )
+    rivals: tuple[Edge, ...] = ()
+    if relation not in settings.multi_valued:
+        rivals = tuple(
+            e
+            for e in await graph.edges_from(subject, relation)
+            if not e.deprecated and e.object != object_
+        )
+    if not rivals:
+        return await _unopposed(new, change_id, graph)
+    return await _contested(new, rivals, change_id, graph, settings.conflict_window_s * 1000)
+
+
+async def _contested(
+    new: Edge, rivals: tuple[Edge, ...], change_id: str, graph: GraphStore, window_ms: int
+) -> GraphPlan:
+    """A single-valued relation with a live rival: review, supersede, or lose."""
+    rival = max(rivals, key=lambda e: (e.verified_at_ms, e.object))
+    if abs(new.verified_at_ms - rival.verified_at_ms) < window_ms:
+        review = ReviewItem(
+            review_id=change_id, edge=new, conflicts_with=rival, queued_at_ms=new.verified_at_ms
+        )
+        event = GraphEvent(task=GraphTask.REVIEW, edge=new, related=rival.key)
+        return GraphPlan(change_id=change_id, reviews=(review,), events=(event,))
+    nodes = await _nodes(new, graph)
+    if new.verified_at_ms > rival.verified_at_ms:
+        old = tuple(e.model_copy(update={"deprecated": True}) for e in rivals)
+        events = tuple(GraphEvent(task=GraphTask.DEPRECATED, edge=e, related=new.key) for e in old)
+        created = GraphEvent(task=GraphTask.CREATED, edge=new, related=rival.key)
+        return GraphPlan(
+            change_id=change_id, nodes=nodes, edges=(*old, new), events=(*events, created)
+        )
+    lost = new.model_copy(update={"deprecated": True})  # an older verification loses
+    event = GraphEvent(task=GraphTask.DEPRECATED, edge=lost, related=rival.key)
+    return GraphPlan(change_id=change_id, nodes=nodes, edges=(lost,), events=(event,))
+
+
+async def _unopposed(new: Edge, change_id: str, graph: GraphStore) -> GraphPlan:
+    """No rival: create the edge, or refresh the identical one (no audit event)."""
+    nodes = await _nodes(new, graph)
+    same = await graph.edge(new.subject, new.relation, new.object)
+    if same is None or same.deprecated:
+        event = GraphEvent(task=GraphTask.CREATED, edge=new)
+        return GraphPlan(change_id=change_id, nodes=nodes, edges=(new,), events=(event,))
+    latest = new if new.verified_at_ms >= same.verified_at_ms else same
+    refreshed = latest.model_copy(
+        update={"trust_level": _higher(same.trust_level, new.trust_level)}
+    )
+    return GraphPlan(change_id=change_id, nodes=nodes, edges=(refreshed,))
+
+
+def _higher(a: TrustLevel, b: TrustLevel) -> TrustLevel:
+    return a if TRUST_RANK[a] >= TRUST_RANK[b] else b
+
+
+async def _nodes(edge: Edge, graph: GraphStore) -> tuple[Node, ...]:
+    """Subject and object nodes carrying the newest verification and the highest trust."""
+    nodes = []
+    for entity in dict.fromkeys((edge.subject, edge.object)):
+        old = await graph.node(entity)
+        node = Node(
+            entity=entity,
+            trust_level=edge.trust_level,
+            verified_tool=edge.verified_tool,
+            verified_at_ms=edge.verified_at_ms,
+        )
+        if old is not None:
+            newest = node if node.verified_at_ms >= old.verified_at_ms else old
+            trust = _higher(old.trust_level, edge.trust_level)
+            node = newest.model_copy(update={"trust_level": trust, "deprecated": old.deprecated})
+        nodes.append(node)
+    return tuple(nodes)
+
+
+async def facts_for(entity: str, trust: TrustLevel, graph: GraphStore) -> tuple[MemoryFact, ...]:
+    """The entity's live facts at ``trust`` or above, as ``MemoryContext.facts``."""
+    return tuple(
+        MemoryFact(
+            subject=e.subject,
+            relation=e.relation,
+            object=e.object,
+            trust_level=e.trust_level,
+            verified_by=Verification(tool=e.verified_tool, verified_at=e.verified_at_ms),
+            deprecated=e.deprecated,
+        )
+        for e in await graph.facts(entity, trust)
+    )

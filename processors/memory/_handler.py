@@ -1,0 +1,137 @@
+"""The memory processor's handler (processor ``memory``, topic ``hermes.memory``).
+
+``MemoryQuery`` -> one ``MemoryContext`` to the dispatcher (same context, so the cycle
+id is kept); ``MemoryWrite`` -> applied to its tier, silently on success, an
+``ErrorReport`` to the dispatcher when refused; ``StateSnapshot`` -> the session's
+latest snapshot kept in state (nothing emitted; an S5 snapshot ends the session's
+symbol table). Time is the envelope's timestamp.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from hermesbus.errors import ConfigError
+from hermesbus.payloads import MemoryContext, MemoryQuery, MemoryTier, MemoryWrite, StateSnapshot
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY
+from hermesbus.runtime import HandlerInput, Outcome
+
+from ._emit import Refused, audit_envelope, refusal_envelope, reply
+from ._graph import facts_for, plan_write
+from ._midterm import apply_mid_term, preferences_for
+from ._model import millis
+from ._stores import MemoryStores
+from ._symbols import lookup, parse_symbol, prune
+
+__all__ = ["NAME", "TERMINAL_STATE", "handle"]
+
+NAME = MEMORY
+"""Processor name (consumer group) and the key of its port in ``HandlerInput.ports``."""
+TERMINAL_STATE = "S5"
+"""A snapshot of this state ends the session: its short-term symbols are dropped."""
+
+log = logging.getLogger(__name__)
+
+
+def _stores(inp: HandlerInput) -> MemoryStores:
+    stores = inp.ports.get(NAME)
+    if not isinstance(stores, MemoryStores):
+        raise ConfigError(f'the memory handler needs ports["{NAME}"] = MemoryStores(...)')
+    return stores
+
+
+async def handle(inp: HandlerInput) -> Outcome:
+    """Answer queries, apply writes, keep snapshots; anything else is left alone."""
+    body = inp.envelope.payload.body
+    if isinstance(body, MemoryQuery):
+        return await _query(inp, body, _stores(inp))
+    if isinstance(body, MemoryWrite):
+        return await _write(inp, body, _stores(inp))
+    if isinstance(body, StateSnapshot):
+        return _snapshot(inp, body)
+    return Outcome()
+
+
+def _symbols(state: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    symbols = state.get("symbols")
+    return symbols if isinstance(symbols, Mapping) else {}
+
+
+async def _query(inp: HandlerInput, query: MemoryQuery, stores: MemoryStores) -> Outcome:
+    envelope = inp.envelope
+    now_ms = millis(envelope.timestamp)
+    symbols, invalid = await lookup(
+        _symbols(inp.state.data), query.symbols, now_ms, stores.validators, stores.graph
+    )
+    preferences, candidates = await preferences_for(
+        query.preferences,
+        envelope.user_id,
+        now_ms,
+        stores.preferences,
+        stores.settings.choice_threshold,
+    )
+    facts = await facts_for(query.entity, query.trust_level, stores.graph) if query.entity else ()
+    context = MemoryContext(
+        symbols=symbols,
+        preferences=preferences,
+        facts=facts,
+        invalid=invalid,
+        candidates=candidates,
+    )
+    answer = reply(envelope, 0, target=DISPATCHER_ADDRESS, body=context, task=envelope.payload.task)
+    return Outcome(emit=(answer,))
+
+
+async def _write(inp: HandlerInput, write: MemoryWrite, stores: MemoryStores) -> Outcome:
+    envelope = inp.envelope
+    now_ms = millis(envelope.timestamp)
+    if write.tier is MemoryTier.SHORT_TERM:
+        entry = parse_symbol(write, now_ms, stores.settings.symbol_ttl_s, stores.validators)
+        if isinstance(entry, Refused):
+            return _refuse(inp, write, entry)
+        symbols = {**prune(_symbols(inp.state.data), now_ms), write.key: entry}
+        return Outcome(state={**inp.state.data, "symbols": symbols})
+    if write.tier is MemoryTier.MID_TERM:
+        refused = await apply_mid_term(
+            write,
+            user_id=envelope.user_id,
+            message_id=envelope.message_id,
+            now_ms=now_ms,
+            store=stores.preferences,
+            settings=stores.settings,
+        )
+        return Outcome() if refused is None else _refuse(inp, write, refused)
+    plan = await plan_write(
+        write, envelope.source, envelope.message_id, stores.graph, stores.settings
+    )
+    if isinstance(plan, Refused):
+        return _refuse(inp, write, plan)
+    applied = await stores.graph.apply(plan)
+    audits = tuple(audit_envelope(envelope, i, e) for i, e in enumerate(applied.events))
+    return Outcome(emit=audits)
+
+
+def _refuse(inp: HandlerInput, write: MemoryWrite, refused: Refused) -> Outcome:
+    log.info(
+        "memory refused %s write %s from %s: %s",
+        write.tier.value,
+        write.key,
+        inp.envelope.source,
+        refused.code,
+    )
+    return Outcome(emit=(refusal_envelope(inp.envelope, write.tier, refused),))
+
+
+def _snapshot(inp: HandlerInput, body: StateSnapshot) -> Outcome:
+    """Keep the latest snapshot; the terminal state drops the symbol table."""
+    latest = {
+        **body.snapshot.model_dump(mode="json"),
+        "previous_state": body.previous_state,
+        "trigger": body.trigger,
+    }
+    state: dict[str, Any] = {**inp.state.data, "snapshot": latest}
+    if body.snapshot.state_id == TERMINAL_STATE:
+        state["symbols"] = {}
+    return Outcome(state=state)

@@ -1,0 +1,100 @@
+"""The memory processor's I/O boundaries: a mid-term store and a long-term graph store.
+
+One implementation per backend (SQLite in ``hermesbus.connectors.sqlite.memory``;
+Redis and Neo4j later), all passing the same abstract test suites. Both are services:
+``start()``/``stop()`` are idempotent and ``async with`` opens and closes them.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from hermesbus.payloads import TrustLevel
+
+from ._model import ChoiceCount, Edge, GraphPlan, MidTermItem, Node, Preference, ReviewItem
+
+__all__ = ["GraphStore", "PreferenceStore"]
+
+
+@runtime_checkable
+class PreferenceStore(Protocol):
+    """Mid-term memory: confirmed preferences, choice observations and budgeted items.
+
+    ``now_ms`` arguments hide what expired by then; None shows everything stored.
+    """
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def put_preference(self, preference: Preference) -> None:
+        """Insert or replace ``pref:{user_id}:{name}``."""
+        ...
+
+    async def preference(
+        self, user_id: str, name: str, now_ms: int | None = None
+    ) -> Preference | None: ...
+
+    async def observe_choice(
+        self, user_id: str, name: str, value_json: str, observation_id: str, at_ms: int
+    ) -> None:
+        """Count one choice; the same ``observation_id`` twice counts once (redelivery)."""
+        ...
+
+    async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
+        """Counts per value, most chosen first, then most recently chosen."""
+        ...
+
+    async def put_item(self, item: MidTermItem) -> None:
+        """Insert or update by (user_id, key); an update keeps the stored ``created_at_ms``."""
+        ...
+
+    async def item(
+        self, user_id: str, key: str, now_ms: int | None = None
+    ) -> MidTermItem | None: ...
+
+    async def items(self, user_id: str, now_ms: int | None = None) -> tuple[MidTermItem, ...]:
+        """The user's items, by key."""
+        ...
+
+    async def purge_expired(self, user_id: str, now_ms: int) -> tuple[str, ...]:
+        """Delete the user's items expired at ``now_ms``; their keys, sorted."""
+        ...
+
+    async def evict(self, user_id: str, keep: int) -> tuple[str, ...]:
+        """Delete items until ``keep`` remain: least important first, then least recently
+        updated, then by key; the deleted keys in that order."""
+        ...
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    """Long-term memory: the entity graph, its deprecated edges and the review queue."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def node(self, entity: str) -> Node | None: ...
+
+    async def edge(self, subject: str, relation: str, object_: str) -> Edge | None: ...
+
+    async def edges_from(self, subject: str, relation: str) -> tuple[Edge, ...]:
+        """Every edge of (subject, relation), deprecated ones included, by object."""
+        ...
+
+    async def facts(
+        self, entity: str, minimum: TrustLevel, *, include_deprecated: bool = False
+    ) -> tuple[Edge, ...]:
+        """Edges with ``entity`` as subject or object, trusted at ``minimum`` or above,
+        ordered by (subject, relation, object)."""
+        ...
+
+    async def apply(self, plan: GraphPlan) -> GraphPlan:
+        """Apply the plan in one transaction, unless its ``change_id`` was applied before;
+        either way return the plan that was applied for that id."""
+        ...
+
+    async def review_queue(self) -> tuple[ReviewItem, ...]:
+        """Facts waiting for human review, in the order they were queued."""
+        ...

@@ -1,0 +1,38 @@
+"""Memory settings from ``HERMES_MEMORY_*`` (and ``HERMES_HOME`` for the default file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["MemorySettings"]
+
+
+class MemorySettings(BaseSettings):
+    """Budget, conflict window, multi-valued relations and where the SQLite file lives."""
+
+    model_config = SettingsConfigDict(env_prefix="HERMES_MEMORY_", frozen=True, extra="ignore")
+
+    home: Path = Field(
+        default=Path(".hermes"), validation_alias=AliasChoices("HERMES_HOME", "home")
+    )
+    path: Path | None = None
+    """``HERMES_MEMORY_PATH``; default ``$HERMES_HOME/memory.sqlite3``."""
+    budget_items: Annotated[int, Field(ge=1)] = 100
+    """Mid-term items kept per user; a write over budget evicts (seed 001 §5.4)."""
+    conflict_window_s: Annotated[int, Field(ge=0)] = 300
+    """Two verifications of rival facts closer than this go to human review (seed 000 §5.3)."""
+    choice_threshold: Annotated[int, Field(ge=1)] = 3
+    """Identical choices before a preference is proposed as a candidate (seed 000 §5.2)."""
+    symbol_ttl_s: Annotated[int, Field(ge=0)] = 600
+    """TTL of a short-term symbol whose write names none."""
+    multi_valued: frozenset[str] = frozenset({"related_to", "responsible_for", "member_of"})
+    """Relations a subject may hold to several objects; every other one is single-valued."""
+    busy_timeout_ms: Annotated[int, Field(ge=0)] = 5_000
+
+    @property
+    def db_path(self) -> Path:
+        return self.path if self.path is not None else self.home / "memory.sqlite3"

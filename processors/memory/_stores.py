@@ -1,0 +1,99 @@
+"""``MemoryStores``: the memory processor's one port (``ports["memory"]``) and read API.
+
+It holds a :class:`PreferenceStore`, a :class:`GraphStore`, the settings and the
+validator registry; by default both stores are SQLite on ``$HERMES_HOME/memory.sqlite3``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from hermesbus.lifecycle import Service
+from hermesbus.payloads import TrustLevel
+
+from ._model import ChoiceCount, Edge, MidTermItem, Preference, ReviewItem, millis
+from ._ports import GraphStore, PreferenceStore
+from ._settings import MemorySettings
+from ._symbols import VALIDATORS, Validator
+
+__all__ = ["MemoryStores"]
+
+
+def _sqlite(settings: MemorySettings) -> tuple[PreferenceStore, GraphStore]:
+    """The embedded default; imported here so other backends need not load it."""
+    from hermesbus.connectors.sqlite.memory import (  # noqa: PLC0415 - avoids an import cycle
+        SqliteGraphStore,
+        SqlitePreferenceStore,
+    )
+
+    path, timeout = settings.db_path, settings.busy_timeout_ms
+    return (
+        SqlitePreferenceStore(path, busy_timeout_ms=timeout),
+        SqliteGraphStore(path, busy_timeout_ms=timeout),
+    )
+
+
+class MemoryStores(Service):
+    """Mid-term and long-term stores plus settings; starts and stops both stores."""
+
+    def __init__(
+        self,
+        settings: MemorySettings | None = None,
+        *,
+        preferences: PreferenceStore | None = None,
+        graph: GraphStore | None = None,
+        validators: Mapping[str, Validator] | None = None,
+    ) -> None:
+        self.settings = settings or MemorySettings()
+        self.validators: Mapping[str, Validator] = validators or VALIDATORS
+        if preferences is None or graph is None:
+            default_preferences, default_graph = _sqlite(self.settings)
+            preferences = preferences or default_preferences
+            graph = graph or default_graph
+        self.preferences: PreferenceStore = preferences
+        self.graph: GraphStore = graph
+
+    async def start(self) -> None:
+        await self.preferences.start()
+        await self.graph.start()
+
+    async def stop(self) -> None:
+        await self.graph.stop()
+        await self.preferences.stop()
+
+    # -- the read API (demo, tests, CLI) ------------------------------------------------
+
+    async def items(self, user_id: str, now: datetime | None = None) -> tuple[MidTermItem, ...]:
+        """The user's mid-term items (not preferences), hiding those expired by ``now``."""
+        return await self.preferences.items(user_id, None if now is None else millis(now))
+
+    async def item(self, user_id: str, key: str, now: datetime | None = None) -> MidTermItem | None:
+        return await self.preferences.item(user_id, key, None if now is None else millis(now))
+
+    async def preference(
+        self, user_id: str, name: str, now: datetime | None = None
+    ) -> Preference | None:
+        """``pref:{user_id}:{name}`` with value, updated_at and confirmed_by, or None."""
+        return await self.preferences.preference(
+            user_id, name, None if now is None else millis(now)
+        )
+
+    async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
+        return await self.preferences.choices(user_id, name)
+
+    async def facts(
+        self,
+        entity: str,
+        trust_level: TrustLevel = TrustLevel.VERIFIED,
+        *,
+        include_deprecated: bool = False,
+    ) -> tuple[Edge, ...]:
+        """Edges of ``entity`` (as subject or object) trusted at ``trust_level`` or above."""
+        return await self.graph.facts(entity, trust_level, include_deprecated=include_deprecated)
+
+    async def edge(self, subject: str, relation: str, object_: str) -> Edge | None:
+        return await self.graph.edge(subject, relation, object_)
+
+    async def review_queue(self) -> tuple[ReviewItem, ...]:
+        return await self.graph.review_queue()

@@ -1,0 +1,109 @@
+"""The abstract GraphStore suite: every implementation must pass it (SQLite now)."""
+
+from __future__ import annotations
+
+from hermesbus.payloads import TrustLevel
+from hermesbus.processors.memory import (
+    Edge,
+    GraphEvent,
+    GraphPlan,
+    GraphStore,
+    GraphTask,
+    Node,
+    ReviewItem,
+)
+
+
+def edge(s: str, r: str, o: str, trust: TrustLevel = TrustLevel.VERIFIED, **kw: object) -> Edge:
+    values: dict[str, object] = {
+        "subject": s,
+        "relation": r,
+        "object": o,
+        "trust_level": trust,
+        "verified_tool": "org_tool",
+        "verified_at_ms": 1_000,
+    }
+    return Edge.model_validate({**values, **kw})
+
+
+def node(entity: str, trust: TrustLevel = TrustLevel.VERIFIED) -> Node:
+    return Node(entity=entity, trust_level=trust, verified_tool="org_tool", verified_at_ms=1_000)
+
+
+FIXTURE = GraphPlan(
+    change_id="c1",
+    nodes=(node("user:u1"), node("dept:a", TrustLevel.CERTIFIED)),
+    edges=(
+        edge("user:u1", "belongs_to", "dept:a", TrustLevel.CERTIFIED),
+        edge("user:u1", "likes", "tea", TrustLevel.RAW),
+        edge("trip:t1", "taken_by", "user:u1"),
+        edge("user:u1", "belongs_to", "dept:old", deprecated=True),
+        edge("user:u2", "belongs_to", "dept:a"),
+    ),
+    events=(GraphEvent(task=GraphTask.CREATED, edge=edge("user:u1", "belongs_to", "dept:a")),),
+)
+
+
+async def test_is_the_protocol(graph_store: GraphStore) -> None:
+    assert isinstance(graph_store, GraphStore)
+
+
+async def test_apply_stores_nodes_and_edges(graph_store: GraphStore) -> None:
+    assert await graph_store.apply(FIXTURE) == FIXTURE
+    assert await graph_store.node("dept:a") == node("dept:a", TrustLevel.CERTIFIED)
+    assert await graph_store.node("dept:none") is None
+    assert await graph_store.edge("user:u1", "likes", "tea") == FIXTURE.edges[1]
+    assert await graph_store.edge("user:u1", "likes", "coffee") is None
+    objects = [e.object for e in await graph_store.edges_from("user:u1", "belongs_to")]
+    assert objects == ["dept:a", "dept:old"]  # deprecated edges are kept
+
+
+async def test_apply_is_idempotent_by_change_id(graph_store: GraphStore) -> None:
+    await graph_store.apply(FIXTURE)
+    other = GraphPlan(change_id="c1", edges=(edge("x", "y", "z"),))
+    assert await graph_store.apply(other) == FIXTURE  # the first plan, recorded
+    assert await graph_store.edge("x", "y", "z") is None
+
+
+async def test_apply_upserts_edges_by_their_triple(graph_store: GraphStore) -> None:
+    await graph_store.apply(FIXTURE)
+    gone = edge("user:u1", "belongs_to", "dept:a", TrustLevel.CERTIFIED, deprecated=True)
+    await graph_store.apply(GraphPlan(change_id="c2", edges=(gone,)))
+    assert await graph_store.edge("user:u1", "belongs_to", "dept:a") == gone
+
+
+async def test_facts_by_trust_level(graph_store: GraphStore) -> None:
+    await graph_store.apply(FIXTURE)
+
+    async def keys(level: TrustLevel, **kw: bool) -> list[str]:
+        return [e.key for e in await graph_store.facts("user:u1", level, **kw)]
+
+    assert await keys(TrustLevel.RAW) == [
+        "trip:t1|taken_by|user:u1",
+        "user:u1|belongs_to|dept:a",
+        "user:u1|likes|tea",
+    ]
+    assert await keys(TrustLevel.VERIFIED) == [
+        "trip:t1|taken_by|user:u1",
+        "user:u1|belongs_to|dept:a",
+    ]
+    assert await keys(TrustLevel.CERTIFIED) == ["user:u1|belongs_to|dept:a"]
+    with_old = await keys(TrustLevel.RAW, include_deprecated=True)
+    assert "user:u1|belongs_to|dept:old" in with_old
+
+
+async def test_review_queue_keeps_order(graph_store: GraphStore) -> None:
+    first = edge("u", "belongs_to", "a")
+    reviews = [
+        ReviewItem(
+            review_id=f"r{i}",
+            edge=edge("u", "belongs_to", f"b{i}"),
+            conflicts_with=first,
+            queued_at_ms=i,
+        )
+        for i in (2, 1)
+    ]
+    for i, review in enumerate(reviews):
+        await graph_store.apply(GraphPlan(change_id=f"c{i}", reviews=(review,)))
+    assert await graph_store.review_queue() == tuple(reviews)  # in the order they came
+    assert await graph_store.edge("u", "belongs_to", "b1") is None  # a review changes nothing

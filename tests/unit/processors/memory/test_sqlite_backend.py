@@ -1,0 +1,66 @@
+"""What only the SQLite memory stores promise: the file, WAL, lifecycle and persistence."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
+from hermesbus.errors import StoreError
+from hermesbus.processors.memory import MemorySettings, MemoryStores, Preference
+
+
+async def test_default_file_is_under_hermes_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HERMES_MEMORY_BUDGET_ITEMS", "7")
+    settings = MemorySettings()
+    assert settings.db_path == tmp_path / "home" / "memory.sqlite3"
+    assert settings.budget_items == 7
+    async with MemoryStores(settings) as stores:
+        assert isinstance(stores.preferences, SqlitePreferenceStore)
+        assert isinstance(stores.graph, SqliteGraphStore)
+    assert settings.db_path.exists()
+    monkeypatch.setenv("HERMES_MEMORY_PATH", str(tmp_path / "elsewhere.db"))
+    assert MemorySettings().db_path == tmp_path / "elsewhere.db"
+
+
+async def test_both_stores_share_one_wal_file_and_persist(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite3"
+    pref = Preference(user_id="u", name="n", value_json="1", updated_at_ms=1, confirmed_by="m")
+    async with SqlitePreferenceStore(path) as prefs, SqliteGraphStore(path) as graph:
+        await prefs.start()  # twice is harmless
+        await prefs.put_preference(pref)
+        assert await graph.review_queue() == ()
+    await prefs.stop()  # and so is stopping twice
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"preferences", "choices", "items", "nodes", "edges", "reviews"} <= tables
+    async with SqlitePreferenceStore(path) as reopened:
+        assert await reopened.preference("u", "n") == pref
+
+
+async def test_a_store_not_started_says_so(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not started"):
+        await SqliteGraphStore(tmp_path / "m.db").review_queue()
+
+
+async def test_an_unopenable_file_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(StoreError, match="cannot open"):
+        await SqlitePreferenceStore(tmp_path / "dir.db").start()
+
+
+async def test_values_are_bound_not_spliced(tmp_path: Path) -> None:
+    """A key full of SQL is stored as text (every statement is parameterised)."""
+    evil = "x'); DROP TABLE preferences; --"
+    async with SqlitePreferenceStore(tmp_path / "m.db") as prefs:
+        pref = Preference(
+            user_id=evil, name="n", value_json='"v"', updated_at_ms=1, confirmed_by=evil
+        )
+        await prefs.put_preference(pref)
+        assert await prefs.preference(evil, "n") == pref
