@@ -1,1 +1,48 @@
-"""Placeholder; filled by issue #4."""
+"""The dispatcher processor (the "MCP" of seed 000 §4): contract, routing and cycles.
+
+Every envelope between components passes here (topic ``hermes.dispatcher``). It checks
+the protocol (:data:`RULES`), routes by target, and runs each cycle of tool calls:
+memory first, one dispatch per component per round unless ``continue``, the call's
+``timeout_ms`` and retry policy, fail fast, and one answer per round. Tool choice reads
+live health (``ports["health"]``); violations are counted in ``ports["violations"]``.
+
+Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health))``;
+``dispatcher_ports(health)["violations"].summary()`` prints the totals.
+"""
+
+from ._emit import ALERTS_ADDRESS
+from ._handler import NAME, TOPIC, handle
+from ._health import HealthChoice, Verdict, choose
+from ._ports import (
+    HEALTH_PORT,
+    VIOLATIONS_PORT,
+    StaticHealth,
+    ViolationCounter,
+    Violations,
+    dispatcher_ports,
+)
+from ._rules import ALLOWED_BODIES, RULES, TIMER_SOURCE, Rule, Violation, first_violation
+from ._state import DispatcherState
+
+__all__ = [
+    "ALERTS_ADDRESS",
+    "ALLOWED_BODIES",
+    "HEALTH_PORT",
+    "NAME",
+    "RULES",
+    "TIMER_SOURCE",
+    "TOPIC",
+    "VIOLATIONS_PORT",
+    "DispatcherState",
+    "HealthChoice",
+    "Rule",
+    "StaticHealth",
+    "Verdict",
+    "Violation",
+    "ViolationCounter",
+    "Violations",
+    "choose",
+    "dispatcher_ports",
+    "first_violation",
+    "handle",
+]

@@ -1,0 +1,222 @@
+"""The cycle's events: a call, memory's answer, a tool's result, a continue, a timer.
+
+Each function takes an envelope the contract rules already accepted, updates the
+session's cycle in place and records what goes out in ``Effects``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import ErrorReport, MemoryContext, TimerFired, ToolCall, ToolResult
+from hermesbus.processors.protocol import CYCLE, MEMORY_CONTEXT, TOOLS, is_failure, tool_at
+
+from ._dispatch import (
+    answer,
+    deadline_purpose,
+    dispatch,
+    fail,
+    query_memory,
+    schedule_retry,
+    timer_data,
+)
+from ._emit import ALERTS_ADDRESS, Effects
+from ._health import result_notices
+from ._memory import verified_writes
+from ._ports import Ports
+from ._state import Call, CallStatus, Cycle, DispatcherState
+
+__all__ = [
+    "drop_late",
+    "on_call",
+    "on_continue",
+    "on_memory",
+    "on_memory_error",
+    "on_result",
+    "on_timer",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _cid(envelope: Envelope) -> str:
+    value = envelope.payload.context.get(CYCLE)
+    return value if isinstance(value, str) else ""
+
+
+def drop_late(state: DispatcherState, ports: Ports, what: str, cid: str) -> None:
+    """An envelope of a round that is over (or superseded): counted, never forwarded."""
+    log.info("dispatcher: late %s for cycle %s dropped", what, cid)
+    state.late += 1
+    if ports.counter is not None:
+        ports.counter.count_late()
+
+
+def _start_round(
+    fx: Effects, state: DispatcherState, cid: str, envelope: Envelope, old: Cycle | None
+) -> Cycle:
+    """The first call of a round: its budget, its deadline timer, its one memory query."""
+    tools = envelope.payload.context.get(TOOLS)
+    budget = envelope.metadata.timeout_ms
+    cycle = Cycle(
+        requester=envelope.source,
+        task=envelope.payload.task,
+        tools=list(tools) if isinstance(tools, list) else [],
+        round=old.round if old is not None else 1,
+        deadline_ms=fx.now_ms + budget,
+        budget_ms=budget,
+    )
+    state.cycles[cid] = cycle
+    query_memory(fx, cid, cycle, envelope.payload.context)
+    fx.schedule(budget, deadline_purpose(cid), {CYCLE: cid, "round": cycle.round})
+    return cycle
+
+
+async def on_call(
+    fx: Effects, state: DispatcherState, envelope: Envelope, call: ToolCall, ports: Ports
+) -> None:
+    """Hold the call until memory has answered the round, or send it now if it has."""
+    cid = _cid(envelope)
+    cycle = state.cycles.get(cid)
+    if cycle is not None and not cycle.is_open:
+        drop_late(state, ports, f"call of {call.tool}", cid)  # the round failed before it came
+        return
+    if cycle is None or not cycle.received:
+        cycle = _start_round(fx, state, cid, envelope, cycle)
+    cycle.received.append(call.tool)
+    cycle.calls[call.tool] = Call(envelope=envelope)
+    if cycle.memory is not None:
+        await dispatch(fx, cid, cycle, call.tool, ports.need_health())
+
+
+async def on_memory(
+    fx: Effects, state: DispatcherState, envelope: Envelope, body: MemoryContext, ports: Ports
+) -> None:
+    """Memory answered the round: every held call goes out, in the cycle's tool order."""
+    cid = _cid(envelope)
+    cycle = state.cycles[cid]
+    asked = envelope.payload.context.get("round", cycle.round)
+    if not cycle.is_open or not cycle.received or cycle.memory is not None or asked != cycle.round:
+        drop_late(state, ports, "memory context", cid)
+        return
+    cycle.memory = body
+    for tool in cycle.tools:
+        call = cycle.calls.get(tool)
+        if cycle.is_open and call is not None and call.status is CallStatus.WAITING:
+            await dispatch(fx, cid, cycle, tool, ports.need_health())
+
+
+def _latency(envelope: Envelope) -> float:
+    diag = envelope.diagnostics
+    if diag is None:
+        return 0.0
+    return diag.external_calls.avg_latency_ms or diag.processing_time_ms
+
+
+def on_result(
+    fx: Effects, state: DispatcherState, envelope: Envelope, result: ToolResult, ports: Ports
+) -> None:
+    """Record a result; retry or fail fast on a 5xx; answer once every tool answered."""
+    cid = _cid(envelope)
+    cycle = state.cycles[cid]
+    call = cycle.calls.get(result.tool) if cycle.is_open else None
+    if call is None or call.status is not CallStatus.SENT:
+        drop_late(state, ports, f"result of {result.tool}", cid)
+        return
+    if is_failure(result.status_code):
+        if not schedule_retry(fx, cid, cycle, result.tool):
+            policy = call.envelope.metadata.retry_policy
+            detail = result.error or "no detail"
+            message = (
+                f"{result.tool} answered {result.status_code} on attempt {call.attempt} "
+                f"of {policy.max_attempts}: {detail}"
+            )
+            fail(
+                fx,
+                cid,
+                cycle,
+                component=tool_at(result.tool),
+                code=str(result.status_code),
+                message=message,
+            )
+        return
+    call.status = CallStatus.DONE
+    cycle.results[result.tool] = result
+    cycle.latency_ms[result.tool] = _latency(envelope)
+    cycle.notices.extend(result_notices(result))
+    verified_writes(fx, result, task=cycle.task, context={CYCLE: cid, "tool": result.tool})
+    if all(tool in cycle.results for tool in cycle.tools):
+        answer(fx, cid, cycle)
+
+
+def on_continue(state: DispatcherState, envelope: Envelope) -> None:
+    """The conversation asks for one more answer in a closed cycle: a new round."""
+    state.cycles[_cid(envelope)].reopen()
+
+
+def _waiting_for(cycle: Cycle) -> tuple[str, str]:
+    """The component a timed-out round waits for first, and everything it waits for."""
+    names = [] if cycle.memory is not None else [MEMORY_CONTEXT]
+    names += [tool_at(tool) for tool in cycle.tools if tool not in cycle.results]
+    missing = [tool for tool in cycle.tools if tool not in cycle.received]
+    text = ", ".join(names) + (f" (no call yet for {missing})" if missing else "")
+    return (names[0] if names else MEMORY_CONTEXT), text
+
+
+async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports: Ports) -> None:
+    """The round's deadline (fail fast with ``timeout``) or a retry that is due."""
+    data = timer_data(fired.data_json)
+    cid = data.get(CYCLE)
+    cycle = state.cycles.get(cid) if isinstance(cid, str) else None
+    if (
+        cycle is None
+        or not isinstance(cid, str)
+        or not cycle.is_open
+        or data.get("round") != cycle.round
+    ):
+        log.debug("dispatcher: stale timer %s ignored", fired.purpose)
+        return
+    if fired.purpose == deadline_purpose(cid):
+        component, pending = _waiting_for(cycle)
+        budget = f"its {cycle.budget_ms} ms budget"
+        message = f"cycle {cid!r} ({cycle.task}) passed {budget} waiting for {pending}"
+        fail(fx, cid, cycle, component=component, code="timeout", message=message)
+        return
+    tool = data.get("tool")
+    call = cycle.calls.get(tool) if isinstance(tool, str) else None
+    if (
+        call is None
+        or call.status is not CallStatus.RETRYING
+        or data.get("attempt") != call.attempt + 1
+    ):
+        log.debug("dispatcher: stale retry timer %s ignored", fired.purpose)
+        return
+    call.attempt += 1
+    await dispatch(fx, cid, cycle, str(tool), ports.need_health())
+
+
+def on_memory_error(
+    fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport
+) -> None:
+    """Memory refused: fail the round it blocks, or tell the conversation that last spoke."""
+    cid = _cid(envelope)
+    cycle = state.cycles.get(cid)
+    if cycle is not None and cycle.is_open and cycle.received and cycle.memory is None:
+        fail(
+            fx,
+            cid,
+            cycle,
+            component=report.component,
+            code=report.code,
+            message=report.message,
+            advice=report.advice,
+            retryable=report.retryable,
+        )
+        return
+    payload = envelope.payload
+    target = state.last_speaker
+    if target is None:
+        log.warning("dispatcher: memory error %s with no conversation to tell", report.code)
+        target = ALERTS_ADDRESS
+    fx.send(target, report, task=payload.task, context=payload.context)

@@ -1,0 +1,206 @@
+"""What the dispatcher does to a cycle: send a call, retry it, answer once, or fail fast.
+
+Seed 000 §4.2: a call leaves only after the cycle's memory context (memory first); the
+requester gets ONE answer per round — every result in call order, or one error report
+that names the failing component, its code and advice, after which the round's pending
+calls are cancelled and their late results dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from hermesbus.errors import StoreError
+from hermesbus.payloads import (
+    ContextValue,
+    ErrorReport,
+    MemoryQuery,
+    Reply,
+    ToolCall,
+    ToolResults,
+)
+from hermesbus.processors.protocol import (
+    CYCLE,
+    FALLBACK,
+    MEMORY_CONTEXT,
+    TASK_QUERY_CONTEXT,
+    TIMEOUT,
+    TOOLS,
+    USER,
+    VERIFICATION_FAILED,
+    HealthView,
+    tool_at,
+)
+
+from ._emit import Effects, diagnostics
+from ._health import bilingual, choose
+from ._state import CallStatus, Cycle, CycleStatus
+
+__all__ = [
+    "RETRY_LATER",
+    "answer",
+    "cycle_context",
+    "deadline_purpose",
+    "dispatch",
+    "fail",
+    "query_memory",
+    "retry_purpose",
+    "schedule_retry",
+    "timer_data",
+]
+
+RETRY_LATER: Final = bilingual("稍后重试或使用降级数据", "retry later or use fallback data")
+_CHECK_TOOL: Final = bilingual("工具结果未通过校验，请联系管理员", "result failed verification")
+
+
+def deadline_purpose(cid: str) -> str:
+    return f"cycle:{cid}"
+
+
+def retry_purpose(cid: str, tool: str) -> str:
+    return f"retry:{cid}:{tool}"
+
+
+def cycle_context(cid: str, cycle: Cycle) -> dict[str, ContextValue]:
+    return {CYCLE: cid, TOOLS: list(cycle.tools), "round": cycle.round}
+
+
+def query_memory(
+    fx: Effects, cid: str, cycle: Cycle, call_context: dict[str, ContextValue]
+) -> None:
+    """The round's one query_context to memory, before any of its calls leaves."""
+    symbols, prefs = call_context.get("symbols"), call_context.get("preferences")
+    user = fx.source.user_id
+    query = MemoryQuery(
+        symbols=tuple(symbols) if isinstance(symbols, list) else (),
+        preferences=tuple(prefs) if isinstance(prefs, list) else (),
+        entity=f"user:{user}" if user else None,
+    )
+    context = cycle_context(cid, cycle)
+    diag = diagnostics(len(cycle.tools))
+    fx.send(MEMORY_CONTEXT, query, task=TASK_QUERY_CONTEXT, context=context, diag=diag)
+
+
+async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: HealthView) -> None:
+    """Send ``tool``'s call with the time left of the cycle, as live health advises."""
+    call = cycle.calls[tool]
+    left = (cycle.deadline_ms or 0) - fx.now_ms
+    if left <= 0:
+        fail(fx, cid, cycle, component=tool_at(tool), code="timeout", message=_late(cid, cycle))
+        return
+    envelope = call.envelope
+    body = envelope.payload.body
+    if not isinstance(body, ToolCall):
+        raise StoreError(f"cycle {cid!r}: the saved call of {tool!r} is not a ToolCall")
+    choice = choose(tool, await health.health(tool), body.fallback_allowed)
+    if choice.notice and tool not in cycle.notified:
+        cycle.notified.append(tool)
+        cycle.notices.append(choice.notice)
+        reply = Reply(text=choice.notice, degraded=True)
+        fx.send(USER, reply, task=cycle.task, context=cycle_context(cid, cycle))
+    context: dict[str, ContextValue] = {
+        **envelope.payload.context,
+        FALLBACK: choice.fallback,
+        "health": choice.verdict.value,
+        "round": cycle.round,
+    }
+    if choice.latency_ms is not None:
+        context["health_latency_ms"] = choice.latency_ms
+    metadata = envelope.metadata.model_copy(update={"timeout_ms": left, "attempt": call.attempt})
+    diag = diagnostics(len(cycle.tools), confidence=0.5 if choice.fallback else 1.0)
+    fx.send(
+        tool_at(tool),
+        body,
+        task=envelope.payload.task,
+        context=context,
+        causation_id=envelope.message_id,
+        metadata=metadata,
+        snapshot=envelope.snapshot,
+        diag=diag,
+    )
+    call.status, call.health = CallStatus.SENT, choice.verdict.value
+
+
+def _late(cid: str, cycle: Cycle) -> str:
+    return f"cycle {cid!r} ({cycle.task}) has no time left of its budget"
+
+
+def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str) -> bool:
+    """Retry a 5xx call after ``backoff_ms * 2**(attempt-1)`` if attempts and time are left."""
+    call = cycle.calls[tool]
+    policy = call.envelope.metadata.retry_policy
+    backoff = policy.backoff_ms * 2 ** (call.attempt - 1)
+    if call.attempt >= policy.max_attempts or fx.now_ms + backoff >= (cycle.deadline_ms or 0):
+        return False
+    data = {CYCLE: cid, "tool": tool, "round": cycle.round, "attempt": call.attempt + 1}
+    fx.schedule(backoff, retry_purpose(cid, tool), data)
+    call.status = CallStatus.RETRYING
+    return True
+
+
+def _advice(code: str) -> tuple[str, bool]:
+    if code == str(VERIFICATION_FAILED):
+        return _CHECK_TOOL, False
+    return RETRY_LATER, code in {"timeout", str(TIMEOUT)} or code.startswith("5")
+
+
+def fail(
+    fx: Effects,
+    cid: str,
+    cycle: Cycle,
+    *,
+    component: str,
+    code: str,
+    message: str,
+    advice: str | None = None,
+    retryable: bool | None = None,
+) -> None:
+    """Fail fast: cancel the round's pending calls and timers, tell the requester once."""
+    default_advice, default_retryable = _advice(code)
+    for tool, call in cycle.calls.items():
+        if call.status is CallStatus.RETRYING:
+            fx.cancel(retry_purpose(cid, tool))
+    fx.cancel(deadline_purpose(cid))
+    report = ErrorReport(
+        component=component,
+        code=code,
+        message=message,
+        advice=default_advice if advice is None else advice,
+        retryable=default_retryable if retryable is None else retryable,
+    )
+    context = cycle_context(cid, cycle)
+    diag = diagnostics(len(cycle.tools), confidence=0.0)
+    fx.send(cycle.requester, report, task=cycle.task, context=context, diag=diag)
+    cycle.close(CycleStatus.FAILED)
+
+
+def _confidence(cycle: Cycle) -> float:
+    scores = [1.0]
+    for result in cycle.results.values():
+        score = 1.0 if result.verified else 0.6
+        if result.stale or result.fallback:
+            score = min(score, 0.5)
+        scores.append(score if result.status_code < 400 else 0.0)  # noqa: PLR2004 - HTTP
+    return min(scores)
+
+
+def answer(fx: Effects, cid: str, cycle: Cycle) -> None:
+    """Every tool answered: ONE ``ToolResults`` in call order with the memory context."""
+    results = tuple(cycle.results[tool] for tool in cycle.tools)
+    body = ToolResults(results=results, context=cycle.memory, notice="\n".join(cycle.notices))
+    latencies = list(cycle.latency_ms.values())
+    latency = sum(latencies) / len(latencies) if latencies else 0.0
+    diag = diagnostics(len(cycle.tools), _confidence(cycle), latency)
+    fx.send(cycle.requester, body, task=cycle.task, context=cycle_context(cid, cycle), diag=diag)
+    fx.cancel(deadline_purpose(cid))
+    cycle.close(CycleStatus.ANSWERED)
+
+
+def timer_data(data_json: str) -> dict[str, object]:
+    """The data of a dispatcher timer (``{}`` when it is not a JSON object)."""
+    try:
+        data = json.loads(data_json)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,108 @@
+"""Collects what one handler call emits, schedules and cancels, and builds the outcome.
+
+Every emitted envelope keeps the input's trace, session, user and timestamp; its
+``message_id`` and ``span_id`` are derived from the input's id and its index, as the
+runtime would derive them, so causation can be followed in tests and replays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
+from hermesbus.payloads import Body, ContextValue, Payload
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS
+from hermesbus.runtime import Outcome, TimerRequest, derive_id
+from hermesbus.snapshot import ContextSnapshot
+
+__all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis"]
+
+ALERTS_ADDRESS = "alerts:dispatcher"
+"""Where every violation report (and an error nobody can take) goes."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def millis(moment: datetime) -> int:
+    """Epoch milliseconds of an envelope time."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) -> Diagnostics:
+    """What the dispatcher reports on an envelope; no wall clock, so no processing time."""
+    return Diagnostics(
+        external_calls=ExternalCalls(count=count, avg_latency_ms=latency_ms),
+        confidence_score=confidence,
+    )
+
+
+@dataclass(slots=True)
+class Effects:
+    """The envelopes, timers and cancellations of one handler call, in order."""
+
+    source: Envelope
+    emitted: list[Envelope] = field(default_factory=list)
+    timers: list[TimerRequest] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+
+    @property
+    def now_ms(self) -> int:
+        return millis(self.source.timestamp)
+
+    def send(
+        self,
+        target: str,
+        body: Body,
+        *,
+        task: str,
+        context: Mapping[str, ContextValue] | None = None,
+        causation_id: str | None = None,
+        metadata: Metadata | None = None,
+        snapshot: ContextSnapshot | None = None,
+        diag: Diagnostics | None = None,
+    ) -> Envelope:
+        """Emit ``body`` from the dispatcher to ``target``."""
+        src, index = self.source, len(self.emitted)
+        envelope = Envelope(
+            message_id=derive_id(src.message_id, "out", index),
+            timestamp=src.timestamp,
+            source=DISPATCHER_ADDRESS,
+            target=target,
+            session_id=src.session_id,
+            user_id=src.user_id,
+            trace_id=src.trace_id,
+            span_id=derive_id(src.message_id, "span", index)[:16],
+            parent_span_id=src.span_id or None,
+            causation_id=causation_id or src.message_id,
+            payload=Payload(task=task, context=dict(context or {}), body=body),
+            metadata=metadata or Metadata(),
+            snapshot=snapshot,
+            diagnostics=diag or diagnostics(0),
+        )
+        self.emitted.append(envelope)
+        return envelope
+
+    def schedule(self, after_ms: int, purpose: str, data: Mapping[str, Any]) -> None:
+        """A durable timer ``after_ms`` after the input's time; replaces one of that purpose."""
+        if purpose in self.cancelled:
+            self.cancelled.remove(purpose)
+        self.timers = [t for t in self.timers if t.purpose != purpose]
+        due = self.source.timestamp + timedelta(milliseconds=after_ms)
+        self.timers.append(TimerRequest(due, purpose, json.dumps(dict(data), sort_keys=True)))
+
+    def cancel(self, purpose: str) -> None:
+        self.timers = [t for t in self.timers if t.purpose != purpose]
+        if purpose not in self.cancelled:
+            self.cancelled.append(purpose)
+
+    def outcome(self, state: Mapping[str, Any]) -> Outcome:
+        return Outcome(
+            emit=tuple(self.emitted),
+            state=state,
+            timers=tuple(self.timers),
+            cancel=tuple(self.cancelled),
+        )

@@ -1,0 +1,114 @@
+"""The dispatcher's handler: check the contract, then route by body, cycle by cycle.
+
+A broken rule refuses the envelope (nothing is executed or forwarded), reports it (to
+the conversation when it offended, and always to ``alerts:dispatcher``) and counts it.
+Deterministic: time is the envelope's, ids are derived, I/O only through the ports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import (
+    ContextValue,
+    Continue,
+    ErrorReport,
+    MemoryContext,
+    MemoryWrite,
+    StateSnapshot,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+)
+from hermesbus.processors.protocol import (
+    CONVERSATION,
+    CYCLE,
+    DISPATCHER,
+    DISPATCHER_ADDRESS,
+    component_of,
+)
+from hermesbus.runtime import HandlerInput, Outcome
+
+from ._cycle import on_call, on_continue, on_memory, on_memory_error, on_result, on_timer
+from ._emit import ALERTS_ADDRESS, Effects
+from ._health import bilingual
+from ._memory import forward_snapshot, forward_write
+from ._ports import Ports
+from ._rules import Violation, first_violation
+from ._state import DispatcherState
+
+__all__ = ["NAME", "TOPIC", "handle"]
+
+log = logging.getLogger(__name__)
+
+NAME: Final = DISPATCHER
+"""Processor name (consumer group and state namespace)."""
+TOPIC: Final = "hermes.dispatcher"
+
+
+def _refuse(fx: Effects, state: DispatcherState, violation: Violation, ports: Ports) -> None:
+    envelope = fx.source
+    log.warning(
+        "dispatcher: refused %s from %s: %s",
+        envelope.message_id,
+        envelope.source,
+        violation.message,
+    )
+    report = ErrorReport(
+        component=DISPATCHER_ADDRESS,
+        code=violation.code,
+        message=violation.message,
+        advice=bilingual("按协议修正后重发", f"fix the envelope and resend: {violation.summary}"),
+        retryable=False,
+    )
+    context: dict[str, ContextValue] = {"refused": envelope.message_id, "rule": violation.rule}
+    cycle = envelope.payload.context.get(CYCLE)
+    if isinstance(cycle, str):
+        context[CYCLE] = cycle
+    task = envelope.payload.task
+    if component_of(envelope.source) == CONVERSATION:
+        fx.send(envelope.source, report, task=task, context=context)
+    fx.send(ALERTS_ADDRESS, report, task=task, context=context)
+    state.violations[violation.rule] = state.violations.get(violation.rule, 0) + 1
+    if ports.counter is not None:
+        ports.counter.count(violation.rule)
+
+
+async def _route(fx: Effects, state: DispatcherState, envelope: Envelope, ports: Ports) -> None:
+    body = envelope.payload.body
+    if component_of(envelope.source) == CONVERSATION:
+        state.last_speaker = envelope.source
+    match body:
+        case ToolCall():
+            await on_call(fx, state, envelope, body, ports)
+        case MemoryContext():
+            await on_memory(fx, state, envelope, body, ports)
+        case ToolResult():
+            on_result(fx, state, envelope, body, ports)
+        case TimerFired():
+            await on_timer(fx, state, body, ports)
+        case Continue():
+            on_continue(state, envelope)
+        case StateSnapshot():
+            forward_snapshot(fx, envelope, body)
+        case MemoryWrite():
+            forward_write(fx, envelope, body)
+        case ErrorReport():
+            on_memory_error(fx, state, envelope, body)
+        case _:  # the body rule lets nothing else through
+            log.error("dispatcher: no route for %s", type(body).__name__)
+
+
+async def handle(inp: HandlerInput) -> Outcome:
+    """The dispatcher (processor ``dispatcher``): check the contract, then route."""
+    ports = Ports.of(inp.ports)
+    state = DispatcherState.load(inp.state.data)
+    fx = Effects(inp.envelope)
+    violation = first_violation(inp.envelope, state)
+    if violation is not None:
+        _refuse(fx, state, violation, ports)
+    else:
+        await _route(fx, state, inp.envelope, ports)
+    return fx.outcome(state.dump())

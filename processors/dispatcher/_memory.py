@@ -1,0 +1,109 @@
+"""Memory traffic outside cycles: writes from verified results, forwards of the conversation's.
+
+Only a result with status 200 and ``verified=True`` feeds memory: its ``facts`` become
+long-term edges verified by the tool at the result's time, its ``symbols`` short-term
+symbols of the session (seed 000 §5: long-term memory changes only on verification).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import (
+    ContextValue,
+    MemoryTier,
+    MemoryWrite,
+    StateSnapshot,
+    ToolResult,
+    TrustLevel,
+    Verification,
+)
+from hermesbus.processors.protocol import (
+    OK,
+    RESULT_FACTS,
+    RESULT_SYMBOLS,
+    SYMBOL_TTL_S,
+    memory_at,
+)
+
+from ._emit import Effects
+
+__all__ = ["forward_snapshot", "forward_write", "verified_writes"]
+
+log = logging.getLogger(__name__)
+
+_FACT_KEYS = ("subject", "relation", "object")
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _facts(tool: str, content: Mapping[str, Any]) -> list[dict[str, str]]:
+    facts = content.get(RESULT_FACTS) or []
+    good = []
+    for fact in facts if isinstance(facts, list) else [facts]:
+        if isinstance(fact, dict) and all(isinstance(fact.get(k), str) for k in _FACT_KEYS):
+            good.append({k: fact[k] for k in _FACT_KEYS})
+        else:
+            log.warning("tool %s: fact %r is not {subject, relation, object}: skipped", tool, fact)
+    return good
+
+
+def _symbols(tool: str, content: Mapping[str, Any]) -> dict[str, str]:
+    symbols = content.get(RESULT_SYMBOLS) or {}
+    if isinstance(symbols, dict) and all(isinstance(v, str) for v in symbols.values()):
+        return {str(k): v for k, v in symbols.items()}
+    log.warning("tool %s: symbols %r are not {name: entity}: skipped", tool, symbols)
+    return {}
+
+
+def verified_writes(
+    fx: Effects, result: ToolResult, *, task: str, context: Mapping[str, ContextValue]
+) -> int:
+    """Emit the long- and short-term writes of a verified result; returns how many."""
+    if result.status_code != OK or not result.verified:
+        return 0
+    try:
+        content = json.loads(result.result_json)
+    except ValueError:
+        log.warning("tool %s: result_json is not JSON: no memory writes", result.tool)
+        return 0
+    if not isinstance(content, dict):
+        return 0
+    verification = Verification(tool=result.tool, verified_at=fx.source.timestamp)
+    facts = _facts(result.tool, content)
+    for fact in facts:
+        key = "|".join(fact[k] for k in _FACT_KEYS)
+        write = MemoryWrite(
+            tier=MemoryTier.LONG_TERM,
+            key=key,
+            value_json=_dumps(fact),
+            verified_by=verification,
+            trust_level=TrustLevel.VERIFIED,
+        )
+        fx.send(memory_at(MemoryTier.LONG_TERM), write, task=task, context=context)
+    symbols = _symbols(result.tool, content)
+    for name, entity in symbols.items():
+        write = MemoryWrite(
+            tier=MemoryTier.SHORT_TERM, key=name, value_json=_dumps(entity), ttl_s=SYMBOL_TTL_S
+        )
+        fx.send(memory_at(MemoryTier.SHORT_TERM), write, task=task, context=context)
+    return len(facts) + len(symbols)
+
+
+def forward_snapshot(fx: Effects, envelope: Envelope, body: StateSnapshot) -> None:
+    """A checked transition goes on to the session's short-term memory."""
+    payload = envelope.payload
+    target = memory_at(MemoryTier.SHORT_TERM)
+    fx.send(target, body, task=payload.task, context=payload.context, snapshot=envelope.snapshot)
+
+
+def forward_write(fx: Effects, envelope: Envelope, body: MemoryWrite) -> None:
+    """A checked short- or mid-term write of the conversation goes to its tier."""
+    payload = envelope.payload
+    fx.send(memory_at(body.tier), body, task=payload.task, context=payload.context)

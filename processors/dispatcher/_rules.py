@@ -1,0 +1,240 @@
+"""The contract the dispatcher enforces, as data: a table of rule name -> check.
+
+The codec already checked the Avro schema and field ranges; these rules check the
+protocol (``processors/protocol.py``). A check returns None when the envelope keeps
+the rule, or a message naming the field and its value. Rules run in table order and
+the first one broken is the violation, so an envelope is refused for one reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from pydantic import BaseModel
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import (
+    Continue,
+    ErrorReport,
+    MemoryContext,
+    MemoryTier,
+    MemoryWrite,
+    StateSnapshot,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+)
+from hermesbus.processors.protocol import (
+    CONVERSATION,
+    CYCLE,
+    DISPATCHER,
+    DISPATCHER_ADDRESS,
+    MEMORY,
+    STATES,
+    TOOL,
+    TOOLS,
+    TRANSITIONS,
+    component_of,
+)
+
+from ._state import CallStatus, DispatcherState
+
+__all__ = ["ALLOWED_BODIES", "RULES", "TIMER_SOURCE", "Rule", "Violation", "first_violation"]
+
+TIMER_SOURCE: Final = f"{DISPATCHER}:timer"
+"""The source of the dispatcher's own timers as the runtime fires them."""
+
+ALLOWED_BODIES: Final[dict[str, tuple[type[BaseModel], ...]]] = {
+    CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue),
+    TOOL: (ToolResult,),
+    MEMORY: (MemoryContext, ErrorReport),
+    DISPATCHER: (TimerFired,),
+}
+"""Which bodies each source component may send to the dispatcher."""
+
+_IN_CYCLE = (ToolCall, ToolResult, MemoryContext, Continue)
+
+Check = Callable[[Envelope, DispatcherState], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    check: Check
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A broken rule: ``code`` is ``violation.<rule>``; ``message`` names field and value."""
+
+    rule: str
+    message: str
+    summary: str = ""
+    """What the rule asks for, for the advice of the report."""
+
+    @property
+    def code(self) -> str:
+        return f"violation.{self.rule}"
+
+
+def _cycle_id(envelope: Envelope) -> str:
+    value = envelope.payload.context.get(CYCLE)
+    return value if isinstance(value, str) else ""
+
+
+def _target(envelope: Envelope, _: DispatcherState) -> str | None:
+    if envelope.target == DISPATCHER_ADDRESS or component_of(envelope.target) == DISPATCHER:
+        return None
+    target = envelope.target
+    return f"target = {target!r}: the dispatcher takes {DISPATCHER_ADDRESS!r} or 'dispatcher:*'"
+
+
+def _source(envelope: Envelope, _: DispatcherState) -> str | None:
+    component, _sep, instance = envelope.source.partition(":")
+    if component == CONVERSATION and instance not in STATES:
+        states = list(STATES)
+        return (
+            f"source = {envelope.source!r}: the conversation speaks as one of its states {states}"
+        )
+    if component in (CONVERSATION, TOOL, MEMORY) or envelope.source == TIMER_SOURCE:
+        return None
+    allowed = f"conversation:<state>, tool:*, memory:* or {TIMER_SOURCE!r}"
+    return f"source = {envelope.source!r}: must be {allowed}"
+
+
+def _body(envelope: Envelope, _: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    allowed = ALLOWED_BODIES.get(component_of(envelope.source), ())
+    if isinstance(body, allowed):
+        return None
+    name = type(body).__name__ if body is not None else None
+    names = [cls.__name__ for cls in allowed]
+    return f"payload.body = {name!r} from {envelope.source!r}: that source may send only {names}"
+
+
+def _memory_tier(envelope: Envelope, _: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    if isinstance(body, MemoryWrite) and body.tier is MemoryTier.LONG_TERM:
+        field = f"payload.body.tier = {body.tier.value!r} (key {body.key!r})"
+        return f"{field}: only tool-verified facts go to long-term memory"
+    return None
+
+
+def _snapshot(envelope: Envelope, _: DispatcherState) -> str | None:
+    snapshot = envelope.snapshot
+    if snapshot is None or snapshot.state_id in STATES:
+        return None
+    return f"snapshot.state_id = {snapshot.state_id!r}: not a conversation state {list(STATES)}"
+
+
+def _transition(envelope: Envelope, _: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    if not isinstance(body, StateSnapshot):
+        return None
+    pair = (body.previous_state, body.snapshot.state_id)
+    if pair in TRANSITIONS:
+        return None
+    return f"(previous_state, snapshot.state_id) = {pair!r}: not an allowed transition"
+
+
+def _cycle(envelope: Envelope, _: DispatcherState) -> str | None:
+    if not isinstance(envelope.payload.body, _IN_CYCLE) or _cycle_id(envelope):
+        return None
+    value = envelope.payload.context.get(CYCLE)
+    return f"payload.context[{CYCLE!r}] = {value!r}: must be the cycle id (a non-empty str)"
+
+
+def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
+    body, tools = envelope.payload.body, envelope.payload.context.get(TOOLS)
+    if isinstance(body, ToolResult) and tools is None:
+        return None
+    if not isinstance(body, ToolCall | ToolResult):
+        return None
+    field = f"payload.context[{TOOLS!r}] = {tools!r}"
+    if not isinstance(tools, list) or body.tool not in tools or len(set(tools)) != len(tools):
+        return f"{field}: must list the cycle's tools once each, including {body.tool!r}"
+    cycle = state.cycles.get(_cycle_id(envelope))
+    if isinstance(body, ToolCall) and cycle and cycle.received and cycle.tools != tools:
+        return f"{field}: cycle {_cycle_id(envelope)!r} was opened with tools {cycle.tools!r}"
+    return None
+
+
+def _timeout(envelope: Envelope, _: DispatcherState) -> str | None:
+    timeout_ms = envelope.metadata.timeout_ms
+    if not isinstance(envelope.payload.body, ToolCall) or timeout_ms > 0:
+        return None
+    return f"metadata.timeout_ms = {timeout_ms!r}: a tool call needs a time budget > 0"
+
+
+def _cycle_known(envelope: Envelope, state: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    if not isinstance(body, ToolResult | MemoryContext | Continue):
+        return None
+    if _cycle_id(envelope) in state.cycles:
+        return None
+    return f"payload.context[{CYCLE!r}] = {_cycle_id(envelope)!r}: no such cycle in this session"
+
+
+def _dispatched(envelope: Envelope, state: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    if not isinstance(body, ToolResult):
+        return None
+    cycle = state.cycles[_cycle_id(envelope)]
+    if not cycle.is_open:
+        return None  # a late result of a closed cycle: dropped and counted, not refused
+    call = cycle.calls.get(body.tool)
+    if call is not None and call.status is not CallStatus.WAITING:
+        return None
+    return f"payload.body.tool = {body.tool!r}: never dispatched in cycle {_cycle_id(envelope)!r}"
+
+
+def _one_dispatch(envelope: Envelope, state: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    cycle = state.cycles.get(_cycle_id(envelope))
+    if not isinstance(body, ToolCall) or cycle is None or body.tool not in cycle.received:
+        return None
+    return (
+        f"payload.body.tool = {body.tool!r}: already dispatched in cycle "
+        f"{_cycle_id(envelope)!r} (round {cycle.round}); send continue for another answer"
+    )
+
+
+def _continue(envelope: Envelope, state: DispatcherState) -> str | None:
+    if not isinstance(envelope.payload.body, Continue):
+        return None
+    cycle = state.cycles[_cycle_id(envelope)]
+    if not cycle.is_open:
+        return None
+    return f"payload.context[{CYCLE!r}] = {_cycle_id(envelope)!r}: still open, nothing to continue"
+
+
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("target", _target, "addressed to mcp:dispatcher or dispatcher:*"),
+    Rule("source", _source, "from conversation:<state>, tool:*, memory:* or dispatcher:timer"),
+    Rule("body", _body, "a body that source may send"),
+    Rule("memory_tier", _memory_tier, "the conversation writes short- and mid-term only"),
+    Rule("snapshot", _snapshot, "an attached snapshot names a known state"),
+    Rule("transition", _transition, "a state snapshot makes an allowed transition"),
+    Rule("cycle", _cycle, "cycle envelopes carry context['cycle']"),
+    Rule("tools", _tools, "context['tools'] lists the cycle's tools, the call's among them"),
+    Rule("timeout", _timeout, "tool calls carry metadata.timeout_ms > 0"),
+    Rule("cycle_known", _cycle_known, "results, memory answers and continues name a known cycle"),
+    Rule("dispatched", _dispatched, "a result answers a call that was dispatched"),
+    Rule("one_dispatch", _one_dispatch, "one call per tool per cycle round, unless continue"),
+    Rule("continue", _continue, "continue re-opens an answered or failed cycle"),
+)
+"""Every rule, in the order they are checked."""
+
+
+def first_violation(
+    envelope: Envelope, state: DispatcherState, rules: tuple[Rule, ...] = RULES
+) -> Violation | None:
+    """The first rule ``envelope`` breaks, given the session's state; None if it keeps all."""
+    for rule in rules:
+        message = rule.check(envelope, state)
+        if message is not None:
+            return Violation(rule.name, message, rule.summary)
+    return None

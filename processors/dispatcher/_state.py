@@ -1,0 +1,117 @@
+"""The dispatcher's session state: open cycles, violation counts, who spoke last.
+
+The state is loaded from the saved JSON into fresh models on every envelope and dumped
+back into the outcome, so the working copy is private to one handler call and may be
+changed in place. Closed cycles keep only what late envelopes are checked against.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import MemoryContext, ToolResult
+
+__all__ = ["KEEP_CLOSED", "Call", "CallStatus", "Cycle", "CycleStatus", "DispatcherState"]
+
+KEEP_CLOSED = 16
+"""Closed cycles remembered per session, so their late results are recognised."""
+
+
+class CycleStatus(enum.StrEnum):
+    OPEN = "open"
+    ANSWERED = "answered"
+    FAILED = "failed"
+
+
+class CallStatus(enum.StrEnum):
+    WAITING = "waiting"
+    """Received, held until the cycle's memory context arrives (memory first)."""
+    SENT = "sent"
+    RETRYING = "retrying"
+    """A 5xx came back; a retry timer will send it again."""
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Call(_Model):
+    """One tool call of a cycle: the conversation's envelope and how far it got."""
+
+    envelope: Envelope
+    status: CallStatus = CallStatus.WAITING
+    attempt: int = 1
+    health: str = ""
+
+
+class Cycle(_Model):
+    """One request of the conversation for tool work, answered once per round."""
+
+    requester: str
+    task: str
+    tools: list[str]
+    round: int = 1
+    deadline_ms: int | None = None
+    budget_ms: int = 0
+    status: CycleStatus = CycleStatus.OPEN
+    received: list[str] = Field(default_factory=list)
+    """Tools whose call arrived this round: a second one is a violation (one dispatch)."""
+    calls: dict[str, Call] = Field(default_factory=dict)
+    memory: MemoryContext | None = None
+    results: dict[str, ToolResult] = Field(default_factory=dict)
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    notices: list[str] = Field(default_factory=list)
+    notified: list[str] = Field(default_factory=list)
+    """Tools the user was already told about this round (one notice per tool)."""
+
+    @property
+    def is_open(self) -> bool:
+        return self.status is CycleStatus.OPEN
+
+    def close(self, status: CycleStatus) -> None:
+        """Mark the round answered or failed and drop what only an open round needs."""
+        self.status = status
+        self.calls = {}
+        self.memory = None
+        self.results = {}
+        self.latency_ms = {}
+        self.notices = []
+        self.notified = []
+
+    def reopen(self) -> None:
+        """A ``Continue``: one more round, one more answer; memory is asked again."""
+        self.status = CycleStatus.OPEN
+        self.round += 1
+        self.deadline_ms = None
+        self.budget_ms = 0
+        self.received = []
+
+
+class DispatcherState(_Model):
+    """Everything the dispatcher keeps per session (saved with ``json.dumps``)."""
+
+    cycles: dict[str, Cycle] = Field(default_factory=dict)
+    violations: dict[str, int] = Field(default_factory=dict)
+    late: int = 0
+    last_speaker: str | None = None
+    """The conversation address that last spoke: where memory's error reports go."""
+
+    @classmethod
+    def load(cls, data: Mapping[str, Any]) -> DispatcherState:
+        return cls.model_validate(dict(data))
+
+    def dump(self) -> dict[str, Any]:
+        self._prune()
+        return self.model_dump(mode="json")
+
+    def _prune(self) -> None:
+        closed = [cid for cid, cycle in self.cycles.items() if not cycle.is_open]
+        for cid in closed[: max(0, len(closed) - KEEP_CLOSED)]:
+            del self.cycles[cid]

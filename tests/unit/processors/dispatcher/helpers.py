@@ -1,0 +1,227 @@
+"""Envelopes of the protocol and a driver that feeds the dispatcher's state back to it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hermesbus import (
+    Continue,
+    Diagnostics,
+    Envelope,
+    ExternalCalls,
+    MemoryContext,
+    Metadata,
+    Payload,
+    RetryPolicy,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+)
+from hermesbus.payloads import Body, ErrorReport, ToolResults
+from hermesbus.processors.dispatcher import StaticHealth, Violations, dispatcher_ports, handle
+from hermesbus.processors.protocol import STATE_TIMEOUT_MS, ToolHealth
+from hermesbus.runtime import HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+
+T0 = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
+USER_ID = "u_xyz789"
+SESSION = "sess_456"
+CYCLE = "cycle-1"
+
+ORG_RESULT = {
+    "user_id": USER_ID,
+    "name": "张三",
+    "dept": "采购部",
+    "manager": "张主管",
+    "approval_chain": ["主管", "总监"],
+    "symbols": {"user_dept": "采购部"},
+    "facts": [{"subject": "user:u_xyz789", "relation": "belongs_to", "object": "dept:采购部"}],
+}
+FINANCE_RESULT = {"dept": "采购部", "budget_remaining": 125000, "currency": "CNY"}
+
+
+def envelope(body: Body | None, *, source: str, message_id: str, **fields: Any) -> Envelope:
+    """An envelope to the dispatcher; ``task``/``context`` go into the payload."""
+    payload = Payload(task=fields.pop("task", ""), context=fields.pop("context", {}), body=body)
+    values: dict[str, Any] = {
+        "message_id": message_id,
+        "timestamp": T0,
+        "source": source,
+        "target": "mcp:dispatcher",
+        "session_id": SESSION,
+        "user_id": USER_ID,
+        "trace_id": "trace-1",
+        "span_id": f"span-{message_id}"[:16],
+        "payload": payload,
+    }
+    return Envelope(**{**values, **fields})
+
+
+def call(
+    tool: str,
+    tools: list[str],
+    *,
+    cycle: str = CYCLE,
+    state: str = "S1",
+    task: str = "check_budget",
+    args: dict[str, Any] | None = None,
+    message_id: str | None = None,
+    max_attempts: int = 2,
+    **extra: Any,
+) -> Envelope:
+    """The conversation's call of ``tool`` in ``cycle`` (as issue #4's conversation sends it)."""
+    context = {"cycle": cycle, "tools": tools, **extra.pop("context", {})}
+    body = ToolCall(
+        tool=tool,
+        arguments_json=json.dumps(args or {"user_id": USER_ID}),
+        idempotency_key=derive_id("turn-1", "call", tool),
+        fallback_allowed=extra.pop("fallback_allowed", True),
+    )
+    metadata = Metadata(
+        timeout_ms=extra.pop("timeout_ms", STATE_TIMEOUT_MS.get(state, 5_000)),
+        retry_policy=RetryPolicy(max_attempts=max_attempts, backoff_ms=100),
+    )
+    return envelope(
+        body,
+        source=extra.pop("source", f"conversation:{state}"),
+        message_id=message_id or f"call-{cycle}-{tool}",
+        task=task,
+        context=context,
+        metadata=metadata,
+        **extra,
+    )
+
+
+def answer_query(query: Envelope, body: MemoryContext | None = None) -> Envelope:
+    """Memory's answer to the dispatcher's query (same context, causation = the query)."""
+    return envelope(
+        body or MemoryContext(symbols={"user_dept": "采购部"}),
+        source="memory:context",
+        message_id=f"mem-{query.message_id}",
+        task="query_context",
+        context=dict(query.payload.context),
+        causation_id=query.message_id,
+        timestamp=query.timestamp,
+    )
+
+
+def result_for(
+    dispatched: Envelope,
+    status: int = 200,
+    content: Any = None,
+    *,
+    verified: bool = True,
+    latency_ms: float = 12.0,
+    **fields: Any,
+) -> Envelope:
+    """The tool processor's result of a dispatched call (context echoed)."""
+    tool_call = dispatched.payload.body
+    assert isinstance(tool_call, ToolCall)
+    body = ToolResult(
+        tool=tool_call.tool,
+        status_code=status,
+        result_json=json.dumps(content if content is not None else {}, ensure_ascii=False),
+        verified=verified,
+        verification_steps=("signature ok",) if verified else (),
+        **fields,
+    )
+    return envelope(
+        body,
+        source=f"tool:{tool_call.tool}",
+        message_id=f"res-{dispatched.message_id}-{status}",
+        task=dispatched.payload.task,
+        context={k: v for k, v in dispatched.payload.context.items() if k in ("cycle", "tools")},
+        causation_id=dispatched.message_id,
+        timestamp=dispatched.timestamp,
+        metadata=dispatched.metadata,
+        diagnostics=Diagnostics(external_calls=ExternalCalls(count=1, avg_latency_ms=latency_ms)),
+    )
+
+
+def cont(cycle: str = CYCLE, state: str = "S1", message_id: str = "continue-1") -> Envelope:
+    return envelope(
+        Continue(reason="one more"),
+        source=f"conversation:{state}",
+        message_id=message_id,
+        context={"cycle": cycle},
+    )
+
+
+@dataclass
+class Driver:
+    """Runs the handler envelope by envelope, keeping state and the durable timers."""
+
+    health: StaticHealth = field(default_factory=StaticHealth)
+    counter: Violations = field(default_factory=Violations)
+    state: SessionState = field(default_factory=SessionState)
+    timers: dict[str, tuple[TimerRequest, Envelope]] = field(default_factory=dict)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @classmethod
+    def with_health(cls, *entries: ToolHealth) -> Driver:
+        return cls(health=StaticHealth(entries))
+
+    async def send(self, env: Envelope) -> tuple[Envelope, ...]:
+        ports = dispatcher_ports(self.health, self.counter)
+        outcome = await handle(HandlerInput(env, self.state, "dispatcher", ports))
+        self.outcomes.append(outcome)
+        if outcome.state is not None:
+            json.dumps(outcome.state)  # saved with json.dumps by the runtime
+            self.state = SessionState(self.state.version + 1, outcome.state)
+        for purpose in outcome.cancel:
+            self.timers.pop(purpose, None)
+        for timer in outcome.timers:
+            self.timers[timer.purpose] = (timer, env)
+        return outcome.emit
+
+    def fired(self, purpose: str) -> Envelope:
+        """The ``timer_fired`` envelope the runtime would send for a pending timer."""
+        timer, setter = self.timers.pop(purpose)
+        timer_id = derive_id(setter.message_id, "timer", purpose)
+        return Envelope(
+            message_id=timer_id,
+            timestamp=timer.due_at,
+            source="dispatcher:timer",
+            target=setter.target,
+            session_id=setter.session_id,
+            user_id=setter.user_id,
+            trace_id=setter.trace_id,
+            causation_id=setter.message_id,
+            payload=Payload(
+                task="timer",
+                body=TimerFired(
+                    timer_id=timer_id,
+                    due_at=timer.due_at,
+                    purpose=purpose,
+                    data_json=timer.data_json,
+                ),
+            ),
+        )
+
+    async def fire(self, purpose: str) -> tuple[Envelope, ...]:
+        return await self.send(self.fired(purpose))
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return dict(self.state.data)
+
+
+def to(emitted: tuple[Envelope, ...], target_prefix: str) -> list[Envelope]:
+    return [e for e in emitted if e.target.startswith(target_prefix)]
+
+
+def kinds(emitted: tuple[Envelope, ...]) -> list[tuple[str, str]]:
+    """(target, body type) of each emitted envelope, in order."""
+    return [(e.target, type(e.payload.body).__name__) for e in emitted]
+
+
+def answers(emitted: tuple[Envelope, ...]) -> list[Envelope]:
+    """The cycle answers (ToolResults or ErrorReport) sent to the conversation."""
+    return [
+        e
+        for e in emitted
+        if e.target.startswith("conversation:")
+        and isinstance(e.payload.body, ToolResults | ErrorReport)
+    ]
