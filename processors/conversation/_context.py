@@ -1,0 +1,249 @@
+"""What one handler call accumulates: the session, the envelopes to emit, timers to (un)set.
+
+Every transition goes through :meth:`Step.move` (table lookup + ``StateSnapshot``), every
+envelope to the dispatcher carries the current snapshot, and every reply is recorded in
+the history, so the handler code above only says what happens, not how it is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from hermesbus._types import EPOCH, Record
+from hermesbus.envelope import Envelope, Metadata, RetryPolicy
+from hermesbus.payloads import (
+    ContentType,
+    ContextValue,
+    MemoryTier,
+    MemoryWrite,
+    Payload,
+    Reply,
+    Role,
+    StateSnapshot,
+    ToolCall,
+)
+from hermesbus.processors import protocol
+from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
+
+from ._history import Message, new_message
+from ._machine import MACHINE
+from ._session import MAX_TRACES, Pending, Session, canonical_json, digest, snapshot_of
+
+__all__ = ["UNFINISHED_LABEL", "Step"]
+
+log = logging.getLogger(__name__)
+
+UNFINISHED_LABEL: Final = "未完成报销流程"
+UNFINISHED_TTL_S: Final = 30 * 24 * 3600
+RETRY: Final = RetryPolicy(max_attempts=2, backoff_ms=100)
+
+
+class Step:
+    """One handler call's working copy of the session and its effects."""
+
+    def __init__(self, inp: HandlerInput, session: Session) -> None:
+        self.inp = inp
+        self.env = inp.envelope
+        self.session = session
+        self.emitted: list[Envelope] = []
+        self.timers: dict[str, TimerRequest] = {}
+        self.cancels: list[str] = []
+
+    # -- state ------------------------------------------------------------------------
+
+    def update(self, **fields: Any) -> None:
+        self.session = self.session.model_copy(update=fields)
+
+    def fact(self, **facts: object) -> None:
+        """Pin facts (None values are skipped); they survive every history fold."""
+        pinned = {k: str(v) for k, v in facts.items() if v is not None and v != ""}
+        self.update(facts={**self.session.facts, **pinned})
+
+    def move(self, trigger: str) -> str:
+        """Take the table's transition for ``trigger`` and tell the dispatcher about it."""
+        previous = self.session.state
+        target = MACHINE.target(previous, trigger)
+        self.disarm_all()
+        self.update(state=target, entered_at_ms=_millis(self.env))
+        snapshot = snapshot_of(self.session)
+        body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
+        self.to_dispatcher(body, task="state_snapshot")
+        log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
+        return target
+
+    # -- timers -----------------------------------------------------------------------
+
+    def arm(self, purpose: str) -> None:
+        """(Re)start the current state's wait ``purpose`` from the envelope's time."""
+        state = self.session.state or "S1"
+        timeout = MACHINE.timeout(state, purpose)
+        token = derive_id(self.env.message_id, "timer", purpose)
+        data = canonical_json({"state": state, "token": token})
+        self.timers[purpose] = TimerRequest(self.env.timestamp + timeout.after, purpose, data)
+        if purpose in self.cancels:
+            self.cancels.remove(purpose)
+        self.update(timers={**self.session.timers, purpose: token})
+
+    def disarm(self, purpose: str) -> None:
+        self.timers.pop(purpose, None)
+        if purpose in self.session.timers:
+            self.cancels.append(purpose)
+            self.update(timers={k: v for k, v in self.session.timers.items() if k != purpose})
+
+    def disarm_all(self) -> None:
+        for purpose in (*self.session.timers, *self.timers):
+            self.disarm(purpose)
+
+    # -- envelopes --------------------------------------------------------------------
+
+    def _envelope(self, target: str, body: Record, task: str, **fields: Any) -> Envelope:
+        index, source_id = len(self.emitted), self.env.message_id
+        envelope = Envelope(
+            message_id=derive_id(source_id, "out", index),
+            timestamp=self.env.timestamp,
+            source=protocol.conversation_at(self.session.state or "S1"),
+            target=target,
+            session_id=self.env.session_id,
+            user_id=self.env.user_id,
+            trace_id=self.env.trace_id,
+            span_id=derive_id(source_id, "span", index)[:16],
+            parent_span_id=self.env.span_id or None,
+            causation_id=source_id,
+            payload=Payload(task=task, context=fields.pop("context", {}), body=body),
+            **fields,
+        )
+        self.emitted.append(envelope)
+        return envelope
+
+    def to_dispatcher(
+        self, body: Record, *, task: str, context: Mapping[str, ContextValue] | None = None
+    ) -> Envelope:
+        """An envelope to ``mcp:dispatcher`` carrying the current snapshot."""
+        snapshot = snapshot_of(self.session)
+        return self._envelope(
+            protocol.DISPATCHER_ADDRESS, body, task, context=dict(context or {}), snapshot=snapshot
+        )
+
+    def cycle(
+        self,
+        task: str,
+        calls: Sequence[tuple[str, Mapping[str, Any]]],
+        **context: ContextValue,
+    ) -> None:
+        """Ask the dispatcher for one cycle of tool work: one ``ToolCall`` per tool."""
+        state, source_id = self.session.state or "S1", self.env.message_id
+        cycle = derive_id(source_id, "cycle")
+        tools = [tool for tool, _ in calls]
+        traces = list(self.session.traces)
+        for tool, arguments in calls:
+            arguments_json = canonical_json(arguments)
+            trace = {"tool": tool, "args_digest": digest(arguments_json), "status_code": 0}
+            traces.append({**trace, "cycle": cycle})
+        pending = Pending(cycle=cycle, task=task, tools=tuple(tools), turn_id=self.session.turn_id)
+        self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
+        shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
+        metadata = Metadata(timeout_ms=protocol.STATE_TIMEOUT_MS[state], retry_policy=RETRY)
+        for tool, arguments in calls:
+            call = ToolCall(
+                tool=tool,
+                arguments_json=canonical_json(arguments),
+                idempotency_key=derive_id(source_id, "call", tool),
+            )
+            snapshot = snapshot_of(self.session)
+            self._envelope(
+                protocol.DISPATCHER_ADDRESS,
+                call,
+                task,
+                context=dict(shared),
+                metadata=metadata,
+                snapshot=snapshot,
+            )
+
+    def remember(self, key: str, value: Any, **fields: Any) -> None:
+        """A mid-term ``MemoryWrite`` (forwarded by the dispatcher to ``memory:mid_term``)."""
+        write = MemoryWrite(
+            tier=MemoryTier.MID_TERM, key=key, value_json=canonical_json(value), **fields
+        )
+        self.to_dispatcher(write, task="memory_write")
+
+    def unfinished(self, confirmed_by: str, snapshot: Mapping[str, Any]) -> None:
+        """The S5 snapshot of an unfinished report: ``unfinished:<session>`` (brief)."""
+        value = {
+            "label": UNFINISHED_LABEL,
+            "snapshot": dict(snapshot),
+            "facts": dict(self.session.facts),
+            "reason": self.session.outcome,
+        }
+        self.remember(
+            f"unfinished:{self.env.session_id}",
+            value,
+            confirmed_by=confirmed_by,
+            importance=0.8,
+            ttl_s=UNFINISHED_TTL_S,
+        )
+
+    def reply(self, text: str, *, choices: Sequence[str] = (), steps: Sequence[str] = ()) -> None:
+        """The one reply to the pending user turn, with the stale/degraded notes gathered."""
+        session = self.session
+        full = "".join((text, *session.notes))
+        reply = Reply(
+            text=full,
+            choices=tuple(choices),
+            verification_steps=tuple(dict.fromkeys(steps)),
+            stale=session.stale,
+            degraded=session.degraded,
+        )
+        envelope = self._envelope(protocol.USER, reply, "reply")
+        message = new_message(
+            message_id=derive_id(self.env.message_id, "reply"),
+            session_id=self.env.session_id,
+            role=Role.ASSISTANT,
+            text=full,
+            timestamp=envelope.timestamp,
+            parent_id=session.turn_id or None,
+            metadata={"choices": len(choices)},
+        )
+        self.update(notes=(), stale=False, degraded=False)
+        self.add_message(message)
+
+    def record(
+        self,
+        text: str,
+        *,
+        role: Role,
+        content_type: ContentType = ContentType.TEXT,
+        parent_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add a message said at the envelope's time to the history."""
+        message = new_message(
+            message_id=derive_id(self.env.message_id, "msg", role.value, text),
+            session_id=self.env.session_id,
+            role=role,
+            text=text,
+            timestamp=self.env.timestamp,
+            parent_id=parent_id,
+            content_type=content_type,
+            extra=extra,
+        )
+        self.add_message(message)
+
+    def add_message(self, message: Message) -> None:
+        """Append to the history, folding old messages under the token budget."""
+        self.update(history=self.session.history.add(message, self.session.facts))
+
+    def outcome(self) -> Outcome:
+        return Outcome(
+            emit=tuple(self.emitted),
+            state=json.loads(self.session.model_dump_json()),
+            timers=tuple(self.timers.values()),
+            cancel=tuple(self.cancels),
+        )
+
+
+def _millis(envelope: Envelope) -> int:
+    return (envelope.timestamp - EPOCH) // timedelta(milliseconds=1)

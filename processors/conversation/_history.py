@@ -1,0 +1,159 @@
+# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
+"""Messages (seed 001 §2.2) and the session history kept under a token budget (seed 001 §2.3).
+
+Recent messages stay verbatim; older ones are folded into a summary by a fixed rule (no
+model call, so a replay folds identically); key facts are pinned apart and never folded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from hermesbus._types import Millis, NonEmpty
+from hermesbus.payloads import ContentType, Role
+
+__all__ = [
+    "HISTORY_BUDGET_TOKENS",
+    "MIN_RECENT",
+    "History",
+    "Message",
+    "estimate_tokens",
+    "message_text",
+    "new_message",
+    "render_pinned",
+]
+
+HISTORY_BUDGET_TOKENS: Final = 600
+"""Tokens the history (recent + summary + pinned facts) may take."""
+MIN_RECENT: Final = 2
+"""Messages kept verbatim whatever the budget: the turn being answered and its answer."""
+_PIECE_CHARS: Final = 16
+
+MetaValue = StrictBool | StrictInt | StrictFloat | StrictStr
+
+
+_CJK_RANGES: Final = (
+    (0x3400, 0x9FFF),  # CJK ideographs (+ extension A)
+    (0xF900, 0xFAFF),  # compatibility ideographs
+    (0x3000, 0x303F),  # CJK punctuation
+    (0xFF00, 0xFFEF),  # full-width forms (，：)
+)
+
+
+def _is_cjk(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _CJK_RANGES)
+
+
+def estimate_tokens(text: str) -> int:
+    """CJK characters count one token each; other text about four characters per token."""
+    cjk = sum(1 for char in text if _is_cjk(char))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+class Message(BaseModel):
+    """One message of a session: who said what, of which kind, in answer to which message."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: NonEmpty
+    session_id: NonEmpty
+    role: Role
+    content_type: ContentType
+    body: dict[str, Any]
+    """Structured content: ``{"text"}``, plus ``attachments`` or ``tool``/``status_code``."""
+    timestamp: Millis
+    parent_id: str | None = None
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+
+
+def message_text(message: Message) -> str:
+    """The text a message contributes to the model context (what tokens are counted on)."""
+    return f"{message.role.value}: {message.body.get('text', '')}"
+
+
+def _piece(message: Message) -> str:
+    text = str(message.body.get("text", ""))
+    clipped = text if len(text) <= _PIECE_CHARS else text[:_PIECE_CHARS] + "…"
+    return f"{message.role.value}:{clipped}"
+
+
+class History(BaseModel):
+    """Recent messages verbatim plus a folded summary; JSON-serialisable session state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    recent: tuple[Message, ...] = ()
+    summary_pieces: tuple[str, ...] = ()
+    folded: int = 0
+    """How many messages were folded into the summary so far."""
+
+    @property
+    def summary(self) -> str:
+        if not self.folded:
+            return ""
+        dropped = "…" if self.folded > len(self.summary_pieces) else ""
+        return f"[已折叠{self.folded}条]{dropped}" + "；".join(self.summary_pieces)
+
+    def tokens(self, pinned: Mapping[str, str]) -> int:
+        """Tokens of what would go into a model context: pinned facts, summary, recent."""
+        return (
+            estimate_tokens(render_pinned(pinned))
+            + estimate_tokens(self.summary)
+            + sum(estimate_tokens(message_text(m)) for m in self.recent)
+        )
+
+    def add(
+        self,
+        message: Message,
+        pinned: Mapping[str, str],
+        budget: int = HISTORY_BUDGET_TOKENS,
+    ) -> History:
+        """Append ``message`` and fold the oldest messages until the budget holds."""
+        history = self.model_copy(update={"recent": (*self.recent, message)})
+        while history.tokens(pinned) > budget and len(history.recent) > MIN_RECENT:
+            history = history._fold_oldest(budget)
+        return history
+
+    def _fold_oldest(self, budget: int) -> History:
+        oldest, *rest = self.recent
+        pieces = (*self.summary_pieces, _piece(oldest))
+        while len(pieces) > 1 and estimate_tokens("；".join(pieces)) > budget // 4:
+            pieces = pieces[1:]  # the summary keeps its newest pieces within a quarter
+        return History(recent=tuple(rest), summary_pieces=pieces, folded=self.folded + 1)
+
+
+def render_pinned(pinned: Mapping[str, str]) -> str:
+    """Pinned facts as one line, in key order (stable whatever the insertion order)."""
+    return "；".join(f"{key}={pinned[key]}" for key in sorted(pinned))
+
+
+def new_message(
+    *,
+    message_id: str,
+    session_id: str,
+    role: Role,
+    text: str,
+    timestamp: datetime,
+    parent_id: str | None = None,
+    content_type: ContentType = ContentType.TEXT,
+    extra: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, MetaValue] | None = None,
+) -> Message:
+    """A message whose body is ``{"text": text, **extra}``; tokens go into its metadata."""
+    meta: dict[str, MetaValue] = {"tokens": estimate_tokens(text), **(metadata or {})}
+    return Message(
+        id=message_id,
+        session_id=session_id,
+        role=role,
+        content_type=content_type,
+        body={"text": text, **(extra or {})},
+        timestamp=timestamp,
+        parent_id=parent_id,
+        metadata=meta,
+    )

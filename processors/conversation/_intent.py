@@ -1,0 +1,219 @@
+# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
+"""Intent parsing is a port: the Protocol, the Intent it returns, and the rule-based default.
+
+The rule parser knows the seed's sentences in Chinese and English and resolves relative
+dates ("上个月" / "last month" = the calendar month before ``now``) from the envelope's
+time, so it is deterministic; nothing here guesses beyond the listed phrases.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta
+from typing import Any, Final, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from hermesbus.lifecycle import Service
+
+__all__ = [
+    "CITIES",
+    "Intent",
+    "IntentName",
+    "IntentParser",
+    "RuleIntentParser",
+    "normalise_city",
+    "relative_period",
+]
+
+
+class IntentName(enum.StrEnum):
+    EXPENSE_SUBMIT = "expense_submit"
+    UPLOAD = "upload"
+    KEEP_MATERIALS = "keep_materials"
+    """The S3.1 review-passed signal ("不用，就这三张")."""
+    REUPLOAD = "reupload"
+    RETRY = "retry"
+    CONFIRM = "confirm"
+    MODIFY = "modify"
+    CANCEL = "cancel"
+    YES = "yes"
+    NO = "no"
+    UNCLEAR = "unclear"
+
+
+class Intent(BaseModel):
+    """What a user message asks for, with the entities the flow needs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: IntentName
+    city: str | None = None
+    category: str | None = None
+    period_start: date | None = None
+    period_end: date | None = None
+    hold: bool = False
+    """A cancel that only pauses ("先不提交", "wait, don't submit yet")."""
+    source: str = "rules"
+
+    @property
+    def month(self) -> str | None:
+        """``YYYY-MM`` when the period is exactly one calendar month."""
+        start, end = self.period_start, self.period_end
+        if start is None or end is None or start.day != 1 or start != _month_start(end):
+            return None
+        return start.strftime("%Y-%m") if end == _month_end(start) else None
+
+
+class IntentParser(Protocol):
+    """``ports["intent"]``: turns one user message into an :class:`Intent`."""
+
+    async def parse(self, text: str, *, now: datetime, context: Mapping[str, Any]) -> Intent:
+        """``now`` is the envelope's time; ``context`` has ``state`` and ``attachments``."""
+        ...
+
+
+CITIES: Final = {
+    "深圳": ("shenzhen",),
+    "北京": ("beijing", "peking"),
+    "上海": ("shanghai",),
+    "广州": ("guangzhou", "canton"),
+    "杭州": ("hangzhou",),
+    "成都": ("chengdu",),
+    "南京": ("nanjing",),
+    "武汉": ("wuhan",),
+    "西安": ("xi'an", "xian"),
+    "香港": ("hong kong",),
+}
+"""Known cities: the canonical (Chinese) name and its English spellings."""
+
+_CATEGORY: Final = {"差旅": ("差旅", "出差", "travel", "trip", "business trip")}
+
+# (intent, phrases); checked in this order, the first phrase found wins
+_PHRASES: Final = (
+    (IntentName.CANCEL, ("先不提交", "不提交", "暂不", "等等", "等一下", "wait", "hold on")),
+    (IntentName.CANCEL, ("don't submit", "do not submit", "not yet", "取消", "放弃")),
+    (IntentName.CANCEL, ("cancel", "give up", "abort")),
+    (IntentName.REUPLOAD, ("重新上传", "重传", "再传", "re-upload", "reupload", "upload again")),
+    (IntentName.KEEP_MATERIALS, ("就这", "就用这", "不用重新", "不重新上传", "keep these")),
+    (IntentName.KEEP_MATERIALS, ("keep them", "keep the", "these are fine", "use these")),
+    (IntentName.RETRY, ("重试", "再试", "retry", "try again")),
+    (IntentName.UPLOAD, ("上传", "图片", "照片", "upload", "attached", "here are")),
+    (IntentName.MODIFY, ("修改", "改一下", "更改", "modify", "change", "edit")),
+    (IntentName.EXPENSE_SUBMIT, ("报销", "差旅费", "reimburse", "expense", "travel claim")),
+    (IntentName.CONFIRM, ("确认", "提交", "确定", "confirm", "submit", "go ahead")),
+)
+_HOLD: Final = ("先不", "暂不", "等等", "等一下", "wait", "hold on", "not yet", "don't submit")
+_EXPENSE_VERB: Final = re.compile(r"报.{0,12}费")
+_YES: Final = frozenset({"是", "是的", "好", "好的", "可以", "对", "行", "嗯", "yes", "y", "ok"})
+_YES_EN: Final = frozenset({"okay", "sure", "yep", "yeah", "yes please"})
+_NO: Final = frozenset({"否", "不", "不是", "不用", "不要", "no", "n", "nope", "no thanks"})
+_STRIP: Final = re.compile(r"[\s,.!?;:，。！？；：、~]+")
+
+
+def _month_start(day: date) -> date:
+    return day.replace(day=1)
+
+
+def _month_end(day: date) -> date:
+    following = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return following - timedelta(days=1)
+
+
+_PERIODS: Final = (
+    ("last_month", ("上个月", "上月", "last month", "previous month")),
+    ("this_month", ("这个月", "本月", "this month")),
+    ("last_week", ("上周", "上星期", "上个星期", "last week")),
+    ("yesterday", ("昨天", "yesterday")),
+    ("today", ("今天", "today")),
+)
+
+
+def relative_period(text: str, now: datetime) -> tuple[date, date] | None:
+    """The calendar period a relative date phrase names, counted from ``now``'s date."""
+    lowered, today = text.lower(), now.date()
+    for kind, phrases in _PERIODS:
+        if any(_has(lowered, phrase) for phrase in phrases):
+            return _period(kind, today)
+    return None
+
+
+def _period(kind: str, today: date) -> tuple[date, date]:
+    if kind == "last_month":
+        end = _month_start(today) - timedelta(days=1)
+        return _month_start(end), end
+    if kind == "this_month":
+        return _month_start(today), _month_end(today)
+    if kind == "last_week":
+        monday = today - timedelta(days=today.weekday() + 7)
+        return monday, monday + timedelta(days=6)
+    day = today - timedelta(days=1) if kind == "yesterday" else today
+    return day, day
+
+
+def normalise_city(text: str) -> str | None:
+    """The canonical name of the first known city ``text`` mentions (Chinese or English)."""
+    lowered = text.lower()
+    for name, spellings in CITIES.items():
+        if name in text or any(_has(lowered, spelling) for spelling in spellings):
+            return name
+    return None
+
+
+def _has(lowered: str, phrase: str) -> bool:
+    """Chinese phrases match anywhere; English ones at a word start ("edit" not "credit",
+    but "expenses" and "cancelled" do)."""
+    if phrase.isascii():
+        return re.search(rf"(?<![a-z]){re.escape(phrase)}", lowered) is not None
+    return phrase in lowered
+
+
+def _category(lowered: str) -> str | None:
+    for name, phrases in _CATEGORY.items():
+        if any(_has(lowered, phrase) for phrase in phrases):
+            return name
+    return None
+
+
+def _name(text: str, attachments: int) -> IntentName:
+    lowered = text.lower().replace("’", "'")
+    bare = _STRIP.sub(" ", lowered).strip()
+    if bare in _YES or bare in _YES_EN:
+        return IntentName.YES
+    if bare in _NO:
+        return IntentName.NO
+    for name, phrases in _PHRASES:
+        if any(_has(lowered, phrase) for phrase in phrases):
+            return name
+    if _EXPENSE_VERB.search(text):
+        return IntentName.EXPENSE_SUBMIT
+    return IntentName.UPLOAD if attachments else IntentName.UNCLEAR
+
+
+class RuleIntentParser(Service):
+    """The default parser: fixed phrase lists, no I/O; start/stop do nothing."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def parse(self, text: str, *, now: datetime, context: Mapping[str, Any]) -> Intent:
+        return self.parse_now(text, now=now, attachments=int(context.get("attachments", 0)))
+
+    def parse_now(self, text: str, *, now: datetime, attachments: int = 0) -> Intent:
+        """The same as :meth:`parse`, synchronously (the fallback of the HTTP parser)."""
+        name = _name(text, attachments)
+        lowered = text.lower().replace("’", "'")
+        period = relative_period(text, now)
+        return Intent(
+            name=name,
+            city=normalise_city(text),
+            category=_category(lowered),
+            period_start=period[0] if period else None,
+            period_end=period[1] if period else None,
+            hold=name is IntentName.CANCEL and any(_has(lowered, p) for p in _HOLD),
+        )

@@ -1,0 +1,192 @@
+"""The S1-S5 state machine of seed 000 §2 as data, and the small interpreter that walks it.
+
+The table says, per state, when it is entered, what it does, how long it may wait and
+where an exception leaves to; the transitions say which trigger moves from which state
+to which. The handler decides *which* trigger happened; the table decides *where* it goes,
+so an unknown move is a bug that raises instead of a silent jump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final
+
+from hermesbus.errors import HermesError
+
+__all__ = [
+    "MACHINE",
+    "STATE_SPECS",
+    "TRANSITION_TABLE",
+    "Machine",
+    "StateSpec",
+    "Timeout",
+    "Transition",
+    "TransitionError",
+]
+
+
+class TransitionError(HermesError):
+    """A trigger that the state machine's table does not allow in the current state."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    """A durable wait: timer ``purpose`` fires ``after`` entering/re-arming, as ``trigger``."""
+
+    purpose: str
+    after: timedelta
+    trigger: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """One row of seed 000 §2's table."""
+
+    id: str
+    name: str
+    entered_when: str
+    actions: tuple[str, ...]
+    timeouts: tuple[Timeout, ...]
+    exception_exit: str
+    """Where the state goes when it cannot continue (the seed's 异常出口)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    source: str | None
+    trigger: str
+    target: str
+
+
+S2_WAIT: Final = Timeout("s2_wait", timedelta(minutes=5), "wait_expired")
+S3_VALIDATION: Final = Timeout("s3_validation", timedelta(seconds=30), "validation_timeout")
+S4_IDLE: Final = Timeout("s4_idle", timedelta(minutes=10), "idle_expired")
+
+STATE_SPECS: Final = (
+    StateSpec(
+        "S1",
+        "初始意图识别",
+        "the first user message of a session",
+        ("parse_intent", "pin_facts", "cycle:check_budget"),
+        (),
+        "S5",  # unclear intent
+    ),
+    StateSpec(
+        "S2",
+        "材料收集",
+        "an expense intent with materials missing",
+        ("ask_materials", "cycle:ocr_precheck", "adjust_materials"),
+        (S2_WAIT,),
+        "S4",  # waited 5 min: ask whether the user gave up
+    ),
+    StateSpec(
+        "S3",
+        "数据校验",
+        "all materials in",
+        ("cycle:expense_validation", "check_confidence"),
+        (S3_VALIDATION,),
+        "S3.1",  # over 30 s (or low OCR confidence): human review
+    ),
+    StateSpec(
+        "S3.1",
+        "人工复核",
+        "validation over 30 s, an OCR confidence below 0.8, or an invalid symbol",
+        ("ask_review", "record_tolerance", "ask_preference"),
+        (),
+        "S5",
+    ),
+    StateSpec(
+        "S4",
+        "用户确认",
+        "validated without a fatal error, or the S2 wait expired",
+        ("render_summary", "offer:确认/修改/取消", "lock_session", "cycle:submit_expense"),
+        (S4_IDLE,),
+        "S5",  # idle >= 10 min: expired
+    ),
+    StateSpec(
+        "S5",
+        "终止/降级处理",
+        "submitted, cancelled, gave up, expired, unclear, or a tool failure",
+        ("cancel_timers", "clear_working_data", "write:unfinished"),
+        (),
+        "S5",
+    ),
+)
+
+TRANSITION_TABLE: Final = (
+    Transition(None, "user_turn", "S1"),
+    Transition("S1", "expense_intent", "S2"),
+    Transition("S1", "unclear_intent", "S5"),
+    Transition("S1", "tool_error", "S5"),
+    Transition("S2", "upload", "S2"),
+    Transition("S2", "materials_missing", "S2"),
+    Transition("S2", "tool_error", "S2"),
+    Transition("S2", "materials_complete", "S3"),
+    Transition("S2", "wait_expired", "S4"),
+    Transition("S2", "cancel", "S5"),
+    Transition("S3", "low_confidence", "S3.1"),
+    Transition("S3", "validation_timeout", "S3.1"),
+    Transition("S3", "context_invalid", "S3.1"),
+    Transition("S3", "validated", "S4"),
+    Transition("S3", "validation_failed", "S5"),
+    Transition("S3", "tool_error", "S5"),
+    Transition("S3.1", "reupload", "S2"),
+    Transition("S3.1", "retry", "S3"),
+    Transition("S3.1", "review_passed", "S4"),
+    Transition("S3.1", "cancel", "S5"),
+    Transition("S4", "modify", "S2"),
+    Transition("S4", "continue_upload", "S2"),
+    Transition("S4", "submitted", "S5"),
+    Transition("S4", "cancel", "S5"),
+    Transition("S4", "gave_up", "S5"),
+    Transition("S4", "idle_expired", "S5"),
+    Transition("S4", "tool_error", "S5"),
+)
+
+
+class Machine:
+    """Looks up states, timeouts and the target of a trigger; refuses what the table lacks."""
+
+    def __init__(self, states: Iterable[StateSpec], transitions: Iterable[Transition]) -> None:
+        self._states = {spec.id: spec for spec in states}
+        self._moves: dict[tuple[str | None, str], str] = {}
+        for move in transitions:
+            if move.target not in self._states:
+                raise TransitionError(f"transition {move} targets an unknown state")
+            self._moves[(move.source, move.trigger)] = move.target
+        self.transitions = tuple(transitions)
+
+    def spec(self, state: str) -> StateSpec:
+        try:
+            return self._states[state]
+        except KeyError:
+            raise TransitionError(f"unknown state {state!r}") from None
+
+    def target(self, state: str | None, trigger: str) -> str:
+        """Where ``trigger`` leads from ``state``; raises for a move the table lacks."""
+        try:
+            return self._moves[(state, trigger)]
+        except KeyError:
+            raise TransitionError(f"no transition from {state!r} on {trigger!r}") from None
+
+    def allows(self, state: str | None, trigger: str) -> bool:
+        return (state, trigger) in self._moves
+
+    def timeout(self, state: str, purpose: str) -> Timeout:
+        for timeout in self.spec(state).timeouts:
+            if timeout.purpose == purpose:
+                return timeout
+        raise TransitionError(f"state {state!r} has no timeout {purpose!r}")
+
+    def purposes(self) -> tuple[str, ...]:
+        """Every timer purpose of the machine, in table order."""
+        return tuple(t.purpose for spec in self._states.values() for t in spec.timeouts)
+
+    def pairs(self) -> frozenset[tuple[str | None, str]]:
+        """The ``(previous_state, state_id)`` pairs the table can produce."""
+        return frozenset((move.source, move.target) for move in self.transitions)
+
+
+MACHINE: Final = Machine(STATE_SPECS, TRANSITION_TABLE)

@@ -1,0 +1,273 @@
+"""The dispatcher's answers (``ToolResults``, ``ErrorReport``) and fired timers, by task/state."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import ContentType, ErrorReport, Role, TimerFired, ToolResult, ToolResults
+from hermesbus.processors import protocol
+
+from . import _flow as flow
+from . import _texts as texts
+from ._context import Step
+
+__all__ = ["current_cycle", "on_error", "on_timer", "on_tool_results", "timer_is_current"]
+
+log = logging.getLogger(__name__)
+
+_TOOL_SUMMARY_CHARS: Final = 60
+
+
+def current_cycle(step: Step, envelope: Envelope) -> bool:
+    """An answer for the cycle the conversation waits for; anything else is stale."""
+    pending = step.session.pending
+    cycle = envelope.payload.context.get(protocol.CYCLE)
+    if pending is None or cycle != pending.cycle:
+        log.info("session %s: stale answer for cycle %s", envelope.session_id, cycle)
+        return False
+    return True
+
+
+def timer_is_current(step: Step, fired: TimerFired) -> bool:
+    """A timer armed for the current state and not re-armed or cancelled since."""
+    try:
+        data = json.loads(fired.data_json)
+    except ValueError:
+        return False
+    session = step.session
+    token_ok = isinstance(data, dict) and session.timers.get(fired.purpose) == data.get("token")
+    return token_ok and isinstance(data, dict) and data.get("state") == session.state
+
+
+def _loads(result: ToolResult) -> dict[str, Any]:
+    try:
+        value = json.loads(result.result_json)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _set_status(step: Step, cycle: str, statuses: Mapping[str, int]) -> None:
+    traces = tuple(
+        {**t, "status_code": statuses[t["tool"]]}
+        if t.get("cycle") == cycle and t["tool"] in statuses
+        else t
+        for t in step.session.traces
+    )
+    step.update(traces=traces)
+
+
+def _brief(tool: str, result: ToolResult) -> str:
+    scalars = {k: v for k, v in _loads(result).items() if not isinstance(v, dict | list)}
+    body = json.dumps(scalars, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return f"{tool} {result.status_code}: {body[:_TOOL_SUMMARY_CHARS]}"
+
+
+def _absorb(step: Step, cycle: str, answer: ToolResults) -> None:
+    """Traces, history, stale/degraded notes and memory's preferences/candidates."""
+    _set_status(step, cycle, {r.tool: r.status_code for r in answer.results})
+    notes, session = list(step.session.notes), step.session
+    for result in answer.results:
+        extra = {"tool": result.tool, "status_code": result.status_code}
+        step.record(
+            _brief(result.tool, result),
+            role=Role.TOOL,
+            content_type=ContentType.TOOL_RESULT,
+            parent_id=cycle,
+            extra=extra,
+        )
+        if result.stale:
+            notes.append(texts.stale_note(result.tool, result.stale_since))
+        elif result.fallback:
+            notes.append(texts.degraded_note(result.tool, result.fallback))
+    memory = answer.context
+    preferences = {**session.preferences, **(memory.preferences if memory else {})}
+    skip = set(preferences) | set(session.declined)
+    found = {k: v for k, v in (memory.candidates if memory else {}).items() if k not in skip}
+    step.update(
+        notes=tuple(notes),
+        stale=session.stale or any(r.stale for r in answer.results),
+        degraded=session.degraded or any(r.fallback and not r.stale for r in answer.results),
+        preferences=preferences,
+        candidates={**session.candidates, **found},
+    )
+
+
+def on_tool_results(step: Step, answer: ToolResults) -> None:
+    pending = step.session.pending
+    if pending is None:
+        return
+    step.update(pending=None)
+    _absorb(step, pending.cycle, answer)
+    by_tool = {r.tool: r for r in answer.results}
+    failed = next((r for r in answer.results if r.status_code != protocol.OK), None)
+    missing = [tool for tool in pending.tools if tool not in by_tool]
+    steps = tuple(s for r in answer.results for s in r.verification_steps)
+    step.update(steps={**step.session.steps, pending.task: steps})
+    if failed is not None or missing:
+        tool = failed.tool if failed else missing[0]
+        code = str(failed.status_code) if failed else "missing"
+        message = (failed.error or "") if failed else "no result"
+        _fail(step, protocol.tool_at(tool), code, message, "请稍后重试或联系管理员", retryable=True)
+        return
+    results = {tool: _loads(r) for tool, r in by_tool.items()}
+    _TASKS[pending.task](step, results, answer)
+
+
+def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:
+    org, finance = results.get("org_tool", {}), results.get("finance_tool", {})
+    step.fact(
+        user_name=org.get("name"),
+        dept=org.get("dept") or finance.get("dept"),
+        manager=org.get("manager"),
+        budget_remaining=finance.get("budget_remaining"),
+        currency=finance.get("currency"),
+    )
+    step.move("expense_intent")
+    period = step.session.facts.get("period", "")
+    label = f"{period[:4]}年{int(period[5:7])}月" if len(period) == 7 else ""  # noqa: PLR2004
+    steps = step.session.steps.get("check_budget", ())
+    step.update(ask="materials")
+    step.arm("s2_wait")
+    step.reply(texts.materials_text({**step.session.facts, "period_label": label}), steps=steps)
+
+
+def _ocr_precheck(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:
+    ocr = results.get("ocr_tool", {})
+    invoices = list(ocr.get("invoices") or [])
+    itinerary = ocr.get("itinerary") or {}
+    total = ocr.get("total", sum(float(i.get("amount", 0)) for i in invoices))
+    confidences = [float(i.get("confidence", 1.0)) for i in invoices] or [1.0]
+    materials = {
+        **step.session.materials,
+        "invoices": invoices,
+        "total": total,
+        "currency": ocr.get("currency", "CNY"),
+        "confidence_min": ocr.get("confidence_min", min(confidences)),
+        "itinerary": itinerary,
+    }
+    step.update(materials=materials)
+    dates = f"{itinerary.get('from')}~{itinerary.get('to')}" if itinerary.get("from") else None
+    step.fact(total=texts.amount(total) if invoices else None, trip_dates=dates)
+    if invoices and itinerary:
+        step.move("materials_complete")
+        flow.start_validation(step)
+        return
+    lacking = "、".join(n for n, ok in (("发票", invoices), ("行程单", itinerary)) if not ok)
+    step.move("materials_missing")
+    flow.ask_materials(step, f"已识别{len(invoices)}张发票，还缺少{lacking}，请补充上传。")
+
+
+def _expense_validation(step: Step, results: dict[str, dict[str, Any]], ans: ToolResults) -> None:
+    step.disarm("s3_validation")
+    trip, rules = results.get("trip_tool", {}), results.get("rule_engine_tool", {})
+    trip_view = {k: trip.get(k) for k in ("verified", "trip_id", "city", "from", "to")}
+    warnings = [str(w) for w in rules.get("warnings") or []]
+    errors = [str(e) for e in rules.get("errors") or []]
+    validation = {
+        "trip": trip_view,
+        "warnings": warnings,
+        "errors": errors,
+        "approver": rules.get("approver"),
+        "valid": rules.get("valid") is True,
+    }
+    step.update(validation=validation)
+    step.fact(approver=rules.get("approver"), trip_id=trip.get("trip_id"))
+    invoices = step.session.materials.get("invoices") or []
+    if not validation["valid"]:
+        flow.end(step, "validation_failed", "failed", texts.failed_text(errors or warnings))
+    elif ans.context is not None and ans.context.invalid:
+        step.move("context_invalid")
+        step.update(ask="review")
+        text = texts.CONTEXT_INVALID.format(names="、".join(ans.context.invalid))
+        step.reply(text, choices=texts.CHOICES_REVIEW)
+    elif (why := flow.tolerated(step, invoices)) is not None:
+        step.update(validation={**validation, "tolerated": why})
+        step.move("validated")
+        flow.ask_confirm(step)
+    else:
+        step.move("low_confidence")
+        candidate = step.session.candidates.get(flow.BLUR)
+        if candidate is not None:
+            flow.ask_preference(step, flow.BLUR, candidate)
+        else:
+            flow.ask_review(step)
+
+
+def _submit_expense(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:
+    finance = results.get("finance_tool", {})
+    if finance.get("status") != "submitted":
+        why = str(finance.get("status") or "unknown")
+        _fail(step, "tool:finance_tool", why, "报销单未能提交", "请稍后重试", retryable=True)
+        return
+    rid = str(finance.get("report_id") or step.session.facts.get("report_id", ""))
+    approver = str(finance.get("approver") or step.session.validation.get("approver") or "")
+    step.fact(report_id=rid, approver=approver)
+    flow.end(step, "submitted", "submitted", texts.submitted_text(rid, approver))
+
+
+_Task = Callable[[Step, dict[str, dict[str, Any]], ToolResults], None]
+_TASKS: Final[dict[str, _Task]] = {
+    "check_budget": _check_budget,
+    "ocr_precheck": _ocr_precheck,
+    "expense_validation": _expense_validation,
+    "submit_expense": _submit_expense,
+}
+
+
+def on_error(step: Step, report: ErrorReport) -> None:
+    """Fail fast from the dispatcher: degrade by state (S3 timeout -> S3.1 review)."""
+    pending = step.session.pending
+    if pending is None:
+        return
+    status = int(report.code) if report.code.isdigit() else None
+    if report.code == "timeout":
+        status = protocol.TIMEOUT
+    tool = report.component.removeprefix("tool:")
+    if status is not None and tool in pending.tools:
+        _set_status(step, pending.cycle, {tool: status})
+    step.update(pending=None)
+    advice, retryable = report.advice, report.retryable
+    _fail(step, report.component, report.code, report.message, advice, retryable=retryable)
+
+
+def _fail(
+    step: Step, component: str, code: str, message: str, advice: str, *, retryable: bool
+) -> None:
+    """Name the failed component and its advice; continue where possible, else S5."""
+    state = step.session.state
+    step.update(pending=None, degraded=True)
+    text = texts.error_text(component, code, message, advice)
+    if state == "S3" and code in ("timeout", str(protocol.TIMEOUT)):
+        step.disarm("s3_validation")
+        flow.to_review_timeout(step)
+    elif state == "S2":
+        step.move("tool_error")
+        flow.ask_materials(step, text + "请稍后重新上传发票照片和行程单。")
+    elif state == "S4" and retryable:
+        step.update(ask="confirm")
+        step.arm("s4_idle")
+        step.reply(text + "可回复“确认”重试。", choices=texts.CHOICES_CONFIRM)
+    else:
+        flow.end(step, "tool_error", "degraded", text + texts.SAVED)
+
+
+def on_timer(step: Step, fired: TimerFired) -> None:
+    """A current timer: S2 wait -> S4 ask, S3 30 s -> S3.1, S4 idle -> S5."""
+    purpose = fired.purpose
+    step.update(timers={k: v for k, v in step.session.timers.items() if k != purpose})
+    if purpose == "s2_wait":
+        step.update(ask="gave_up")
+        step.move("wait_expired")
+        step.arm("s4_idle")
+        step.reply(texts.GAVE_UP, choices=texts.CHOICES_GAVE_UP)
+    elif purpose == "s3_validation":
+        flow.to_review_timeout(step)
+    elif purpose == "s4_idle" and step.session.ask == "gave_up":
+        flow.end(step, "gave_up", "gave_up", texts.IDLE_GAVE_UP, confirmed_by=fired.timer_id)
+    elif purpose == "s4_idle":
+        flow.end(step, "idle_expired", "expired", texts.EXPIRED, confirmed_by=fired.timer_id)

@@ -1,0 +1,182 @@
+"""User turns, by state: what each answer of the user means where the conversation stands."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from hermesbus.errors import IntentError
+from hermesbus.payloads import ContentType, Role, UserTurn
+
+from . import _flow as flow
+from . import _texts as texts
+from ._context import Step
+from ._intent import Intent, IntentName, IntentParser, RuleIntentParser
+from ._session import Session
+from ._settings import INTENT_PORT
+
+__all__ = ["on_user_turn", "parse_intent"]
+
+log = logging.getLogger(__name__)
+
+RULES: Final = RuleIntentParser()
+_I = IntentName
+
+
+async def parse_intent(step: Step, turn: UserTurn) -> Intent:
+    """The configured parser's intent, or the rules' when it is absent or fails."""
+    context = {"state": step.session.state or "S1", "attachments": len(turn.attachments)}
+    parser: IntentParser | None = step.inp.ports.get(INTENT_PORT)
+    if parser is not None:
+        try:
+            return await parser.parse(turn.text, now=step.env.timestamp, context=context)
+        except IntentError as exc:
+            log.warning("intent port failed, using the rules: %s", exc)
+    return RULES.parse_now(turn.text, now=step.env.timestamp, attachments=len(turn.attachments))
+
+
+async def on_user_turn(step: Step, turn: UserTurn) -> None:
+    if step.session.state == "S5":  # a finished session starts over
+        kept = step.session
+        step.session = Session(preferences=kept.preferences, declined=kept.declined)
+    step.update(turn_id=step.env.message_id)
+    kind = ContentType.IMAGE if turn.attachments else ContentType.TEXT
+    uris = [a.uri for a in turn.attachments]
+    step.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
+    intent = await parse_intent(step, turn)
+    state = step.session.state
+    if step.session.pending is not None:
+        step.reply(texts.PENDING)
+    elif state is None or state == "S1":
+        _start(step, intent)
+    elif state == "S2":
+        _in_s2(step, intent, turn)
+    elif state == "S3.1":
+        _in_review(step, intent)
+    elif state == "S4":
+        _in_s4(step, intent, turn)
+    else:
+        step.reply(texts.PENDING)
+
+
+def _start(step: Step, intent: Intent) -> None:
+    """S1: an expense intent starts the budget check; anything else ends unclear (S5)."""
+    if step.session.state is None:
+        if intent.name is _I.EXPENSE_SUBMIT:
+            period = intent.month or (
+                f"{intent.period_start}~{intent.period_end}" if intent.period_start else None
+            )
+            step.fact(user=step.env.user_id, goal="差旅报销", city=intent.city, period=period)
+        step.move("user_turn")
+    if intent.name is not _I.EXPENSE_SUBMIT:
+        flow.end(step, "unclear_intent", "unclear", texts.UNCLEAR)
+        return
+    user = step.env.user_id
+    budget = {"action": "budget", "user_id": user}
+    step.cycle("check_budget", [("org_tool", {"user_id": user}), ("finance_tool", budget)])
+
+
+def _end_cancel(step: Step, intent: Intent) -> None:
+    text = texts.HOLD if intent.hold else texts.CANCELLED
+    flow.end(step, "cancel", "cancelled", text)
+
+
+def _in_s2(step: Step, intent: Intent, turn: UserTurn) -> None:
+    if intent.name is _I.CANCEL:
+        _end_cancel(step, intent)
+    elif turn.attachments:
+        flow.upload(step, turn.attachments)
+    elif intent.name in (_I.UPLOAD, _I.REUPLOAD):
+        flow.ask_materials(step, texts.NO_ATTACHMENT)
+    else:
+        flow.ask_materials(step, texts.ASK_MATERIALS)
+
+
+def _in_review(step: Step, intent: Intent) -> None:
+    """S3.1: only an explicit answer moves on; anything else repeats the question."""
+    ask = step.session.ask
+    if ask == "preference" and intent.name in (_I.YES, _I.NO):
+        _answer_preference(step, intent)
+    elif ask == "review_timeout" and intent.name in (_I.RETRY, _I.KEEP_MATERIALS, _I.YES):
+        step.update(ask="")
+        step.move("retry")
+        flow.start_validation(step)
+    elif ask != "review_timeout" and intent.name is _I.KEEP_MATERIALS:
+        flow.review_passed(step)
+    elif intent.name is _I.REUPLOAD:
+        step.update(materials={}, validation={})
+        step.move("reupload")
+        flow.ask_materials(step, texts.REUPLOAD)
+    elif intent.name is _I.CANCEL:
+        _end_cancel(step, intent)
+    elif ask == "review_timeout":
+        step.reply(texts.VALIDATION_TIMEOUT, choices=texts.CHOICES_TIMEOUT)
+    else:
+        flow.ask_review(step)
+
+
+def _answer_preference(step: Step, intent: Intent) -> None:
+    """ "是" writes the preference, confirmed by this message; "否" writes nothing."""
+    session = step.session
+    name, value = session.ask_pref["name"], session.ask_pref["value"]
+    candidates = {k: v for k, v in session.candidates.items() if k != name}
+    if intent.name is _I.NO:
+        step.update(declined=(*session.declined, name), candidates=candidates, ask_pref={})
+        flow.ask_review(step)
+        return
+    step.remember(f"pref:{name}", value, confirmed_by=session.turn_id)
+    step.update(preferences={**session.preferences, name: value}, candidates=candidates)
+    if name == flow.BLUR:
+        flow.review_passed(step)
+    else:
+        flow.ask_review(step)
+
+
+def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
+    if step.session.ask == "gave_up":
+        _answer_gave_up(step, intent, turn)
+    elif intent.name in (_I.CONFIRM, _I.YES):
+        _submit(step)
+    elif intent.name is _I.MODIFY:
+        step.update(materials={}, validation={})
+        step.move("modify")
+        flow.ask_materials(step, texts.MODIFY)
+    elif intent.name in (_I.CANCEL, _I.NO):
+        _end_cancel(step, intent)
+    else:
+        flow.ask_confirm(step)
+
+
+def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
+    """After the 5-minute wait: 继续上传 goes back to S2, 放弃 ends the session."""
+    if intent.name is _I.CANCEL or intent.name is _I.NO:
+        flow.end(step, "gave_up", "gave_up", texts.USER_GAVE_UP)
+    elif turn.attachments or intent.name in (_I.UPLOAD, _I.YES, _I.EXPENSE_SUBMIT):
+        step.update(ask="")
+        step.move("continue_upload")
+        if turn.attachments:
+            flow.upload(step, turn.attachments)
+        else:
+            flow.ask_materials(step, texts.CONTINUE_UPLOAD)
+    else:
+        step.arm("s4_idle")
+        step.reply(texts.GAVE_UP, choices=texts.CHOICES_GAVE_UP)
+
+
+def _submit(step: Step) -> None:
+    """ "确认": submit the report to finance; S5 follows its answer."""
+    session = step.session
+    step.disarm("s4_idle")
+    rid = flow.report_id(step.env.session_id)
+    step.fact(report_id=rid)
+    invoices = session.materials.get("invoices") or []
+    arguments = {
+        "action": "submit",
+        "user_id": step.env.user_id,
+        "report_id": rid,
+        "amount": session.materials.get("total"),
+        "approver": session.validation.get("approver"),
+        "invoices": [i.get("id") for i in invoices],
+    }
+    step.update(ask="")
+    step.cycle("submit_expense", [("finance_tool", arguments)])
