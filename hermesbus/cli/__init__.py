@@ -8,6 +8,7 @@ import typer
 
 from ._broker import broker_command
 from ._schemas import app as schemas_app
+from ._tools import app as tools_app
 from ._topics import app as topics_app
 from ._trace import trace_command
 from ._up import up_command
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.command("broker")(broker_command)
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
+app.add_typer(tools_app, name="tools")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
 

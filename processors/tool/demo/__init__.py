@@ -1,1 +1,21 @@
-"""Placeholder; filled by issue #4."""
+"""The demo tools of the expense walkthrough (seed 000 §6) over DEMO FIXTURES.
+
+``os.environ.update(demo_keys())`` before the tool service starts (workers inherit the
+private key, the processor verifies with the public one), then ``await
+register_demo(tools)``.
+"""
+
+from . import fixtures
+from ._specs import DEMO_TOOLS, demo_keys, demo_specs, register_demo
+from .tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV, DemoToolError
+
+__all__ = [
+    "DEMO_SIGNING_ENV",
+    "DEMO_TOOLS",
+    "DEMO_VERIFY_ENV",
+    "DemoToolError",
+    "demo_keys",
+    "demo_specs",
+    "fixtures",
+    "register_demo",
+]

@@ -1,0 +1,171 @@
+"""SQLite tool store (``$HERMES_HOME/tools.sqlite3``): specs, results, call samples, probes.
+
+Implements :class:`hermesbus.processors.tool.ToolStore`. WAL mode, short inline calls,
+parameterised SQL only; as :mod:`.store`, a local file needs no thread pool.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hermesbus.errors import StoreError
+from hermesbus.lifecycle import Service
+from hermesbus.payloads import ToolResult
+from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
+
+__all__ = ["SqliteToolStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS specs (name TEXT PRIMARY KEY, spec TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (
+    key TEXT PRIMARY KEY, tool TEXT NOT NULL, digest TEXT NOT NULL, at_ms INTEGER NOT NULL,
+    result TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS results_by_args ON results (tool, digest, at_ms);
+CREATE TABLE IF NOT EXISTS calls (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, tool TEXT NOT NULL, at_ms INTEGER NOT NULL,
+    latency_ms REAL NOT NULL, ok INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS calls_by_tool ON calls (tool, seq);
+CREATE TABLE IF NOT EXISTS probes (
+    tool TEXT PRIMARY KEY, latency_ms REAL NOT NULL, success_rate REAL NOT NULL,
+    quota_remaining INTEGER, checked_at_ms INTEGER NOT NULL, error TEXT NOT NULL);
+"""
+_KEEP_CALLS = 1000
+"""Call samples kept per tool; older ones are pruned on write."""
+
+
+class SqliteToolStore(Service):
+    """The embedded tool store; ``path`` defaults to ``$HERMES_HOME/tools.sqlite3``."""
+
+    def __init__(
+        self, path: Path | str | None = None, settings: ToolSettings | None = None
+    ) -> None:
+        self.path = Path(path) if path is not None else (settings or ToolSettings()).tools_path
+        self._db: sqlite3.Connection | None = None
+
+    async def start(self) -> None:
+        if self._db is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the tool store {self.path}: {exc}") from exc
+        self._db = db
+
+    async def stop(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the SQLite tool store is not started")
+        return self._db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"tool store write failed ({self.path}): {exc}") from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"tool store read failed ({self.path}): {exc}") from exc
+
+    async def save_spec(self, spec: ToolSpec) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec.name, spec.model_dump_json())
+            )
+
+    async def get_spec(self, name: str) -> ToolSpec | None:
+        rows = self._read("SELECT spec FROM specs WHERE name=?", (name,))
+        return ToolSpec.model_validate_json(rows[0][0]) if rows else None
+
+    async def list_specs(self) -> list[ToolSpec]:
+        rows = self._read("SELECT spec FROM specs ORDER BY name", ())
+        return [ToolSpec.model_validate_json(row[0]) for row in rows]
+
+    async def put_result(self, key: str, digest: str, stored: StoredResult) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
+                (key, stored.result.tool, digest, stored.at_ms, stored.result.model_dump_json()),
+            )
+
+    async def get_result(self, key: str) -> StoredResult | None:
+        rows = self._read("SELECT result, at_ms FROM results WHERE key=?", (key,))
+        return _stored(rows)
+
+    async def last_result(self, tool: str, digest: str) -> StoredResult | None:
+        rows = self._read(
+            "SELECT result, at_ms FROM results WHERE tool=? AND digest=? "
+            "ORDER BY at_ms DESC LIMIT 1",
+            (tool, digest),
+        )
+        return _stored(rows)
+
+    async def record_call(self, tool: str, at_ms: int, latency_ms: float, ok: bool) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO calls (tool, at_ms, latency_ms, ok) VALUES (?, ?, ?, ?)",
+                (tool, at_ms, latency_ms, int(ok)),
+            )
+            db.execute(
+                "DELETE FROM calls WHERE tool=? AND seq <= "
+                "(SELECT seq FROM calls WHERE tool=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                (tool, tool, _KEEP_CALLS),
+            )
+
+    async def call_stats(self, tool: str, window: int) -> CallStats | None:
+        rows = self._read(
+            "SELECT COUNT(*), AVG(ok), AVG(latency_ms) FROM "
+            "(SELECT ok, latency_ms FROM calls WHERE tool=? ORDER BY seq DESC LIMIT ?)",
+            (tool, window),
+        )
+        count, success, latency = rows[0]
+        return CallStats(count, float(success), float(latency)) if count else None
+
+    async def save_probe(self, tool: str, probe: Probe) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    tool,
+                    probe.latency_ms,
+                    probe.success_rate,
+                    probe.quota_remaining,
+                    probe.checked_at_ms,
+                    probe.error,
+                ),
+            )
+
+    async def get_probe(self, tool: str) -> Probe | None:
+        rows = self._read(
+            "SELECT latency_ms, success_rate, quota_remaining, checked_at_ms, error "
+            "FROM probes WHERE tool=?",
+            (tool,),
+        )
+        return Probe(*rows[0]) if rows else None
+
+
+def _stored(rows: list[tuple[Any, ...]]) -> StoredResult | None:
+    return StoredResult(ToolResult.model_validate_json(rows[0][0]), rows[0][1]) if rows else None

@@ -1,0 +1,190 @@
+"""``hermesbus tools register|list|health``: the tool registry from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.table import Table
+
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.errors import ConfigError
+from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
+from hermesbus.processors.tool.demo import register_demo
+
+from ._common import console, errors, fail
+
+app = typer.Typer(help="Tools: admission, the registry and live health.", no_args_is_help=True)
+
+HomeOption = Annotated[
+    Path | None, typer.Option("--home", help="State folder; default: HERMES_HOME or ./.hermes.")
+]
+FileOption = Annotated[Path | None, typer.Option(exists=True, dir_okay=False)]
+
+
+def _settings(home: Path | None) -> ToolSettings:
+    return ToolSettings(home=home) if home is not None else ToolSettings()
+
+
+def _load(path: Path) -> Any:
+    """A YAML or JSON file (JSON is YAML)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+
+
+def _fallback(
+    current: Any, strategy: str | None, stale: float | None, mock: Path | None, backup: str | None
+) -> Any:
+    fallback = dict(current or {})
+    for key, value in (("strategy", strategy), ("stale_after_s", stale), ("backup", backup)):
+        if value is not None:
+            fallback[key] = value
+    if mock is not None:
+        fallback["mock_result"] = _load(mock)
+    return fallback or None
+
+
+def _spec(data: dict[str, Any], schema_file: Path | None) -> ToolSpec:
+    if schema_file is not None:
+        schemas = _load(schema_file)
+        if not isinstance(schemas, dict):
+            raise ConfigError(f"{schema_file} must hold an object with 'input' and 'output'")
+        data.setdefault("input_schema", schemas.get("input") or schemas.get("input_schema"))
+        data.setdefault("output_schema", schemas.get("output") or schemas.get("output_schema"))
+    try:
+        return ToolSpec.model_validate({k: v for k, v in data.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(f"invalid tool spec: {exc}") from exc
+
+
+async def _register(settings: ToolSettings, debug: bool, spec: ToolSpec | None) -> list[str]:
+    async with SqliteToolStore(settings=settings) as store:
+        registry = ToolRegistry(store, settings, debug=debug or None)
+        if spec is None:
+            return await register_demo(registry)
+        return [(await registry.register(spec)).name]
+
+
+@app.command("register")
+def register_command(
+    spec_file: Annotated[
+        Path | None, typer.Argument(help="A spec file (YAML or JSON).", exists=True, dir_okay=False)
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The tool's name.")] = None,
+    python: Annotated[str | None, typer.Option(help="A python tool: module:function.")] = None,
+    url: Annotated[str | None, typer.Option(help="An HTTP tool: its base URL.")] = None,
+    schema_file: Annotated[
+        Path | None, typer.Option(help="YAML/JSON with 'input' and 'output' JSON Schemas.")
+    ] = None,
+    verifier: Annotated[str | None, typer.Option(help="module:function(result) -> bool.")] = None,
+    health: Annotated[
+        str | None, typer.Option(help="python: the probe module:function; http: its path.")
+    ] = None,
+    fallback: Annotated[str | None, typer.Option(help="cache, mock, proxy or none.")] = None,
+    stale_after: Annotated[float | None, typer.Option(help="cache: seconds.")] = None,
+    mock_file: FileOption = None,
+    backup: Annotated[str | None, typer.Option(help="proxy: URL or module:function.")] = None,
+    sign_alg: Annotated[str | None, typer.Option(help="hmac-sha256 or ed25519.")] = None,
+    key_env: Annotated[str | None, typer.Option(help="The variable that holds the key.")] = None,
+    sensitive: Annotated[
+        list[str] | None, typer.Option(help="A word results must not hold.")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds per call.")] = None,
+    memory_mb: Annotated[int | None, typer.Option(help="python: memory limit (MB).")] = None,
+    max_result_bytes: Annotated[
+        int | None, typer.Option(help="Larger results are truncated.")
+    ] = None,
+    demo: Annotated[bool, typer.Option(help="Register the five demo tools.")] = False,
+    debug: Annotated[bool, typer.Option(help="Debug mode: admit fallback 'none'.")] = False,
+    home: HomeOption = None,
+) -> None:
+    """Admit a tool (spec file and/or flags); exits 1 with the reason when it is refused."""
+    with errors():
+        spec = None
+        if not demo:
+            data: dict[str, Any] = dict(_load(spec_file) or {}) if spec_file else {}
+            flags = {
+                "name": name, "verifier": verifier, "health": health, "timeout_s": timeout,
+                "memory_limit_mb": memory_mb, "max_result_bytes": max_result_bytes,
+            }  # fmt: skip
+            data.update({k: v for k, v in flags.items() if v is not None})
+            if python or url:
+                data.update(kind="python" if python else "http", target=python or url)
+            if sign_alg or key_env:
+                data["signature"] = {"alg": sign_alg, "key_env": key_env}
+            if sensitive:
+                data["sensitive_words"] = sensitive
+            data["fallback"] = _fallback(
+                data.get("fallback"), fallback, stale_after, mock_file, backup
+            )
+            spec = _spec(data, schema_file)
+        names = asyncio.run(_register(_settings(home), debug, spec))
+    for registered in names:
+        console.print(f"[green]registered[/green] {registered}")
+
+
+@app.command("list")
+def list_command(home: HomeOption = None) -> None:
+    """Print every registered tool: kind, target, fallback, signature, limits."""
+    with errors():
+        specs = asyncio.run(_list(_settings(home)))
+    table = Table(title="tools")
+    for column in ("tool", "kind", "target", "fallback", "signature", "timeout", "memory", "cap"):
+        table.add_column(column)
+    for spec in specs:
+        fallback = spec.fallback.strategy if spec.fallback else "-"
+        signature = spec.signature.alg if spec.signature else "-"
+        memory = f"{spec.memory_limit_mb} MB" if spec.kind == "python" else "-"
+        table.add_row(
+            spec.name, spec.kind, spec.target, fallback, signature,
+            f"{spec.timeout_s:g} s", memory, f"{spec.max_result_bytes} B",
+        )  # fmt: skip
+    console.print(table)
+
+
+async def _list(settings: ToolSettings) -> list[ToolSpec]:
+    async with SqliteToolStore(settings=settings) as store:
+        return await store.list_specs()
+
+
+@app.command("health")
+def health_command(home: HomeOption = None) -> None:
+    """Probe every tool now and print latency, success rate, quota, healthy and slow."""
+    with errors():
+        rows = asyncio.run(_health(_settings(home)))
+    if not rows:
+        raise fail("no tools are registered", 1)
+    table = Table(title="tool health")
+    for column in ("tool", "latency", "success", "quota", "healthy", "slow", "probe"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+async def _health(settings: ToolSettings) -> list[tuple[str, ...]]:
+    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+        probes = await tools.probe_all()
+        rows: list[tuple[str, ...]] = []
+        for name, probe in sorted(probes.items()):
+            health = await tools.health(name)
+            if health is None:
+                continue
+            quota = "-" if health.quota_remaining is None else str(health.quota_remaining)
+            rows.append(
+                (
+                    name, f"{health.latency_ms:.0f} ms", f"{health.success_rate:.0%}", quota,
+                    _yes(health.healthy), _yes(health.slow), probe.error or "ok",
+                )
+            )  # fmt: skip
+        return rows
+
+
+def _yes(flag: bool) -> str:
+    return "[green]yes[/green]" if flag else "no"

@@ -1,0 +1,79 @@
+"""The tool processor's handler: a ``ToolCall`` to ``tool:<name>`` in, its ``ToolResult`` out.
+
+One result goes back to the dispatcher (same task and context cycle); when the result
+failed verification, an ``ErrorReport`` also goes to ``alerts:tool``. All I/O goes
+through ``inp.ports["tools"]`` (a :class:`ToolPort`, e.g. :class:`ToolService`).
+"""
+
+from __future__ import annotations
+
+from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls
+from hermesbus.payloads import Body, ErrorReport, Payload, ToolCall
+from hermesbus.processors.protocol import (
+    ALERTS,
+    DISPATCHER_ADDRESS,
+    FALLBACK,
+    TOOL,
+    component_of,
+)
+from hermesbus.runtime import HandlerInput, Outcome, derive_id
+
+from ._service import CallReport, ToolPort
+
+__all__ = ["NAME", "PORT", "TOPIC", "handle"]
+
+NAME = TOOL
+TOPIC = "hermes.tool"
+PORT = "tools"
+"""The key of the :class:`ToolPort` in ``HandlerInput.ports``."""
+
+
+async def handle(inp: HandlerInput) -> Outcome:
+    """Run the call addressed to ``tool:<name>``; other bodies are left alone."""
+    envelope = inp.envelope
+    body = envelope.payload.body
+    if not isinstance(body, ToolCall) or component_of(envelope.target) != TOOL:
+        return Outcome()
+    tools: ToolPort = inp.ports[PORT]
+    report = await tools.call(
+        body,
+        now=envelope.timestamp,
+        fallback=envelope.payload.context.get(FALLBACK) is True,
+        timeout_ms=envelope.metadata.timeout_ms,
+    )
+    emit = [_answer(envelope, report, DISPATCHER_ADDRESS, report.result, 0)]
+    if report.alert is not None:
+        alert = ErrorReport(
+            component=envelope.target,
+            code="verification_failed",
+            message=report.alert,
+            advice="the result was discarded; check the tool's signing key, schema and output",
+        )
+        emit.append(_answer(envelope, report, ALERTS, alert, 1))
+    return Outcome(emit=tuple(emit))
+
+
+def _answer(
+    envelope: Envelope, report: CallReport, target: str, body: Body, index: int
+) -> Envelope:
+    diagnostics = Diagnostics(
+        processing_time_ms=report.elapsed_ms,
+        external_calls=ExternalCalls(
+            count=report.external_calls, avg_latency_ms=report.avg_latency_ms
+        ),
+    )
+    return Envelope(
+        message_id=derive_id(envelope.message_id, "out", index),
+        timestamp=envelope.timestamp,
+        source=envelope.target,
+        target=target,
+        session_id=envelope.session_id,
+        user_id=envelope.user_id,
+        trace_id=envelope.trace_id,
+        span_id=derive_id(envelope.message_id, "span", index)[:16],
+        parent_span_id=envelope.span_id or None,
+        causation_id=envelope.message_id,
+        payload=Payload(task=envelope.payload.task, context=envelope.payload.context, body=body),
+        metadata=envelope.metadata,
+        diagnostics=diagnostics,
+    )

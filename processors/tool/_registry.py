@@ -1,0 +1,172 @@
+"""The registry: admits a tool only when it can be discovered, verified and degraded.
+
+A tool needs input and output JSON Schemas (http tools serve them at ``/schema``), a
+health probe, a verifier and a fallback strategy; ``none`` only in debug mode. HTTP
+tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOSTS``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import httpx
+import jsonschema
+
+from hermesbus.errors import AdmissionError, ToolError
+
+from ._settings import ToolSettings
+from ._spec import Fallback, ToolSpec
+from ._store import ToolStore
+from ._verify import resolve, schema_error
+
+__all__ = ["ToolRegistry"]
+
+
+class ToolRegistry:
+    """Admission and lookup of tools; specs persist in the :class:`ToolStore`."""
+
+    def __init__(
+        self,
+        store: ToolStore,
+        settings: ToolSettings | None = None,
+        *,
+        debug: bool | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings or ToolSettings()
+        self.debug = self.settings.debug if debug is None else debug
+        self._client = client
+
+    async def register(self, spec: ToolSpec) -> ToolSpec:
+        """Admit and store ``spec`` (http schemas fetched from ``/schema``); else AdmissionError."""
+        problems: list[str] = []
+        if spec.kind == "http":
+            problems += self._url_problems("base URL", spec.target)
+            if not problems and (spec.input_schema is None or spec.output_schema is None):
+                spec, fetch_problem = await self._fetch_schemas(spec)
+                problems += fetch_problem
+        else:
+            problems += _target_problems("python target", spec.target)
+        problems += _schema_problems(spec)
+        problems += self._probe_problems(spec)
+        problems += _verifier_problems(spec)
+        problems += self._fallback_problems(spec)
+        if problems:
+            raise AdmissionError(f"tool {spec.name!r} refused: " + "; ".join(problems))
+        await self.store.save_spec(spec)
+        return spec
+
+    async def get(self, name: str) -> ToolSpec | None:
+        return await self.store.get_spec(name)
+
+    async def specs(self) -> list[ToolSpec]:
+        return await self.store.list_specs()
+
+    def _url_problems(self, what: str, url: str) -> list[str]:
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            return [f"{what} {url!r} is not a URL ({exc})"]
+        if parsed.scheme not in {"http", "https"} or not parsed.host:
+            return [f"{what} {url!r} is not an http(s) URL"]
+        if parsed.host.lower() not in self.settings.hosts:
+            allowed = ",".join(sorted(self.settings.hosts))
+            return [f"{what} host {parsed.host!r} is not on HERMES_TOOL_HOSTS ({allowed})"]
+        return []
+
+    async def _fetch_schemas(self, spec: ToolSpec) -> tuple[ToolSpec, list[str]]:
+        url = spec.target.rstrip("/") + "/schema"
+        try:
+            if self._client is not None:
+                response = await self._client.get(url, timeout=spec.timeout_s)
+            else:
+                async with httpx.AsyncClient() as client:
+                    response = await client.get(url, timeout=spec.timeout_s)
+            response.raise_for_status()
+            served: Any = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return spec, [f"input/output schema: GET {url} failed ({exc})"]
+        if not isinstance(served, dict):
+            return spec, [f"input/output schema: GET {url} did not answer a JSON object"]
+        update = {
+            "input_schema": spec.input_schema or served.get("input") or served.get("input_schema"),
+            "output_schema": spec.output_schema
+            or served.get("output")
+            or served.get("output_schema"),
+        }
+        return spec.model_copy(update=update), []
+
+    def _probe_problems(self, spec: ToolSpec) -> list[str]:
+        if spec.kind == "http":
+            path = spec.health_path
+            return [] if path.startswith("/") else [f"health probe path {path!r} must start with /"]
+        if not spec.health:
+            return ["no health probe (a module:function returning latency_ms, success_rate, ...)"]
+        return _target_problems("health probe", spec.health)
+
+    def _fallback_problems(self, spec: ToolSpec) -> list[str]:
+        fallback = spec.fallback
+        if fallback is None:
+            return ["no fallback strategy (cache, mock or proxy)"]
+        if fallback.strategy == "none":
+            return [] if self.debug else ["fallback 'none' is only admitted in debug mode"]
+        if fallback.strategy == "cache":
+            return [] if fallback.stale_after_s else ["fallback 'cache' needs stale_after_s"]
+        if fallback.strategy == "mock":
+            return _mock_problems(spec, fallback)
+        return self._backup_problems(spec, fallback)
+
+    def _backup_problems(self, spec: ToolSpec, fallback: Fallback) -> list[str]:
+        if not fallback.backup:
+            return ["fallback 'proxy' needs a backup endpoint"]
+        if spec.kind == "http":
+            return self._url_problems("proxy backup", fallback.backup)
+        return _target_problems("proxy backup", fallback.backup)
+
+
+def _target_problems(what: str, target: str) -> list[str]:
+    module, sep, name = target.partition(":")
+    if not sep or not module or not name:
+        return [f"{what} {target!r} is not module:function"]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        return [f"{what} module {module!r} cannot be found ({exc})"]
+    return [] if found is not None else [f"{what} module {module!r} cannot be found"]
+
+
+def _schema_problems(spec: ToolSpec) -> list[str]:
+    problems = []
+    for what, schema in (("input", spec.input_schema), ("output", spec.output_schema)):
+        if schema is None:
+            problems.append(f"no {what} schema")
+            continue
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            problems.append(f"{what} schema is not a valid JSON Schema ({exc.message})")
+    return problems
+
+
+def _verifier_problems(spec: ToolSpec) -> list[str]:
+    if not spec.verifier:
+        return ["no verifier (a module:function taking the result, returning a bool)"]
+    try:
+        resolve(spec.verifier)
+    except ToolError as exc:
+        return [f"verifier: {exc}"]
+    return []
+
+
+def _mock_problems(spec: ToolSpec, fallback: Fallback) -> list[str]:
+    if fallback.mock_result is None:
+        return ["fallback 'mock' needs a mock_result"]
+    if spec.output_schema is None:
+        return []  # reported as a missing output schema
+    try:
+        problem = schema_error(spec.output_schema, fallback.mock_result)
+    except jsonschema.exceptions.SchemaError:
+        return []  # reported as an invalid output schema
+    return [] if problem is None else [f"mock_result breaks the output schema ({problem})"]

@@ -1,0 +1,105 @@
+"""What a tool is: its kind, schemas, probe, verifier, fallback and limits (seed 000 §3).
+
+Every part the registry requires is optional here, so that the registry (not pydantic)
+refuses an incomplete spec with an :class:`~hermesbus.errors.AdmissionError` naming
+what is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hermesbus.processors.protocol import ToolHealth
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "Fallback",
+    "SignatureConfig",
+    "SignedResult",
+    "ToolKind",
+    "ToolSpec",
+]
+
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024
+
+ToolKind = Literal["python", "http"]
+SignatureAlg = Literal["hmac-sha256", "ed25519"]
+Strategy = Literal["cache", "mock", "proxy", "none"]
+_DEFAULTS = ToolHealth(tool="-", latency_ms=0.0, success_rate=1.0)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SignatureConfig(_Frozen):
+    """How results are signed; ``key_env`` NAMES the variable holding the key, never the key.
+
+    ``hmac-sha256``: the variable holds the shared secret, signatures are hex.
+    ``ed25519``: it holds the public key (base64 of the 32 raw bytes, or PEM), signatures
+    are base64.
+    """
+
+    alg: SignatureAlg
+    key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class Fallback(_Frozen):
+    """What answers when the tool is unhealthy or its call fails (seed 000 §3)."""
+
+    strategy: Strategy
+    stale_after_s: Annotated[float, Field(gt=0)] | None = None
+    """``cache``: the newest cached result older than this is not used."""
+    mock_result: Any = None
+    """``mock``: the JSON returned; it must validate against the output schema."""
+    backup: str | None = None
+    """``proxy``: a URL (http tools) or ``module:function`` (python tools)."""
+
+
+class ToolSpec(_Frozen):
+    """A tool as registered; ``target`` is ``module:function`` (python) or the base URL (http).
+
+    HTTP tools answer ``POST {target}{call_path}``, ``GET {target}/schema`` (``{"input":
+    ..., "output": ...}``) and ``GET {target}{health}`` (``{"latency_ms",
+    "success_rate", "quota_remaining"}``); python tools name a probe ``module:function``.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    kind: ToolKind
+    target: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    call_path: str = ""
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+    health: str | None = None
+    """python: the probe ``module:function``; http: the path (``/health`` when empty)."""
+    verifier: str | None = None
+    """``module:function`` taking the result JSON, returning a bool or raising."""
+    fallback: Fallback | None = None
+    signature: SignatureConfig | None = None
+    sensitive_words: tuple[str, ...] = ()
+    timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    memory_limit_mb: Annotated[int, Field(gt=0)] = 256
+    """python: address space the worker may add after importing the tool (RLIMIT_AS)."""
+    max_result_bytes: Annotated[int, Field(ge=256)] = DEFAULT_MAX_RESULT_BYTES
+    slow_after_ms: float = _DEFAULTS.slow_after_ms
+    unhealthy_after_ms: float = _DEFAULTS.unhealthy_after_ms
+    min_success_rate: float = _DEFAULTS.min_success_rate
+    estimate_s: int = _DEFAULTS.estimate_s
+
+    @property
+    def health_path(self) -> str:
+        return self.health or "/health"
+
+
+class SignedResult(NamedTuple):
+    """What a python tool returns to sign its result: the exact body and its signature.
+
+    The worker only looks for ``body`` (bytes) and ``signature`` (str) attributes, so a
+    tool may return any object with them without importing hermesbus.
+    """
+
+    body: bytes
+    signature: str

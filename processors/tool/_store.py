@@ -1,0 +1,76 @@
+"""The tool processor's store port: specs, released results, call samples and probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from hermesbus.payloads import ToolResult
+
+from ._spec import ToolSpec
+
+__all__ = ["CallStats", "Probe", "StoredResult", "ToolStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A probe's answer (seed 000 §3 ``/health``); ``checked_at_ms`` is wall-clock time."""
+
+    latency_ms: float
+    success_rate: float
+    quota_remaining: int | None
+    checked_at_ms: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    """The latest calls of a tool: how many, the share that did not fail, mean latency."""
+
+    count: int
+    success_rate: float
+    avg_latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A released successful result and the envelope time of the call that produced it."""
+
+    result: ToolResult
+    at_ms: int
+
+
+class ToolStore(Protocol):
+    """Where specs, results (idempotency and cache), call samples and probes persist."""
+
+    async def save_spec(self, spec: ToolSpec) -> None:
+        """Insert or replace the spec of ``spec.name``."""
+        ...
+
+    async def get_spec(self, name: str) -> ToolSpec | None: ...
+
+    async def list_specs(self) -> list[ToolSpec]:
+        """Every spec, by name."""
+        ...
+
+    async def put_result(self, key: str, digest: str, stored: StoredResult) -> None:
+        """Keep a successful result under its idempotency key and (tool, arguments digest)."""
+        ...
+
+    async def get_result(self, key: str) -> StoredResult | None:
+        """The result stored under the idempotency key, if any."""
+        ...
+
+    async def last_result(self, tool: str, digest: str) -> StoredResult | None:
+        """The newest successful result of the tool for these arguments."""
+        ...
+
+    async def record_call(self, tool: str, at_ms: int, latency_ms: float, ok: bool) -> None: ...
+
+    async def call_stats(self, tool: str, window: int) -> CallStats | None:
+        """Stats of the latest ``window`` calls; None when the tool was never called."""
+        ...
+
+    async def save_probe(self, tool: str, probe: Probe) -> None: ...
+
+    async def get_probe(self, tool: str) -> Probe | None: ...

@@ -1,0 +1,226 @@
+"""The demo tools' specs (schemas, probes, verifiers, fallbacks), keys and registration."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from .._spec import Fallback, SignatureConfig, ToolSpec
+from .tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV
+
+__all__ = ["DEMO_TOOLS", "demo_keys", "demo_specs", "register_demo"]
+
+_MODULE = "hermesbus.processors.tool.demo.tools"
+DEMO_TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
+
+_STR = {"type": "string"}
+_STEPS = {"type": "array", "items": _STR}
+_FACTS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["subject", "relation", "object"],
+        "properties": {"subject": _STR, "relation": _STR, "object": _STR},
+    },
+}
+_INVOICE = {
+    "type": "object",
+    "required": ["id", "category", "amount", "date", "confidence"],
+    "properties": {
+        "id": _STR,
+        "category": _STR,
+        "amount": {"type": "number", "minimum": 0},
+        "date": _STR,
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+}
+_ITINERARY = {
+    "type": "object",
+    "required": ["city", "from", "to"],
+    "properties": {"city": _STR, "from": _STR, "to": _STR},
+}
+
+
+def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+_SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "org_tool": (
+        _obj(["user_id"], user_id=_STR),
+        _obj(
+            ["user_id", "name", "dept", "manager", "approval_chain"],
+            user_id=_STR,
+            name=_STR,
+            dept=_STR,
+            manager=_STR,
+            approval_chain={"type": "array", "items": _STR},
+            symbols={"type": "object"},
+            facts=_FACTS,
+            verification_steps=_STEPS,
+        ),
+    ),
+    "finance_tool": (
+        {
+            "type": "object",
+            "required": ["action", "user_id"],
+            "properties": {
+                "action": {"enum": ["budget", "submit"]},
+                "user_id": _STR,
+                "report_id": {"type": "string", "pattern": "^EXP-"},
+                "amount": {"type": "number", "minimum": 0},
+                "approver": _STR,
+                "invoices": {"type": "array", "items": _STR},
+            },
+            "if": {"properties": {"action": {"const": "submit"}}},
+            "then": {"required": ["report_id", "amount", "approver", "invoices"]},
+        },
+        {
+            "type": "object",
+            "oneOf": [
+                {"required": ["dept", "budget_remaining", "currency"]},
+                {"required": ["status", "report_id", "approver"]},
+            ],
+            "properties": {
+                "dept": _STR,
+                "budget_remaining": {"type": "number"},
+                "currency": _STR,
+                "status": {"const": "submitted"},
+                "report_id": _STR,
+                "approver": _STR,
+                "facts": _FACTS,
+                "verification_steps": _STEPS,
+            },
+        },
+    ),
+    "ocr_tool": (
+        _obj(
+            ["files"],
+            files={
+                "type": "array",
+                "minItems": 1,
+                "items": _obj(["uri"], name=_STR, uri=_STR),
+            },
+        ),
+        _obj(
+            ["invoices", "total", "currency", "confidence_min"],
+            invoices={"type": "array", "items": _INVOICE},
+            total={"type": "number"},
+            currency=_STR,
+            confidence_min={"type": "number"},
+            itinerary=_ITINERARY,
+            symbols={"type": "object"},
+            verification_steps=_STEPS,
+        ),
+    ),
+    "trip_tool": (
+        _obj(
+            ["user_id", "city", "from", "to", "invoices"],
+            user_id=_STR,
+            city=_STR,
+            to=_STR,
+            invoices={"type": "array", "items": _STR},
+            **{"from": _STR},
+        ),
+        _obj(
+            ["verified", "trip_id", "city", "from", "to", "facts"],
+            verified={"type": "boolean"},
+            trip_id=_STR,
+            city=_STR,
+            to=_STR,
+            facts=_FACTS,
+            verification_steps=_STEPS,
+            **{"from": _STR},
+        ),
+    ),
+    "rule_engine_tool": (
+        _obj(
+            ["dept", "invoices"],
+            dept=_STR,
+            invoices={"type": "array", "items": {"anyOf": [_STR, {"type": "object"}]}},
+            itinerary=_ITINERARY,
+        ),
+        _obj(
+            ["valid", "warnings", "approver"],
+            valid={"type": "boolean"},
+            warnings={"type": "array", "items": _STR},
+            approver={"type": "string", "minLength": 1},
+            verification_steps=_STEPS,
+        ),
+    ),
+}
+
+_RULES_MOCK = {
+    "valid": False,
+    "warnings": ["规则引擎暂不可用：以下为预设结果，需人工复核"],
+    "approver": "张主管",
+    "verification_steps": ["规则引擎降级：返回预设的合规结果，未实际校验"],
+}
+_FALLBACKS = {
+    "org_tool": Fallback(strategy="cache", stale_after_s=3600),
+    "finance_tool": Fallback(strategy="cache", stale_after_s=1800),
+    "ocr_tool": Fallback(strategy="cache", stale_after_s=600),
+    "trip_tool": Fallback(strategy="cache", stale_after_s=3600),
+    "rule_engine_tool": Fallback(strategy="mock", mock_result=_RULES_MOCK),
+}
+_DESCRIPTIONS = {
+    "org_tool": "demo directory: department, manager, approval chain",
+    "finance_tool": "demo ledger: department budget, expense submission",
+    "ocr_tool": "demo OCR of the two demo uploads (slow: about 1 s)",
+    "trip_tool": "demo travel system: trip verification",
+    "rule_engine_tool": "demo travel policy: lodging cap, approver",
+}
+
+
+def demo_specs() -> list[ToolSpec]:
+    """The five demo tools, each signed with Ed25519 (public key in HERMES_DEMO_VERIFY_KEY)."""
+    signature = SignatureConfig(alg="ed25519", key_env=DEMO_VERIFY_ENV)
+    specs = []
+    for name in DEMO_TOOLS:
+        stem = name.removesuffix("_tool")
+        input_schema, output_schema = _SCHEMAS[name]
+        specs.append(
+            ToolSpec(
+                name=name,
+                kind="python",
+                target=f"{_MODULE}:{name}",
+                description=_DESCRIPTIONS[name],
+                input_schema=input_schema,
+                output_schema=output_schema,
+                health=f"{_MODULE}:{stem}_probe",
+                verifier=f"{_MODULE}:{stem}_verify",
+                fallback=_FALLBACKS[name],
+                signature=signature,
+                timeout_s=10.0 if name == "ocr_tool" else 5.0,
+            )
+        )
+    return specs
+
+
+def demo_keys() -> dict[str, str]:
+    """A fresh Ed25519 keypair as the environment to set before the tool service starts:
+    ``HERMES_DEMO_SIGNING_KEY`` (private, for the workers) and ``HERMES_DEMO_VERIFY_KEY``."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return {
+        DEMO_SIGNING_ENV: base64.b64encode(private).decode("ascii"),
+        DEMO_VERIFY_ENV: base64.b64encode(public).decode("ascii"),
+    }
+
+
+class _Registers(Protocol):
+    async def register(self, spec: ToolSpec) -> ToolSpec: ...
+
+
+async def register_demo(registry: _Registers) -> list[str]:
+    """Register the five demo tools with a ToolService or ToolRegistry; their names."""
+    return [(await registry.register(spec)).name for spec in demo_specs()]

@@ -1,0 +1,47 @@
+"""Fixtures of the tool processor's tests: a real SQLite store and a service in tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.processors.tool import Fallback, ToolService, ToolSettings, ToolSpec
+
+SAMPLES = "tests.unit.processors.tool.sample_tools"
+ECHO_IN = {"type": "object", "properties": {"text": {"type": "string"}}}
+ECHO_OUT = {
+    "type": "object",
+    "required": ["echo"],
+    "properties": {"echo": {"type": "string"}, "verification_steps": {"type": "array"}},
+}
+
+
+def python_spec(name: str, function: str, **fields: Any) -> ToolSpec:
+    """A complete, admissible python tool spec over a sample tool; fields override."""
+    values: dict[str, Any] = {
+        "name": name,
+        "kind": "python",
+        "target": f"{SAMPLES}:{function}",
+        "input_schema": ECHO_IN,
+        "output_schema": ECHO_OUT,
+        "health": f"{SAMPLES}:probe",
+        "verifier": f"{SAMPLES}:verify",
+        "fallback": Fallback(strategy="mock", mock_result={"echo": "mocked"}),
+        "timeout_s": 5.0,
+    }
+    return ToolSpec(**{**values, **fields})
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> ToolSettings:
+    return ToolSettings(home=tmp_path, debug=False, tool_hosts="127.0.0.1,localhost")
+
+
+@pytest.fixture
+async def tools(settings: ToolSettings) -> AsyncIterator[ToolService]:
+    async with ToolService(SqliteToolStore(settings=settings), settings) as service:
+        yield service

@@ -1,0 +1,166 @@
+"""Calling: arguments validated first, results verified before release, idempotent, capped."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from hermesbus.processors.tool import SignatureConfig, ToolService
+
+from . import sample_tools
+from .conftest import SAMPLES, python_spec
+from .test_executor import NOW, call
+
+STRICT_IN = {
+    "type": "object",
+    "required": ["text"],
+    "properties": {"text": {"type": "string"}, "n": {"type": "integer", "maximum": 3}},
+    "additionalProperties": False,
+}
+PATH_IN = {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}
+
+
+async def test_arguments_are_validated_before_the_call(tools: ToolService, tmp_path: Path) -> None:
+    await tools.register(python_spec("strict", "echo", input_schema=STRICT_IN))
+    bad = await tools.call(call("strict", "k", text="hi", n=9), now=NOW)
+    assert bad.result.status_code == 400
+    assert bad.result.error == "arguments: n: 9 is greater than the maximum of 3"
+    assert bad.external_calls == 0 and tools.worker_pid("strict") is None  # never ran
+    missing = await tools.call(call("strict", "k2"), now=NOW)
+    assert missing.result.error == "arguments: (root): 'text' is a required property"
+    ok = await tools.call(call("strict", "k3", text="hi"), now=NOW)
+    assert ok.result.status_code == 200 and ok.result.verified
+    assert ok.result.verification_steps == ("已回显输入",)
+    assert json.loads(ok.result.result_json)["echo"] == "hi"
+
+
+async def test_an_unknown_tool_is_404(tools: ToolService) -> None:
+    report = await tools.call(call("ghost_tool", "k"), now=NOW)
+    assert (report.result.status_code, report.result.tool) == (404, "ghost_tool")
+
+
+async def test_a_redelivered_call_runs_once(tools: ToolService, tmp_path: Path) -> None:
+    await tools.register(python_spec("count", "counter", input_schema=PATH_IN))
+    runs = tmp_path / "runs.txt"
+    first = await tools.call(call("count", "same-key", path=str(runs)), now=NOW)
+    second = await tools.call(call("count", "same-key", path=str(runs)), now=NOW)
+    assert runs.read_text().splitlines() == ["run"]
+    assert second.result == first.result
+    assert second.external_calls == 0
+    other = await tools.call(call("count", "other-key", path=str(runs)), now=NOW)
+    assert json.loads(other.result.result_json) == {"echo": "2"}
+
+
+async def test_failures_are_not_stored_so_a_retry_runs_again(
+    tools: ToolService, tmp_path: Path
+) -> None:
+    await tools.register(python_spec("flaky", "flaky", input_schema=PATH_IN))  # mock fallback
+    down = tmp_path / "down"
+    down.touch()
+    arguments = {"path": str(down)}
+    failed = await tools.call(call("flaky", "retry-key", **arguments), now=NOW, fallback=False)
+    assert failed.result.fallback == "mock"  # the primary failed: its mock answered
+    down.unlink()
+    retried = await tools.call(call("flaky", "retry-key", **arguments), now=NOW)
+    assert retried.result.fallback is None
+    assert json.loads(retried.result.result_json) == {"echo": "fresh"}
+
+
+async def test_results_over_the_cap_are_truncated_with_a_marker(tools: ToolService) -> None:
+    chars_in = {"type": "object", "properties": {"chars": {"type": "integer"}}}
+    await tools.register(python_spec("big", "big", input_schema=chars_in, max_result_bytes=1024))
+    small = await tools.call(call("big", "s", chars=10), now=NOW)
+    assert not small.result.truncated
+    large = await tools.call(call("big", "l", chars=5000), now=NOW)
+    assert large.result.truncated and large.result.verified
+    marker = json.loads(large.result.result_json)
+    assert marker["truncated"] is True
+    assert marker["preview"].startswith('{"echo":"字字')
+    assert len(large.result.result_json.encode()) <= 1024
+
+
+async def test_output_schema_failure_discards_the_result(tools: ToolService) -> None:
+    await tools.register(python_spec("shape", "wrong_shape"))
+    report = await tools.call(call("shape", "k"), now=NOW)
+    assert report.result.status_code == 502
+    assert (report.result.verified, report.result.result_json) == (False, "null")
+    assert report.result.error == (
+        "verification failed: output_schema: echo: 42 is not of type 'string'"
+    )
+    assert report.alert == report.result.error
+
+
+async def test_sensitive_words_discard_the_result(tools: ToolService) -> None:
+    await tools.register(python_spec("leaky", "leaky", sensitive_words=("HUNTER2",)))
+    report = await tools.call(call("leaky", "k"), now=NOW)
+    assert report.result.status_code == 502
+    assert "sensitive_words" in (report.result.error or "")
+    assert "hunter2" not in (report.result.error or "").lower()  # the word is not repeated
+
+
+async def test_a_verifier_that_raises_discards_the_result(tools: ToolService) -> None:
+    await tools.register(python_spec("veto", "echo", verifier=f"{SAMPLES}:verify_not_backup"))
+    report = await tools.call(call("veto", "k", text="veto"), now=NOW)
+    assert report.result.status_code == 502
+    assert "verifier:" in (report.result.error or "") and "vetoed" in (report.result.error or "")
+
+
+async def test_hmac_signatures_are_checked_over_the_exact_body(
+    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sample_tools.HMAC_ENV, "s3cret-for-tests")
+    signature = SignatureConfig(alg="hmac-sha256", key_env=sample_tools.HMAC_ENV)
+    await tools.register(python_spec("mac", "hmac_signed", signature=signature))
+    good = await tools.call(call("mac", "g", text="ok"), now=NOW)
+    assert good.result.status_code == 200 and good.alert is None
+    bad = await tools.call(call("mac", "b", text="ok", tamper=True), now=NOW)
+    assert bad.result.status_code == 502
+    assert bad.alert == "verification failed: signature: HMAC-SHA256 does not match the body"
+    unsigned = python_spec("mac2", "echo", signature=signature)
+    await tools.register(unsigned)
+    missing = await tools.call(call("mac2", "m"), now=NOW)
+    assert "the result carries no signature" in (missing.alert or "")
+
+
+async def test_ed25519_signatures_are_checked_with_the_public_key(
+    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    monkeypatch.setenv(sample_tools.ED25519_PRIVATE_ENV, base64.b64encode(raw).decode())
+    monkeypatch.setenv("HERMES_TEST_TOOL_ED25519_PUBLIC", base64.b64encode(public).decode())
+    signature = SignatureConfig(alg="ed25519", key_env="HERMES_TEST_TOOL_ED25519_PUBLIC")
+    await tools.register(python_spec("ed", "ed25519_signed", signature=signature))
+    good = await tools.call(call("ed", "g", text="好"), now=NOW)
+    assert good.result.status_code == 200 and good.result.verified
+    bad = await tools.call(call("ed", "b", text="好", tamper=True), now=NOW)
+    assert bad.result.status_code == 502
+    assert bad.alert == "verification failed: signature: Ed25519 signature does not match the body"
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    monkeypatch.setenv("HERMES_TEST_TOOL_ED25519_PUBLIC", base64.b64encode(other).decode())
+    wrong_key = await tools.call(call("ed", "w", text="好"), now=NOW)
+    assert wrong_key.result.status_code == 502
+
+
+async def test_a_signing_key_variable_that_is_unset_fails_verification(
+    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(sample_tools.HMAC_ENV, "k")
+    monkeypatch.delenv("HERMES_TEST_UNSET_KEY", raising=False)
+    signature = SignatureConfig(alg="hmac-sha256", key_env="HERMES_TEST_UNSET_KEY")
+    await tools.register(python_spec("nokey", "hmac_signed", signature=signature))
+    report = await tools.call(call("nokey", "k"), now=NOW)
+    assert report.alert == (
+        "verification failed: signature: the key variable HERMES_TEST_UNSET_KEY is not set"
+    )

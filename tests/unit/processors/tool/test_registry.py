@@ -1,0 +1,101 @@
+"""Admission: a tool is refused, naming what is missing, unless it is complete."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.errors import AdmissionError
+from hermesbus.processors.tool import Fallback, ToolRegistry, ToolSettings
+
+from .conftest import SAMPLES, python_spec
+
+
+@pytest.fixture
+async def store(settings: ToolSettings) -> AsyncIterator[SqliteToolStore]:
+    async with SqliteToolStore(settings=settings) as store:
+        yield store
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"input_schema": None}, "no input schema"),
+        ({"output_schema": None}, "no output schema"),
+        ({"input_schema": {"type": "nonsense"}}, "input schema is not a valid JSON Schema"),
+        ({"health": None}, "no health probe"),
+        ({"health": "no_colon_here"}, "health probe 'no_colon_here' is not module:function"),
+        ({"verifier": None}, "no verifier"),
+        ({"verifier": f"{SAMPLES}:missing"}, "verifier: cannot import"),
+        ({"fallback": None}, "no fallback strategy"),
+        ({"fallback": Fallback(strategy="none")}, "fallback 'none' is only admitted in debug"),
+        ({"fallback": Fallback(strategy="cache")}, "fallback 'cache' needs stale_after_s"),
+        ({"fallback": Fallback(strategy="mock")}, "fallback 'mock' needs a mock_result"),
+        (
+            {"fallback": Fallback(strategy="mock", mock_result={"echo": 1})},
+            "mock_result breaks the output schema (echo: 1 is not of type 'string')",
+        ),
+        ({"fallback": Fallback(strategy="proxy")}, "fallback 'proxy' needs a backup endpoint"),
+        ({"target": "nowhere_such_module:f"}, "python target module 'nowhere_such_module'"),
+    ],
+)
+async def test_an_incomplete_tool_is_refused_naming_the_missing_part(
+    store: SqliteToolStore, settings: ToolSettings, fields: dict[str, Any], named: str
+) -> None:
+    registry = ToolRegistry(store, settings)
+    with pytest.raises(AdmissionError) as refused:
+        await registry.register(python_spec("t", "echo", **fields))
+    assert named in str(refused.value)
+    assert str(refused.value).startswith("tool 't' refused: ")
+    assert await registry.get("t") is None
+
+
+async def test_every_missing_part_is_named_at_once(
+    store: SqliteToolStore, settings: ToolSettings
+) -> None:
+    spec = python_spec("bare", "echo", input_schema=None, verifier=None, fallback=None, health=None)
+    with pytest.raises(AdmissionError) as refused:
+        await ToolRegistry(store, settings).register(spec)
+    message = str(refused.value)
+    for part in ("no input schema", "no health probe", "no verifier", "no fallback strategy"):
+        assert part in message
+
+
+async def test_fallback_none_is_admitted_in_debug_mode_only(
+    store: SqliteToolStore, settings: ToolSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = python_spec("dbg", "echo", fallback=Fallback(strategy="none"))
+    assert (await ToolRegistry(store, settings, debug=True).register(spec)).name == "dbg"
+    monkeypatch.setenv("HERMES_DEBUG", "1")
+    from_env = ToolRegistry(store, ToolSettings(home=tmp_path))
+    assert from_env.debug is True
+    assert (await from_env.register(spec.model_copy(update={"name": "dbg2"}))).name == "dbg2"
+
+
+async def test_http_hosts_must_be_on_the_allow_list(
+    store: SqliteToolStore, settings: ToolSettings
+) -> None:
+    spec = python_spec("web", "echo", kind="http", target="http://example.com:8080", health=None)
+    with pytest.raises(AdmissionError, match=r"host 'example.com' is not on HERMES_TOOL_HOSTS"):
+        await ToolRegistry(store, settings).register(spec)
+    backup = Fallback(strategy="proxy", backup="http://evil.test/")
+    local = spec.model_copy(update={"target": "http://127.0.0.1:1", "fallback": backup})
+    with pytest.raises(AdmissionError, match=r"proxy backup host 'evil.test' is not on"):
+        await ToolRegistry(store, settings).register(local)
+    wider = ToolSettings(home=settings.home, tool_hosts="example.com, 127.0.0.1")
+    assert "example.com" in wider.hosts
+
+
+async def test_an_admitted_spec_persists_in_the_sqlite_file(
+    store: SqliteToolStore, settings: ToolSettings
+) -> None:
+    spec = python_spec("kept", "echo", sensitive_words=("secret",))
+    await ToolRegistry(store, settings).register(spec)
+    async with SqliteToolStore(settings=settings) as reopened:
+        assert reopened.path == settings.home / "tools.sqlite3"
+        assert await reopened.get_spec("kept") == spec
+        assert [s.name for s in await reopened.list_specs()] == ["kept"]
