@@ -1,49 +1,83 @@
-"""``hermesbus up``: the broker (embedded unless one is configured), the topics, the processors.
+"""``hermesbus up``: the broker (embedded unless configured), the topics, the four processors.
 
-Until the four processors land, the stack runs the echo processor on the
-conversation topic, so an app can say something and get a reply.
+conversation, dispatcher, tool and memory each run as their own consumer group on
+their own topic, with SQLite stores under ``HERMES_HOME`` (the embedded default).
+``demo=True`` also registers the five demo tools of seed 000 §6 over the fixture company.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+import os
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from hermesbus.broker import EmbeddedBroker
-from hermesbus.client import Client
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.envelope import Envelope
-from hermesbus.processors.echo import NAME as ECHO
-from hermesbus.processors.echo import echo
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.demo import DEMO_USER, Said
+from hermesbus.errors import HermesError
+from hermesbus.processors import conversation, dispatcher, memory, tool
+from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Processor, RuntimeSettings, StateStore
-from hermesbus.topics import CONVERSATION_IN, Catalog, plan
+from hermesbus.topics import Catalog, plan
 
-__all__ = ["DEMO_TURNS", "Stack", "demo", "stack"]
+__all__ = ["PROBE_INTERVAL_S", "Stack", "stack"]
 
 log = logging.getLogger(__name__)
 
-DEMO_TURNS = (
-    "我要报上个月去深圳的差旅费",
-    "[上传两张图片]",
-    "不用，就这三张",
-    "等等，住宿费超标了，先不提交",
-)
-"""The expense-report conversation of seed 000 §2, as the user types it."""
+PROBE_INTERVAL_S = 10.0
+MEMORY_TOPIC = "hermes.memory"
+"""How often every tool's health probe runs (the dispatcher reads the latest)."""
 
 
 @dataclass
 class Stack:
-    """What ``stack()`` started: where the broker is, and the running processors."""
+    """What ``stack()`` started: where the broker is, the processors and their stores."""
 
     bootstrap: str
     embedded: bool
     prefix: str
+    memory: memory.MemoryStores
+    tools: tool.ToolService
+    violations: dispatcher.Violations
     created: list[str] = field(default_factory=list)
     processors: list[Processor] = field(default_factory=list)
+    tool_names: list[str] = field(default_factory=list)
+
+    async def check(self, said: Said, *, within_s: float = 15.0) -> list[str]:
+        """What memory lacks after a demo conversation: A's approval edge, B's unfinished item.
+
+        The writes travel conversation -> dispatcher -> memory after the last reply went
+        out, so memory is asked again for up to ``within_s``.
+        """
+        deadline = time.monotonic() + within_s
+        problems = await self._lacks(said)
+        while problems and time.monotonic() < deadline:  # polling a store: no event to wait on
+            await asyncio.sleep(0.2)
+            problems = await self._lacks(said)
+        return problems
+
+    async def _lacks(self, said: Said) -> list[str]:
+        session = said.conversation.session_id
+        last = said.last
+        text = getattr(last.payload.body, "text", "") if last is not None else ""
+        if "已提交" in text:
+            report = conversation.report_id(session)
+            edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
+            return [] if edge is not None else [f"no approved_by edge for expense:{report}"]
+        item = await self.memory.item(DEMO_USER, f"unfinished:{session}")
+        label = json.loads(item.value_json).get("label") if item is not None else None
+        if label != conversation.UNFINISHED_LABEL:
+            return [f"no unfinished:{session} ({conversation.UNFINISHED_LABEL}) in mid-term memory"]
+        return []
 
 
 @asynccontextmanager
@@ -53,6 +87,8 @@ async def stack(
     prefix: str = "",
     settings: RuntimeSettings | None = None,
     store: StateStore | None = None,
+    demo: bool = False,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors."""
     kafka = kafka or KafkaConfig()
@@ -61,22 +97,47 @@ async def stack(
         if embedded:
             broker = await exits.enter_async_context(EmbeddedBroker())
             kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
-        states: StateStore = (
-            store if store is not None else await exits.enter_async_context(SqliteStateStore())
-        )
-        running = Stack(str(kafka.bootstrap), embedded, prefix)
+        enter = exits.enter_async_context
+        states: StateStore = store if store is not None else await enter(SqliteStateStore())
+        if demo:  # the workers inherit the signing key; the service verifies with the public one
+            os.environ.update(demo_tools.demo_keys())
+        stores = await enter(memory.MemoryStores(memory.MemorySettings()))
+        tools = await enter(tool.ToolService(SqliteToolStore()))
+        violations = dispatcher.Violations()
+        running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.created = await _provision(kafka, prefix)
-        processor = Processor(
-            ECHO,
-            echo,
-            [CONVERSATION_IN],
-            store=states,
-            kafka=kafka,
-            topic_prefix=prefix,
-            settings=settings,
-        )
-        await exits.enter_async_context(processor)
-        running.processors.append(processor)
+        if demo:
+            running.tool_names = await demo_tools.register_demo(tools)
+        await _probe(tools)
+        exits.callback(_task(_probing(tools), "tool-health").cancel)
+        intent = conversation.build_ports()
+        for port in intent.values():
+            await enter(port)
+        handlers: list[tuple[str, Any, str, dict[str, Any]]] = [
+            (conversation.NAME, conversation.handle, conversation.TOPIC, dict(intent)),
+            (
+                dispatcher.NAME,
+                dispatcher.handle,
+                dispatcher.TOPIC,
+                dispatcher.dispatcher_ports(tools, violations),
+            ),
+            (tool.NAME, tool.handle, tool.TOPIC, {tool.PORT: tools}),
+            (memory.NAME, memory.handle, MEMORY_TOPIC, {memory.NAME: stores}),
+        ]
+        for name, handler, topic, ports in handlers:
+            processor = Processor(
+                name,
+                handler,
+                [topic],
+                store=states,
+                kafka=kafka,
+                topic_prefix=prefix,
+                settings=settings,
+                ports=ports,
+                clock=clock,
+            )
+            await enter(processor)
+            running.processors.append(processor)
         yield running
 
 
@@ -89,13 +150,19 @@ async def _provision(kafka: KafkaConfig, prefix: str) -> list[str]:
         return await admin.create(topics.create)
 
 
-async def demo(
-    running: Stack, session_id: str = "sess_456", turns: Sequence[str] = DEMO_TURNS
-) -> list[tuple[str, Envelope]]:
-    """Say each turn of the expense-report conversation and wait for its reply."""
-    answers = []
-    async with Client(bootstrap=running.bootstrap, topic_prefix=running.prefix, name="demo") as app:
-        for text in turns:
-            reply = await app.ask(session_id, "u_5e884898", text, timeout=60)
-            answers.append((text, reply))
-    return answers
+async def _probe(tools: tool.ToolService) -> None:
+    try:
+        await tool.probe_all(tools)
+    except HermesError as exc:  # a probe that fails makes its tool unhealthy, not the stack
+        log.warning("tool health probes: %s", exc)
+
+
+async def _probing(tools: tool.ToolService) -> None:
+    while True:
+        await asyncio.sleep(PROBE_INTERVAL_S)
+        await _probe(tools)
+
+
+def _task(work: Any, name: str) -> asyncio.Task[None]:
+    task: asyncio.Task[None] = asyncio.create_task(work, name=name)
+    return task

@@ -21,7 +21,15 @@ from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
-from hermesbus.payloads import ErrorReport, ToolResult, ToolResults
+from hermesbus.payloads import (
+    ErrorReport,
+    MemoryWrite,
+    StateSnapshot,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+)
 from hermesbus.topics import Catalog
 
 __all__ = ["Hop", "Span", "collect", "spans", "waterfall"]
@@ -29,6 +37,7 @@ __all__ = ["Hop", "Span", "collect", "spans", "waterfall"]
 _PROCESSORS = {"conversation": "conversation", "mcp": "dispatcher", "dispatcher": "dispatcher"}
 _PROCESSORS |= {"tool": "tool", "memory": "memory"}
 _BAR = 32
+_WHAT = 44
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,44 +144,60 @@ def _hop(record: object, trace: str, codec: Codec) -> Hop | None:
 
 
 def spans(hops: Iterable[Hop]) -> list[Span]:
-    """One span per envelope a processor handled, ordered by start."""
-    hops = list(hops)
+    """One span per envelope a processor handled, ordered by start.
+
+    ``state`` is the conversation's state at that point of the trace: the transition
+    for the conversation's own spans (``S2→S3``), the state it was in for the others.
+    """
+    hops = sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
     children: dict[str, list[Hop]] = {}
     for hop in hops:
         if hop.envelope.causation_id:
             children.setdefault(hop.envelope.causation_id, []).append(hop)
-    result = []
+    result, current = [], "-"
     for hop in hops:
         component = _PROCESSORS.get(hop.envelope.target.split(":", 1)[0])
+        current = _state_of(hop.envelope, current)
         if component is None:
             continue  # a reply to the user, an audit record or an alert: not handled here
         outputs = children.get(hop.envelope.message_id, [])
         end = max((o.appended_ms for o in outputs), default=hop.appended_ms)
+        state = _moved(outputs) if component == "conversation" else None
         result.append(
-            Span(
-                component, _state(hop, outputs), _what(hop), hop.appended_ms, end, _outcome(outputs)
-            )
+            Span(component, state or current, _what(hop), hop.appended_ms, end, _outcome(outputs))
         )
     return sorted(result, key=lambda s: (s.start_ms, s.end_ms))
 
 
-def _state(hop: Hop, outputs: Sequence[Hop]) -> str:
-    """The state a conversation went to (``S1→S2``), or the instance that handled it."""
-    instance = hop.envelope.target.split(":", 1)[1]
-    if hop.envelope.target.startswith("conversation:"):
-        after = sorted({o.envelope.source.split(":", 1)[1] for o in outputs} - {"timer"})
-        before = "" if instance in ("in", *after) else f"{instance}→"
-        return before + ("/".join(after) or instance)
-    return instance
+def _state_of(envelope: Envelope, current: str) -> str:
+    body = envelope.payload.body
+    if isinstance(body, StateSnapshot):
+        return body.snapshot.state_id
+    return envelope.snapshot.state_id if envelope.snapshot is not None else current
+
+
+def _moved(outputs: Sequence[Hop]) -> str | None:
+    """``S1→S2`` when the conversation's outputs include the snapshot of a transition."""
+    for out in outputs:
+        body = out.envelope.payload.body
+        if isinstance(body, StateSnapshot):
+            return f"{body.previous_state or '∅'}→{body.snapshot.state_id}"
+    return None
 
 
 def _what(hop: Hop) -> str:
+    """The body handled, and where it matters the tool and the task (``ToolCall ocr_tool``)."""
     body = hop.envelope.payload.body
     name = type(body).__name__ if body is not None else "-"
     if isinstance(body, ToolResult):
         return f"{name} {body.tool} {body.status_code}"
-    task = hop.envelope.payload.task
-    return f"{name} {task}".strip()
+    if isinstance(body, ToolCall):
+        return f"{name} {body.tool}"
+    if isinstance(body, MemoryWrite):
+        return f"{name} {body.tier.value} {body.key}"
+    if isinstance(body, TimerFired):
+        return f"{name} {body.purpose}"
+    return f"{name} {hop.envelope.payload.task}".strip()
 
 
 def _outcome(outputs: Sequence[Hop]) -> str:
@@ -190,19 +215,30 @@ def _outcome(outputs: Sequence[Hop]) -> str:
 
 
 def waterfall(spans: Sequence[Span], width: int = _BAR) -> list[str]:
-    """Text lines: component, state, a bar placed on the trace's time axis, duration, outcome."""
+    """Text lines: component, state, what, a bar on the trace's time axis, ms, outcome."""
     if not spans:
         return ["(no spans)"]
     t0 = min(s.start_ms for s in spans)
     total = max(max(s.end_ms for s in spans) - t0, 1)
-    lines = [f"{'component':<13}{'state':<10}{'what':<34}{'':<{width + 2}}{'ms':>7}  outcome"]
+    state_w = max(len("state"), *(len(s.state) for s in spans)) + 2
+    what_w = min(_WHAT, max(len(s.what) for s in spans)) + 2
+    head = f"{'component':<13}{'state':<{state_w}}{'what':<{what_w}}{'':<{width + 2}}{'ms':>7}"
+    lines = [f"{head}  outcome"]
     for s in spans:
-        first = (s.start_ms - t0) * width // total
+        first = min((s.start_ms - t0) * width // total, width - 1)
         length = max(1, s.duration_ms * width // total)
         bar = (" " * first + "█" * length)[:width].ljust(width)
-        what = s.what if len(s.what) <= 32 else s.what[:31] + "…"  # noqa: PLR2004
+        what = s.what if len(s.what) <= _WHAT else s.what[: _WHAT - 1] + "…"
         lines.append(
-            f"{s.component:<13}{s.state:<10}{what:<34}|{bar}|{s.duration_ms:>7}  {s.outcome}"
+            f"{s.component:<13}{s.state:<{state_w}}{what:<{what_w}}|{bar}|{s.duration_ms:>7}"
+            f"  {s.outcome}"
         )
-    lines.append(f"{'':<57}total {total} ms, {len(spans)} spans")
+    lines.append(f"total {total} ms, {len(spans)} spans: " + _per_component(spans))
     return lines
+
+
+def _per_component(spans: Sequence[Span]) -> str:
+    counts: dict[str, int] = {}
+    for s in spans:
+        counts[s.component] = counts.get(s.component, 0) + 1
+    return ", ".join(f"{name} {n}" for name, n in counts.items())

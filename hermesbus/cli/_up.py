@@ -7,10 +7,14 @@ import signal
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
+from hermesbus import demo
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.envelope import Envelope
 from hermesbus.runtime import RuntimeSettings
-from hermesbus.stack import Stack, demo, stack
+from hermesbus.stack import Stack, stack
+from hermesbus.trace import collect, spans, waterfall
 
 from ._common import console, err_console, errors
 
@@ -19,11 +23,14 @@ __all__ = ["up_command"]
 
 def up_command(
     run_demo: Annotated[
-        bool, typer.Option("--demo", help="Send the expense-report conversation and print replies.")
+        bool,
+        typer.Option("--demo", help="Register the demo tools and run both expense conversations."),
     ] = False,
     once: Annotated[
         bool,
-        typer.Option("--once", help="Stop after starting (and after the demo) instead of serving."),
+        typer.Option(
+            "--once", help="Stop after the demo (exit 0 only if both finished) instead of serving."
+        ),
     ] = False,
     bootstrap: Annotated[
         str | None,
@@ -44,36 +51,75 @@ def up_command(
         if bootstrap:
             kafka = kafka.model_copy(update={"bootstrap": bootstrap})
         settings = RuntimeSettings(exactly_once=exactly_once)
-        asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
+        finished = asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
+    if not finished:
+        raise typer.Exit(1)
 
 
 async def _up(
     kafka: KafkaConfig, prefix: str, settings: RuntimeSettings, *, run_demo: bool, once: bool
-) -> None:
+) -> bool:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with stack(kafka=kafka, prefix=prefix, settings=settings) as running:
+    finished = True
+    async with stack(kafka=kafka, prefix=prefix, settings=settings, demo=run_demo) as running:
         _describe(running)
         if run_demo:
-            for text, reply in await demo(running):
-                console.print(f"[bold]user[/bold]  {text}", soft_wrap=True)
-                console.print(f"[bold]hermes[/bold] {reply.payload.body.text}", soft_wrap=True)  # type: ignore[union-attr]
+            finished = await _demo(running)
         if not once:
             err_console.print("serving; Ctrl-C stops")
             await stop.wait()
         for processor in running.processors:
             err_console.print(f"{processor.name}: {processor.stats}", soft_wrap=True)
     err_console.print("stopped")
+    return finished
+
+
+async def _demo(running: Stack) -> bool:
+    """Both conversations, each reply as it arrives, then each trace and what memory holds."""
+    said = await demo.run(running.bootstrap, running.prefix, _show)
+    endings = ("已提交", "未完成报销流程")
+    finished = True
+    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    for conversation, ending in zip(said, endings, strict=True):
+        console.rule(escape(f"trace {conversation.conversation.trace_id}"))
+        hops = await collect(
+            kafka,
+            conversation.conversation.trace_id,
+            session_id=conversation.conversation.session_id,
+            prefix=running.prefix,
+        )
+        for line in waterfall(spans(hops)):
+            console.print(escape(line), soft_wrap=True)
+        problems = demo.missing(conversation, ending) + await running.check(conversation)
+        for problem in problems:
+            err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
+        finished = finished and not problems
+    console.print(
+        "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
+    )
+    return finished
+
+
+def _show(kind: str, item: Envelope | demo.Turn) -> None:
+    if isinstance(item, demo.Turn):
+        files = f"  (+{len(item.attachments)} files)" if item.attachments else ""
+        console.print(f"[bold]user[/bold]    {escape(item.text)}{files}", soft_wrap=True)
+        return
+    who = "hermes" if item.source.startswith("conversation:") else "notice"
+    console.print(
+        f"[bold]{who}[/bold]  {escape(demo.reply_text(item))}  [dim]({item.source})[/dim]",
+        soft_wrap=True,
+    )
 
 
 def _describe(running: Stack) -> None:
     where = "embedded broker (tansu, in memory)" if running.embedded else "Kafka"
     err_console.print(f"{where} at {running.bootstrap}", soft_wrap=True)
     err_console.print(f"topics: {len(running.created)} created", soft_wrap=True)
-    err_console.print(
-        "processors: echo (a stand-in that answers 'echo: <text>'; the conversation, "
-        "dispatcher, tool and memory processors arrive with issue #4)",
-        soft_wrap=True,
-    )
+    names = ", ".join(p.name for p in running.processors)
+    err_console.print(f"processors: {names}", soft_wrap=True)
+    if running.tool_names:
+        err_console.print(f"tools: {', '.join(running.tool_names)}", soft_wrap=True)

@@ -9,27 +9,43 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.stack import DEMO_TURNS
+from hermesbus.demo import FIGURES
 
 pytestmark = pytest.mark.kafka
 
 
-def test_up_runs_the_demo_on_the_embedded_broker_and_stops(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_KAFKA")}
-    env["HERMES_HOME"] = str(tmp_path / "home")
-    result = subprocess.run(
+def _up(home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env["HERMES_HOME"] = str(home)
+    return subprocess.run(
         [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once"],
         capture_output=True,
         text=True,
         env=env,
-        cwd=tmp_path,
-        timeout=120,
+        cwd=cwd,
+        timeout=300,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
-    for text in DEMO_TURNS:
-        assert f"hermes echo: {text}" in result.stdout
+
+
+def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) -> None:
+    result = _up(tmp_path / "home", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for figure in FIGURES:
+        assert figure in out
+    assert "已提交报销单 EXP-" in out  # A (seed 000 §6)
+    assert "当前进度已保存为未完成报销流程" in out  # B (seed 000 §2)
+    assert out.count("(conversation:S5)") == 2
+    assert "demo: both conversations finished" in out
+    waterfalls = out.split("trace trace_")[1:]
+    assert len(waterfalls) == 2
+    for drawn in waterfalls:
+        rows = [line.split()[0] for line in drawn.splitlines() if "|" in line]
+        assert {"conversation", "dispatcher", "tool", "memory"} <= set(rows)
+        assert "S3→S3.1" in drawn and "S3.1→S4" in drawn  # the seed's path
     assert "embedded broker (tansu, in memory)" in result.stderr
     assert "topics: 8 created" in result.stderr
-    assert "processed=4" in result.stderr
-    assert (tmp_path / "home" / "state.sqlite3").exists()
+    assert "tools: org_tool, finance_tool, ocr_tool, trip_tool, rule_engine_tool" in result.stderr
+    for store in ("state", "memory", "tools"):
+        assert (tmp_path / "home" / f"{store}.sqlite3").exists()

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from hermesbus import Envelope, ErrorReport, Payload, Reply, ToolCall, ToolResult, ToolResults
+from dataclasses import replace
+
+from hermesbus import (
+    ContextSnapshot,
+    Envelope,
+    ErrorReport,
+    Payload,
+    Reply,
+    StateSnapshot,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+)
 from hermesbus._types import Record
 from hermesbus.trace import Hop, spans, waterfall
 from tests.builders import turn
@@ -24,47 +36,60 @@ def _hop(
     return Hop(envelope, "t", 0, at_ms, at_ms)
 
 
+def _snap(state: str, previous: str | None) -> StateSnapshot:
+    return StateSnapshot(
+        snapshot=ContextSnapshot(state_id=state, entered_at=0), previous_state=previous
+    )
+
+
 def _cycle() -> list[Hop]:
     call = ToolCall(tool="org_tool", arguments_json="{}", idempotency_key="k")
     result = ToolResult(tool="org_tool", status_code=200, verified=True)
+    asked = _hop("c1", "conversation:S1 > mcp:dispatcher", 1010, call, "u")
+    asked = replace(
+        asked, envelope=asked.envelope.model_copy(update={"snapshot": _snap("S1", None).snapshot})
+    )
     return [
         _hop("u", "app:demo > conversation:in", 1000, turn().payload.body),  # type: ignore[arg-type]
-        _hop("c1", "conversation:S1 > mcp:dispatcher", 1010, call, "u"),
+        asked,
+        _hop("s1", "conversation:S1 > mcp:dispatcher", 1008, _snap("S1", None), "u"),
         _hop("d1", "mcp:dispatcher > tool:org_tool", 1020, call, "c1"),
         _hop("r1", "tool:org_tool > mcp:dispatcher", 1520, result, "d1"),
         _hop("a1", "mcp:dispatcher > conversation:S1", 1530, ToolResults(results=(result,)), "r1"),
         _hop("o1", "conversation:S2 > user:app", 1540, Reply(text="请提供发票"), "a1"),
+        _hop("s2", "conversation:S2 > mcp:dispatcher", 1540, _snap("S2", "S1"), "a1"),
     ]
 
 
 def test_each_handled_envelope_is_a_span_until_its_last_output() -> None:
     found = spans(_cycle())
-    assert [(s.component, s.state, s.duration_ms) for s in found] == [
-        ("conversation", "S1", 10),
-        ("dispatcher", "dispatcher", 10),
-        ("tool", "org_tool", 500),
-        ("dispatcher", "dispatcher", 10),
-        ("conversation", "S1→S2", 10),
+    assert [(s.component, s.state, s.what, s.duration_ms) for s in found] == [
+        ("conversation", "∅→S1", "UserTurn check_budget", 10),
+        ("dispatcher", "S1", "StateSnapshot check_budget", 0),  # nothing came of it here
+        ("dispatcher", "S1", "ToolCall org_tool", 10),
+        ("tool", "S1", "ToolCall org_tool", 500),
+        ("dispatcher", "S1", "ToolResult org_tool 200", 10),
+        ("conversation", "S1→S2", "ToolResults check_budget", 10),
+        ("dispatcher", "S2", "StateSnapshot check_budget", 0),
     ]
-    assert found[2].what == "ToolCall check_budget"
-    assert found[3].what == "ToolResult org_tool 200"
-    assert found[3].outcome == "answered"  # its output is the cycle's one answer
+    assert found[4].outcome == "answered"  # its output is the cycle's one answer
+
+
+def _outcome_of(component: str, hops: list[Hop]) -> str:
+    (span,) = [s for s in spans(hops) if s.component == component and "ToolCall" in s.what]
+    return span.outcome
 
 
 def test_failures_and_fallbacks_are_the_outcome() -> None:
-    hops = _cycle()[:3]
+    hops = _cycle()[:4]  # the turn, the call, its snapshot, the dispatched call
     failed = ToolResult(tool="org_tool", status_code=504, error="killed after 5 s")
     stale = ToolResult(tool="org_tool", status_code=200, stale=True, fallback="cache")
     report = ErrorReport(component="tool:org_tool", code="504", message="timeout")
-    assert spans([*hops, _hop("r", "tool:org_tool > mcp:dispatcher", 1100, failed, "d1")])[
-        2
-    ].outcome == ("failed 504")
-    assert spans([*hops, _hop("r", "tool:org_tool > mcp:dispatcher", 1100, stale, "d1")])[
-        2
-    ].outcome == ("degraded cache")
-    assert spans([*hops, _hop("e", "mcp:dispatcher > conversation:S1", 1100, report, "c1")])[
-        1
-    ].outcome == ("error 504")
+    back = "tool:org_tool > mcp:dispatcher"
+    assert _outcome_of("tool", [*hops, _hop("r", back, 1100, failed, "d1")]) == "failed 504"
+    assert _outcome_of("tool", [*hops, _hop("r", back, 1100, stale, "d1")]) == "degraded cache"
+    error = _hop("e", "mcp:dispatcher > conversation:S1", 1100, report, "c1")
+    assert _outcome_of("dispatcher", [*hops, error]) == "error 504"
 
 
 def test_the_waterfall_places_each_bar_on_the_trace_time_axis() -> None:
@@ -75,7 +100,9 @@ def test_the_waterfall_places_each_bar_on_the_trace_time_axis() -> None:
     assert bar.index("█") == 2  # starts 20 ms into 540 ms: 20 * 54 // 540
     assert bar.count("█") == 50  # 500 of 540 ms
     assert tool.rstrip().endswith("500  ok")
-    assert "total 540 ms, 5 spans" in lines[-1]
+    assert lines[-1] == "total 540 ms, 7 spans: conversation 2, dispatcher 4, tool 1"
+    last = lines[-2].split("|")[1]  # starts at the very end: still drawn, in the last column
+    assert last.index("█") == 53
     assert waterfall([]) == ["(no spans)"]
 
 

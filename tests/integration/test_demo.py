@@ -1,0 +1,148 @@
+"""Both expense conversations of seed 000 through the four processors, on each real broker.
+
+The stack is the one ``hermesbus up --demo`` runs (SQLite stores in a fresh HERMES_HOME,
+the demo tools in worker processes); only the topics are prefixed per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from hermesbus import Client, Envelope, MemoryWrite, Reply, TrustLevel
+from hermesbus.codec import decode
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.demo import DEMO_USER, conversations, missing, reply_text, run, talk
+from hermesbus.stack import Stack, stack
+from hermesbus.trace import collect, spans
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+@pytest.fixture
+async def running(
+    broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Stack]:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    async with stack(kafka=KafkaConfig(bootstrap=broker), prefix=f"demo-{unique}.", demo=True) as s:
+        yield s
+
+
+def _quiet(kind: str, item: object) -> None:
+    """The demo's printer, silenced: the test reads what was said instead."""
+
+
+async def test_both_conversations_finish_with_the_seed_figures(running: Stack) -> None:
+    submitted, held = await run(running.bootstrap, running.prefix, _quiet)
+    assert missing(submitted, "已提交") == []
+    assert missing(held, "未完成报销流程") == []
+    for said in (submitted, held):
+        states = [r.source for _, r in said.replies if r.source.startswith("conversation:")]
+        assert states == [
+            "conversation:S2",
+            "conversation:S3.1",
+            "conversation:S4",
+            "conversation:S5",
+        ]  # the seed's path, one answer per user turn
+        notices = [r for _, r in said.replies if r.source == "mcp:dispatcher"]
+        assert [reply_text(n) for n in notices] == [
+            "ocr_tool 处理中，约 30 秒（processing, about 30 s）"
+        ]
+        assert isinstance(notices[0].payload.body, Reply) and notices[0].payload.body.degraded
+    assert await running.check(submitted) == []
+    assert await running.check(held) == []
+
+
+async def test_memory_holds_the_verified_graph_and_the_unfinished_report(running: Stack) -> None:
+    submitted, held = await run(running.bootstrap, running.prefix, _quiet)
+    assert await running.check(submitted) == [] == await running.check(held)  # writes landed
+    facts = await running.memory.facts(f"user:{DEMO_USER}", TrustLevel.VERIFIED)
+    assert {(f.subject, f.relation, f.object, f.verified_tool) for f in facts} >= {
+        (f"user:{DEMO_USER}", "belongs_to", "dept:采购部", "org_tool"),
+        ("trip:trip_shenzhen_2024_05", "taken_by", f"user:{DEMO_USER}", "trip_tool"),
+    }
+    approvals = await running.memory.facts("person:张主管", TrustLevel.VERIFIED)
+    assert [(f.relation, f.verified_tool) for f in approvals] == [("approved_by", "finance_tool")]
+    assert await running.memory.facts("person:张主管", TrustLevel.CERTIFIED) == ()
+    item = await running.memory.item(DEMO_USER, f"unfinished:{held.conversation.session_id}")
+    assert item is not None
+    unfinished = json.loads(item.value_json)
+    assert unfinished["label"] == "未完成报销流程"
+    assert unfinished["snapshot"]["state_id"] == "S4"  # where the user stopped
+    assert (
+        await running.memory.item(DEMO_USER, f"unfinished:{submitted.conversation.session_id}")
+        is None
+    )
+    audit = await _read_all(running, "hermes.audit")
+    created = [e for e in audit if e.payload.task == "graph.created"]
+    assert isinstance(created[0].payload.body, MemoryWrite)
+    assert any(
+        "approved_by" in e.payload.body.key
+        for e in created
+        if isinstance(e.payload.body, MemoryWrite)
+    )
+
+
+async def test_each_trace_has_spans_of_all_four_processors(running: Stack) -> None:
+    submitted, _ = await run(running.bootstrap, running.prefix, _quiet)
+    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    hops = await collect(
+        kafka,
+        submitted.conversation.trace_id,
+        session_id=submitted.conversation.session_id,
+        prefix=running.prefix,
+    )
+    found = spans(hops)
+    assert {s.component for s in found} == {"conversation", "dispatcher", "tool", "memory"}
+    moves = [s.state for s in found if s.component == "conversation" and "→" in s.state]
+    assert moves == ["∅→S1", "S1→S2", "S2→S2", "S2→S3", "S3→S3.1", "S3.1→S4", "S4→S5"]
+    ocr = [s for s in found if s.component == "tool" and "ocr_tool" in s.what]
+    assert len(ocr) == 1 and ocr[0].duration_ms >= 900  # the fixture OCR is honestly slow
+
+
+async def test_the_s2_wait_times_out_by_the_runtime_clock(
+    broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five minutes of silence in S2, with the processors' clock moved on instead of waited."""
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    skew = [0.0]
+    kafka = KafkaConfig(bootstrap=broker)
+    prefix = f"wait-{unique}."
+    async with stack(
+        kafka=kafka, prefix=prefix, demo=True, clock=lambda: time.time() + skew[0]
+    ) as s:
+        first, _ = conversations()
+        first = type(first)(first.name, first.session_id, first.trace_id, first.turns[:1])
+        async with Client(bootstrap=s.bootstrap, topic_prefix=prefix, name="t") as app:
+            said = await talk(app, first, _quiet)
+            assert said.last is not None and said.last.source == "conversation:S2"
+            async with app.replies(first.session_id) as replies:
+                skew[0] = 5 * 60 + 1  # the runtime's clock: five minutes later
+                async with asyncio.timeout(30):
+                    reply = await anext(aiter(replies))
+    assert reply.source == "conversation:S4"  # asks whether the user gave up
+    assert isinstance(reply.payload.body, Reply)
+    assert set(reply.payload.body.choices) == {"继续上传", "放弃"}
+
+
+async def _read_all(running: Stack, topic: str) -> list[Envelope]:
+    consumer = AIOKafkaConsumer(
+        running.prefix + topic,
+        bootstrap_servers=running.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    found: list[Envelope] = []
+    try:
+        while batch := await consumer.getmany(timeout_ms=2000):
+            found += [decode(r.value) for records in batch.values() for r in records if r.value]
+        return found
+    finally:
+        await consumer.stop()
