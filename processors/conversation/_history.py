@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
 """Messages (seed 001 §2.2) and the session history kept under a token budget (seed 001 §2.3).
 
 Recent messages stay verbatim; older ones are folded into a summary by a fixed rule (no

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
 """Intent parsing is a port: the Protocol, the Intent it returns, and the rule-based default.
 
 The rule parser knows the seed's sentences in Chinese and English and resolves relative
@@ -178,7 +177,7 @@ def _category(lowered: str) -> str | None:
 
 
 def _name(text: str, attachments: int) -> IntentName:
-    lowered = text.lower().replace("’", "'")
+    lowered = text.lower().replace("\u2019", "'")  # a typographic apostrophe
     bare = _STRIP.sub(" ", lowered).strip()
     if bare in _YES or bare in _YES_EN:
         return IntentName.YES
@@ -207,7 +206,7 @@ class RuleIntentParser(Service):
     def parse_now(self, text: str, *, now: datetime, attachments: int = 0) -> Intent:
         """The same as :meth:`parse`, synchronously (the fallback of the HTTP parser)."""
         name = _name(text, attachments)
-        lowered = text.lower().replace("’", "'")
+        lowered = text.lower().replace("\u2019", "'")  # a typographic apostrophe
         period = relative_period(text, now)
         return Intent(
             name=name,

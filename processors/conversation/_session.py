@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
 """The conversation's per-session state (saved as JSON) and the snapshot drawn from it."""
 
 from __future__ import annotations

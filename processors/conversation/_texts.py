@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001 - user-facing Chinese text uses full-width punctuation on purpose
 """The conversation's replies to the user (Chinese, as the demo user writes), with the figures."""
 
 from __future__ import annotations
