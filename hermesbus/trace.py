@@ -9,7 +9,7 @@ it). Nothing here is recorded on the side: replaying the topics gives the same p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaError
 
 from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
@@ -82,11 +82,12 @@ async def collect(
     """
     codec = codec or default_codec()
     names = [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
+    async with KafkaAdmin(kafka) as admin:  # partition counts: a plain consumer has none
+        counts = {name: topic.partitions for name, topic in (await admin.describe(names)).items()}
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
     await start_or_close(consumer.start, consumer.stop, "trace: cannot reach Kafka")
     try:
-        parts = _partitions(consumer, names, session_id)
-        hops = await _read(consumer, parts, trace_id, codec)
+        hops = await _read(consumer, _partitions(counts, session_id), trace_id, codec)
     except KafkaError as exc:
         raise BrokerError(f"trace {trace_id}: {type(exc).__name__}: {exc}") from exc
     finally:
@@ -94,15 +95,14 @@ async def collect(
     return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
 
 
-def _partitions(
-    consumer: AIOKafkaConsumer, topics: Sequence[str], session_id: str | None
-) -> list[TopicPartition]:
+def _partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
+    """Every partition, or the session's one of each topic (co-partitioned by key)."""
     parts = []
-    for topic in topics:
-        numbers = consumer.partitions_for_topic(topic) or set()
+    for topic, count in counts.items():
+        numbers = list(range(count))
         if session_id is not None and numbers:
-            numbers = {partition_for_key(session_id.encode(), numbers)}
-        parts += [TopicPartition(topic, n) for n in sorted(numbers)]
+            numbers = [partition_for_key(session_id.encode(), numbers)]
+        parts += [TopicPartition(topic, n) for n in numbers]
     return parts
 
 
