@@ -7,14 +7,9 @@ transaction with parameterised SQL, and calls are local, so they run inline.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
 from hermesbus.payloads import TrustLevel
 from hermesbus.processors.memory import (
     TRUST_RANK,
@@ -26,6 +21,8 @@ from hermesbus.processors.memory import (
     Preference,
     ReviewItem,
 )
+
+from ._file import SqliteFile
 
 __all__ = ["SqliteGraphStore", "SqlitePreferenceStore"]
 
@@ -64,68 +61,11 @@ _EDGE = "subject, relation, object, trust, verified_tool, verified_at_ms, deprec
 _LIVE = "(expires_at_ms IS NULL OR ? IS NULL OR expires_at_ms > ?)"
 
 
-class _SqliteFile(Service):
-    """One WAL connection to the memory file; errors become :class:`StoreError`."""
-
-    _schema = ""
-    _what = "memory store"
-
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5_000) -> None:
-        self.path = Path(path)
-        self._timeout_s = busy_timeout_ms / 1000
-        self._db: sqlite3.Connection | None = None
-
-    async def start(self) -> None:
-        if self._db is not None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(self._schema)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the {self._what} {self.path}: {exc}") from exc
-        self._db = db
-
-    async def stop(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise StoreError(f"the SQLite {self._what} is not started")
-        return self._db
-
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        try:
-            return self.db.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self._what} read failed ({self.path}): {exc}") from exc
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One exclusive write transaction."""
-        db = self.db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self._what} write failed ({self.path}): {exc}") from exc
-
-
-class SqlitePreferenceStore(_SqliteFile):
+class SqlitePreferenceStore(SqliteFile):
     """The embedded :class:`~hermesbus.processors.memory.PreferenceStore`."""
 
-    _schema = _MID_TERM
-    _what = "mid-term memory store"
+    schema = _MID_TERM
+    what = "mid-term memory store"
 
     async def put_preference(self, preference: Preference) -> None:
         p = preference
@@ -259,11 +199,11 @@ def _item(row: Sequence[Any]) -> MidTermItem:
     )
 
 
-class SqliteGraphStore(_SqliteFile):
+class SqliteGraphStore(SqliteFile):
     """The embedded :class:`~hermesbus.processors.memory.GraphStore`."""
 
-    _schema = _GRAPH
-    _what = "graph store"
+    schema = _GRAPH
+    what = "graph store"
 
     async def node(self, entity: str) -> Node | None:
         rows = self._rows(

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -19,9 +18,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
 
+from ._file import SqliteFile
 from .config import SqliteConfig
 
 __all__ = ["SqliteStateStore"]
@@ -57,58 +56,22 @@ class _Queued(NamedTuple):
     future: asyncio.Future[bool]
 
 
-class SqliteStateStore(Service):
+class SqliteStateStore(SqliteFile):
     """The embedded :class:`~hermesbus.runtime.StateStore` (``$HERMES_HOME/state.sqlite3``)."""
+
+    schema = _SCHEMA
+    what = "state store"
 
     def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
         self._config = config or SqliteConfig()
-        self.path = Path(path) if path is not None else self._config.path
-        self._db: sqlite3.Connection | None = None
+        super().__init__(
+            path if path is not None else self._config.path,
+            busy_timeout_ms=self._config.busy_timeout_ms,
+        )
         self._queued: list[_Queued] = []
 
-    async def start(self) -> None:
-        if self._db is not None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(
-                self.path, timeout=self._config.busy_timeout_ms / 1000, isolation_level=None
-            )
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the state store {self.path}: {exc}") from exc
-        self._db = db
-
-    async def stop(self) -> None:
-        await self.close()
-
     async def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise StoreError("the SQLite state store is not started")
-        return self._db
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One exclusive write transaction; sqlite errors become StoreError."""
-        db = self.db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store write failed ({self.path}): {exc}") from exc
+        await self.stop()
 
     async def load(self, processor: str, session_id: str) -> SessionState:
         try:

@@ -6,16 +6,13 @@ parameterised SQL only; as :mod:`.store`, a local file needs no thread pool.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
+
+from ._file import SqliteFile
 
 __all__ = ["SqliteToolStore"]
 
@@ -37,58 +34,16 @@ _KEEP_CALLS = 1000
 """Call samples kept per tool; older ones are pruned on write."""
 
 
-class SqliteToolStore(Service):
+class SqliteToolStore(SqliteFile):
     """The embedded tool store; ``path`` defaults to ``$HERMES_HOME/tools.sqlite3``."""
+
+    schema = _SCHEMA
+    what = "tool store"
 
     def __init__(
         self, path: Path | str | None = None, settings: ToolSettings | None = None
     ) -> None:
-        self.path = Path(path) if path is not None else (settings or ToolSettings()).tools_path
-        self._db: sqlite3.Connection | None = None
-
-    async def start(self) -> None:
-        if self._db is not None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the tool store {self.path}: {exc}") from exc
-        self._db = db
-
-    async def stop(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise StoreError("the SQLite tool store is not started")
-        return self._db
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self.db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"tool store write failed ({self.path}): {exc}") from exc
-
-    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        try:
-            return self.db.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"tool store read failed ({self.path}): {exc}") from exc
+        super().__init__(path if path is not None else (settings or ToolSettings()).tools_path)
 
     async def save_spec(self, spec: ToolSpec) -> None:
         with self._write() as db:
@@ -97,11 +52,11 @@ class SqliteToolStore(Service):
             )
 
     async def get_spec(self, name: str) -> ToolSpec | None:
-        rows = self._read("SELECT spec FROM specs WHERE name=?", (name,))
+        rows = self._rows("SELECT spec FROM specs WHERE name=?", (name,))
         return ToolSpec.model_validate_json(rows[0][0]) if rows else None
 
     async def list_specs(self) -> list[ToolSpec]:
-        rows = self._read("SELECT spec FROM specs ORDER BY name", ())
+        rows = self._rows("SELECT spec FROM specs ORDER BY name", ())
         return [ToolSpec.model_validate_json(row[0]) for row in rows]
 
     async def put_result(self, key: str, digest: str, stored: StoredResult) -> None:
@@ -112,11 +67,11 @@ class SqliteToolStore(Service):
             )
 
     async def get_result(self, key: str) -> StoredResult | None:
-        rows = self._read("SELECT result, at_ms FROM results WHERE key=?", (key,))
+        rows = self._rows("SELECT result, at_ms FROM results WHERE key=?", (key,))
         return _stored(rows)
 
     async def last_result(self, tool: str, digest: str) -> StoredResult | None:
-        rows = self._read(
+        rows = self._rows(
             "SELECT result, at_ms FROM results WHERE tool=? AND digest=? "
             "ORDER BY at_ms DESC LIMIT 1",
             (tool, digest),
@@ -136,7 +91,7 @@ class SqliteToolStore(Service):
             )
 
     async def call_stats(self, tool: str, window: int) -> CallStats | None:
-        rows = self._read(
+        rows = self._rows(
             "SELECT COUNT(*), AVG(ok), AVG(latency_ms) FROM "
             "(SELECT ok, latency_ms FROM calls WHERE tool=? ORDER BY seq DESC LIMIT ?)",
             (tool, window),
@@ -159,7 +114,7 @@ class SqliteToolStore(Service):
             )
 
     async def get_probe(self, tool: str) -> Probe | None:
-        rows = self._read(
+        rows = self._rows(
             "SELECT latency_ms, success_rate, quota_remaining, checked_at_ms, error "
             "FROM probes WHERE tool=?",
             (tool,),
