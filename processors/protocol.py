@@ -112,8 +112,11 @@ VERIFICATION_FAILED: Final = 502
 UNAVAILABLE: Final = 503
 TIMEOUT: Final = 504
 
-STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 5_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
-"""``metadata.timeout_ms`` the conversation sets per state (seed 000 §4.1: S1 5 s, S3 30 s)."""
+STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 30_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
+"""``metadata.timeout_ms`` the conversation sets per state (seed 000 §4.1: S1 5 s, S3 30 s).
+
+S2's call is the OCR pre-check of an upload, which the user is told takes about 30 s
+(§6.3): it gets S3's budget, not S1's."""
 
 
 def is_failure(status_code: int) -> bool:
