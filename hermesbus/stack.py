@@ -65,6 +65,38 @@ class Stack:
             problems = await self._lacks(said)
         return problems
 
+    async def evidence(self, said: Said) -> list[str]:
+        """What memory holds for a demo conversation: the approval edge or the unfinished report."""
+        session = said.conversation.session_id
+        report = conversation.report_id(session)
+        edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
+        lines = []
+        if edge is not None:
+            lines.append(
+                f"long-term memory: {edge.subject} -approved_by-> {edge.object}"
+                f" (verified by {edge.verified_tool}, trust {edge.trust_level.value})"
+            )
+        item = await self.memory.item(DEMO_USER, f"unfinished:{session}")
+        if item is not None:
+            value = json.loads(item.value_json)
+            state = value.get("snapshot", {}).get("state_id")
+            lines.append(
+                f"mid-term memory: {item.key} = {value.get('label')} (stopped in {state},"
+                f" importance {item.importance}, confirmed by {item.confirmed_by})"
+            )
+        return lines
+
+    def problems(self) -> list[str]:
+        """Dead letters and contract violations: the demo is not finished if there were any."""
+        found = [
+            f"{p.name}: {p.stats.dead_letters} dead letters"
+            for p in self.processors
+            if p.stats.dead_letters
+        ]
+        if self.violations.total:
+            found.append(self.violations.summary())
+        return found
+
     async def _lacks(self, said: Said) -> list[str]:
         session = said.conversation.session_id
         last = said.last

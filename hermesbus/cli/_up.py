@@ -94,13 +94,20 @@ async def _demo(running: Stack) -> bool:
         for line in waterfall(spans(hops)):
             console.print(escape(line), soft_wrap=True)
         problems = demo.missing(conversation, ending) + await running.check(conversation)
-        for problem in problems:
-            err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
-        finished = finished and not problems
+        for line in await running.evidence(conversation):
+            console.print(escape(line), soft_wrap=True)
+        finished = _report(problems) and finished
+    finished = _report(running.problems()) and finished
     console.print(
         "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
     )
     return finished
+
+
+def _report(problems: list[str]) -> bool:
+    for problem in problems:
+        err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
+    return not problems
 
 
 def _show(kind: str, item: Envelope | demo.Turn) -> None:
