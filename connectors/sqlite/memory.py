@@ -2,7 +2,9 @@
 
 Both default to ``$HERMES_HOME/memory.sqlite3`` (see ``MemorySettings``); WAL lets
 readers run beside the one writer, every write is one short ``BEGIN IMMEDIATE``
-transaction with parameterised SQL, and calls are local, so they run inline.
+transaction with parameterised SQL, and calls are local, so they run inline. The two
+growing tables are bounded on write: ``choices`` to the latest observations per (user,
+name), ``graph_changes`` (the redelivery ledger) to the most recent changes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 from hermesbus.payloads import TrustLevel
 from hermesbus.processors.memory import (
+    CHANGE_LEDGER,
+    CHOICE_HISTORY,
     TRUST_RANK,
     ChoiceCount,
     Edge,
@@ -104,12 +108,25 @@ class SqlitePreferenceStore(SqliteFile):
         )
 
     async def observe_choice(
-        self, user_id: str, name: str, value_json: str, observation_id: str, at_ms: int
+        self,
+        user_id: str,
+        name: str,
+        value_json: str,
+        observation_id: str,
+        at_ms: int,
+        *,
+        keep: int = CHOICE_HISTORY,
     ) -> None:
         with self._write() as db:
             db.execute(
                 "INSERT OR IGNORE INTO choices VALUES (?, ?, ?, ?, ?)",
                 (observation_id, user_id, name, value_json, at_ms),
+            )
+            db.execute(
+                "DELETE FROM choices WHERE user_id=? AND name=? AND observation_id NOT IN ("
+                "SELECT observation_id FROM choices WHERE user_id=? AND name=? "
+                "ORDER BY at_ms DESC, rowid DESC LIMIT ?)",
+                (user_id, name, user_id, name, keep),
             )
 
     async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
@@ -246,7 +263,7 @@ class SqliteGraphStore(SqliteFile):
         )
         return tuple(_edge(row) for row in rows)
 
-    async def apply(self, plan: GraphPlan) -> GraphPlan:
+    async def apply(self, plan: GraphPlan, *, keep_changes: int = CHANGE_LEDGER) -> GraphPlan:
         with self._write() as db:
             seen = db.execute(
                 "SELECT plan FROM graph_changes WHERE change_id=?", (plan.change_id,)
@@ -276,6 +293,12 @@ class SqliteGraphStore(SqliteFile):
             )
             db.execute(
                 "INSERT INTO graph_changes VALUES (?, ?)", (plan.change_id, plan.model_dump_json())
+            )
+            # rowids grow by one per insert and only the oldest rows are ever deleted
+            db.execute(
+                "DELETE FROM graph_changes "
+                "WHERE rowid <= (SELECT MAX(rowid) FROM graph_changes) - ?",
+                (keep_changes,),
             )
         return plan
 

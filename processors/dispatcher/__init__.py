@@ -3,13 +3,18 @@
 Every envelope between components passes here (topic ``hermes.dispatcher``). It checks
 the protocol (:data:`RULES`), routes by target, and runs each cycle of tool calls:
 memory first, one dispatch per component per round unless ``continue``, the call's
-``timeout_ms`` and retry policy, fail fast, and one answer per round. Tool choice reads
-live health (``ports["health"]``); violations are counted in ``ports["violations"]``.
+``timeout_ms`` and retry policy (only :data:`RETRYABLE` statuses are retried), fail
+fast, and one answer per round. Tool choice reads live health (``ports["health"]``);
+violations are counted in ``ports["violations"]``, and so are memory's refused writes,
+which go to ``alerts:dispatcher`` and to the conversation without the cycle id
+(context :data:`REFUSED_WRITE`), never as a cycle's answer.
 
 Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health))``;
 ``dispatcher_ports(health)["violations"].summary()`` prints the totals.
 """
 
+from ._cycle import REFUSED_WRITE
+from ._dispatch import RETRYABLE
 from ._emit import ALERTS_ADDRESS
 from ._handler import NAME, TOPIC, handle
 from ._health import HealthChoice, Verdict, choose
@@ -29,6 +34,8 @@ __all__ = [
     "ALLOWED_BODIES",
     "HEALTH_PORT",
     "NAME",
+    "REFUSED_WRITE",
+    "RETRYABLE",
     "RULES",
     "TIMER_SOURCE",
     "TOPIC",

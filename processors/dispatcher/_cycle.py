@@ -1,15 +1,25 @@
 """The cycle's events: a call, memory's answer, a tool's result, a continue, a timer.
 
 Each function takes an envelope the contract rules already accepted, updates the
-session's cycle in place and records what goes out in ``Effects``.
+session's cycle in place and records what goes out in ``Effects``. Only the round's
+``MemoryQuery`` failing (``memory:context``) can answer a cycle from memory; a refused
+write is a notification and never carries the cycle id onward.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from hermesbus.envelope import Envelope
-from hermesbus.payloads import ErrorReport, MemoryContext, TimerFired, ToolCall, ToolResult
+from hermesbus.payloads import (
+    ContextValue,
+    ErrorReport,
+    MemoryContext,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+)
 from hermesbus.processors.protocol import CYCLE, MEMORY_CONTEXT, TOOLS, is_failure, tool_at
 
 from ._dispatch import (
@@ -28,6 +38,7 @@ from ._ports import Ports
 from ._state import Call, CallStatus, Cycle, DispatcherState
 
 __all__ = [
+    "REFUSED_WRITE",
     "drop_late",
     "on_call",
     "on_continue",
@@ -38,6 +49,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+REFUSED_WRITE: Final = "refused_write"
+"""Context flag of a forwarded write refusal: the conversation records it, never as an answer."""
+_CYCLE_KEYS: Final = frozenset({CYCLE, TOOLS, "round"})
 
 
 def _cid(envelope: Envelope) -> str:
@@ -125,7 +140,7 @@ def on_result(
         drop_late(state, ports, f"result of {result.tool}", cid)
         return
     if is_failure(result.status_code):
-        if not schedule_retry(fx, cid, cycle, result.tool):
+        if not schedule_retry(fx, cid, cycle, result.tool, result.status_code):
             policy = call.envelope.metadata.retry_policy
             detail = result.error or "no detail"
             message = (
@@ -197,26 +212,43 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
 
 
 def on_memory_error(
-    fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport
+    fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport, ports: Ports
 ) -> None:
-    """Memory refused: fail the round it blocks, or tell the conversation that last spoke."""
+    """Memory refused: a failed ``MemoryQuery`` fails its round; a refused write is news."""
+    if report.component != MEMORY_CONTEXT:
+        _refused_write(fx, state, envelope, report, ports)
+        return
     cid = _cid(envelope)
     cycle = state.cycles.get(cid)
-    if cycle is not None and cycle.is_open and cycle.received and cycle.memory is None:
-        fail(
-            fx,
-            cid,
-            cycle,
-            component=report.component,
-            code=report.code,
-            message=report.message,
-            advice=report.advice,
-            retryable=report.retryable,
-        )
+    if cycle is None or not cycle.is_open or not cycle.received or cycle.memory is not None:
+        drop_late(state, ports, "memory context error", cid)  # no round waits for this answer
         return
+    fail(
+        fx,
+        cid,
+        cycle,
+        component=report.component,
+        code=report.code,
+        message=report.message,
+        advice=report.advice,
+        retryable=report.retryable,
+    )
+
+
+def _refused_write(
+    fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport, ports: Ports
+) -> None:
+    """A refused memory write never answers a cycle: counted, alerted, and told to the
+    conversation that last spoke WITHOUT the cycle id (``refused_write: True``)."""
+    log.warning("dispatcher: memory refused a write: %s (%s)", report.code, report.component)
+    state.refused_writes += 1
+    if ports.counter is not None:
+        ports.counter.count_refused_write()
     payload = envelope.payload
-    target = state.last_speaker
-    if target is None:
-        log.warning("dispatcher: memory error %s with no conversation to tell", report.code)
-        target = ALERTS_ADDRESS
-    fx.send(target, report, task=payload.task, context=payload.context)
+    context: dict[str, ContextValue] = {
+        k: v for k, v in payload.context.items() if k not in _CYCLE_KEYS
+    }
+    context[REFUSED_WRITE] = True
+    if state.last_speaker is not None:
+        fx.send(state.last_speaker, report, task=payload.task, context=context)
+    fx.send(ALERTS_ADDRESS, report, task=payload.task, context=context)

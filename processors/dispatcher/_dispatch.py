@@ -27,6 +27,7 @@ from hermesbus.processors.protocol import (
     TASK_QUERY_CONTEXT,
     TIMEOUT,
     TOOLS,
+    UNAVAILABLE,
     USER,
     VERIFICATION_FAILED,
     HealthView,
@@ -38,6 +39,7 @@ from ._health import bilingual, choose
 from ._state import CallStatus, Cycle, CycleStatus
 
 __all__ = [
+    "RETRYABLE",
     "RETRY_LATER",
     "answer",
     "cycle_context",
@@ -49,6 +51,11 @@ __all__ = [
     "schedule_retry",
     "timer_data",
 ]
+
+RETRYABLE: Final = frozenset({500, UNAVAILABLE, TIMEOUT})
+"""Transient failures worth another attempt. A 502 (verification failed) is not: a retry
+re-runs the tool (e.g. a real submit) for a result that fails again; neither is any other
+5xx (501, 505, 507 out of memory ...), which the same call will meet again."""
 
 RETRY_LATER: Final = bilingual("稍后重试或使用降级数据", "retry later or use fallback data")
 _CHECK_TOOL: Final = bilingual("工具结果未通过校验，请联系管理员", "result failed verification")
@@ -126,8 +133,11 @@ def _late(cid: str, cycle: Cycle) -> str:
     return f"cycle {cid!r} ({cycle.task}) has no time left of its budget"
 
 
-def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str) -> bool:
-    """Retry a 5xx call after ``backoff_ms * 2**(attempt-1)`` if attempts and time are left."""
+def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str, status_code: int) -> bool:
+    """Retry a transient failure (:data:`RETRYABLE`) after ``backoff_ms * 2**(attempt-1)``
+    if attempts and time are left; False means fail fast now."""
+    if status_code not in RETRYABLE:
+        return False
     call = cycle.calls[tool]
     policy = call.envelope.metadata.retry_policy
     backoff = policy.backoff_ms * 2 ** (call.attempt - 1)
@@ -142,7 +152,7 @@ def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str) -> bool:
 def _advice(code: str) -> tuple[str, bool]:
     if code == str(VERIFICATION_FAILED):
         return _CHECK_TOOL, False
-    return RETRY_LATER, code in {"timeout", str(TIMEOUT)} or code.startswith("5")
+    return RETRY_LATER, code == "timeout" or code in {str(status) for status in RETRYABLE}
 
 
 def fail(

@@ -96,7 +96,7 @@ async def _route(fx: Effects, state: DispatcherState, envelope: Envelope, ports:
         case MemoryWrite():
             forward_write(fx, envelope, body)
         case ErrorReport():
-            on_memory_error(fx, state, envelope, body)
+            on_memory_error(fx, state, envelope, body, ports)
         case _:  # the body rule lets nothing else through
             log.error("dispatcher: no route for %s", type(body).__name__)
 

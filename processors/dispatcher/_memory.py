@@ -1,8 +1,10 @@
 """Memory traffic outside cycles: writes from verified results, forwards of the conversation's.
 
-Only a result with status 200 and ``verified=True`` feeds memory: its ``facts`` become
-long-term edges verified by the tool at the result's time, its ``symbols`` short-term
-symbols of the session (seed 000 §5: long-term memory changes only on verification).
+Only a fresh result feeds memory — status 200, ``verified=True``, not ``stale`` and not a
+``fallback`` answer: its ``facts`` become long-term edges verified by the tool at the
+result's time, its ``symbols`` short-term symbols of the session (seed 000 §5: long-term
+memory changes only on verification). A cached or fallback answer is old news stamped
+with today's time: written, it could "win newest" and deprecate a newer edge.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from hermesbus.processors.protocol import (
 
 from ._emit import Effects
 
-__all__ = ["forward_snapshot", "forward_write", "verified_writes"]
+__all__ = ["forward_snapshot", "forward_write", "is_fresh", "verified_writes"]
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +64,16 @@ def _symbols(tool: str, content: Mapping[str, Any]) -> dict[str, str]:
     return {}
 
 
+def is_fresh(result: ToolResult) -> bool:
+    """A live, verified answer of the tool itself: the only kind that may change memory."""
+    return result.status_code == OK and result.verified and not result.stale and not result.fallback
+
+
 def verified_writes(
     fx: Effects, result: ToolResult, *, task: str, context: Mapping[str, ContextValue]
 ) -> int:
-    """Emit the long- and short-term writes of a verified result; returns how many."""
-    if result.status_code != OK or not result.verified:
+    """Emit the long- and short-term writes of a fresh verified result; returns how many."""
+    if not is_fresh(result):
         return 0
     try:
         content = json.loads(result.result_json)

@@ -30,25 +30,31 @@ VIOLATIONS_PORT: Final = "violations"
 
 
 class ViolationCounter(Protocol):
-    """Where refused envelopes and dropped late results are counted."""
+    """Where refused envelopes, dropped late results and refused memory writes are counted."""
 
     def count(self, rule: str) -> None: ...
 
     def count_late(self) -> None: ...
 
+    def count_refused_write(self) -> None: ...
+
 
 class Violations:
-    """The in-process counter: violations by rule and late results, with a summary line."""
+    """The in-process counter: violations by rule, late results and refused memory writes."""
 
     def __init__(self) -> None:
         self._rules: Counter[str] = Counter()
         self._late = 0
+        self._refused_writes = 0
 
     def count(self, rule: str) -> None:
         self._rules[rule] += 1
 
     def count_late(self) -> None:
         self._late += 1
+
+    def count_refused_write(self) -> None:
+        self._refused_writes += 1
 
     @property
     def by_rule(self) -> Mapping[str, int]:
@@ -62,13 +68,23 @@ class Violations:
     def late(self) -> int:
         return self._late
 
+    @property
+    def refused_writes(self) -> int:
+        """Memory writes memory refused; not violations, so not in ``total``."""
+        return self._refused_writes
+
     def summary(self) -> str:
-        """E.g. ``dispatcher: 2 violations (one_dispatch=1, transition=1), 1 late result``."""
+        """E.g. ``dispatcher: 2 violations (one_dispatch=1, transition=1), 1 late result``
+        (plus ``, 1 refused memory write`` when memory refused any)."""
         rules = ", ".join(f"{rule}={n}" for rule, n in self.by_rule.items())
         detail = f" ({rules})" if rules else ""
         late = f"{self._late} late result" + ("" if self._late == 1 else "s")
         noun = "violation" if self.total == 1 else "violations"
-        return f"dispatcher: {self.total} {noun}{detail}, {late}"
+        refused = ""
+        if self._refused_writes:
+            plural = "" if self._refused_writes == 1 else "s"
+            refused = f", {self._refused_writes} refused memory write{plural}"
+        return f"dispatcher: {self.total} {noun}{detail}, {late}{refused}"
 
 
 class StaticHealth:

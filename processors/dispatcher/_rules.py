@@ -115,6 +115,16 @@ def _body(envelope: Envelope, _: DispatcherState) -> str | None:
     return f"payload.body = {name!r} from {envelope.source!r}: that source may send only {names}"
 
 
+def _tool_source(envelope: Envelope, _: DispatcherState) -> str | None:
+    body = envelope.payload.body
+    if not isinstance(body, ToolResult) or envelope.source == f"{TOOL}:{body.tool}":
+        return None
+    return (
+        f"payload.body.tool = {body.tool!r} from {envelope.source!r}: "
+        f"a tool answers only for itself ('{TOOL}:{body.tool}')"
+    )
+
+
 def _memory_tier(envelope: Envelope, _: DispatcherState) -> str | None:
     body = envelope.payload.body
     if isinstance(body, MemoryWrite) and body.tier is MemoryTier.LONG_TERM:
@@ -215,6 +225,7 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("target", _target, "addressed to mcp:dispatcher or dispatcher:*"),
     Rule("source", _source, "from conversation:<state>, tool:*, memory:* or dispatcher:timer"),
     Rule("body", _body, "a body that source may send"),
+    Rule("tool_source", _tool_source, "a ToolResult from tool:<x> has body.tool == x"),
     Rule("memory_tier", _memory_tier, "the conversation writes short- and mid-term only"),
     Rule("snapshot", _snapshot, "an attached snapshot names a known state"),
     Rule("transition", _transition, "a state snapshot makes an allowed transition"),

@@ -1,4 +1,4 @@
-"""The dispatcher's session state: open cycles, violation counts, who spoke last.
+"""The dispatcher's session state: open cycles, violation and refusal counts, last speaker.
 
 The state is loaded from the saved JSON into fresh models on every envelope and dumped
 back into the outcome, so the working copy is private to one handler call and may be
@@ -100,6 +100,8 @@ class DispatcherState(_Model):
     cycles: dict[str, Cycle] = Field(default_factory=dict)
     violations: dict[str, int] = Field(default_factory=dict)
     late: int = 0
+    refused_writes: int = 0
+    """Memory writes memory refused (notifications, never a cycle's answer)."""
     last_speaker: str | None = None
     """The conversation address that last spoke: where memory's error reports go."""
 

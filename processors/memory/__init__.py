@@ -26,12 +26,14 @@ from ._model import (
     millis,
     trust_at_least,
 )
-from ._ports import GraphStore, PreferenceStore
+from ._ports import CHANGE_LEDGER, CHOICE_HISTORY, GraphStore, PreferenceStore
 from ._settings import MemorySettings
 from ._stores import MemoryStores
 from ._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
 
 __all__ = [
+    "CHANGE_LEDGER",
+    "CHOICE_HISTORY",
     "DEFAULT_VALIDATOR",
     "NAME",
     "TERMINAL_STATE",

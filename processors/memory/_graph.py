@@ -4,7 +4,14 @@ A write ``"<subject>|<relation>|<object>"`` is accepted only from the dispatcher
 with ``verified_by``. Relations are single-valued per (subject, relation) unless listed
 in ``MemorySettings.multi_valued``. A rival object verified less than the conflict window
 apart goes to the review queue (nothing changes); otherwise the newest verification wins
-and the loser is kept, deprecated. A repeated identical fact refreshes its verification.
+and the loser is kept, deprecated. A repeated identical fact refreshes its verification
+(audited as ``graph.refreshed`` when that changes its ``verified_by`` or trust).
+
+Trust in the writer: ``source == "mcp:dispatcher"`` is only a string check of the
+envelope; at this layer nothing more is possible, since any producer on ``hermes.memory``
+can write that string. The real guard is the broker: Kafka ACLs on ``hermes.memory`` let
+only the dispatcher's principal produce there. The check here catches mistakes (a
+processor writing long-term memory directly), not a hostile producer.
 """
 
 from __future__ import annotations
@@ -114,7 +121,8 @@ async def _contested(
 
 
 async def _unopposed(new: Edge, change_id: str, graph: GraphStore) -> GraphPlan:
-    """No rival: create the edge, or refresh the identical one (no audit event)."""
+    """No rival: create the edge, or refresh the identical one (``graph.refreshed`` when
+    its verification or trust changed; nothing to audit when it did not)."""
     nodes = await _nodes(new, graph)
     same = await graph.edge(new.subject, new.relation, new.object)
     if same is None or same.deprecated:
@@ -124,7 +132,10 @@ async def _unopposed(new: Edge, change_id: str, graph: GraphStore) -> GraphPlan:
     refreshed = latest.model_copy(
         update={"trust_level": _higher(same.trust_level, new.trust_level)}
     )
-    return GraphPlan(change_id=change_id, nodes=nodes, edges=(refreshed,))
+    if refreshed == same:
+        return GraphPlan(change_id=change_id, nodes=nodes)
+    event = GraphEvent(task=GraphTask.REFRESHED, edge=refreshed)
+    return GraphPlan(change_id=change_id, nodes=nodes, edges=(refreshed,), events=(event,))
 
 
 def _higher(a: TrustLevel, b: TrustLevel) -> TrustLevel:

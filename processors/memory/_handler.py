@@ -108,7 +108,7 @@ async def _write(inp: HandlerInput, write: MemoryWrite, stores: MemoryStores) ->
     )
     if isinstance(plan, Refused):
         return _refuse(inp, write, plan)
-    applied = await stores.graph.apply(plan)
+    applied = await stores.graph.apply(plan, keep_changes=stores.settings.change_ledger)
     audits = tuple(audit_envelope(envelope, i, e) for i, e in enumerate(applied.events))
     return Outcome(emit=audits)
 

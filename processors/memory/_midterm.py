@@ -1,7 +1,8 @@
 """Mid-term memory: confirmed preferences, repeated choices and budgeted items (seed 000 §5.2).
 
 Keys of a ``MemoryWrite(tier=mid_term)``: ``pref:<name>`` (needs ``confirmed_by``; kept
-as ``pref:{user_id}:{name}``), ``choice:<name>`` (an observation, counted per value), and
+as ``pref:{user_id}:{name}``), ``choice:<name>`` (an observation, counted per value over
+the latest ``MemorySettings.choice_history`` observations of that name), and
 anything else (an item with importance and TTL, e.g. ``unfinished:<session>``). Values in
 ``MemoryContext`` are the JSON value itself when it is a string, else its JSON text.
 """
@@ -78,7 +79,9 @@ async def apply_mid_term(
         return await _preference(write, user_id, value, now_ms, store)
     if write.key.startswith(CHOICE):
         name = write.key[len(CHOICE) :]
-        await store.observe_choice(user_id, name, value, message_id, now_ms)
+        await store.observe_choice(
+            user_id, name, value, message_id, now_ms, keep=settings.choice_history
+        )
         return None
     await store.purge_expired(user_id, now_ms)
     item = MidTermItem(

@@ -131,6 +131,8 @@ class GraphTask(enum.StrEnum):
     CREATED = "graph.created"
     DEPRECATED = "graph.deprecated"
     REVIEW = "graph.review"
+    REFRESHED = "graph.refreshed"
+    """An identical live fact verified again: its ``verified_by`` or trust changed."""
 
 
 class GraphEvent(_Value):

@@ -13,7 +13,12 @@ from hermesbus.payloads import TrustLevel
 
 from ._model import ChoiceCount, Edge, GraphPlan, MidTermItem, Node, Preference, ReviewItem
 
-__all__ = ["GraphStore", "PreferenceStore"]
+__all__ = ["CHANGE_LEDGER", "CHOICE_HISTORY", "GraphStore", "PreferenceStore"]
+
+CHOICE_HISTORY = 20
+"""Default observations kept per (user, name): the latest ones; enough for the 3-choice rule."""
+CHANGE_LEDGER = 10_000
+"""Default applied graph changes remembered (the redelivery ledger), the most recent ones."""
 
 
 @runtime_checkable
@@ -36,9 +41,17 @@ class PreferenceStore(Protocol):
     ) -> Preference | None: ...
 
     async def observe_choice(
-        self, user_id: str, name: str, value_json: str, observation_id: str, at_ms: int
+        self,
+        user_id: str,
+        name: str,
+        value_json: str,
+        observation_id: str,
+        at_ms: int,
+        *,
+        keep: int = CHOICE_HISTORY,
     ) -> None:
-        """Count one choice; the same ``observation_id`` twice counts once (redelivery)."""
+        """Count one choice; the same ``observation_id`` twice counts once (redelivery).
+        Only the latest ``keep`` observations of (user, name) are kept (by ``at_ms``)."""
         ...
 
     async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
@@ -90,9 +103,10 @@ class GraphStore(Protocol):
         ordered by (subject, relation, object)."""
         ...
 
-    async def apply(self, plan: GraphPlan) -> GraphPlan:
+    async def apply(self, plan: GraphPlan, *, keep_changes: int = CHANGE_LEDGER) -> GraphPlan:
         """Apply the plan in one transaction, unless its ``change_id`` was applied before;
-        either way return the plan that was applied for that id."""
+        either way return the plan that was applied for that id. The ledger of applied ids
+        keeps the most recent ``keep_changes``: a redelivery older than that applies again."""
         ...
 
     async def review_queue(self) -> tuple[ReviewItem, ...]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ._ports import CHANGE_LEDGER, CHOICE_HISTORY
 
 __all__ = ["MemorySettings"]
 
@@ -27,11 +29,24 @@ class MemorySettings(BaseSettings):
     """Two verifications of rival facts closer than this go to human review (seed 000 §5.3)."""
     choice_threshold: Annotated[int, Field(ge=1)] = 3
     """Identical choices before a preference is proposed as a candidate (seed 000 §5.2)."""
+    choice_history: Annotated[int, Field(ge=1)] = CHOICE_HISTORY
+    """Choice observations kept per (user, name), the latest; older ones are pruned."""
+    change_ledger: Annotated[int, Field(ge=1)] = CHANGE_LEDGER
+    """Applied graph changes remembered against redelivery, the most recent; pruned on write."""
     symbol_ttl_s: Annotated[int, Field(ge=0)] = 600
     """TTL of a short-term symbol whose write names none."""
     multi_valued: frozenset[str] = frozenset({"related_to", "responsible_for", "member_of"})
     """Relations a subject may hold to several objects; every other one is single-valued."""
     busy_timeout_ms: Annotated[int, Field(ge=0)] = 5_000
+
+    @model_validator(mode="after")
+    def _history_holds_a_habit(self) -> MemorySettings:
+        if self.choice_history < self.choice_threshold:
+            raise ValueError(
+                f"choice_history = {self.choice_history} < choice_threshold = "
+                f"{self.choice_threshold}: no value could ever be chosen often enough"
+            )
+        return self
 
     @property
     def db_path(self) -> Path:

@@ -114,6 +114,18 @@ CASES = [
         field="tools",
         to_conversation=False,
     ),
+    Case(
+        "tool_source",
+        lambda: envelope(
+            ToolResult(tool="finance_tool", status_code=200, verified=True),
+            source="tool:org_tool",
+            message_id="res-impostor",
+            context={"cycle": "cycle-1"},
+        ),
+        setup=(lambda: call("org_tool", ["org_tool", "finance_tool"]),),
+        field="'tool:org_tool'",
+        to_conversation=False,
+    ),
     Case("timeout", lambda: call("org_tool", ONE, timeout_ms=0), field="timeout_ms = 0"),
     Case("cycle_known", lambda: result(cycle="nope"), field="'nope'", to_conversation=False),
     Case("cycle_known", lambda: cont(cycle="nope"), field="'nope'"),

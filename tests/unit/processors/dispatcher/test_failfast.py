@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
+
 from hermesbus import ErrorReport, ToolCall
 from hermesbus.payloads import ToolResults
 from hermesbus.processors.protocol import ToolHealth
@@ -162,9 +164,32 @@ async def test_a_stale_retry_timer_is_ignored() -> None:
 
 
 async def test_a_verification_failure_is_not_retryable() -> None:
+    """With attempts left, a 502 still fails fast: a retry would re-run e.g. a real submit."""
     d = driver()
-    org_out, _ = await open_cycle(d, max_attempts=1)
+    org_out, _ = await open_cycle(d, max_attempts=2)
     (report,) = answers(await d.send(result_for(org_out, 502, error="bad signature")))
     body = report.payload.body
     assert isinstance(body, ErrorReport)
     assert (body.code, body.retryable) == ("502", False)
+    assert "attempt 1 of 2" in body.message
+    assert d.outcomes[-1].timers == ()
+    assert d.timers == {}  # no retry timer, the deadline cancelled
+
+
+@pytest.mark.parametrize("status", [501, 505, 507])
+async def test_other_5xx_fail_fast_without_a_retry(status: int) -> None:
+    d = driver()
+    org_out, _ = await open_cycle(d, max_attempts=3)
+    (report,) = answers(await d.send(result_for(org_out, status)))
+    body = report.payload.body
+    assert isinstance(body, ErrorReport)
+    assert (body.code, body.retryable) == (str(status), False)
+    assert d.timers == {}
+
+
+@pytest.mark.parametrize("status", [500, 503, 504])
+async def test_only_transient_5xx_are_retried(status: int) -> None:
+    d = driver()
+    org_out, _ = await open_cycle(d, max_attempts=2)
+    assert await d.send(result_for(org_out, status)) == ()
+    assert f"retry:{CYCLE}:org_tool" in d.timers

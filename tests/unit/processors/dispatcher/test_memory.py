@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from hermesbus import ContextSnapshot, ErrorReport, MemoryTier, MemoryWrite, StateSnapshot
+from hermesbus import (
+    ContextSnapshot,
+    Envelope,
+    ErrorReport,
+    MemoryTier,
+    MemoryWrite,
+    StateSnapshot,
+)
+from hermesbus.payloads import ToolResults
 from hermesbus.processors.protocol import ToolHealth
 
 from .helpers import (
@@ -82,6 +90,32 @@ async def test_non_200_results_write_nothing() -> None:
     assert out[0].diagnostics.confidence_score == 0.0
 
 
+async def test_stale_results_write_nothing() -> None:
+    """A cache fallback answers verified but stale: its old facts must not be re-verified now."""
+    d = Driver.with_health(ToolHealth(tool="org_tool", latency_ms=10.0, success_rate=1.0))
+    (query,) = await d.send(call("org_tool", ["org_tool"]))
+    (sent,) = await d.send(answer_query(query))
+    stale = result_for(sent, 200, ORG_RESULT, stale=True, stale_since=NOW, fallback="cache")
+    assert kinds(await d.send(stale)) == [("conversation:S1", "ToolResults")]
+
+
+async def test_a_mock_fallback_writes_nothing_though_not_stale() -> None:
+    _, out = await one_result_with(fallback="mock")
+    assert kinds(out) == [("conversation:S1", "ToolResults")]
+
+
+async def test_stale_without_fallback_writes_nothing() -> None:
+    _, out = await one_result_with(stale=True)
+    assert kinds(out) == [("conversation:S1", "ToolResults")]
+
+
+async def one_result_with(**fields: object):  # type: ignore[no-untyped-def]
+    d = Driver.with_health(ToolHealth(tool="org_tool", latency_ms=10.0, success_rate=1.0))
+    (query,) = await d.send(call("org_tool", ["org_tool"]))
+    (sent,) = await d.send(answer_query(query))
+    return d, await d.send(result_for(sent, 200, ORG_RESULT, **fields))
+
+
 async def test_malformed_facts_are_skipped() -> None:
     content = {"facts": [{"subject": "a"}, "nonsense"], "symbols": ["not", "a", "map"]}
     _, out = await one_result(200, content, verified=True)
@@ -129,8 +163,15 @@ async def test_memory_error_report_goes_to_the_conversation_state_that_last_spok
     refused = ErrorReport(
         component="memory:mid_term", code="pref.unconfirmed", message="no confirmed_by"
     )
-    (out,) = await d.send(envelope(refused, source="memory:mid_term", message_id="err-1"))
-    assert (out.target, out.payload.body) == ("conversation:S3", refused)
+    out = await d.send(envelope(refused, source="memory:mid_term", message_id="err-1"))
+    assert [(e.target, e.payload.body) for e in out] == [
+        ("conversation:S3", refused),
+        ("alerts:dispatcher", refused),
+    ]
+    assert all(e.payload.context == {"refused_write": True} for e in out)
+    assert d.data["refused_writes"] == 1
+    assert d.counter.refused_writes == 1
+    assert d.counter.total == 0  # a refusal is not a violation
 
 
 async def test_memory_error_with_nobody_to_tell_goes_to_alerts() -> None:
@@ -138,6 +179,7 @@ async def test_memory_error_with_nobody_to_tell_goes_to_alerts() -> None:
     refused = ErrorReport(component="memory:mid_term", code="x", message="y")
     (out,) = await d.send(envelope(refused, source="memory:mid_term", message_id="err-1"))
     assert out.target == "alerts:dispatcher"
+    assert out.payload.context == {"refused_write": True}
 
 
 async def test_memory_error_on_an_open_cycle_is_its_one_answer() -> None:
@@ -154,3 +196,78 @@ async def test_memory_error_on_an_open_cycle_is_its_one_answer() -> None:
         component="memory:context", code="store", message="sqlite locked", retryable=True
     )
     assert d.outcomes[-1].cancel == (f"cycle:{CYCLE}",)
+
+
+def refusal_of(write: Envelope, message_id: str = "ref-1") -> Envelope:
+    """Memory's refusal of a dispatcher write: context copied from the write (cycle too)."""
+    tier = write.target
+    report = ErrorReport(component=tier, code="memory.bad_value", message="entity empty")
+    return envelope(report, source=tier, message_id=message_id, context=dict(write.payload.context))
+
+
+async def test_a_refused_write_in_an_open_cycle_is_news_not_the_cycles_answer() -> None:
+    """The reviewer's sequence: org answers (writes go out), memory refuses one while the
+    cycle waits for finance; the refusal is told without the cycle id, then ToolResults."""
+    d = Driver.with_health(
+        ToolHealth(tool="org_tool", latency_ms=10.0, success_rate=1.0),
+        ToolHealth(tool="finance_tool", latency_ms=10.0, success_rate=1.0),
+    )
+    tools = ["org_tool", "finance_tool"]
+    (query,) = await d.send(call("org_tool", tools))
+    await d.send(call("finance_tool", tools))
+    org_out, finance_out = await d.send(answer_query(query))
+    after_org = await d.send(result_for(org_out, 200, ORG_RESULT))
+    assert kinds(after_org) == [
+        ("memory:long_term", "MemoryWrite"),
+        ("memory:short_term", "MemoryWrite"),
+    ]
+    refused = await d.send(refusal_of(after_org[1]))
+    assert kinds(refused) == [
+        ("conversation:S1", "ErrorReport"),
+        ("alerts:dispatcher", "ErrorReport"),
+    ]
+    for sent in refused:
+        assert sent.payload.context == {"tool": "org_tool", "refused_write": True}
+    assert answers(refused) == [refused[0]]  # the helper's net ...
+    assert "cycle" not in refused[0].payload.context  # ... but no cycle: not an answer
+    assert d.outcomes[-1].cancel == ()
+    assert d.outcomes[-1].timers == ()
+    assert d.data["cycles"][CYCLE]["status"] == "open"
+    assert d.data["refused_writes"] == 1
+    final = await d.send(result_for(finance_out, 200, {"dept": "采购部"}))
+    (answer,) = answers(final)
+    assert isinstance(answer.payload.body, ToolResults)
+    assert answer.payload.context["cycle"] == CYCLE
+    assert [r.tool for r in answer.payload.body.results] == tools
+    assert d.counter.refused_writes == 1
+    assert (d.counter.total, d.counter.late) == (0, 0)
+
+
+async def test_a_refused_write_while_a_round_waits_for_memory_does_not_fail_it() -> None:
+    """A refusal of the last round's write arrives while the new round's query is pending."""
+    d = Driver.with_health(ToolHealth(tool="org_tool", latency_ms=10.0, success_rate=1.0))
+    (query,) = await d.send(call("org_tool", ["org_tool"]))
+    write = MemoryWrite(tier=MemoryTier.SHORT_TERM, key="user_dept", value_json='""')
+    pending = envelope(
+        write,
+        source="mcp:dispatcher",
+        message_id="w-old",
+        context={"cycle": CYCLE, "tool": "org_tool"},
+        target="memory:short_term",
+    )
+    out = await d.send(refusal_of(pending))
+    assert [e.target for e in out] == ["conversation:S1", "alerts:dispatcher"]
+    assert answers(out)[0].payload.context.get("cycle") is None
+    assert d.data["cycles"][CYCLE]["status"] == "open"
+    (sent,) = await d.send(answer_query(query))  # the round goes on
+    assert sent.target == "tool:org_tool"
+
+
+async def test_a_memory_context_error_nobody_waits_for_is_dropped() -> None:
+    d, _ = await one_result(200, {}, verified=True)  # the cycle is answered
+    failed = ErrorReport(component="memory:context", code="store", message="sqlite locked")
+    out = await d.send(
+        envelope(failed, source="memory:context", message_id="err-3", context={"cycle": CYCLE})
+    )
+    assert out == ()
+    assert d.data["late"] == 1

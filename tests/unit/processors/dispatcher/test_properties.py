@@ -1,17 +1,29 @@
-"""Whatever order results, memory answers and timers arrive in: one answer per cycle."""
+"""Whatever order results, memory answers, refusals and timers arrive in: one answer per cycle."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermesbus import Envelope, MemoryQuery, ToolCall
+from hermesbus import Envelope, ErrorReport, MemoryQuery, MemoryWrite, ToolCall
 from hermesbus.processors.protocol import ToolHealth
 
-from .helpers import Driver, answer_query, answers, call, result_for
+from .helpers import Driver, answer_query, answers, call, envelope, result_for
 
 CYCLES = {"c1": ["org_tool", "finance_tool"], "c2": ["ocr_tool", "trip_tool", "rule_engine_tool"]}
-STATUSES = st.sampled_from([200, 200, 200, 404, 503, 504])
+STATUSES = st.sampled_from([200, 200, 200, 404, 500, 502, 503, 504])
+FACT = {"subject": "user:u_xyz789", "relation": "belongs_to", "object": "dept:采购部"}
+
+
+def refusal(write: Envelope, index: int) -> Envelope:
+    """Memory refuses a dispatcher write; like memory, it echoes the write's context."""
+    report = ErrorReport(component=write.target, code="memory.bad_value", message="refused")
+    return envelope(
+        report,
+        source=write.target,
+        message_id=f"refusal-{index}",
+        context=dict(write.payload.context),
+    )
 
 
 def health() -> Driver:
@@ -32,6 +44,7 @@ async def test_each_cycle_gets_exactly_one_answer_in_any_order(data: st.DataObje
     ]
     emitted: list[Envelope] = []
     memory_answered: set[str] = set()
+    refusals = 0
     while pool or driver.timers:
         purposes = sorted(driver.timers)
         pick = data.draw(st.integers(0, len(pool) + len(purposes) - 1))
@@ -50,7 +63,11 @@ async def test_each_cycle_gets_exactly_one_answer_in_any_order(data: st.DataObje
             elif isinstance(sent.payload.body, ToolCall):
                 assert cid in memory_answered, "a tool call left before the memory context"
                 status = data.draw(STATUSES)
-                pool.append(result_for(sent, status, {"ok": status}))
+                content = {"ok": status, "facts": [FACT], "symbols": {"user_dept": "采购部"}}
+                pool.append(result_for(sent, status, content))
+            elif isinstance(sent.payload.body, MemoryWrite) and data.draw(st.booleans()):
+                refusals += 1
+                pool.append(refusal(sent, refusals))
 
     for cid in CYCLES:
         mine = [e for e in answers(tuple(emitted)) if e.payload.context.get("cycle") == cid]
@@ -61,5 +78,9 @@ async def test_each_cycle_gets_exactly_one_answer_in_any_order(data: st.DataObje
             if isinstance(e.payload.body, MemoryQuery) and e.payload.context["cycle"] == cid
         ]
         assert len(queries) == 1
+    told = [e for e in emitted if e.payload.context.get("refused_write") is True]
+    assert all("cycle" not in e.payload.context for e in told)
+    assert len(told) == 2 * refusals  # the conversation and alerts:dispatcher, each time
+    assert driver.counter.refused_writes == refusals
     assert driver.counter.total == 0  # nothing legitimate is ever called a violation
     assert driver.timers == {}

@@ -65,6 +65,22 @@ async def test_apply_is_idempotent_by_change_id(graph_store: GraphStore) -> None
     assert await graph_store.edge("x", "y", "z") is None
 
 
+async def test_the_redelivery_ledger_keeps_the_most_recent_changes(
+    graph_store: GraphStore,
+) -> None:
+    for i in range(5):
+        await graph_store.apply(
+            GraphPlan(change_id=f"k{i}", edges=(edge("x", "y", f"{i}"),)), keep_changes=2
+        )
+    # the two most recent ids are still recognised: their recorded plan comes back
+    recent = await graph_store.apply(GraphPlan(change_id="k4"), keep_changes=2)
+    assert recent.edges == (edge("x", "y", "4"),)
+    # an id pruned from the ledger is applied again as new (what the bound costs)
+    again = GraphPlan(change_id="k0", edges=(edge("x", "y", "again"),))
+    assert await graph_store.apply(again, keep_changes=2) == again
+    assert await graph_store.edge("x", "y", "again") is not None
+
+
 async def test_apply_upserts_edges_by_their_triple(graph_store: GraphStore) -> None:
     await graph_store.apply(FIXTURE)
     gone = edge("user:u1", "belongs_to", "dept:a", TrustLevel.CERTIFIED, deprecated=True)

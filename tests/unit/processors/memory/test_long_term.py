@@ -122,10 +122,35 @@ async def test_a_repeated_fact_refreshes_its_verification(session: Session) -> N
     outcome = await session.write(
         fact_write(ZHANG, "belongs_to", "dept:采购部", tool="hr_tool", when=at(30))
     )
-    assert outcome.emit == ()  # a refresh is not a change to audit
+    key = f"{ZHANG}|belongs_to|dept:采购部"
+    assert audits(outcome.emit) == [("graph.refreshed", key, False)]
+    body = outcome.emit[0].payload.body
+    assert isinstance(body, MemoryWrite)
+    assert body.verified_by == Verification(tool="hr_tool", verified_at=at(30))
     edge = await session.stores.edge(ZHANG, "belongs_to", "dept:采购部")
     assert edge is not None
     assert (edge.verified_tool, edge.verified_at_ms) == ("hr_tool", ms(at(30)))
+
+
+async def test_a_higher_trust_refresh_is_audited_with_the_new_trust(session: Session) -> None:
+    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(0)))
+    outcome = await session.write(
+        fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(0), trust=TrustLevel.CERTIFIED)
+    )
+    assert audits(outcome.emit) == [("graph.refreshed", f"{ZHANG}|belongs_to|dept:采购部", False)]
+    body = outcome.emit[0].payload.body
+    assert isinstance(body, MemoryWrite)
+    assert body.trust_level is TrustLevel.CERTIFIED
+
+
+async def test_a_refresh_that_changes_nothing_is_not_audited(session: Session) -> None:
+    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(30)))
+    same = await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(30)))
+    older = await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(0)))
+    assert (same.emit, older.emit) == ((), ())
+    edge = await session.stores.edge(ZHANG, "belongs_to", "dept:采购部")
+    assert edge is not None
+    assert edge.verified_at_ms == ms(at(30))
 
 
 async def test_multi_valued_relations_do_not_conflict(session: Session) -> None:

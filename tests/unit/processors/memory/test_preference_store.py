@@ -58,6 +58,23 @@ async def test_choices_count_per_value_and_once_per_observation(
     assert await preference_store.choices("u1", "other") == ()
 
 
+async def test_only_the_latest_choices_are_kept(preference_store: PreferenceStore) -> None:
+    """Bounded per (user, name): older observations go, other names and users stay."""
+    for at in range(1, 8):
+        value = '"reject"' if at <= 4 else '"accept"'  # 4 old rejects, then 3 accepts
+        await preference_store.observe_choice("u1", "blur", value, f"o{at}", at, keep=3)
+    await preference_store.observe_choice("u1", "other", '"x"', "p1", 1, keep=3)
+    await preference_store.observe_choice("u2", "blur", '"reject"', "q1", 1, keep=3)
+    assert await preference_store.choices("u1", "blur") == (
+        ChoiceCount(value_json='"accept"', count=3, last_at_ms=7),
+    )
+    assert [c.count for c in await preference_store.choices("u1", "other")] == [1]
+    assert [c.count for c in await preference_store.choices("u2", "blur")] == [1]
+    # an old observation redelivered after it was pruned is older than all kept: pruned again
+    await preference_store.observe_choice("u1", "blur", '"reject"', "o1", 1, keep=3)
+    assert [c.value_json for c in await preference_store.choices("u1", "blur")] == ['"accept"']
+
+
 async def test_choice_ties_put_the_latest_first(preference_store: PreferenceStore) -> None:
     await preference_store.observe_choice("u1", "n", '"old"', "a", 1)
     await preference_store.observe_choice("u1", "n", '"new"', "b", 2)

@@ -9,7 +9,10 @@ import pytest
 
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import StoreError
+from hermesbus.payloads import MemoryTier, MemoryWrite
 from hermesbus.processors.memory import MemorySettings, MemoryStores, Preference
+
+from .helpers import Session, fact_write, stores_for
 
 
 async def test_default_file_is_under_hermes_home(
@@ -64,3 +67,23 @@ async def test_values_are_bound_not_spliced(tmp_path: Path) -> None:
         )
         await prefs.put_preference(pref)
         assert await prefs.preference(evil, "n") == pref
+
+
+async def test_choices_and_the_change_ledger_stay_bounded(tmp_path: Path) -> None:
+    """Through the handler's settings: rows on disk never exceed the configured bounds."""
+    async with stores_for(tmp_path, choice_history=4, change_ledger=3) as stores:
+        session = Session(stores)
+        for i in range(10):
+            choice = MemoryWrite(tier=MemoryTier.MID_TERM, key="choice:blur", value_json='"accept"')
+            await session.write(choice, message_id=f"c{i}")
+            await session.write(fact_write("user:u", "related_to", f"x:{i}"), message_id=f"f{i}")
+    with sqlite3.connect(tmp_path / "memory.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM choices").fetchone()[0] == 4
+        kept = [r[0] for r in db.execute("SELECT change_id FROM graph_changes ORDER BY rowid")]
+    assert kept == ["f7", "f8", "f9"]
+
+
+def test_the_choice_history_must_hold_a_habit() -> None:
+    assert (MemorySettings().choice_history, MemorySettings().change_ledger) == (20, 10_000)
+    with pytest.raises(ValueError, match="choice_history = 2 < choice_threshold = 3"):
+        MemorySettings(choice_history=2)
