@@ -145,6 +145,7 @@ async def stack(
         intent = conversation.build_ports()
         for port in intent.values():
             await enter(port)
+        own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         handlers: list[tuple[str, Any, str, dict[str, Any]]] = [
             (conversation.NAME, conversation.handle, conversation.TOPIC, dict(intent)),
             (
@@ -153,8 +154,12 @@ async def stack(
                 dispatcher.TOPIC,
                 dispatcher.dispatcher_ports(tools, violations),
             ),
-            (tool.NAME, tool.handle, tool.TOPIC, {tool.PORT: tools}),
             (memory.NAME, memory.handle, MEMORY_TOPIC, {memory.NAME: stores}),
+            (tool.NAME, tool.serving(own, others=True), tool.TOPIC, {tool.PORT: tools}),
+        ]
+        handlers += [
+            (tool.group_name(name), tool.serving([name]), tool.TOPIC, {tool.PORT: tools})
+            for name in own
         ]
         for name, handler, topic, ports in handlers:
             processor = Processor(

@@ -8,6 +8,7 @@ handler of the ``tool`` processor (topic ``hermes.tool``).
 """
 
 from ._executor import SIGNATURE_HEADER, Execution, Executor, HttpExecutor, PythonWorker
+from ._groups import group_name, serving
 from ._handler import NAME, PORT, TOPIC, handle
 from ._health import RegistryHealth
 from ._registry import ToolRegistry
@@ -53,7 +54,9 @@ __all__ = [
     "Verified",
     "arguments_digest",
     "check_signature",
+    "group_name",
     "handle",
     "probe_all",
+    "serving",
     "verify",
 ]

@@ -1,0 +1,36 @@
+"""One consumer group per tool, so a cycle's calls to different tools run in parallel.
+
+A session's records run strictly in order within a consumer group; with one group for
+all tools, a cycle's ``trip_tool`` and ``rule_engine_tool`` calls (seed 000 §2, S3:
+parallel tool work) would run one after the other. Each dedicated group handles only
+its tool's calls; the ``tool`` group handles every tool without a group of its own (a
+tool registered while the stack runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from hermesbus.runtime import Handler, HandlerInput, Outcome
+
+from ._handler import NAME, handle
+
+__all__ = ["group_name", "serving"]
+
+
+def group_name(tool: str) -> str:
+    """The consumer group of a tool's own processor: ``tool-<name>``."""
+    return f"{NAME}-{tool.replace('.', '-').lower()}"
+
+
+def serving(tools: Collection[str], *, others: bool = False) -> Handler:
+    """The tool handler for calls to ``tools`` only (``others``: to every tool but those)."""
+    chosen = frozenset(tools)
+
+    async def handle_some(inp: HandlerInput) -> Outcome:
+        tool = inp.envelope.target.partition(":")[2]
+        if (tool in chosen) == others:
+            return Outcome()  # another group's call: that group answers it
+        return await handle(inp)
+
+    return handle_some
