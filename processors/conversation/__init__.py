@@ -1,11 +1,13 @@
 """The conversation processor: the S1-S5 state machine of seed 000 §2 over the bus.
 
 ``handle`` is the processor's handler (name ``conversation``, topic
-``hermes.conversation.in``); ``build_ports`` gives its ports from the ``HERMES_LLM_*``
-settings. The state machine is data (``MACHINE``); intent parsing is a port
-(``IntentParser``: ``RuleIntentParser`` by default, ``HttpIntentParser`` when configured).
+``hermes.conversation.in``); ``build_ports`` gives its ports from the ``HERMES_LLM_*`` and
+``HERMES_CONVERSATION_TIMEZONE`` settings. The state machine is data (``MACHINE``, its
+actions in ``ACTIONS``); intent parsing is a port (``IntentParser``: ``RuleIntentParser``
+by default, ``HttpIntentParser`` when configured).
 """
 
+from ._actions import ACTIONS
 from ._context import UNFINISHED_LABEL
 from ._flow import report_id
 from ._handler import NAME, TIMER_SOURCE, TOPIC, handle
@@ -18,15 +20,18 @@ from ._history import (
     render_pinned,
 )
 from ._intent import (
+    DEFAULT_TIMEZONE,
     Intent,
     IntentName,
     IntentParser,
     RuleIntentParser,
+    negation,
     normalise_city,
     relative_period,
 )
 from ._llm import HttpIntentParser
 from ._machine import (
+    FAILURE,
     MACHINE,
     STATE_SPECS,
     TRANSITION_TABLE,
@@ -36,13 +41,19 @@ from ._machine import (
     Transition,
     TransitionError,
 )
-from ._session import Session, canonical_json, digest, snapshot_of
-from ._settings import INTENT_PORT, ConversationSettings, build_ports
+from ._results import EXITS
+from ._session import MAX_PROBLEMS, Session, canonical_json, digest, snapshot_of
+from ._settings import INTENT_PORT, ConversationSettings, build_ports, zone_of
 
 __all__ = [
+    "ACTIONS",
+    "DEFAULT_TIMEZONE",
+    "EXITS",
+    "FAILURE",
     "HISTORY_BUDGET_TOKENS",
     "INTENT_PORT",
     "MACHINE",
+    "MAX_PROBLEMS",
     "NAME",
     "STATE_SPECS",
     "TIMER_SOURCE",
@@ -68,10 +79,12 @@ __all__ = [
     "digest",
     "estimate_tokens",
     "handle",
+    "negation",
     "new_message",
     "normalise_city",
     "relative_period",
     "render_pinned",
     "report_id",
     "snapshot_of",
+    "zone_of",
 ]

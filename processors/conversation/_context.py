@@ -31,7 +31,15 @@ from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
 
 from ._history import Message, new_message
 from ._machine import MACHINE
-from ._session import MAX_TRACES, Pending, Session, canonical_json, digest, snapshot_of
+from ._session import (
+    MAX_PROBLEMS,
+    MAX_TRACES,
+    Pending,
+    Session,
+    canonical_json,
+    digest,
+    snapshot_of,
+)
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
 
@@ -39,6 +47,7 @@ log = logging.getLogger(__name__)
 
 UNFINISHED_LABEL: Final = "未完成报销流程"
 UNFINISHED_TTL_S: Final = 30 * 24 * 3600
+_PROBLEM_CHARS: Final = 200
 RETRY: Final = RetryPolicy(max_attempts=2, backoff_ms=100)
 
 
@@ -74,6 +83,27 @@ class Step:
         self.to_dispatcher(body, task="state_snapshot")
         log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
         return target
+
+    def problem(self, component: str, code: str, message: str) -> None:
+        """Keep an error report among the session's recent problems (bounded, never shown
+        raw to the user) and log it at warning, so nothing vanishes silently."""
+        cycle = self.env.payload.context.get(protocol.CYCLE)
+        entry = {
+            "component": component,
+            "code": code,
+            "message": message[:_PROBLEM_CHARS],
+            "cycle": cycle if isinstance(cycle, str) else "",
+            "at": self.env.timestamp.isoformat(),
+        }
+        self.update(problems=(*self.session.problems, entry)[-MAX_PROBLEMS:])
+        log.warning(
+            "session %s in %s: %s failed with %s: %s",
+            self.env.session_id,
+            self.session.state,
+            component,
+            code,
+            message[:_PROBLEM_CHARS],
+        )
 
     # -- timers -----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -14,12 +15,16 @@ from ._session import snapshot_of
 
 __all__ = [
     "BLUR",
+    "ask_clarification",
     "ask_confirm",
     "ask_materials",
     "ask_preference",
     "ask_review",
+    "blur_floor",
     "end",
+    "lock_session",
     "low_confidence",
+    "preference_value",
     "report_id",
     "review_passed",
     "start_validation",
@@ -61,9 +66,22 @@ def ask_review(step: Step) -> None:
     )
 
 
+def ask_clarification(step: Step, names: Sequence[str]) -> None:
+    """S3.1 for an expired/invalid symbol: re-check or re-upload the named items; the blur
+    review's "keep these" does not answer this question."""
+    step.update(ask="clarify", ask_pref={"names": "、".join(names)})
+    step.reply(texts.CONTEXT_INVALID.format(names="、".join(names)), choices=texts.CHOICES_CLARIFY)
+
+
+def lock_session(step: Step) -> None:
+    """S4 locks the validated report: materials change only through 修改 (seed 000 §2)."""
+    step.update(locked=True)
+
+
 def ask_confirm(step: Step) -> None:
     """S4: the structured summary, three choices, and the 10-minute idle timer."""
     session = step.session
+    lock_session(step)
     step.update(ask="confirm")
     step.arm("s4_idle")
     step.reply(
@@ -74,9 +92,36 @@ def ask_confirm(step: Step) -> None:
 
 
 def ask_preference(step: Step, name: str, value: str) -> None:
-    """A repeated choice seen by memory: ask before anything is written (seed 000 §5.2)."""
-    step.update(ask="preference", ask_pref={"name": name, "value": value})
-    step.reply(texts.preference_text(name, value), choices=texts.CHOICES_YES_NO)
+    """A repeated choice seen by memory: ask before anything is written (seed 000 §5.2); the
+    blur floor asked is the lowest confidence accepted now, and it is stored with the value."""
+    floor = _lowest(step) if name == BLUR else texts.BLUR_FLOOR
+    step.update(ask="preference", ask_pref={"name": name, "value": value, "floor": f"{floor}"})
+    step.reply(texts.preference_text(name, value, floor), choices=texts.CHOICES_YES_NO)
+
+
+def _lowest(step: Step) -> float:
+    low = low_confidence(step.session.materials.get("invoices") or [])
+    return round(min((float(i.get("confidence", 0.0)) for i in low), default=texts.BLUR_FLOOR), 2)
+
+
+def preference_value(name: str, value: str, floor: str) -> Any:
+    """What ``pref:<name>`` stores: the blur tolerance keeps its floor with the value."""
+    return {"value": value, "confidence_min": float(floor)} if name == BLUR else value
+
+
+def blur_floor(preference: str | None) -> float | None:
+    """The floor of a confirmed blur preference as memory returns it (a bare ``accept`` or
+    the JSON object written with its floor); None when there is no accepting preference."""
+    if preference is None:
+        return None
+    try:
+        value = json.loads(preference)
+    except ValueError:
+        value = preference
+    if isinstance(value, dict) and value.get("value") == _ACCEPT:
+        floor = value.get("confidence_min")
+        return float(floor) if isinstance(floor, int | float) else texts.BLUR_FLOOR
+    return texts.BLUR_FLOOR if value == _ACCEPT else None
 
 
 def upload(step: Step, attachments: Sequence[Attachment]) -> None:
@@ -137,18 +182,21 @@ def review_passed(step: Step) -> None:
 
 
 def tolerated(step: Step, invoices: Sequence[dict[str, Any]]) -> str | None:
-    """Why low confidence needs no review: "" (none is low), "preference" (confirmed), or
-    "session" (accepted earlier in this session at or below this confidence); else None."""
+    """Why low confidence needs no review: "" (none is low), "preference" (confirmed, with
+    every low invoice at or above its floor), or "session" (accepted earlier in this session
+    at or below this confidence); else None."""
     session = step.session
     low = low_confidence(invoices)
     if not low:
         return ""
-    if session.preferences.get(BLUR) in (_ACCEPT, f'"{_ACCEPT}"'):
+    lowest = min(float(i.get("confidence", 0.0)) for i in low)
+    preferred = blur_floor(session.preferences.get(BLUR))
+    if preferred is not None and round(lowest, 2) >= preferred:
         return "preference"
     floor = session.context.get("ocr_confidence_min")
     if session.context.get("user_tolerates_blur") is not True or not isinstance(floor, float):
         return None
-    return "session" if min(float(i.get("confidence", 0.0)) for i in low) >= floor else None
+    return "session" if lowest >= floor else None
 
 
 def end(step: Step, trigger: str, outcome: str, text: str, *, confirmed_by: str = "") -> None:
@@ -159,4 +207,5 @@ def end(step: Step, trigger: str, outcome: str, text: str, *, confirmed_by: str 
     if outcome != "submitted" and step.session.facts.get("goal"):
         step.unfinished(confirmed_by or step.session.turn_id or step.env.message_id, left)
     step.update(materials={}, validation={}, steps={}, ask="", ask_pref={}, candidates={})
+    step.update(locked=False)
     step.reply(text)

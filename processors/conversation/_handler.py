@@ -2,7 +2,8 @@
 
 Consumes ``hermes.conversation.in``: ``UserTurn`` (``conversation:in``), ``ToolResults`` and
 ``ErrorReport`` from ``mcp:dispatcher`` (``conversation:<state>``) and ``TimerFired`` from
-``conversation:timer``. Stale answers (not the pending cycle) and stale timers are ignored.
+``conversation:timer``. Stale answers (not the pending cycle) and stale timers are ignored;
+an error report outside the pending cycle is kept among the session's problems.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from hermesbus.processors import protocol
 from hermesbus.runtime import HandlerInput, Outcome
 
 from ._context import Step
-from ._results import current_cycle, on_error, on_timer, on_tool_results, timer_is_current
+from ._results import (
+    current_cycle,
+    on_error,
+    on_stray_error,
+    on_timer,
+    on_tool_results,
+    timer_is_current,
+)
 from ._session import load_session
 from ._turns import on_user_turn
 
@@ -38,8 +46,11 @@ async def handle(inp: HandlerInput) -> Outcome:
         await on_user_turn(step, body)
     elif isinstance(body, ToolResults) and from_dispatcher and current_cycle(step, envelope):
         on_tool_results(step, body)
-    elif isinstance(body, ErrorReport) and from_dispatcher and current_cycle(step, envelope):
-        on_error(step, body)
+    elif isinstance(body, ErrorReport) and from_dispatcher:
+        if current_cycle(step, envelope):
+            on_error(step, body)
+        else:  # e.g. memory refused a write: kept among the session's problems
+            on_stray_error(step, body)
     elif isinstance(body, TimerFired) and envelope.source == TIMER_SOURCE:
         if not timer_is_current(step, body):
             log.info("session %s: stale timer %s", envelope.session_id, body.purpose)

@@ -71,9 +71,16 @@ class Message(BaseModel):
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
 
 
+def _content(body: Mapping[str, Any]) -> str:
+    """The body's text and its attachment URIs: both go into a model context."""
+    uris = body.get("attachments") or []
+    return " ".join([str(body.get("text", "")), *(str(uri) for uri in uris)]).strip()
+
+
 def message_text(message: Message) -> str:
-    """The text a message contributes to the model context (what tokens are counted on)."""
-    return f"{message.role.value}: {message.body.get('text', '')}"
+    """The text a message contributes to the model context (what tokens are counted on),
+    attachment URIs included."""
+    return f"{message.role.value}: {_content(message.body)}"
 
 
 def _piece(message: Message) -> str:
@@ -145,13 +152,14 @@ def new_message(
     metadata: Mapping[str, MetaValue] | None = None,
 ) -> Message:
     """A message whose body is ``{"text": text, **extra}``; tokens go into its metadata."""
-    meta: dict[str, MetaValue] = {"tokens": estimate_tokens(text), **(metadata or {})}
+    body = {"text": text, **(extra or {})}
+    meta: dict[str, MetaValue] = {"tokens": estimate_tokens(_content(body)), **(metadata or {})}
     return Message(
         id=message_id,
         session_id=session_id,
         role=role,
         content_type=content_type,
-        body={"text": text, **(extra or {})},
+        body=body,
         timestamp=timestamp,
         parent_id=parent_id,
         metadata=meta,

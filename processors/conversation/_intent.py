@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Any, Final, Protocol
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,10 +20,12 @@ from hermesbus.lifecycle import Service
 
 __all__ = [
     "CITIES",
+    "DEFAULT_TIMEZONE",
     "Intent",
     "IntentName",
     "IntentParser",
     "RuleIntentParser",
+    "negation",
     "normalise_city",
     "relative_period",
 ]
@@ -66,8 +69,17 @@ class Intent(BaseModel):
         return start.strftime("%Y-%m") if end == _month_end(start) else None
 
 
+DEFAULT_TIMEZONE: Final = "Asia/Shanghai"
+"""The seed's users' zone: relative dates ("上个月") are counted on their calendar."""
+
+
 class IntentParser(Protocol):
     """``ports["intent"]``: turns one user message into an :class:`Intent`."""
+
+    @property
+    def zone(self) -> tzinfo:
+        """The zone whose calendar relative dates are resolved in."""
+        ...
 
     async def parse(self, text: str, *, now: datetime, context: Mapping[str, Any]) -> Intent:
         """``now`` is the envelope's time; ``context`` has ``state`` and ``attachments``."""
@@ -98,13 +110,29 @@ _PHRASES: Final = (
     (IntentName.REUPLOAD, ("重新上传", "重传", "再传", "re-upload", "reupload", "upload again")),
     (IntentName.KEEP_MATERIALS, ("就这", "就用这", "不用重新", "不重新上传", "keep these")),
     (IntentName.KEEP_MATERIALS, ("keep them", "keep the", "these are fine", "use these")),
-    (IntentName.RETRY, ("重试", "再试", "retry", "try again")),
+    (IntentName.RETRY, ("重试", "再试", "重新校验", "retry", "try again", "check again")),
     (IntentName.UPLOAD, ("上传", "图片", "照片", "upload", "attached", "here are")),
     (IntentName.MODIFY, ("修改", "改一下", "更改", "modify", "change", "edit")),
     (IntentName.EXPENSE_SUBMIT, ("报销", "差旅费", "reimburse", "expense", "travel claim")),
     (IntentName.CONFIRM, ("确认", "提交", "确定", "confirm", "submit", "go ahead")),
 )
 _HOLD: Final = ("先不", "暂不", "等等", "等一下", "wait", "hold on", "not yet", "don't submit")
+_SUBMIT_WORDS: Final = r"提交|submit"
+_CONFIRM_WORDS: Final = r"确认|确定|confirm|go ahead"
+_WORD: Final = rf"(?P<word>{_SUBMIT_WORDS}|{_CONFIRM_WORDS})"
+# a negation right before the word, with a few fillers: 不要提交, 先别提交, 还没确定, 不太确定
+_NEG_BEFORE_ZH: Final = re.compile(
+    rf"(?:不|别|没|未|勿|莫)(?:要|用|能|想|必|会|有|太|去|急着|着急)?(?:先|再|马上|直接)?{_WORD}"
+)
+_NEG_BEFORE_EN: Final = re.compile(
+    rf"(?<![a-z])(?:not|never|no|don'?t|do not|won'?t|can'?t|cannot)(?![a-z])"
+    rf"(?:\W+[a-z]+){{0,2}}?\W+{_WORD}"
+)
+# a negation right after it: 提交不了, 确认不行, "submit? no", "confirm, not yet"
+_NEG_AFTER: Final = re.compile(
+    rf"{_WORD}(?:不了|不行|不对|不|[a-z]*\W+(?:[a-z]+\W+)?(?:not|no|never)(?![a-z]))"
+)
+_QUESTION: Final = re.compile(r"(?:[?？]|吗|么|呢)\s*$")
 _EXPENSE_VERB: Final = re.compile(r"报.{0,12}费")
 _YES: Final = frozenset({"是", "是的", "好", "好的", "可以", "对", "行", "嗯", "yes", "y", "ok"})
 _YES_EN: Final = frozenset({"okay", "sure", "yep", "yeah", "yes please"})
@@ -176,23 +204,58 @@ def _category(lowered: str) -> str | None:
     return None
 
 
-def _name(text: str, attachments: int) -> IntentName:
-    lowered = text.lower().replace("\u2019", "'")  # a typographic apostrophe
+def _lower(text: str) -> str:
+    return text.lower().replace("\u2019", "'")  # a typographic apostrophe
+
+
+def negation(text: str) -> str | None:
+    """A negated confirm/submit word: ``"submit"`` when a submit word is negated before it
+    (不要提交, "don't submit": a hold), ``"confirm"`` for any other negation around a
+    confirm/submit word (不确认, 还没确定, "submit? no"); None when nothing is negated."""
+    lowered = _lower(text)
+    before = [m["word"] for p in (_NEG_BEFORE_ZH, _NEG_BEFORE_EN) for m in p.finditer(lowered)]
+    if any(re.fullmatch(_SUBMIT_WORDS, word) for word in before):
+        return "submit"
+    return "confirm" if before or _NEG_AFTER.search(lowered) else None
+
+
+def _yes_no(lowered: str) -> IntentName | None:
     bare = _STRIP.sub(" ", lowered).strip()
     if bare in _YES or bare in _YES_EN:
         return IntentName.YES
-    if bare in _NO:
-        return IntentName.NO
-    for name, phrases in _PHRASES:
-        if any(_has(lowered, phrase) for phrase in phrases):
-            return name
+    return IntentName.NO if bare in _NO else None
+
+
+def _name(text: str, attachments: int) -> IntentName:
+    lowered = _lower(text)
+    negated = negation(text)
+    if (answer := _yes_no(lowered)) is not None:
+        return answer
+    if negated == "submit":
+        return IntentName.CANCEL
+    name = _by_phrase(lowered)
+    if name is IntentName.CONFIRM and (negated or _QUESTION.search(lowered)):
+        return IntentName.UNCLEAR  # a negated or asked confirmation is never a confirmation
+    if name is not None:
+        return name
     if _EXPENSE_VERB.search(text):
         return IntentName.EXPENSE_SUBMIT
     return IntentName.UPLOAD if attachments else IntentName.UNCLEAR
 
 
+def _by_phrase(lowered: str) -> IntentName | None:
+    for name, phrases in _PHRASES:
+        if any(_has(lowered, phrase) for phrase in phrases):
+            return name
+    return None
+
+
 class RuleIntentParser(Service):
-    """The default parser: fixed phrase lists, no I/O; start/stop do nothing."""
+    """The default parser: fixed phrase lists, no I/O; start/stop do nothing. Relative dates
+    are counted on the calendar of ``zone`` (default :data:`DEFAULT_TIMEZONE`)."""
+
+    def __init__(self, zone: tzinfo | None = None) -> None:
+        self.zone: tzinfo = zone if zone is not None else ZoneInfo(DEFAULT_TIMEZONE)
 
     async def start(self) -> None:
         return None
@@ -206,13 +269,14 @@ class RuleIntentParser(Service):
     def parse_now(self, text: str, *, now: datetime, attachments: int = 0) -> Intent:
         """The same as :meth:`parse`, synchronously (the fallback of the HTTP parser)."""
         name = _name(text, attachments)
-        lowered = text.lower().replace("\u2019", "'")  # a typographic apostrophe
-        period = relative_period(text, now)
+        lowered = _lower(text)
+        period = relative_period(text, now.astimezone(self.zone))
         return Intent(
             name=name,
             city=normalise_city(text),
             category=_category(lowered),
             period_start=period[0] if period else None,
             period_end=period[1] if period else None,
-            hold=name is IntentName.CANCEL and any(_has(lowered, p) for p in _HOLD),
+            hold=name is IntentName.CANCEL
+            and (negation(text) == "submit" or any(_has(lowered, p) for p in _HOLD)),
         )

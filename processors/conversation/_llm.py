@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Final
+from zoneinfo import ZoneInfo
 
 import httpx
 from pydantic import SecretStr, ValidationError
@@ -21,7 +22,7 @@ from pydantic import SecretStr, ValidationError
 from hermesbus.errors import IntentError
 from hermesbus.lifecycle import Service
 
-from ._intent import Intent, IntentName, normalise_city
+from ._intent import DEFAULT_TIMEZONE, Intent, IntentName, normalise_city
 
 __all__ = ["HttpIntentParser"]
 
@@ -48,8 +49,10 @@ class HttpIntentParser(Service):
         model: str,
         api_key: SecretStr | None = None,
         timeout_s: float = 3.0,
+        zone: tzinfo | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.zone: tzinfo = zone if zone is not None else ZoneInfo(DEFAULT_TIMEZONE)
         self.model = model
         self._api_key = api_key
         self._timeout = timeout_s
@@ -70,7 +73,8 @@ class HttpIntentParser(Service):
 
     def _request(self, text: str, now: datetime, context: Mapping[str, Any]) -> dict[str, Any]:
         names = ", ".join(f'"{name.value}"' for name in IntentName)
-        system = _SYSTEM % (names, now.date().isoformat(), context.get("state") or "S1")
+        today = now.astimezone(self.zone).date().isoformat()  # the users' calendar day
+        system = _SYSTEM % (names, today, context.get("state") or "S1")
         return {
             "model": self.model,
             "temperature": 0,

@@ -1,7 +1,7 @@
 """The S1-S5 state machine of seed 000 §2 as data, and the small interpreter that walks it.
 
-The table says, per state, when it is entered, what it does, how long it may wait and
-where an exception leaves to; the transitions say which trigger moves from which state
+The table says, per state, what it does, how long it may wait and where a failure
+leaves to; the transitions say which trigger moves from which state
 to which. The handler decides *which* trigger happened; the table decides *where* it goes,
 so an unknown move is a bug that raises instead of a silent jump.
 """
@@ -16,6 +16,7 @@ from typing import Final
 from hermesbus.errors import HermesError
 
 __all__ = [
+    "FAILURE",
     "MACHINE",
     "STATE_SPECS",
     "TRANSITION_TABLE",
@@ -42,15 +43,16 @@ class Timeout:
 
 @dataclass(frozen=True, slots=True)
 class StateSpec:
-    """One row of seed 000 §2's table."""
+    """One row of seed 000 §2's table: the actions the state takes (names of ``ACTIONS``, a
+    test checks each is implemented), its durable waits, and its exception exit."""
 
     id: str
     name: str
-    entered_when: str
     actions: tuple[str, ...]
     timeouts: tuple[Timeout, ...]
     exception_exit: str
-    """Where the state goes when it cannot continue (the seed's 异常出口)."""
+    """Where a failure in the state goes (the seed's 异常出口): the target of its
+    ``tool_error`` trigger; the handler's failure path reads it from here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,58 +62,60 @@ class Transition:
     target: str
 
 
+FAILURE: Final = "tool_error"
+"""The trigger of a failure (fail fast from the dispatcher); it leads to the exception exit."""
+
 S2_WAIT: Final = Timeout("s2_wait", timedelta(minutes=5), "wait_expired")
 S3_VALIDATION: Final = Timeout("s3_validation", timedelta(seconds=30), "validation_timeout")
 S4_IDLE: Final = Timeout("s4_idle", timedelta(minutes=10), "idle_expired")
 
+# entered when (seed 000 §2 触发条件): S1 the first message of a session; S2 an expense
+# intent with materials missing; S3 all materials in; S3.1 validation over 30 s or failed,
+# an OCR confidence below 0.8, or an invalid symbol; S4 validated without a fatal error, or
+# the S2 wait expired / its OCR failed; S5 submitted, cancelled, gave up, expired, unclear,
+# or a fatal failure. The transitions below are the same conditions as data.
 STATE_SPECS: Final = (
     StateSpec(
         "S1",
         "初始意图识别",
-        "the first user message of a session",
         ("parse_intent", "pin_facts", "cycle:check_budget"),
         (),
-        "S5",  # unclear intent
+        "S5",  # unclear intent, or the budget check failed
     ),
     StateSpec(
         "S2",
         "材料收集",
-        "an expense intent with materials missing",
         ("ask_materials", "cycle:ocr_precheck", "adjust_materials"),
         (S2_WAIT,),
-        "S4",  # waited 5 min: ask whether the user gave up
+        "S4",  # waited 5 min or the OCR pre-check failed: ask whether the user gives up
     ),
     StateSpec(
         "S3",
         "数据校验",
-        "all materials in",
         ("cycle:expense_validation", "check_confidence"),
         (S3_VALIDATION,),
-        "S3.1",  # over 30 s (or low OCR confidence): human review
+        "S3.1",  # over 30 s or a tool failed: human review
     ),
     StateSpec(
         "S3.1",
         "人工复核",
-        "validation over 30 s, an OCR confidence below 0.8, or an invalid symbol",
-        ("ask_review", "record_tolerance", "ask_preference"),
+        ("ask_review", "ask_clarification", "record_tolerance", "ask_preference"),
         (),
         "S5",
     ),
     StateSpec(
         "S4",
         "用户确认",
-        "validated without a fatal error, or the S2 wait expired",
-        ("render_summary", "offer:确认/修改/取消", "lock_session", "cycle:submit_expense"),
+        ("render_summary", "lock_session", "cycle:submit_expense"),
         (S4_IDLE,),
-        "S5",  # idle >= 10 min: expired
+        "S5",  # the submission failed (after the dispatcher's retries); idle: expired
     ),
     StateSpec(
         "S5",
         "终止/降级处理",
-        "submitted, cancelled, gave up, expired, unclear, or a tool failure",
         ("cancel_timers", "clear_working_data", "write:unfinished"),
         (),
-        "S5",
+        "S5",  # already terminal: a failure is only recorded
     ),
 )
 
@@ -122,7 +126,7 @@ TRANSITION_TABLE: Final = (
     Transition("S1", "tool_error", "S5"),
     Transition("S2", "upload", "S2"),
     Transition("S2", "materials_missing", "S2"),
-    Transition("S2", "tool_error", "S2"),
+    Transition("S2", "tool_error", "S4"),
     Transition("S2", "materials_complete", "S3"),
     Transition("S2", "wait_expired", "S4"),
     Transition("S2", "cancel", "S5"),
@@ -131,11 +135,12 @@ TRANSITION_TABLE: Final = (
     Transition("S3", "context_invalid", "S3.1"),
     Transition("S3", "validated", "S4"),
     Transition("S3", "validation_failed", "S5"),
-    Transition("S3", "tool_error", "S5"),
+    Transition("S3", "tool_error", "S3.1"),
     Transition("S3.1", "reupload", "S2"),
     Transition("S3.1", "retry", "S3"),
     Transition("S3.1", "review_passed", "S4"),
     Transition("S3.1", "cancel", "S5"),
+    Transition("S3.1", "tool_error", "S5"),
     Transition("S4", "modify", "S2"),
     Transition("S4", "continue_upload", "S2"),
     Transition("S4", "submitted", "S5"),
@@ -151,12 +156,25 @@ class Machine:
 
     def __init__(self, states: Iterable[StateSpec], transitions: Iterable[Transition]) -> None:
         self._states = {spec.id: spec for spec in states}
+        self.transitions = tuple(transitions)  # materialised: ``transitions`` may be a generator
         self._moves: dict[tuple[str | None, str], str] = {}
-        for move in transitions:
+        for move in self.transitions:
             if move.target not in self._states:
                 raise TransitionError(f"transition {move} targets an unknown state")
             self._moves[(move.source, move.trigger)] = move.target
-        self.transitions = tuple(transitions)
+        for spec in self._states.values():
+            self._check_exit(spec)
+
+    def _check_exit(self, spec: StateSpec) -> None:
+        """A state that leaves on failure must have a ``tool_error`` move to its exit."""
+        if spec.exception_exit not in self._states:
+            raise TransitionError(f"state {spec.id!r} exits to an unknown state")
+        target = self._moves.get((spec.id, FAILURE), spec.id)
+        if target != spec.exception_exit:
+            raise TransitionError(
+                f"state {spec.id!r}: {FAILURE} leads to {target!r}, "
+                f"its exception exit is {spec.exception_exit!r}"
+            )
 
     def spec(self, state: str) -> StateSpec:
         try:
@@ -170,6 +188,14 @@ class Machine:
             return self._moves[(state, trigger)]
         except KeyError:
             raise TransitionError(f"no transition from {state!r} on {trigger!r}") from None
+
+    def exception_exit(self, state: str) -> str:
+        """Where a failure in ``state`` goes (the table's exception exit)."""
+        return self.spec(state).exception_exit
+
+    def actions(self) -> frozenset[str]:
+        """Every action name the table declares."""
+        return frozenset(a for spec in self._states.values() for a in spec.actions)
 
     def allows(self, state: str | None, trigger: str) -> bool:
         return (state, trigger) in self._moves

@@ -14,8 +14,18 @@ from hermesbus.processors import protocol
 from . import _flow as flow
 from . import _texts as texts
 from ._context import Step
+from ._machine import FAILURE, MACHINE
 
-__all__ = ["current_cycle", "on_error", "on_timer", "on_tool_results", "timer_is_current"]
+__all__ = [
+    "EXITS",
+    "TASKS",
+    "current_cycle",
+    "on_error",
+    "on_stray_error",
+    "on_timer",
+    "on_tool_results",
+    "timer_is_current",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +122,10 @@ def on_tool_results(step: Step, answer: ToolResults) -> None:
         tool = failed.tool if failed else missing[0]
         code = str(failed.status_code) if failed else "missing"
         message = (failed.error or "") if failed else "no result"
-        _fail(step, protocol.tool_at(tool), code, message, "请稍后重试或联系管理员", retryable=True)
+        _fail(step, protocol.tool_at(tool), code, message, "请稍后重试或联系管理员")
         return
     results = {tool: _loads(r) for tool, r in by_tool.items()}
-    _TASKS[pending.task](step, results, answer)
+    TASKS[pending.task](step, results, answer)
 
 
 def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:
@@ -182,9 +192,7 @@ def _expense_validation(step: Step, results: dict[str, dict[str, Any]], ans: Too
         flow.end(step, "validation_failed", "failed", texts.failed_text(errors or warnings))
     elif ans.context is not None and ans.context.invalid:
         step.move("context_invalid")
-        step.update(ask="review")
-        text = texts.CONTEXT_INVALID.format(names="、".join(ans.context.invalid))
-        step.reply(text, choices=texts.CHOICES_REVIEW)
+        flow.ask_clarification(step, ans.context.invalid)
     elif (why := flow.tolerated(step, invoices)) is not None:
         step.update(validation={**validation, "tolerated": why})
         step.move("validated")
@@ -202,7 +210,7 @@ def _submit_expense(step: Step, results: dict[str, dict[str, Any]], _: ToolResul
     finance = results.get("finance_tool", {})
     if finance.get("status") != "submitted":
         why = str(finance.get("status") or "unknown")
-        _fail(step, "tool:finance_tool", why, "报销单未能提交", "请稍后重试", retryable=True)
+        _fail(step, "tool:finance_tool", why, "报销单未能提交", "请稍后重试")
         return
     rid = str(finance.get("report_id") or step.session.facts.get("report_id", ""))
     approver = str(finance.get("approver") or step.session.validation.get("approver") or "")
@@ -211,7 +219,7 @@ def _submit_expense(step: Step, results: dict[str, dict[str, Any]], _: ToolResul
 
 
 _Task = Callable[[Step, dict[str, dict[str, Any]], ToolResults], None]
-_TASKS: Final[dict[str, _Task]] = {
+TASKS: Final[dict[str, _Task]] = {
     "check_budget": _check_budget,
     "ocr_precheck": _ocr_precheck,
     "expense_validation": _expense_validation,
@@ -220,9 +228,10 @@ _TASKS: Final[dict[str, _Task]] = {
 
 
 def on_error(step: Step, report: ErrorReport) -> None:
-    """Fail fast from the dispatcher: degrade by state (S3 timeout -> S3.1 review)."""
+    """Fail fast from the dispatcher: the state's exception exit (S3 timeout -> S3.1)."""
     pending = step.session.pending
     if pending is None:
+        on_stray_error(step, report)
         return
     status = int(report.code) if report.code.isdigit() else None
     if report.code == "timeout":
@@ -231,29 +240,58 @@ def on_error(step: Step, report: ErrorReport) -> None:
     if status is not None and tool in pending.tools:
         _set_status(step, pending.cycle, {tool: status})
     step.update(pending=None)
-    advice, retryable = report.advice, report.retryable
-    _fail(step, report.component, report.code, report.message, advice, retryable=retryable)
+    _fail(step, report.component, report.code, report.message, report.advice)
 
 
-def _fail(
-    step: Step, component: str, code: str, message: str, advice: str, *, retryable: bool
-) -> None:
-    """Name the failed component and its advice; continue where possible, else S5."""
-    state = step.session.state
+def on_stray_error(step: Step, report: ErrorReport) -> None:
+    """An error report for no pending cycle (e.g. memory refused a write): nothing to
+    undo, but it is kept among the session's problems and logged, never dropped."""
+    step.problem(report.component, report.code, report.message)
+
+
+def _fail(step: Step, component: str, code: str, message: str, advice: str) -> None:
+    """Name the failed component, its code and advice (the raw message stays in the logs
+    and the session's problems), then take the state's exception exit from the table."""
+    state = step.session.state or "S1"
+    step.problem(component, code, message)
     step.update(pending=None, degraded=True)
-    text = texts.error_text(component, code, message, advice)
-    if state == "S3" and code in ("timeout", str(protocol.TIMEOUT)):
-        step.disarm("s3_validation")
+    step.disarm_all()
+    text = texts.error_text(component, code, advice)
+    exit_state = MACHINE.exception_exit(state)
+    timed_out = state == "S3" and code in ("timeout", str(protocol.TIMEOUT))
+    if exit_state == state:  # terminal already (S5): recorded, nothing else to do
+        return
+    EXITS[exit_state](step, "validation_timeout" if timed_out else FAILURE, text)
+
+
+def _exit_to_review(step: Step, trigger: str, text: str) -> None:
+    """S3 -> S3.1: validation could not finish (over 30 s or a tool failed)."""
+    if trigger == "validation_timeout":
         flow.to_review_timeout(step)
-    elif state == "S2":
-        step.move("tool_error")
-        flow.ask_materials(step, text + "请稍后重新上传发票照片和行程单。")
-    elif state == "S4" and retryable:
-        step.update(ask="confirm")
-        step.arm("s4_idle")
-        step.reply(text + "可回复“确认”重试。", choices=texts.CHOICES_CONFIRM)
-    else:
-        flow.end(step, "tool_error", "degraded", text + texts.SAVED)
+        return
+    step.update(ask="review_timeout")
+    step.move(trigger)
+    step.reply(text + texts.FAILED_S3, choices=texts.CHOICES_TIMEOUT)
+
+
+def _exit_to_gave_up(step: Step, trigger: str, text: str) -> None:
+    """S2 -> S4: the OCR pre-check failed; ask whether to go on uploading or give up."""
+    step.update(ask="gave_up", materials={}, validation={})
+    step.move(trigger)
+    step.arm("s4_idle")
+    step.reply(text + texts.FAILED_S2, choices=texts.CHOICES_GAVE_UP)
+
+
+def _exit_to_end(step: Step, trigger: str, text: str) -> None:
+    flow.end(step, trigger, "degraded", text + texts.SAVED)
+
+
+EXITS: Final[dict[str, Callable[[Step, str, str], None]]] = {
+    "S3.1": _exit_to_review,
+    "S4": _exit_to_gave_up,
+    "S5": _exit_to_end,
+}
+"""What taking an exception exit does, by the exit state (every exit the table names)."""
 
 
 def on_timer(step: Step, fired: TimerFired) -> None:

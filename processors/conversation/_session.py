@@ -18,6 +18,7 @@ from ._history import History
 from ._texts import LOW_CONFIDENCE
 
 __all__ = [
+    "MAX_PROBLEMS",
     "MAX_TRACES",
     "Pending",
     "Session",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 MAX_TRACES: Final = 16
+MAX_PROBLEMS: Final = 10
+"""Recent problems (failures, refusals outside a cycle) kept in the session state."""
 SUMMARY_CHARS: Final = 50
 
 
@@ -73,6 +76,10 @@ class Session(BaseModel):
     degraded: bool = False
     context: dict[str, bool | float] = Field(default_factory=dict)
     """Recorded tolerances (``user_tolerates_blur``, ``ocr_confidence_min``)."""
+    locked: bool = False
+    """S4's lock: the validated report is not changed except through 修改."""
+    problems: tuple[dict[str, str], ...] = ()
+    """The last :data:`MAX_PROBLEMS` error reports (component, code, message, cycle, at)."""
     traces: tuple[dict[str, Any], ...] = ()
     history: History = History()
     outcome: str = ""

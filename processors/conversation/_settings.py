@@ -1,18 +1,21 @@
-"""The conversation's settings (``HERMES_LLM_*``) and the one function that builds its ports."""
+"""The conversation's settings (``HERMES_LLM_*``, ``HERMES_CONVERSATION_TIMEZONE``) and the
+one function that builds its ports."""
 
 from __future__ import annotations
 
 from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.errors import ConfigError
 from hermesbus.lifecycle import Service
 
-from ._intent import RuleIntentParser
+from ._intent import DEFAULT_TIMEZONE, RuleIntentParser
 from ._llm import HttpIntentParser
 
-__all__ = ["INTENT_PORT", "ConversationSettings", "build_ports"]
+__all__ = ["INTENT_PORT", "ConversationSettings", "build_ports", "zone_of"]
 
 INTENT_PORT: Final = "intent"
 
@@ -27,17 +30,40 @@ class ConversationSettings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = 3.0
+    conversation_timezone: str = DEFAULT_TIMEZONE
+    """``HERMES_CONVERSATION_TIMEZONE``: the IANA zone relative dates ("上个月") count in."""
+
+    @field_validator("conversation_timezone")
+    @classmethod
+    def _known_zone(cls, name: str) -> str:
+        zone_of(name)
+        return name
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return zone_of(self.conversation_timezone)
+
+
+def zone_of(name: str) -> ZoneInfo:
+    """The IANA zone ``name``; a ConfigError names a zone that does not exist."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"HERMES_CONVERSATION_TIMEZONE={name!r} is not a known IANA time zone"
+        ) from exc
 
 
 def build_ports(settings: ConversationSettings | None = None) -> dict[str, Service]:
     """``{"intent": parser}``: start/stop each value (``async with``) around the processor."""
     settings = settings or ConversationSettings()
     if not settings.llm_url:
-        return {INTENT_PORT: RuleIntentParser()}
+        return {INTENT_PORT: RuleIntentParser(settings.zone)}
     parser = HttpIntentParser(
         settings.llm_url,
         model=settings.llm_model,
         api_key=settings.llm_api_key,
         timeout_s=settings.llm_timeout_s,
+        zone=settings.zone,
     )
     return {INTENT_PORT: parser}

@@ -7,6 +7,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any, Final
 
 __all__ = [
+    "BLUR_FLOOR",
+    "CHOICES_CLARIFY",
     "CHOICES_CONFIRM",
     "CHOICES_GAVE_UP",
     "CHOICES_REVIEW",
@@ -29,7 +31,11 @@ __all__ = [
 LOW_CONFIDENCE: Final = 0.8
 """Below this OCR confidence an invoice needs the user's review (seed 000 §2)."""
 
+BLUR_FLOOR: Final = 0.70
+"""The confidence floor of a blur preference stored without one (what was always asked)."""
+
 CHOICES_REVIEW: Final = ("重新上传", "不用，就这三张")
+CHOICES_CLARIFY: Final = ("重新校验", "重新上传", "取消")
 CHOICES_CONFIRM: Final = ("确认", "修改", "取消")
 CHOICES_GAVE_UP: Final = ("继续上传", "放弃")
 CHOICES_TIMEOUT: Final = ("重试", "取消")
@@ -56,7 +62,13 @@ CANCELLED: Final = "好的，已取消本次报销。" + SAVED
 USER_GAVE_UP: Final = "好的，已放弃本次报销。" + SAVED
 IDLE_GAVE_UP: Final = "超过10分钟未收到回复，已按放弃处理。" + SAVED
 EXPIRED: Final = "会话已超过10分钟无操作，已自动结束。" + SAVED
-CONTEXT_INVALID: Final = "部分上下文已失效（{names}），是否重新上传材料？"
+CONTEXT_INVALID: Final = (
+    "部分上下文已失效或无法核实（{names}），需要您重新确认：回复“重新校验”重新核对这些信息，"
+    "或“重新上传”相关材料。"
+)
+LOCKED: Final = "报销单已校验并锁定，如需更改材料请先回复“修改”。"
+FAILED_S2: Final = "是否继续上传？"
+FAILED_S3: Final = "已转人工复核。您可以重试校验或取消。"
 
 
 def amount(value: Any) -> str:
@@ -128,9 +140,10 @@ def confirm_text(materials: Mapping[str, Any], validation: Mapping[str, Any]) ->
     return text + "是否提交？"
 
 
-def preference_text(name: str, value: str) -> str:
+def preference_text(name: str, value: str, floor: float = BLUR_FLOOR) -> str:
+    """The question before a preference is written; the blur floor asked is the one stored."""
     if name == "ocr_blur_tolerance":
-        return "检测到您多次选择接受金额模糊的发票，是否以后默认接受（置信度不低于0.70）？"
+        return f"检测到您多次选择接受金额模糊的发票，是否以后默认接受（置信度不低于{floor:.2f}）？"
     return f"检测到您多次选择“{value}”（{name}），是否设为默认？"
 
 
@@ -143,11 +156,12 @@ def failed_text(reasons: Sequence[str]) -> str:
     return f"报销单校验未通过：{why}。" + SAVED
 
 
-def error_text(component: str, code: str, message: str, advice: str) -> str:
-    """A failed component, named, with its advice (fail fast from the dispatcher)."""
+def error_text(component: str, code: str, advice: str) -> str:
+    """A failed component, named, with its code and advice (fail fast from the dispatcher);
+    the raw detail (tool errors, HTTP bodies) stays in the logs and the session's problems."""
     text = f"{component} 暂时无法完成请求（{code}）"
-    text += f"：{message}" if message else ""
-    return text + (f"。建议：{advice}" if advice else "。")
+    advice = advice.strip().rstrip("。.")
+    return text + (f"。建议：{advice}。" if advice else "。")
 
 
 def stale_note(tool: str, since: datetime | None) -> str:

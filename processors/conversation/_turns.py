@@ -11,11 +11,11 @@ from hermesbus.payloads import ContentType, Role, UserTurn
 from . import _flow as flow
 from . import _texts as texts
 from ._context import Step
-from ._intent import Intent, IntentName, IntentParser, RuleIntentParser
-from ._session import Session
+from ._intent import Intent, IntentName, IntentParser, RuleIntentParser, negation
+from ._session import Session, canonical_json
 from ._settings import INTENT_PORT
 
-__all__ = ["on_user_turn", "parse_intent"]
+__all__ = ["on_user_turn", "parse_intent", "start", "submit"]
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +24,18 @@ _I = IntentName
 
 
 async def parse_intent(step: Step, turn: UserTurn) -> Intent:
-    """The configured parser's intent, or the rules' when it is absent or fails."""
+    """The configured parser's intent, or the rules' (in the port's zone) when it is absent
+    or fails."""
     context = {"state": step.session.state or "S1", "attachments": len(turn.attachments)}
     parser: IntentParser | None = step.inp.ports.get(INTENT_PORT)
+    rules = RULES
     if parser is not None:
         try:
             return await parser.parse(turn.text, now=step.env.timestamp, context=context)
         except IntentError as exc:
             log.warning("intent port failed, using the rules: %s", exc)
-    return RULES.parse_now(turn.text, now=step.env.timestamp, attachments=len(turn.attachments))
+        rules = RuleIntentParser(parser.zone)
+    return rules.parse_now(turn.text, now=step.env.timestamp, attachments=len(turn.attachments))
 
 
 async def on_user_turn(step: Step, turn: UserTurn) -> None:
@@ -48,7 +51,7 @@ async def on_user_turn(step: Step, turn: UserTurn) -> None:
     if step.session.pending is not None:
         step.reply(texts.PENDING)
     elif state is None or state == "S1":
-        _start(step, intent)
+        start(step, intent)
     elif state == "S2":
         _in_s2(step, intent, turn)
     elif state == "S3.1":
@@ -59,7 +62,7 @@ async def on_user_turn(step: Step, turn: UserTurn) -> None:
         step.reply(texts.PENDING)
 
 
-def _start(step: Step, intent: Intent) -> None:
+def start(step: Step, intent: Intent) -> None:
     """S1: an expense intent starts the budget check; anything else ends unclear (S5)."""
     if step.session.state is None:
         if intent.name is _I.EXPENSE_SUBMIT:
@@ -93,24 +96,39 @@ def _in_s2(step: Step, intent: Intent, turn: UserTurn) -> None:
 
 
 def _in_review(step: Step, intent: Intent) -> None:
-    """S3.1: only an explicit answer moves on; anything else repeats the question."""
+    """S3.1: only an explicit answer to the question asked moves on; else it is asked again."""
     ask = step.session.ask
-    if ask == "preference" and intent.name in (_I.YES, _I.NO):
-        _answer_preference(step, intent)
-    elif ask == "review_timeout" and intent.name in (_I.RETRY, _I.KEEP_MATERIALS, _I.YES):
-        step.update(ask="")
-        step.move("retry")
-        flow.start_validation(step)
-    elif ask != "review_timeout" and intent.name is _I.KEEP_MATERIALS:
-        flow.review_passed(step)
+    if intent.name is _I.CANCEL:
+        _end_cancel(step, intent)
     elif intent.name is _I.REUPLOAD:
-        step.update(materials={}, validation={})
+        step.update(materials={}, validation={}, ask_pref={})
         step.move("reupload")
         flow.ask_materials(step, texts.REUPLOAD)
-    elif intent.name is _I.CANCEL:
-        _end_cancel(step, intent)
-    elif ask == "review_timeout":
+    elif ask == "preference" and intent.name in (_I.YES, _I.NO):
+        _answer_preference(step, intent)
+    elif ask in _RETRIES and intent.name in _RETRIES[ask]:
+        step.update(ask="", ask_pref={})
+        step.move("retry")
+        flow.start_validation(step)
+    elif ask in ("review", "preference") and intent.name is _I.KEEP_MATERIALS:
+        flow.review_passed(step)  # the low-confidence review only
+    else:
+        _ask_again(step)
+
+
+_RETRIES: Final = {
+    "review_timeout": (_I.RETRY, _I.KEEP_MATERIALS, _I.YES),
+    "clarify": (_I.RETRY,),
+}
+"""The answers that re-run the validation, by the S3.1 question asked."""
+
+
+def _ask_again(step: Step) -> None:
+    ask = step.session.ask
+    if ask == "review_timeout":
         step.reply(texts.VALIDATION_TIMEOUT, choices=texts.CHOICES_TIMEOUT)
+    elif ask == "clarify":
+        flow.ask_clarification(step, step.session.ask_pref.get("names", "").split("、"))
     else:
         flow.ask_review(step)
 
@@ -124,8 +142,10 @@ def _answer_preference(step: Step, intent: Intent) -> None:
         step.update(declined=(*session.declined, name), candidates=candidates, ask_pref={})
         flow.ask_review(step)
         return
-    step.remember(f"pref:{name}", value, confirmed_by=session.turn_id)
-    step.update(preferences={**session.preferences, name: value}, candidates=candidates)
+    stored = flow.preference_value(name, value, session.ask_pref.get("floor", "0.7"))
+    step.remember(f"pref:{name}", stored, confirmed_by=session.turn_id)
+    shown = stored if isinstance(stored, str) else canonical_json(stored)  # as memory shows it
+    step.update(preferences={**session.preferences, name: shown}, candidates=candidates)
     if name == flow.BLUR:
         flow.review_passed(step)
     else:
@@ -133,16 +153,20 @@ def _answer_preference(step: Step, intent: Intent) -> None:
 
 
 def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
+    """S4: only an explicit, un-negated confirmation submits; anything unclear re-asks."""
     if step.session.ask == "gave_up":
         _answer_gave_up(step, intent, turn)
-    elif intent.name in (_I.CONFIRM, _I.YES):
-        _submit(step)
+    elif intent.name in (_I.CONFIRM, _I.YES) and negation(turn.text) is None:
+        submit(step)
     elif intent.name is _I.MODIFY:
-        step.update(materials={}, validation={})
+        step.update(materials={}, validation={}, locked=False)
         step.move("modify")
         flow.ask_materials(step, texts.MODIFY)
     elif intent.name in (_I.CANCEL, _I.NO):
         _end_cancel(step, intent)
+    elif step.session.locked and turn.attachments:
+        step.arm("s4_idle")
+        step.reply(texts.LOCKED, choices=texts.CHOICES_CONFIRM)
     else:
         flow.ask_confirm(step)
 
@@ -163,7 +187,7 @@ def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
         step.reply(texts.GAVE_UP, choices=texts.CHOICES_GAVE_UP)
 
 
-def _submit(step: Step) -> None:
+def submit(step: Step) -> None:
     """ "确认": submit the report to finance; S5 follows its answer."""
     session = step.session
     step.disarm("s4_idle")

@@ -107,3 +107,20 @@ async def test_the_session_keeps_pinned_facts_and_counts_tokens_in_the_snapshot(
     assert snap(submit.emit[-1]).tokens_used == after.tokens(d.state.data["facts"])
     roles = {m.role for m in history.recent}
     assert roles == {Role.USER, Role.ASSISTANT, Role.TOOL}
+
+
+def test_attachment_uris_count_against_the_budget() -> None:
+    uris = [f"demo://expense/photo-{i}.jpg" for i in range(8)]
+    plain = _message(0, "[上传两张图片]")
+    with_files = new_message(
+        message_id="m-files",
+        session_id="s",
+        role=Role.USER,
+        text="[上传两张图片]",
+        timestamp=T,
+        content_type=ContentType.IMAGE,
+        extra={"attachments": uris},
+    )
+    extra = estimate_tokens(" " + " ".join(uris))
+    assert with_files.metadata["tokens"] == plain.metadata["tokens"] + extra
+    assert History().add(with_files, {}).tokens({}) == History().add(plain, {}).tokens({}) + extra

@@ -8,13 +8,18 @@ import pytest
 
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import (
+    ACTIONS,
+    EXITS,
+    FAILURE,
     MACHINE,
     STATE_SPECS,
     TRANSITION_TABLE,
     Machine,
+    StateSpec,
     Transition,
     TransitionError,
 )
+from hermesbus.processors.conversation._results import TASKS
 
 
 def test_table_transitions_are_allowed_by_the_protocol() -> None:
@@ -56,3 +61,34 @@ def test_a_move_the_table_lacks_raises() -> None:
 def test_triggers_are_unique_per_state() -> None:
     keys = [(t.source, t.trigger) for t in TRANSITION_TABLE]
     assert len(keys) == len(set(keys))
+
+
+def test_every_declared_action_is_implemented() -> None:
+    declared = MACHINE.actions()
+    assert declared <= set(ACTIONS), f"not implemented: {sorted(declared - set(ACTIONS))}"
+    assert set(ACTIONS) <= declared, f"not declared: {sorted(set(ACTIONS) - declared)}"
+    assert all(callable(ACTIONS[name]) for name in declared)
+    cycles = {name.removeprefix("cycle:") for name in declared if name.startswith("cycle:")}
+    assert cycles == set(TASKS)  # every cycle a state starts has an answer handler
+
+
+def test_every_exception_exit_is_the_target_of_the_failure_trigger() -> None:
+    for spec in STATE_SPECS:
+        if spec.exception_exit != spec.id:
+            assert MACHINE.target(spec.id, FAILURE) == spec.exception_exit
+        assert MACHINE.exception_exit(spec.id) in EXITS or spec.exception_exit == spec.id
+
+
+def test_a_table_whose_failure_move_disagrees_with_the_exit_is_refused() -> None:
+    specs = (StateSpec("A", "a", ("x",), (), "B"), StateSpec("B", "b", ("y",), (), "B"))
+    with pytest.raises(TransitionError, match="exception exit is 'B'"):
+        Machine(specs, [Transition("A", FAILURE, "A")])
+    with pytest.raises(TransitionError, match="exception exit is 'B'"):
+        Machine(specs, [])
+
+
+def test_transitions_may_be_a_generator() -> None:
+    machine = Machine(STATE_SPECS, (move for move in TRANSITION_TABLE))
+    assert machine.transitions == TRANSITION_TABLE
+    assert machine.target("S1", "expense_intent") == "S2"
+    assert machine.pairs() == MACHINE.pairs()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime
+
+import pytest
 
 from hermesbus import MemoryContext, MemoryWrite, Reply, TimerFired
 from hermesbus.runtime import Outcome
@@ -161,20 +164,28 @@ async def test_a_failure_in_s1_degrades_to_s5_naming_the_component() -> None:
     assert _unfinished(out)
 
 
-async def test_a_failure_in_s2_lets_the_user_upload_again() -> None:
+async def test_a_failure_in_s2_takes_the_exit_to_s4_and_the_user_may_go_on() -> None:
     d = Driver()
     await _to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     out = await d.send(d.error("tool:ocr_tool", "503"))
-    assert moves(out) == [("S2", "S2")]
-    assert "tool:ocr_tool" in the_reply(out).text and "s2_wait" in d.armed
+    assert moves(out) == [("S2", "S4")]  # the table's exception exit of S2
+    reply = the_reply(out)
+    assert "tool:ocr_tool" in reply.text and "503" in reply.text and "稍后重试" in reply.text
+    assert reply.choices == ("继续上传", "放弃") and "s4_idle" in d.armed
+    again = await d.say("继续上传")
+    assert moves(again) == [("S4", "S2")] and "s2_wait" in d.armed
 
 
-async def test_a_non_timeout_failure_in_s3_degrades_to_s5() -> None:
+async def test_a_non_timeout_failure_in_s3_goes_to_human_review() -> None:
     d = Driver()
     await _to_s3(d)
     out = await d.send(d.error("tool:rule_engine_tool", "502"))
-    assert moves(out) == [("S3", "S5")]
+    assert moves(out) == [("S3", "S3.1")] and "s3_validation" in out.cancel
+    reply = the_reply(out)
+    assert "tool:rule_engine_tool" in reply.text and reply.choices == ("重试", "取消")
+    retry = await d.say("重试")
+    assert moves(retry) == [("S3.1", "S3")] and d.cycle()[1] == "expense_validation"
 
 
 async def test_a_failed_result_inside_the_answer_is_a_failure_too() -> None:
@@ -259,13 +270,17 @@ async def test_s4_modify_goes_back_to_s2_and_cancel_ends() -> None:
     assert moves(out) == [("S4", "S5")] and "已取消" in the_reply(out).text
 
 
-async def test_a_retryable_submit_failure_stays_in_s4() -> None:
+async def test_a_submit_failure_in_s4_ends_in_s5_with_the_progress_saved() -> None:
     d = Driver()
     await to_confirm(d)
     await d.say("确认")
     out = await d.send(d.error("tool:finance_tool", "503", retryable=True))
-    assert moves(out) == [] and the_reply(out).choices == ("确认", "修改", "取消")
-    assert "s4_idle" in d.armed
+    assert moves(out) == [("S4", "S5")]  # ('S4', 'tool_error'): the exception exit
+    reply = the_reply(out)
+    assert "tool:finance_tool" in reply.text and "已保存为未完成报销流程" in reply.text
+    (write,) = _unfinished(out)
+    assert json.loads(write.value_json)["reason"] == "degraded"
+    assert d.state.data["outcome"] == "degraded" and not d.armed
 
 
 async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> None:
@@ -277,7 +292,8 @@ async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> N
     assert the_reply(asked).choices == ("是", "否")
     yes = await d.say("是")
     (pref,) = [w for w in writes(yes) if w.key.startswith("pref:")]
-    assert pref.key == "pref:ocr_blur_tolerance" and pref.value_json == '"accept"'
+    assert pref.key == "pref:ocr_blur_tolerance"
+    assert json.loads(pref.value_json) == {"value": "accept", "confidence_min": 0.7}
     assert pref.confirmed_by == d.state.data["turn_id"]
     assert moves(yes) == [("S3.1", "S4")]
 
@@ -297,9 +313,53 @@ async def test_no_to_a_preference_writes_nothing_and_asks_the_review() -> None:
 async def test_a_confirmed_preference_skips_the_review() -> None:
     d = Driver()
     await _to_s3(d)
-    memory = MemoryContext(preferences={"ocr_blur_tolerance": '"accept"'})
+    memory = MemoryContext(preferences={"ocr_blur_tolerance": "accept"})  # as memory sends it
     out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
     assert moves(out) == [("S3", "S4")] and "已按您的偏好" in the_reply(out).text
+
+
+def _blurred(confidence: float) -> dict[str, object]:
+    ocr = copy.deepcopy(OCR)
+    ocr["invoices"][2]["confidence"] = confidence
+    ocr["confidence_min"] = confidence
+    return ocr
+
+
+async def test_a_preference_does_not_cover_an_invoice_below_its_floor() -> None:
+    d = Driver()
+    await _to_s2(d)
+    await d.say("[上传两张图片]", PHOTOS)
+    memory = MemoryContext(preferences={"ocr_blur_tolerance": "accept"})
+    await d.send(d.answer({"ocr_tool": _blurred(0.2)}, context=memory))
+    out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}))
+    assert moves(out) == [("S3", "S3.1")]  # 0.2 < the promised 0.70: human review
+    assert the_reply(out).choices == ("重新上传", "不用，就这三张")
+
+
+@pytest.mark.parametrize(("confidence", "state"), [(0.5, "S4"), (0.49, "S3.1"), (0.2, "S3.1")])
+async def test_a_preference_stored_with_its_floor_honours_that_floor(
+    confidence: float, state: str
+) -> None:
+    d = Driver()
+    await _to_s2(d)
+    await d.say("[上传两张图片]", PHOTOS)
+    stored = '{"confidence_min":0.5,"value":"accept"}'  # memory shows JSON objects as JSON
+    memory = MemoryContext(preferences={"ocr_blur_tolerance": stored})
+    await d.send(d.answer({"ocr_tool": _blurred(confidence)}, context=memory))
+    out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}))
+    assert moves(out) == [("S3", state)]
+
+
+async def test_the_preference_asked_states_the_floor_it_stores() -> None:
+    d = Driver()
+    await _to_s2(d)
+    await d.say("[上传两张图片]", PHOTOS)
+    await d.send(d.answer({"ocr_tool": _blurred(0.55)}))
+    memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
+    asked = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
+    assert "置信度不低于0.55" in the_reply(asked).text
+    (pref,) = [w for w in writes(await d.say("是")) if w.key.startswith("pref:")]
+    assert json.loads(pref.value_json) == {"value": "accept", "confidence_min": 0.55}
 
 
 async def test_stale_budget_data_is_flagged_and_said() -> None:
