@@ -20,6 +20,7 @@ from typing import Any
 
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka.groups import hand_over
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.demo import DEMO_USER, Said
@@ -157,10 +158,13 @@ async def stack(
             (memory.NAME, memory.handle, MEMORY_TOPIC, {memory.NAME: stores}),
             (tool.NAME, tool.serving(own, others=True), tool.TOPIC, {tool.PORT: tools}),
         ]
+        sharing = {tool.group_name(name) for name in own}
         handlers += [
             (tool.group_name(name), tool.serving([name]), tool.TOPIC, {tool.PORT: tools})
             for name in own
         ]
+        for name in own:  # a tool's new group starts where the tool group left its calls
+            await hand_over(kafka, prefix + tool.TOPIC, tool.NAME, tool.group_name(name))
         for name, handler, topic, ports in handlers:
             processor = Processor(
                 name,
@@ -172,6 +176,7 @@ async def stack(
                 settings=settings,
                 ports=ports,
                 clock=clock,
+                dead_letter_undecodable=name not in sharing,  # dead-lettered once, by "tool"
             )
             await enter(processor)
             running.processors.append(processor)

@@ -32,6 +32,9 @@ class ProcessorStats:
     fenced: int = 0
     aborted: int = 0
     """Transactions aborted because a handler failed (exactly-once mode)."""
+    undecodable: int = 0
+    """Records that did not decode, left to the topic's dead-lettering group (see
+    ``Processor(dead_letter_undecodable=False)``)."""
 
 
 class Partition:

@@ -51,9 +51,11 @@ class Records:
         prefix: str,
         stats: ProcessorStats,
         clock: Callable[[], float] = time.time,
+        dead_letter_undecodable: bool = True,
     ) -> None:
         self.name = name
         self.clock = clock
+        self.dead_letter_undecodable = dead_letter_undecodable
         self.handler = handler
         self.store = store
         self.codec = codec
@@ -124,6 +126,10 @@ class Records:
             envelope = self.codec.decode(record.value or b"")
             check_key(record, envelope)
         except DecodeError as exc:
+            if not self.dead_letter_undecodable:  # another group on the topic dead-letters it
+                self.stats.undecodable += 1
+                log.warning("processor=%s skipped undecodable offset=%s", self.name, record.offset)
+                return True
             await self.dead_letter(part, record, exc, attempt_of(record))
             return True
         cached = self.cache.get(envelope.session_id)  # the common case, without an await

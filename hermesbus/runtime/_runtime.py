@@ -58,9 +58,15 @@ class Processor(Service):
         topic_prefix: str = "",
         group_id: str | None = None,
         clock: Callable[[], float] = time.time,
+        dead_letter_undecodable: bool = True,
     ) -> None:
         """``clock`` (seconds since the epoch) decides when durable timers are due; tests
-        pass a controllable one. Handlers never see it: their time is the envelope's."""
+        pass a controllable one. Handlers never see it: their time is the envelope's.
+
+        ``dead_letter_undecodable=False``: bytes that do not decode are counted and
+        skipped, for groups that share a topic with one that dead-letters them (each
+        tool's own group beside the ``tool`` group), so a bad record is dead-lettered once.
+        """
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
         self.name = name
@@ -93,6 +99,7 @@ class Processor(Service):
             prefix=topic_prefix,
             stats=self.stats,
             clock=clock,
+            dead_letter_undecodable=dead_letter_undecodable,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
 

@@ -143,3 +143,27 @@ async def test_an_unreachable_broker_is_not_mistaken_for_one_without_transaction
     producer = Producer(KafkaConfig(bootstrap="127.0.0.1:9"), "g", exactly_once=True)
     with pytest.raises(BrokerError, match=r"cannot reach Kafka at 127\.0\.0\.1:9"):
         await producer.start()
+
+
+async def test_a_group_sharing_its_topic_skips_undecodable_bytes_instead_of_dead_lettering(
+    store: SqliteStateStore,
+) -> None:
+    """Each tool's own group skips them; the ``tool`` group dead-letters them, once."""
+    sharing = Records(
+        "tool-org_tool",
+        count,
+        store=store,
+        codec=Codec(),
+        settings=RuntimeSettings(),
+        ports={},
+        prefix="",
+        stats=ProcessorStats(),
+        dead_letter_undecodable=False,
+    )  # no producer: a dead letter would raise
+    part = Partition(TopicPartition("in", 0))
+    part.tracker.add(0)
+    bad = ConsumerRecord("in", 0, 0, 0, 0, b"s1", b"\xc3\x01garbage", None, 2, 9, ())
+    await sharing.guarded(part, bad)
+    assert sharing.stats.undecodable == 1
+    assert sharing.stats.dead_letters == 0
+    assert part.tracker.committable() == 1  # the partition moves on
