@@ -14,11 +14,11 @@ from hermesbus.demo import FIGURES
 pytestmark = pytest.mark.kafka
 
 
-def _up(home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _up(home: Path, cwd: Path, *options: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(home)
     return subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once"],
+        [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once", *options],
         capture_output=True,
         text=True,
         env=env,
@@ -49,3 +49,14 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     assert "tools: org_tool, finance_tool, ocr_tool, trip_tool, rule_engine_tool" in result.stderr
     for store in ("state", "memory", "tools"):
         assert (tmp_path / "home" / f"{store}.sqlite3").exists()
+
+
+def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """The same demo with every processor writing in Kafka transactions."""
+    options = ("--exactly-once", "--bootstrap", kafka_bootstrap, "--prefix", f"eos-{unique}.")
+    result = _up(tmp_path / "home", tmp_path, *options)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo: both conversations finished" in result.stdout
+    assert "dead_letters=0" in result.stderr and "dead_letters=1" not in result.stderr
