@@ -3,12 +3,16 @@
 ``POST {base_url}/chat/completions`` where ``base_url`` is the API root including its
 version, as OpenAI clients take it (``https://api.openai.com/v1``,
 ``http://localhost:8080/v1``). The answer must be one JSON object naming an intent; any
-failure (network, status, JSON, validation) raises :class:`IntentError`, and the handler
-falls back to the rule parser, so the endpoint is never required.
+failure (network, status, JSON, validation, the whole request taking longer than
+``timeout_s``) raises :class:`IntentError`, and the handler falls back to the rule parser,
+so the endpoint is never required. The URL must be ``https://`` unless its host is
+loopback; logs and errors name it without userinfo or query (where keys often hide).
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
 import logging
 from collections.abc import Mapping
@@ -19,12 +23,15 @@ from zoneinfo import ZoneInfo
 import httpx
 from pydantic import SecretStr, ValidationError
 
-from hermesbus.errors import IntentError
+from hermesbus.errors import ConfigError, IntentError
 from hermesbus.lifecycle import Service
 
 from ._intent import DEFAULT_TIMEZONE, Intent, IntentName, normalise_city
 
-__all__ = ["HttpIntentParser"]
+__all__ = ["HttpIntentParser", "redact_url"]
+
+URL_SETTING: Final = "HERMES_LLM_URL"
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,64 @@ _SYSTEM: Final = (
 )
 
 
+def redact_url(url: str | httpx.URL) -> str:
+    """``url`` as logs may show it: scheme, host, port and path; no userinfo, no query."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<invalid url>"
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    hidden = "?<redacted>" if parsed.query else ""
+    return f"{parsed.scheme}://{host}{port}{parsed.path}{hidden}"
+
+
+class _RedactEndpoints(logging.Filter):
+    """On httpx's logger: its request lines show our endpoints redacted (httpx logs the
+    full URL, userinfo and query included). Other URLs pass unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and self.urls:
+            record.args = tuple(
+                redact_url(arg) if isinstance(arg, httpx.URL) and str(arg) in self.urls else arg
+                for arg in record.args
+            )
+        return True
+
+
+_REDACTION: Final = _RedactEndpoints()
+logging.getLogger("httpx").addFilter(_REDACTION)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _endpoint(base_url: str) -> httpx.URL:
+    """``{base_url}/chat/completions`` (query kept); only https, or http to loopback."""
+    try:
+        base = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ConfigError(f"{URL_SETTING} is not a URL: {redact_url(base_url)}") from exc
+    if base.scheme == "https" and base.host:
+        return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
+    if base.scheme == "http" and _is_loopback(base.host):
+        return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
+    raise ConfigError(
+        f"{URL_SETTING} = {redact_url(base_url)}: must be https:// "
+        "(plain http:// only to a loopback host: localhost, 127.0.0.0/8, ::1)"
+    )
+
+
 class HttpIntentParser(Service):
     """Asks the endpoint for a JSON intent and validates it; never logs the API key."""
 
@@ -51,7 +116,12 @@ class HttpIntentParser(Service):
         timeout_s: float = 3.0,
         zone: tzinfo | None = None,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        endpoint = _endpoint(base_url)
+        self.url = str(endpoint)
+        self.safe_url = redact_url(endpoint)
+        """The endpoint as logs and errors name it (no userinfo, no query)."""
+        if endpoint.userinfo or endpoint.query:
+            _REDACTION.urls.add(self.url)
         self.zone: tzinfo = zone if zone is not None else ZoneInfo(DEFAULT_TIMEZONE)
         self.model = model
         self._api_key = api_key
@@ -86,20 +156,41 @@ class HttpIntentParser(Service):
         }
 
     async def _post(self, request: dict[str, Any]) -> Any:
+        """The endpoint's JSON answer; the whole exchange is bounded by ``timeout_s``."""
         headers = {"Content-Type": "application/json"}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
         try:
-            if self._client is not None:
-                response = await self._client.post(self.url, json=request, headers=headers)
-            else:
+            async with asyncio.timeout(self._timeout):
+                if self._client is not None:
+                    return await self._exchange(self._client, request, headers)
                 async with httpx.AsyncClient(timeout=self._timeout) as client:
-                    response = await client.post(self.url, json=request, headers=headers)
-            response.raise_for_status()
-            return response.json()
+                    return await self._exchange(client, request, headers)
+        except TimeoutError as exc:
+            log.warning("intent endpoint %s took over %s s", self.safe_url, self._timeout)
+            raise IntentError(
+                f"intent endpoint {self.safe_url} failed: no answer within {self._timeout} s"
+            ) from exc
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("intent endpoint %s failed: %s", self.url, type(exc).__name__)
-            raise IntentError(f"intent endpoint {self.url} failed: {exc}") from exc
+            detail = _detail(exc)
+            log.warning("intent endpoint %s failed: %s", self.safe_url, detail)
+            raise IntentError(f"intent endpoint {self.safe_url} failed: {detail}") from exc
+
+    async def _exchange(
+        self, client: httpx.AsyncClient, request: dict[str, Any], headers: dict[str, str]
+    ) -> Any:
+        response = await client.post(self.url, json=request, headers=headers)
+        response.raise_for_status()
+        return response.json()
+
+
+def _detail(exc: Exception) -> str:
+    """What went wrong, without the URL httpx puts in some messages."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"status {exc.response.status_code}"
+    if isinstance(exc, httpx.HTTPError):
+        return type(exc).__name__
+    return "the answer is not JSON"
 
 
 def _content(answer: Any) -> str:
@@ -121,7 +212,9 @@ def _intent(answer: Any) -> Intent:
         raise IntentError(f"intent endpoint answered non-JSON: {content[:80]!r}") from exc
     if not isinstance(fields, dict):
         raise IntentError("intent endpoint answered JSON that is not an object")
-    city = fields.get("city")
+    city, hold = fields.get("city"), fields.get("hold", False)
+    if not isinstance(hold, bool):
+        raise IntentError(f"intent endpoint answered hold = {hold!r}: not a JSON boolean")
     try:
         return Intent(
             name=fields.get("intent"),
@@ -129,7 +222,7 @@ def _intent(answer: Any) -> Intent:
             category=fields.get("category"),
             period_start=fields.get("period_start"),
             period_end=fields.get("period_end"),
-            hold=bool(fields.get("hold", False)),
+            hold=hold,
             source="llm",
         )
     except ValidationError as exc:

@@ -3,10 +3,10 @@ one function that builds its ports."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.errors import ConfigError
@@ -29,7 +29,8 @@ class ConversationSettings(BaseSettings):
     """API root including the version, e.g. ``http://localhost:8080/v1``."""
     llm_model: str = "gpt-4o-mini"
     llm_api_key: SecretStr | None = None
-    llm_timeout_s: float = 3.0
+    llm_timeout_s: Annotated[float, Field(gt=0, le=120)] = 3.0
+    """The bound on one whole request to the endpoint (not per read), in seconds."""
     conversation_timezone: str = DEFAULT_TIMEZONE
     """``HERMES_CONVERSATION_TIMEZONE``: the IANA zone relative dates ("上个月") count in."""
 

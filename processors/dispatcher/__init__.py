@@ -7,17 +7,21 @@ memory first, one dispatch per component per round unless ``continue``, the call
 fast, and one answer per round. Tool choice reads live health (``ports["health"]``);
 violations are counted in ``ports["violations"]``, and so are memory's refused writes,
 which go to ``alerts:dispatcher`` and to the conversation without the cycle id
-(context :data:`REFUSED_WRITE`), never as a cycle's answer.
+(context :data:`REFUSED_WRITE`), never as a cycle's answer. Everything an envelope can
+make grow is bounded: open cycles per session, tools per cycle, timeouts and retry
+policies (rules), and the memory writes one result feeds (:data:`MAX_FACTS`, capped
+writes alerted as :data:`CAPPED_WRITES`).
 
 Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health))``;
 ``dispatcher_ports(health)["violations"].summary()`` prints the totals.
 """
 
-from ._cycle import REFUSED_WRITE
+from ._cycle import CAPPED_WRITES, REFUSED_WRITE
 from ._dispatch import RETRYABLE
 from ._emit import ALERTS_ADDRESS
 from ._handler import NAME, TOPIC, handle
 from ._health import HealthChoice, Verdict, choose
+from ._memory import MAX_FACTS, MAX_SYMBOLS
 from ._ports import (
     HEALTH_PORT,
     VIOLATIONS_PORT,
@@ -26,13 +30,31 @@ from ._ports import (
     Violations,
     dispatcher_ports,
 )
-from ._rules import ALLOWED_BODIES, RULES, TIMER_SOURCE, Rule, Violation, first_violation
+from ._rules import (
+    ALLOWED_BODIES,
+    MAX_ATTEMPTS,
+    MAX_OPEN_CYCLES,
+    MAX_TIMEOUT_MS,
+    MAX_TOOLS,
+    RULES,
+    TIMER_SOURCE,
+    Rule,
+    Violation,
+    first_violation,
+)
 from ._state import DispatcherState
 
 __all__ = [
     "ALERTS_ADDRESS",
     "ALLOWED_BODIES",
+    "CAPPED_WRITES",
     "HEALTH_PORT",
+    "MAX_ATTEMPTS",
+    "MAX_FACTS",
+    "MAX_OPEN_CYCLES",
+    "MAX_SYMBOLS",
+    "MAX_TIMEOUT_MS",
+    "MAX_TOOLS",
     "NAME",
     "REFUSED_WRITE",
     "RETRYABLE",

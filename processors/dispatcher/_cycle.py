@@ -9,6 +9,7 @@ write is a notification and never carries the cycle id onward.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Final
 
 from hermesbus.envelope import Envelope
@@ -31,13 +32,14 @@ from ._dispatch import (
     schedule_retry,
     timer_data,
 )
-from ._emit import ALERTS_ADDRESS, Effects
-from ._health import result_notices
-from ._memory import verified_writes
+from ._emit import ALERTS_ADDRESS, Effects, moment
+from ._health import bilingual, result_notices
+from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
 from ._ports import Ports
 from ._state import Call, CallStatus, Cycle, DispatcherState
 
 __all__ = [
+    "CAPPED_WRITES",
     "REFUSED_WRITE",
     "drop_late",
     "on_call",
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 
 REFUSED_WRITE: Final = "refused_write"
 """Context flag of a forwarded write refusal: the conversation records it, never as an answer."""
+CAPPED_WRITES: Final = "memory.writes_capped"
+"""Code of the alert when a result carried more facts or symbols than memory is fed."""
 _CYCLE_KEYS: Final = frozenset({CYCLE, TOOLS, "round"})
 
 
@@ -160,9 +164,49 @@ def on_result(
     cycle.results[result.tool] = result
     cycle.latency_ms[result.tool] = _latency(envelope)
     cycle.notices.extend(result_notices(result))
-    verified_writes(fx, result, task=cycle.task, context={CYCLE: cid, "tool": result.tool})
+    _feed_memory(fx, state, envelope=envelope, cid=cid, cycle=cycle, result=result)
     if all(tool in cycle.results for tool in cycle.tools):
         answer(fx, cid, cycle)
+
+
+def _verified_at(envelope: Envelope, cycle: Cycle) -> datetime:
+    """The result's time, but never after the deadline of the call it answers (the call
+    left with the time left of the cycle): a tool's clock cannot date facts later."""
+    if cycle.deadline_ms is None:
+        return envelope.timestamp
+    return min(envelope.timestamp, moment(cycle.deadline_ms))
+
+
+def _feed_memory(
+    fx: Effects,
+    state: DispatcherState,
+    *,
+    envelope: Envelope,
+    cid: str,
+    cycle: Cycle,
+    result: ToolResult,
+) -> None:
+    """The result's verified writes; what the caps dropped is counted and alerted once."""
+    context: dict[str, ContextValue] = {CYCLE: cid, "tool": result.tool}
+    written = verified_writes(
+        fx, result, task=cycle.task, context=context, verified_at=_verified_at(envelope, cycle)
+    )
+    if not written.dropped:
+        return
+    state.capped_writes += written.dropped
+    message = (
+        f"{result.tool} returned {written.dropped_facts} facts over {MAX_FACTS} and "
+        f"{written.dropped_symbols} symbols over {MAX_SYMBOLS} in cycle {cid!r}: dropped"
+    )
+    log.warning("dispatcher: %s", message)
+    report = ErrorReport(
+        component=tool_at(result.tool),
+        code=CAPPED_WRITES,
+        message=message,
+        advice=bilingual("工具结果的事实过多，请精简", "return fewer facts and symbols per result"),
+        retryable=False,
+    )
+    fx.send(ALERTS_ADDRESS, report, task=cycle.task, context=context)
 
 
 def on_continue(state: DispatcherState, envelope: Envelope) -> None:

@@ -19,7 +19,7 @@ from hermesbus.processors.protocol import DISPATCHER_ADDRESS
 from hermesbus.runtime import Outcome, TimerRequest, derive_id
 from hermesbus.snapshot import ContextSnapshot
 
-__all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis"]
+__all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis", "moment"]
 
 ALERTS_ADDRESS = "alerts:dispatcher"
 """Where every violation report (and an error nobody can take) goes."""
@@ -30,6 +30,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def millis(moment: datetime) -> int:
     """Epoch milliseconds of an envelope time."""
     return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def moment(epoch_ms: int) -> datetime:
+    """The envelope time of epoch milliseconds (the inverse of :func:`millis`)."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
 
 
 def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) -> Diagnostics:

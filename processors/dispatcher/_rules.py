@@ -32,6 +32,7 @@ from hermesbus.processors.protocol import (
     DISPATCHER,
     DISPATCHER_ADDRESS,
     MEMORY,
+    STATE_TIMEOUT_MS,
     STATES,
     TOOL,
     TOOLS,
@@ -41,7 +42,27 @@ from hermesbus.processors.protocol import (
 
 from ._state import CallStatus, DispatcherState
 
-__all__ = ["ALLOWED_BODIES", "RULES", "TIMER_SOURCE", "Rule", "Violation", "first_violation"]
+__all__ = [
+    "ALLOWED_BODIES",
+    "MAX_ATTEMPTS",
+    "MAX_OPEN_CYCLES",
+    "MAX_TIMEOUT_MS",
+    "MAX_TOOLS",
+    "RULES",
+    "TIMER_SOURCE",
+    "Rule",
+    "Violation",
+    "first_violation",
+]
+
+MAX_TIMEOUT_MS: Final = 10 * max(STATE_TIMEOUT_MS.values())
+"""The largest ``metadata.timeout_ms`` (and retry ``backoff_ms``) a call may carry."""
+MAX_ATTEMPTS: Final = 10
+"""The largest ``retry_policy.max_attempts``: bounds the backoff ``2**(attempt-1)``."""
+MAX_TOOLS: Final = 16
+"""The most tools one cycle may name in ``context["tools"]``."""
+MAX_OPEN_CYCLES: Final = 8
+"""Open cycles per session: each keeps its calls in state until it is answered."""
 
 TIMER_SOURCE: Final = f"{DISPATCHER}:timer"
 """The source of the dispatcher's own timers as the runtime fires them."""
@@ -166,6 +187,8 @@ def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
     field = f"payload.context[{TOOLS!r}] = {tools!r}"
     if not isinstance(tools, list) or body.tool not in tools or len(set(tools)) != len(tools):
         return f"{field}: must list the cycle's tools once each, including {body.tool!r}"
+    if len(tools) > MAX_TOOLS:
+        return f"payload.context[{TOOLS!r}] has {len(tools)} tools: at most {MAX_TOOLS}"
     cycle = state.cycles.get(_cycle_id(envelope))
     if isinstance(body, ToolCall) and cycle and cycle.received and cycle.tools != tools:
         return f"{field}: cycle {_cycle_id(envelope)!r} was opened with tools {cycle.tools!r}"
@@ -174,9 +197,36 @@ def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
 
 def _timeout(envelope: Envelope, _: DispatcherState) -> str | None:
     timeout_ms = envelope.metadata.timeout_ms
-    if not isinstance(envelope.payload.body, ToolCall) or timeout_ms > 0:
+    if not isinstance(envelope.payload.body, ToolCall) or 0 < timeout_ms <= MAX_TIMEOUT_MS:
         return None
-    return f"metadata.timeout_ms = {timeout_ms!r}: a tool call needs a time budget > 0"
+    return (
+        f"metadata.timeout_ms = {timeout_ms!r}: a tool call needs a time budget "
+        f"> 0 and <= {MAX_TIMEOUT_MS}"
+    )
+
+
+def _retry(envelope: Envelope, _: DispatcherState) -> str | None:
+    policy = envelope.metadata.retry_policy
+    if not isinstance(envelope.payload.body, ToolCall):
+        return None
+    if policy.max_attempts > MAX_ATTEMPTS:
+        return f"metadata.retry_policy.max_attempts = {policy.max_attempts}: at most {MAX_ATTEMPTS}"
+    if policy.backoff_ms > MAX_TIMEOUT_MS:
+        return f"metadata.retry_policy.backoff_ms = {policy.backoff_ms}: at most {MAX_TIMEOUT_MS}"
+    return None
+
+
+def _open_cycles(envelope: Envelope, state: DispatcherState) -> str | None:
+    """A call of a new cycle, or a continue, would open one more cycle than allowed."""
+    body, cid = envelope.payload.body, _cycle_id(envelope)
+    opens = (isinstance(body, ToolCall) and cid not in state.cycles) or isinstance(body, Continue)
+    open_now = sum(1 for cycle in state.cycles.values() if cycle.is_open)
+    if not opens or open_now < MAX_OPEN_CYCLES:
+        return None
+    return (
+        f"payload.context[{CYCLE!r}] = {cid!r}: the session already has {open_now} open "
+        f"cycles (at most {MAX_OPEN_CYCLES}); wait for an answer first"
+    )
 
 
 def _cycle_known(envelope: Envelope, state: DispatcherState) -> str | None:
@@ -230,12 +280,14 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("snapshot", _snapshot, "an attached snapshot names a known state"),
     Rule("transition", _transition, "a state snapshot makes an allowed transition"),
     Rule("cycle", _cycle, "cycle envelopes carry context['cycle']"),
-    Rule("tools", _tools, "context['tools'] lists the cycle's tools, the call's among them"),
-    Rule("timeout", _timeout, "tool calls carry metadata.timeout_ms > 0"),
+    Rule("tools", _tools, f"context['tools'] lists <= {MAX_TOOLS} tools once, the call's too"),
+    Rule("timeout", _timeout, f"tool calls carry 0 < metadata.timeout_ms <= {MAX_TIMEOUT_MS}"),
+    Rule("retry", _retry, f"max_attempts <= {MAX_ATTEMPTS}, backoff_ms <= {MAX_TIMEOUT_MS}"),
     Rule("cycle_known", _cycle_known, "results, memory answers and continues name a known cycle"),
     Rule("dispatched", _dispatched, "a result answers a call that was dispatched"),
     Rule("one_dispatch", _one_dispatch, "one call per tool per cycle round, unless continue"),
     Rule("continue", _continue, "continue re-opens an answered or failed cycle"),
+    Rule("open_cycles", _open_cycles, f"at most {MAX_OPEN_CYCLES} open cycles per session"),
 )
 """Every rule, in the order they are checked."""
 

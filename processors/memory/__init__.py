@@ -27,7 +27,7 @@ from ._model import (
     trust_at_least,
 )
 from ._ports import CHANGE_LEDGER, CHOICE_HISTORY, GraphStore, PreferenceStore
-from ._settings import MemorySettings
+from ._settings import MAX_TTL_S, MemorySettings
 from ._stores import MemoryStores
 from ._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
 
@@ -35,6 +35,7 @@ __all__ = [
     "CHANGE_LEDGER",
     "CHOICE_HISTORY",
     "DEFAULT_VALIDATOR",
+    "MAX_TTL_S",
     "NAME",
     "TERMINAL_STATE",
     "TRUST_RANK",

@@ -12,6 +12,15 @@ envelope; at this layer nothing more is possible, since any producer on ``hermes
 can write that string. The real guard is the broker: Kafka ACLs on ``hermes.memory`` let
 only the dispatcher's principal produce there. The check here catches mistakes (a
 processor writing long-term memory directly), not a hostile producer.
+
+Trust and time are not taken on the writer's word: a forwarded fact is stored at most
+``verified`` (:data:`FORWARDED_TRUST`) whatever ``trust_level`` it claims, because the
+dispatcher only relays what a tool verified; ``certified`` (a human or an authority
+vouching for the fact) needs a separate, explicit path, e.g. a review decision applied
+through ``GraphStore.apply``; no envelope reaches it. And a ``verified_by.verified_at``
+later than the write's envelope time plus ``MemorySettings.future_skew_s`` is refused
+(``memory.future_verification``): a fact "verified" in the future would win every
+conflict and deprecate the true, later fact on arrival.
 """
 
 from __future__ import annotations
@@ -26,7 +35,10 @@ from ._model import TRUST_RANK, Edge, GraphEvent, GraphPlan, GraphTask, Node, Re
 from ._ports import GraphStore
 from ._settings import MemorySettings
 
-__all__ = ["facts_for", "parse_fact", "plan_write"]
+__all__ = ["FORWARDED_TRUST", "facts_for", "parse_fact", "plan_write"]
+
+FORWARDED_TRUST = TrustLevel.VERIFIED
+"""The highest trust a fact written through the bus is stored with."""
 
 
 def parse_fact(write: MemoryWrite) -> tuple[str, str, str] | Refused:
@@ -48,7 +60,7 @@ def parse_fact(write: MemoryWrite) -> tuple[str, str, str] | Refused:
     return subject, relation, object_
 
 
-def _refusal(write: MemoryWrite, source: str) -> Refused | None:
+def _refusal(write: MemoryWrite, source: str, latest_ms: int) -> Refused | None:
     if source != DISPATCHER_ADDRESS:
         return Refused(
             "memory.untrusted_source",
@@ -61,14 +73,28 @@ def _refusal(write: MemoryWrite, source: str) -> Refused | None:
             f"long-term write {write.key!r} has no verified_by",
             "let a tool verify the fact; the dispatcher forwards verified facts",
         )
+    if millis(write.verified_by.verified_at) > latest_ms:
+        return Refused(
+            "memory.future_verification",
+            f"long-term write {write.key!r} claims verified_at = "
+            f"{write.verified_by.verified_at.isoformat()}, after the write itself",
+            "stamp verified_at with the time the tool answered, never later",
+        )
     return None
 
 
 async def plan_write(
-    write: MemoryWrite, source: str, change_id: str, graph: GraphStore, settings: MemorySettings
+    write: MemoryWrite,
+    source: str,
+    change_id: str,
+    graph: GraphStore,
+    settings: MemorySettings,
+    *,
+    now_ms: int,
 ) -> GraphPlan | Refused:
-    """What the write changes in the graph (for ``GraphStore.apply``), or why it is refused."""
-    refused = _refusal(write, source)
+    """What the write changes in the graph (for ``GraphStore.apply``), or why it is refused;
+    ``now_ms`` is the write envelope's time (a verification may not be later, bar skew)."""
+    refused = _refusal(write, source, now_ms + settings.future_skew_s * 1000)
     verified = write.verified_by
     if refused is not None or verified is None:
         return refused or Refused("memory.unverified_fact", f"{write.key!r} has no verified_by")
@@ -80,7 +106,7 @@ async def plan_write(
         subject=subject,
         relation=relation,
         object=object_,
-        trust_level=write.trust_level,
+        trust_level=_lower(write.trust_level, FORWARDED_TRUST),
         verified_tool=verified.tool,
         verified_at_ms=millis(verified.verified_at),
     )
@@ -140,6 +166,10 @@ async def _unopposed(new: Edge, change_id: str, graph: GraphStore) -> GraphPlan:
 
 def _higher(a: TrustLevel, b: TrustLevel) -> TrustLevel:
     return a if TRUST_RANK[a] >= TRUST_RANK[b] else b
+
+
+def _lower(a: TrustLevel, b: TrustLevel) -> TrustLevel:
+    return a if TRUST_RANK[a] <= TRUST_RANK[b] else b
 
 
 async def _nodes(edge: Edge, graph: GraphStore) -> tuple[Node, ...]:

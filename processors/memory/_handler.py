@@ -4,7 +4,9 @@
 id is kept); ``MemoryWrite`` -> applied to its tier, silently on success, an
 ``ErrorReport`` to the dispatcher when refused; ``StateSnapshot`` -> the session's
 latest snapshot kept in state (nothing emitted; an S5 snapshot ends the session's
-symbol table). Time is the envelope's timestamp.
+symbol table). Time is the envelope's timestamp. Writes of every tier are taken only
+from ``mcp:dispatcher`` (``memory.untrusted_source``) and only with ``ttl_s`` at most
+``MemorySettings.max_ttl_s`` (``memory.bad_ttl``).
 """
 
 from __future__ import annotations
@@ -84,9 +86,30 @@ async def _query(inp: HandlerInput, query: MemoryQuery, stores: MemoryStores) ->
     return Outcome(emit=(answer,))
 
 
+def _admit(write: MemoryWrite, source: str, max_ttl_s: int) -> Refused | None:
+    """Every tier takes writes only from the dispatcher, and only with a bounded TTL."""
+    if source != DISPATCHER_ADDRESS:
+        return Refused(
+            "memory.untrusted_source",
+            f"{write.tier.value} write {write.key!r} came from {source!r}, "
+            f"not {DISPATCHER_ADDRESS}",
+            "send memory writes through the dispatcher, which checks them",
+        )
+    if write.ttl_s is not None and write.ttl_s > max_ttl_s:
+        return Refused(
+            "memory.bad_ttl",
+            f"{write.tier.value} write {write.key!r}: ttl_s = {write.ttl_s} > {max_ttl_s}",
+            f"ask for at most {max_ttl_s} s (HERMES_MEMORY_MAX_TTL_S)",
+        )
+    return None
+
+
 async def _write(inp: HandlerInput, write: MemoryWrite, stores: MemoryStores) -> Outcome:
     envelope = inp.envelope
     now_ms = millis(envelope.timestamp)
+    refused = _admit(write, envelope.source, stores.settings.max_ttl_s)
+    if refused is not None:
+        return _refuse(inp, write, refused)
     if write.tier is MemoryTier.SHORT_TERM:
         entry = parse_symbol(write, now_ms, stores.settings.symbol_ttl_s, stores.validators)
         if isinstance(entry, Refused):
@@ -104,7 +127,12 @@ async def _write(inp: HandlerInput, write: MemoryWrite, stores: MemoryStores) ->
         )
         return Outcome() if refused is None else _refuse(inp, write, refused)
     plan = await plan_write(
-        write, envelope.source, envelope.message_id, stores.graph, stores.settings
+        write,
+        envelope.source,
+        envelope.message_id,
+        stores.graph,
+        stores.settings,
+        now_ms=now_ms,
     )
     if isinstance(plan, Refused):
         return _refuse(inp, write, plan)

@@ -10,7 +10,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._ports import CHANGE_LEDGER, CHOICE_HISTORY
 
-__all__ = ["MemorySettings"]
+__all__ = ["MAX_TTL_S", "MemorySettings"]
+
+MAX_TTL_S = 10 * 365 * 24 * 3600
+"""The longest TTL a write may ask for (10 years); more is refused as ``memory.bad_ttl``."""
 
 
 class MemorySettings(BaseSettings):
@@ -35,6 +38,12 @@ class MemorySettings(BaseSettings):
     """Applied graph changes remembered against redelivery, the most recent; pruned on write."""
     symbol_ttl_s: Annotated[int, Field(ge=0)] = 600
     """TTL of a short-term symbol whose write names none."""
+    max_ttl_s: Annotated[int, Field(ge=1, le=MAX_TTL_S)] = MAX_TTL_S
+    """A write's ``ttl_s`` above this is refused (``memory.bad_ttl``): it bounds expiry
+    arithmetic and keeps stored times inside SQLite's 64-bit INTEGER."""
+    future_skew_s: Annotated[int, Field(ge=0, le=3600)] = 60
+    """A long-term ``verified_by.verified_at`` later than the write's envelope time plus
+    this is refused (``memory.future_verification``): no fact is verified in the future."""
     multi_valued: frozenset[str] = frozenset({"related_to", "responsible_for", "member_of"})
     """Relations a subject may hold to several objects; every other one is single-valued."""
     busy_timeout_ms: Annotated[int, Field(ge=0)] = 5_000

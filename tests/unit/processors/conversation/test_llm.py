@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import SecretStr
 
-from hermesbus.errors import IntentError
+from hermesbus.errors import ConfigError, IntentError
 from hermesbus.processors.conversation import (
     ConversationSettings,
     HttpIntentParser,
@@ -151,10 +153,120 @@ async def test_the_handler_uses_the_endpoint_when_it_answers(endpoint: str) -> N
 def test_build_ports_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HERMES_LLM_URL", raising=False)
     assert isinstance(build_ports()["intent"], RuleIntentParser)
-    monkeypatch.setenv("HERMES_LLM_URL", "http://llm.local/v1/")
+    monkeypatch.setenv("HERMES_LLM_URL", "https://llm.local/v1/")
     monkeypatch.setenv("HERMES_LLM_MODEL", "qwen")
     monkeypatch.setenv("HERMES_LLM_API_KEY", "sk-env")
     parser = build_ports()["intent"]
     assert isinstance(parser, HttpIntentParser)
-    assert (parser.url, parser.model) == ("http://llm.local/v1/chat/completions", "qwen")
+    assert (parser.url, parser.model) == ("https://llm.local/v1/chat/completions", "qwen")
     assert "sk-env" not in repr(ConversationSettings())
+    monkeypatch.setenv("HERMES_LLM_URL", "http://llm.local/v1/")
+    with pytest.raises(ConfigError, match="HERMES_LLM_URL"):
+        build_ports()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1",
+        "http://localhost:8080/v1",
+        "http://127.0.0.1/v1",
+        "http://127.3.4.5:9/v1",
+        "http://[::1]:8080/v1",
+    ],
+)
+def test_https_or_a_loopback_host_is_accepted(url: str) -> None:
+    assert HttpIntentParser(url, model="m").url.endswith("/v1/chat/completions")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://llm.example.com/v1",
+        "http://10.0.0.5:8080/v1",
+        "http://localhost.evil.com/v1",
+        "ftp://127.0.0.1/v1",
+        "llm.example.com/v1",
+    ],
+)
+def test_plain_http_to_another_host_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="HERMES_LLM_URL"):
+        HttpIntentParser(url, model="m")
+
+
+def test_the_url_in_a_config_error_is_redacted() -> None:
+    with pytest.raises(ConfigError) as caught:
+        HttpIntentParser("http://bob:pw-secret@llm.example.com/v1?key=q-secret", model="m")
+    assert "pw-secret" not in str(caught.value) and "q-secret" not in str(caught.value)
+    assert "llm.example.com/v1" in str(caught.value)
+
+
+async def test_userinfo_and_query_are_redacted_in_logs_and_errors(
+    endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _answer(status=500, content=json.dumps(GOOD))
+    caplog.set_level(logging.DEBUG)
+    url = endpoint.replace("http://", "http://bob:pw-secret@") + "?api-key=q-secret"
+    async with HttpIntentParser(url, model="m1") as parser:
+        assert "q-secret" in parser.url  # the request still carries it
+        with pytest.raises(IntentError) as caught:
+            await parser.parse("确认", now=NOW, context={})
+    assert _Endpoint.seen[0]["path"] == "/v1/chat/completions?api-key=q-secret"
+    assert "status 500" in str(caught.value)
+    for text in (str(caught.value), caplog.text):
+        assert "pw-secret" not in text and "q-secret" not in text and "bob" not in text
+    assert "/v1/chat/completions?<redacted>" in str(caught.value)
+
+
+@pytest.mark.parametrize("hold", ["false", "true", 0, 1, None, [], {}])
+async def test_hold_must_be_a_json_boolean(endpoint: str, hold: object) -> None:
+    _answer(content=json.dumps({"intent": "hold", "hold": hold}))
+    async with HttpIntentParser(endpoint, model="m1") as parser:
+        with pytest.raises(IntentError, match="hold"):
+            await parser.parse("等等", now=NOW, context={})
+
+
+@pytest.mark.parametrize(
+    ("fields", "hold"), [({"hold": True}, True), ({"hold": False}, False), ({}, False)]
+)
+async def test_a_boolean_hold_is_kept(endpoint: str, fields: dict[str, Any], hold: bool) -> None:
+    _answer(content=json.dumps({"intent": "confirm", **fields}))
+    async with HttpIntentParser(endpoint, model="m1") as parser:
+        assert (await parser.parse("确认", now=NOW, context={})).hold is hold
+
+
+async def _drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Headers at once, then one body byte every 0.1 s: every read is quick, the whole slow."""
+    await reader.readuntil(b"\r\n\r\n")
+    body = b" " * 100 + json.dumps({"choices": []}).encode()
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    try:
+        for byte in body:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("started", [True, False])
+async def test_a_dripping_endpoint_is_cut_at_the_whole_timeout(started: bool) -> None:
+    server = await asyncio.start_server(_drip, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    parser = HttpIntentParser(f"http://127.0.0.1:{port}/v1", model="m1", timeout_s=0.5)
+    try:
+        if started:
+            await parser.start()
+        began = time.perf_counter()
+        with pytest.raises(IntentError, match="within 0.5 s"):
+            await parser.parse("确认", now=NOW, context={})
+        assert time.perf_counter() - began < 2.0  # the body alone takes over 10 s
+    finally:
+        await parser.stop()
+        server.close()
+        await server.wait_closed()

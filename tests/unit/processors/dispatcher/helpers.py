@@ -69,6 +69,7 @@ def call(
     args: dict[str, Any] | None = None,
     message_id: str | None = None,
     max_attempts: int = 2,
+    backoff_ms: int = 100,
     **extra: Any,
 ) -> Envelope:
     """The conversation's call of ``tool`` in ``cycle`` (as issue #4's conversation sends it)."""
@@ -81,7 +82,7 @@ def call(
     )
     metadata = Metadata(
         timeout_ms=extra.pop("timeout_ms", STATE_TIMEOUT_MS.get(state, 5_000)),
-        retry_policy=RetryPolicy(max_attempts=max_attempts, backoff_ms=100),
+        retry_policy=RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms),
     )
     return envelope(
         body,

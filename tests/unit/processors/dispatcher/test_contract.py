@@ -18,7 +18,13 @@ from hermesbus import (
     StateSnapshot,
     ToolResult,
 )
-from hermesbus.processors.dispatcher import RULES, DispatcherState, first_violation
+from hermesbus.processors.dispatcher import (
+    MAX_OPEN_CYCLES,
+    MAX_TIMEOUT_MS,
+    RULES,
+    DispatcherState,
+    first_violation,
+)
 from hermesbus.processors.protocol import STATES, TRANSITIONS
 
 from .helpers import T0, Driver, call, cont, envelope
@@ -127,6 +133,23 @@ CASES = [
         to_conversation=False,
     ),
     Case("timeout", lambda: call("org_tool", ONE, timeout_ms=0), field="timeout_ms = 0"),
+    Case("timeout", lambda: call("org_tool", ONE, timeout_ms=2**62), field=f"= {2**62}"),
+    Case(
+        "timeout",
+        lambda: call("org_tool", ONE, timeout_ms=MAX_TIMEOUT_MS + 1),
+        field=f"<= {MAX_TIMEOUT_MS}",
+    ),
+    Case("retry", lambda: call("org_tool", ONE, max_attempts=2**31 - 1), field="max_attempts"),
+    Case("retry", lambda: call("org_tool", ONE, backoff_ms=2**62), field="backoff_ms"),
+    Case("tools", lambda: call("t0", [f"t{i}" for i in range(17)]), field="at most 16"),
+    Case(
+        "open_cycles",
+        lambda: call("org_tool", ONE, cycle="c8"),
+        setup=tuple(
+            (lambda i=i: call("org_tool", ONE, cycle=f"c{i}")) for i in range(MAX_OPEN_CYCLES)
+        ),
+        field="8 open cycles",
+    ),
     Case("cycle_known", lambda: result(cycle="nope"), field="'nope'", to_conversation=False),
     Case("cycle_known", lambda: cont(cycle="nope"), field="'nope'"),
     Case(

@@ -117,7 +117,12 @@ class Session:
             self.state = SessionState(self.state.version + 1, data, (env.message_id,))
         return outcome
 
-    async def write(self, write: MemoryWrite, *, when: datetime = T0, **fields: Any) -> Outcome:
+    async def write(
+        self, write: MemoryWrite, *, when: datetime | None = None, **fields: Any
+    ) -> Outcome:
+        """Send ``write``, dated ``when`` or else when its tool verified it (else T0)."""
+        if when is None:
+            when = write.verified_by.verified_at if write.verified_by is not None else T0
         self._count += 1
         fields.setdefault("message_id", f"w{self._count}")
         fields.setdefault("target", f"memory:{write.tier.value}")

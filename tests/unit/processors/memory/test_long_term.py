@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from hermesbus import Envelope
@@ -15,6 +16,7 @@ from hermesbus.payloads import (
     TrustLevel,
     Verification,
 )
+from hermesbus.processors.memory import Edge, GraphPlan
 
 from .helpers import Session, at, envelope, fact_write, ms
 
@@ -61,8 +63,21 @@ async def test_a_verified_fact_becomes_an_edge_and_an_audit_record(session: Sess
     assert node.trust_level is TrustLevel.VERIFIED
 
 
+async def certify(session: Session, subject: str, relation: str, object_: str) -> None:
+    """The explicit path to ``certified``: a plan applied to the graph store, no envelope."""
+    edge = Edge(
+        subject=subject,
+        relation=relation,
+        object=object_,
+        trust_level=TrustLevel.CERTIFIED,
+        verified_tool="hr_review",
+        verified_at_ms=ms(at(0)),
+    )
+    await session.stores.graph.apply(GraphPlan(change_id=f"certify-{edge.key}", edges=(edge,)))
+
+
 async def test_trust_levels_give_different_answers(session: Session) -> None:
-    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", trust=TrustLevel.CERTIFIED))
+    await certify(session, ZHANG, "belongs_to", "dept:采购部")
     await session.write(fact_write("trip:t1", "taken_by", ZHANG, tool="trip_tool"))
     await session.write(fact_write(ZHANG, "likes", "drink:tea", trust=TrustLevel.RAW))
     raw = await facts(session, ZHANG, TrustLevel.RAW)
@@ -133,14 +148,55 @@ async def test_a_repeated_fact_refreshes_its_verification(session: Session) -> N
 
 
 async def test_a_higher_trust_refresh_is_audited_with_the_new_trust(session: Session) -> None:
-    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(0)))
-    outcome = await session.write(
-        fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(0), trust=TrustLevel.CERTIFIED)
-    )
+    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", trust=TrustLevel.RAW))
+    outcome = await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部"))
     assert audits(outcome.emit) == [("graph.refreshed", f"{ZHANG}|belongs_to|dept:采购部", False)]
     body = outcome.emit[0].payload.body
     assert isinstance(body, MemoryWrite)
-    assert body.trust_level is TrustLevel.CERTIFIED
+    assert body.trust_level is TrustLevel.VERIFIED
+
+
+async def test_a_claimed_certification_is_stored_as_verified(session: Session) -> None:
+    claimed = fact_write(ZHANG, "belongs_to", "dept:采购部", trust=TrustLevel.CERTIFIED)
+    outcome = await session.write(claimed)
+    body = outcome.emit[0].payload.body
+    assert isinstance(body, MemoryWrite) and body.trust_level is TrustLevel.VERIFIED
+    edge = await session.stores.edge(ZHANG, "belongs_to", "dept:采购部")
+    assert edge is not None and edge.trust_level is TrustLevel.VERIFIED
+    node = await session.stores.graph.node("dept:采购部")
+    assert node is not None and node.trust_level is TrustLevel.VERIFIED
+    assert await facts(session, ZHANG, TrustLevel.CERTIFIED) == ()
+
+
+async def test_a_forwarded_refresh_keeps_an_explicit_certification(session: Session) -> None:
+    await certify(session, ZHANG, "belongs_to", "dept:采购部")
+    await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(30)))
+    edge = await session.stores.edge(ZHANG, "belongs_to", "dept:采购部")
+    assert edge is not None
+    assert (edge.trust_level, edge.verified_at_ms) == (TrustLevel.CERTIFIED, ms(at(30)))
+
+
+async def test_a_verification_dated_in_the_future_is_refused(session: Session) -> None:
+    future = fact_write(ZHANG, "belongs_to", "dept:evil", when=datetime(2099, 1, 1, tzinfo=UTC))
+    (report,) = (await session.write(future, when=at(0))).emit
+    assert isinstance(report.payload.body, ErrorReport)
+    assert (report.target, report.payload.body.code) == (
+        "mcp:dispatcher",
+        "memory.future_verification",
+    )
+    assert await session.stores.facts(ZHANG, TrustLevel.RAW, include_deprecated=True) == ()
+    # the true fact, verified later, is created, not deprecated on arrival
+    true = await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(86_400)))
+    assert audits(true.emit) == [("graph.created", f"{ZHANG}|belongs_to|dept:采购部", False)]
+
+
+async def test_the_verification_may_lead_the_write_by_the_skew_only(session: Session) -> None:
+    inside = await session.write(fact_write(ZHANG, "likes", "drink:tea", when=at(60)), when=at(0))
+    assert audits(inside.emit) == [("graph.created", f"{ZHANG}|likes|drink:tea", False)]
+    outside = fact_write(ZHANG, "likes", "drink:coffee", when=at(60.001))
+    (report,) = (await session.write(outside, when=at(0))).emit
+    assert isinstance(report.payload.body, ErrorReport)
+    assert report.payload.body.code == "memory.future_verification"
 
 
 async def test_a_refresh_that_changes_nothing_is_not_audited(session: Session) -> None:
