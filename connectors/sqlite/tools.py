@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY, tool TEXT NOT NULL, digest TEXT NOT NULL, at_ms INTEGER NOT NULL,
     result TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS results_by_args ON results (tool, digest, at_ms);
+CREATE INDEX IF NOT EXISTS results_by_time ON results (at_ms);
 CREATE TABLE IF NOT EXISTS calls (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, tool TEXT NOT NULL, at_ms INTEGER NOT NULL,
     latency_ms REAL NOT NULL, ok INTEGER NOT NULL);
@@ -59,20 +60,24 @@ class SqliteToolStore(SqliteFile):
         rows = self._rows("SELECT spec FROM specs ORDER BY name", ())
         return [ToolSpec.model_validate_json(row[0]) for row in rows]
 
-    async def put_result(self, key: str, digest: str, stored: StoredResult) -> None:
+    async def put_result(
+        self, key: str, digest: str, stored: StoredResult, prune_before_ms: int | None = None
+    ) -> None:
         with self._write() as db:
+            if prune_before_ms is not None:
+                db.execute("DELETE FROM results WHERE at_ms < ?", (prune_before_ms,))
             db.execute(
                 "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
                 (key, stored.result.tool, digest, stored.at_ms, stored.result.model_dump_json()),
             )
 
     async def get_result(self, key: str) -> StoredResult | None:
-        rows = self._rows("SELECT result, at_ms FROM results WHERE key=?", (key,))
+        rows = self._rows("SELECT result, at_ms, digest FROM results WHERE key=?", (key,))
         return _stored(rows)
 
     async def last_result(self, tool: str, digest: str) -> StoredResult | None:
         rows = self._rows(
-            "SELECT result, at_ms FROM results WHERE tool=? AND digest=? "
+            "SELECT result, at_ms, digest FROM results WHERE tool=? AND digest=? "
             "ORDER BY at_ms DESC LIMIT 1",
             (tool, digest),
         )
@@ -123,4 +128,7 @@ class SqliteToolStore(SqliteFile):
 
 
 def _stored(rows: list[tuple[Any, ...]]) -> StoredResult | None:
-    return StoredResult(ToolResult.model_validate_json(rows[0][0]), rows[0][1]) if rows else None
+    if not rows:
+        return None
+    result, at_ms, digest = rows[0]
+    return StoredResult(ToolResult.model_validate_json(result), at_ms, digest)

@@ -77,7 +77,13 @@ def register_command(
         Path | None, typer.Argument(help="A spec file (YAML or JSON).", exists=True, dir_okay=False)
     ] = None,
     name: Annotated[str | None, typer.Option(help="The tool's name.")] = None,
-    python: Annotated[str | None, typer.Option(help="A python tool: module:function.")] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            help="A python tool: module:function. Its code runs with the processor's rights; "
+            "its module must be on HERMES_TOOL_MODULES."
+        ),
+    ] = None,
     url: Annotated[str | None, typer.Option(help="An HTTP tool: its base URL.")] = None,
     schema_file: Annotated[
         Path | None, typer.Option(help="YAML/JSON with 'input' and 'output' JSON Schemas.")
@@ -95,6 +101,10 @@ def register_command(
     sensitive: Annotated[
         list[str] | None, typer.Option(help="A word results must not hold.")
     ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(help="python: a variable (name) the worker may see; repeat for more."),
+    ] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds per call.")] = None,
     memory_mb: Annotated[int | None, typer.Option(help="python: memory limit (MB).")] = None,
     max_result_bytes: Annotated[
@@ -104,7 +114,13 @@ def register_command(
     debug: Annotated[bool, typer.Option(help="Debug mode: admit fallback 'none'.")] = False,
     home: HomeOption = None,
 ) -> None:
-    """Admit a tool (spec file and/or flags); exits 1 with the reason when it is refused."""
+    """Admit a tool (spec file and/or flags); exits 1 with the reason when it is refused.
+
+    Registering a python tool (its target, probe, verifier or backup) means the tool
+    processor will import and run that code with its own rights: only modules under
+    HERMES_TOOL_MODULES (comma-separated prefixes; default: the demo tools) are admitted.
+    Its worker sees only PATH, HOME, LANG, LC_*, TZ, PYTHONPATH and the --env variables.
+    """
     with errors():
         spec = None
         if not demo:
@@ -120,6 +136,8 @@ def register_command(
                 data["signature"] = {"alg": sign_alg, "key_env": key_env}
             if sensitive:
                 data["sensitive_words"] = sensitive
+            if env:
+                data["env"] = env
             data["fallback"] = _fallback(
                 data.get("fallback"), fallback, stale_after, mock_file, backup
             )

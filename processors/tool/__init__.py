@@ -2,21 +2,24 @@
 
 A :class:`ToolRegistry` admits a tool only with input/output JSON Schemas, a health
 probe, a verifier and a fallback strategy; :class:`ToolService` runs calls (python tools
-in a warm worker process with a timeout kill and a memory limit, HTTP tools with httpx),
-verifies results before release, falls back, and records health; :func:`handle` is the
+in a warm worker process with a timeout kill, a memory limit and a minimal environment,
+HTTP tools with httpx under a deadline and a size cap), verifies results before release
+(the verifier in the tool's worker), falls back, and records health; :func:`handle` is the
 handler of the ``tool`` processor (topic ``hermes.tool``).
 """
 
-from ._executor import SIGNATURE_HEADER, Execution, Executor, HttpExecutor, PythonWorker
+from ._executor import IDEMPOTENCY_ENV, SIGNATURE_HEADER, Execution, Executor, PythonWorker
 from ._groups import group_name, serving
 from ._handler import NAME, PORT, TOPIC, handle
 from ._health import RegistryHealth
+from ._http import IDEMPOTENCY_HEADER, HttpExecutor
 from ._registry import ToolRegistry
 from ._release import arguments_digest
 from ._service import CallReport, ToolPort, ToolService, probe_all
-from ._settings import ToolSettings
+from ._settings import DEMO_MODULES, ToolSettings
 from ._spec import (
     DEFAULT_MAX_RESULT_BYTES,
+    MAX_RESULT_CAP,
     Fallback,
     SignatureConfig,
     SignedResult,
@@ -24,10 +27,14 @@ from ._spec import (
     ToolSpec,
 )
 from ._store import CallStats, Probe, StoredResult, ToolStore
-from ._verify import Verified, check_signature, verify
+from ._verify import Verified, check_signature, json_depth, verify
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
+    "DEMO_MODULES",
+    "IDEMPOTENCY_ENV",
+    "IDEMPOTENCY_HEADER",
+    "MAX_RESULT_CAP",
     "NAME",
     "PORT",
     "SIGNATURE_HEADER",
@@ -56,6 +63,7 @@ __all__ = [
     "check_signature",
     "group_name",
     "handle",
+    "json_depth",
     "probe_all",
     "serving",
     "verify",

@@ -1,28 +1,40 @@
 """Executors: where a tool actually runs, isolated from the processor.
 
 Python tools run in a warm worker process each (``_worker.py``; an argv list, JSON lines
-over stdin/stdout); a call past its timeout kills the worker and answers 504, and the
-next call spawns a new one. HTTP tools are called with httpx under the tool's timeout.
+over stdin/stdout, its own session and process group, a minimal environment); a call
+past its timeout kills the worker's whole process group and answers 504, and the next
+call spawns a new one. Any answer that is not the one awaited (undecodable, another
+request's id) kills the worker too and answers 503: a desynchronised worker never
+answers the next call with an old result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import json
 import logging
+import os
+import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE
 
-__all__ = ["Execution", "Executor", "HttpExecutor", "PythonWorker"]
+__all__ = [
+    "IDEMPOTENCY_ENV",
+    "SIGNATURE_HEADER",
+    "Execution",
+    "Executor",
+    "PythonWorker",
+    "worker_env",
+]
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +43,25 @@ _LINE_LIMIT = 32 * 1024 * 1024
 """Largest answer line read from a worker; larger ones are refused (the result cap is
 applied later, on the verified body)."""
 SIGNATURE_HEADER = "X-Verification-Signature"
+IDEMPOTENCY_ENV = "HERMES_IDEMPOTENCY_KEY"
+"""Set in a python tool's worker while a call runs: the call's idempotency key."""
 _EXIT_GRACE_S = 2.0
 """How long a worker that closed its stdout gets to exit before it is killed."""
+_REAP_S = 2.0
+"""How long reaping a killed worker may take (a process that escaped its group may
+hold the pipes open); after it the pipes are closed and the worker is forgotten."""
+_BASE_ENV = ("PATH", "PYTHONPATH", "HOME", "LANG", "TZ", "TMPDIR", "SYSTEMROOT")
+
+
+def worker_env(
+    names: tuple[str, ...], secret: str | None, source: Mapping[str, str]
+) -> dict[str, str]:
+    """A worker's environment: the base variables, LC_*, and ``names``; never ``secret``."""
+    wanted = set(_BASE_ENV) | set(names)
+    env = {k: v for k, v in source.items() if k in wanted or k.startswith("LC_")}
+    env.pop(secret or "", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,23 +81,32 @@ class Execution:
 
 
 class Executor(Protocol):
-    """Runs a tool's ``call`` (with arguments) or ``probe`` (without)."""
+    """Runs a tool's ``call`` (with arguments and the idempotency ``key``), ``probe``
+    (without) or ``verify`` (the result's JSON value)."""
 
-    async def run(self, role: str, arguments: Any, timeout_s: float) -> Execution: ...
+    async def run(
+        self, role: str, arguments: Any, timeout_s: float, key: str = ""
+    ) -> Execution: ...
 
     async def close(self) -> None: ...
 
 
 class PythonWorker:
-    """One warm worker process for a python tool's call and probe targets."""
+    """One warm worker process for a python tool's call, probe and verify targets."""
 
     def __init__(
-        self, name: str, targets: dict[str, str], memory_mb: int, spawn_timeout_s: float
+        self,
+        name: str,
+        targets: dict[str, str],
+        memory_mb: int,
+        spawn_timeout_s: float,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self._config = json.dumps(
             {"targets": targets, "memory_mb": memory_mb, "path": [p for p in sys.path if p]}
         )
+        self._env = dict(worker_env((), None, os.environ) if env is None else env)
         self._spawn_timeout_s = spawn_timeout_s
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
@@ -79,22 +117,27 @@ class PythonWorker:
         """The live worker's pid (None: no worker is running)."""
         return None if self._proc is None else self._proc.pid
 
-    async def run(self, role: str, arguments: Any, timeout_s: float) -> Execution:
+    async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
         async with self._lock:
             try:
                 proc = await self._ensure()
             except OSError as exc:
                 return Execution(UNAVAILABLE, error=f"{self.name}: worker did not start: {exc}")
-            return await self._exchange(proc, role, arguments, timeout_s)
+            return await self._exchange(proc, role, arguments, timeout_s, key)
 
     async def _exchange(
-        self, proc: asyncio.subprocess.Process, role: str, arguments: Any, timeout_s: float
+        self,
+        proc: asyncio.subprocess.Process,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str,
     ) -> Execution:
         self._seq += 1
-        request = json.dumps({"id": self._seq, "role": role, "arguments": arguments}) + "\n"
+        request = {"id": self._seq, "role": role, "arguments": arguments, "key": key}
         start = time.perf_counter()
         try:
-            line = await asyncio.wait_for(_roundtrip(proc, request.encode()), timeout_s)
+            line = await asyncio.wait_for(_roundtrip(proc, _line(request)), timeout_s)
         except TimeoutError:
             await self._kill()
             return Execution(TIMEOUT, error=f"{self.name} timed out after {timeout_s:g} s")
@@ -105,20 +148,24 @@ class PythonWorker:
             await self._kill()
             return Execution(UNAVAILABLE, error=f"{self.name}: answer refused: {exc}")
         latency = (time.perf_counter() - start) * 1000
-        return await self._decode(line, latency)
+        return await self._decode(line, self._seq, latency)
 
-    async def _decode(self, line: bytes, latency: float) -> Execution:
+    async def _decode(self, line: bytes, ident: int, latency: float) -> Execution:
         if not line:  # stdout closed: the worker is gone or going
             code = await self._kill(grace_s=_EXIT_GRACE_S)
             return Execution(UNAVAILABLE, error=f"{self.name}: worker exited ({code})")
-        answer = json.loads(line)
+        answer = _parse(line, ident)
+        if isinstance(answer, str):  # desynchronised: never trust this worker again
+            await self._kill()
+            return Execution(UNAVAILABLE, error=f"{self.name}: protocol error: {answer}")
         if not answer.get("ok"):
-            status = int(answer.get("status", 500))
+            status = _int(answer.get("status"))
             if status == 507:  # noqa: PLR2004 - the worker exits after running out of memory
                 await self._kill(grace_s=_EXIT_GRACE_S)
             return Execution(status, error=str(answer.get("error", "")), latency_ms=latency)
-        body = base64.b64decode(answer["body_b64"])
-        return Execution(OK, body, answer.get("signature"), latency_ms=latency)
+        signature = answer.get("signature")
+        signature = signature if isinstance(signature, str) else None
+        return Execution(OK, answer["body"], signature, latency_ms=latency)
 
     async def _ensure(self) -> asyncio.subprocess.Process:
         if self._proc is not None and self._proc.returncode is None:
@@ -131,6 +178,8 @@ class PythonWorker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=_LINE_LIMIT,
+            env=self._env,
+            start_new_session=True,
         )
         self._proc = proc
         await self._await_ready(proc)
@@ -146,12 +195,14 @@ class PythonWorker:
         except (TimeoutError, ValueError) as exc:
             await self._kill()
             raise OSError(f"not ready: {exc!r}") from exc
-        if not ready.get("ready"):
+        if not isinstance(ready, dict) or not ready.get("ready"):
             await self._kill()
-            raise OSError(str(ready.get("error", "not ready")))
+            error = ready.get("error", "not ready") if isinstance(ready, dict) else ready
+            raise OSError(f"not ready: {error!r}")
 
     async def _kill(self, grace_s: float = 0.0) -> int | None:
-        """Kill the worker (after ``grace_s`` to exit by itself) and reap it; its exit code.
+        """Kill the worker's process group (after ``grace_s`` to exit by itself) and reap
+        it within ``_REAP_S``; its exit code (None when it could not be reaped).
 
         A worker that is exiting anyway gets the grace: killing it polls the process, which
         would reap it behind asyncio's child watcher and lose its exit code.
@@ -162,13 +213,18 @@ class PythonWorker:
         if grace_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), grace_s)
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        code = await proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own group
         if proc.stdin is not None:
             proc.stdin.close()
-        return code
+        try:
+            return await asyncio.wait_for(proc.wait(), _REAP_S)
+        except TimeoutError:
+            log.warning("tool %s: worker %d not reaped; its pipes are closed", self.name, proc.pid)
+            transport = getattr(proc, "_transport", None)  # asyncio has no public close
+            if transport is not None:
+                transport.close()
+            return proc.returncode
 
     async def close(self) -> None:
         """Ask the worker to exit (EOF on stdin); kill it if it does not within a second."""
@@ -181,6 +237,32 @@ class PythonWorker:
             await self._kill(grace_s=1.0)
 
 
+def _line(request: dict[str, Any]) -> bytes:
+    return (json.dumps(request, ensure_ascii=True) + "\n").encode()
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 500
+
+
+def _parse(line: bytes, ident: int) -> dict[str, Any] | str:
+    """The answer to request ``ident`` with its ``body`` decoded; else what is wrong."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return f"undecodable answer {line[:80]!r}"
+    if not isinstance(answer, dict):
+        return f"answer is not an object: {line[:80]!r}"
+    if answer.get("id") != ident:
+        return f"answer to request {answer.get('id')!r} while awaiting {ident}"
+    if answer.get("ok"):
+        try:
+            answer["body"] = base64.b64decode(str(answer["body_b64"]), validate=True)
+        except (KeyError, ValueError, binascii.Error) as exc:
+            return f"answer body is not base64: {exc}"
+    return answer
+
+
 async def _roundtrip(proc: asyncio.subprocess.Process, request: bytes) -> bytes:
     """Send one request line, read one answer line (b"" when the worker is gone)."""
     if proc.stdin is None or proc.stdout is None:
@@ -188,38 +270,3 @@ async def _roundtrip(proc: asyncio.subprocess.Process, request: bytes) -> bytes:
     proc.stdin.write(request)
     await proc.stdin.drain()
     return await proc.stdout.readline()
-
-
-class HttpExecutor:
-    """An HTTP tool: ``POST {base}{call_path}`` with the JSON arguments, ``GET {base}{health}``."""
-
-    def __init__(
-        self, name: str, base: str, call_path: str, health_path: str, client: httpx.AsyncClient
-    ) -> None:
-        self.name = name
-        self._base = base.rstrip("/")
-        self._call_path = call_path
-        self._health_path = health_path
-        self._client = client
-
-    async def run(self, role: str, arguments: Any, timeout_s: float) -> Execution:
-        start = time.perf_counter()
-        try:
-            if role == "probe":
-                response = await self._client.get(self._base + self._health_path, timeout=timeout_s)
-            else:
-                url = self._base + self._call_path
-                response = await self._client.post(url, json=arguments, timeout=timeout_s)
-        except httpx.TimeoutException:
-            return Execution(TIMEOUT, error=f"{self.name} timed out after {timeout_s:g} s")
-        except httpx.HTTPError as exc:
-            return Execution(UNAVAILABLE, error=f"{self.name}: {type(exc).__name__}: {exc}")
-        latency = (time.perf_counter() - start) * 1000
-        if response.status_code != OK:
-            error = f"{self.name} answered HTTP {response.status_code}: {response.text[:200]}"
-            return Execution(response.status_code, error=error, latency_ms=latency)
-        signature = response.headers.get(SIGNATURE_HEADER)
-        return Execution(OK, response.content, signature, latency_ms=latency)
-
-    async def close(self) -> None:
-        return None  # the client belongs to the service

@@ -19,8 +19,19 @@ __all__ = ["group_name", "serving"]
 
 
 def group_name(tool: str) -> str:
-    """The consumer group of a tool's own processor: ``tool-<name>``."""
-    return f"{NAME}-{tool.replace('.', '-').lower()}"
+    """The consumer group of a tool's own processor: ``tool-<name>``, injective.
+
+    Lowercase letters, digits and ``_`` are kept; any other character becomes ``-`` and
+    its code point in hex (``-`` + 2 digits below 256, ``--`` + 6 digits above), so two
+    tool names never share a group (``Org.Tool`` -> ``tool--4frg-2e-54ool``)."""
+    return f"{NAME}-" + "".join(_escaped(char) for char in tool)
+
+
+def _escaped(char: str) -> str:
+    if char.isascii() and (char.islower() or char.isdigit() or char == "_"):
+        return char
+    code = ord(char)
+    return f"-{code:02x}" if code < 256 else f"--{code:06x}"  # noqa: PLR2004 - one byte
 
 
 def serving(tools: Collection[str], *, others: bool = False) -> Handler:

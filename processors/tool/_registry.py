@@ -2,23 +2,28 @@
 
 A tool needs input and output JSON Schemas (http tools serve them at ``/schema``), a
 health probe, a verifier and a fallback strategy; ``none`` only in debug mode. HTTP
-tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOSTS``).
+tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOSTS``),
+without credentials in the URL; python targets, probes, verifiers and backups must name
+a module of the allow-list (``HERMES_TOOL_MODULES``): their code runs with the
+processor's rights.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from typing import Any
 
 import httpx
 import jsonschema
 
-from hermesbus.errors import AdmissionError, ToolError
+from hermesbus.errors import AdmissionError
 
-from ._settings import ToolSettings
-from ._spec import Fallback, ToolSpec
+from ._http import join_url, path_problem
+from ._settings import ToolSettings, module_allowed
+from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec
 from ._store import ToolStore
-from ._verify import resolve, schema_error
+from ._verify import schema_error
 
 __all__ = ["ToolRegistry"]
 
@@ -41,22 +46,38 @@ class ToolRegistry:
 
     async def register(self, spec: ToolSpec) -> ToolSpec:
         """Admit and store ``spec`` (http schemas fetched from ``/schema``); else AdmissionError."""
-        problems: list[str] = []
+        problems = self.module_problems(spec)
         if spec.kind == "http":
             problems += self._url_problems("base URL", spec.target)
+            problems += [p for p in (path_problem("call_path", spec.call_path),) if p]
             if not problems and (spec.input_schema is None or spec.output_schema is None):
                 spec, fetch_problem = await self._fetch_schemas(spec)
                 problems += fetch_problem
         else:
-            problems += _target_problems("python target", spec.target)
-        problems += _schema_problems(spec)
+            problems += _target_problems("python target", spec.target, self.settings.modules)
+        problems += _schema_problems(spec) + _limit_problems(spec)
         problems += self._probe_problems(spec)
-        problems += _verifier_problems(spec)
+        problems += _verifier_problems(spec, self.settings.modules)
         problems += self._fallback_problems(spec)
         if problems:
             raise AdmissionError(f"tool {spec.name!r} refused: " + "; ".join(problems))
         await self.store.save_spec(spec)
         return spec
+
+    def module_problems(self, spec: ToolSpec) -> list[str]:
+        """The modules ``spec`` names (target, probe, verifier, backup) that are not on
+        ``HERMES_TOOL_MODULES``; checked at admission and again before every call."""
+        named = [("verifier", spec.verifier)]
+        if spec.kind == "python":
+            backup = spec.fallback.backup if spec.fallback else None
+            named += [("python target", spec.target), ("health probe", spec.health)]
+            named += [("proxy backup", backup)]
+        allowed = ",".join(self.settings.modules) or "(none)"
+        return [
+            f"{what} module {target.partition(':')[0]!r} is not on HERMES_TOOL_MODULES ({allowed})"
+            for what, target in named
+            if target and not module_allowed(target, self.settings.modules)
+        ]
 
     async def get(self, name: str) -> ToolSpec | None:
         return await self.store.get_spec(name)
@@ -71,23 +92,26 @@ class ToolRegistry:
             return [f"{what} {url!r} is not a URL ({exc})"]
         if parsed.scheme not in {"http", "https"} or not parsed.host:
             return [f"{what} {url!r} is not an http(s) URL"]
+        if parsed.userinfo:
+            return [f"{what} carries credentials (user:password@): pass secrets another way"]
         if parsed.host.lower() not in self.settings.hosts:
             allowed = ",".join(sorted(self.settings.hosts))
             return [f"{what} host {parsed.host!r} is not on HERMES_TOOL_HOSTS ({allowed})"]
         return []
 
     async def _fetch_schemas(self, spec: ToolSpec) -> tuple[ToolSpec, list[str]]:
-        url = spec.target.rstrip("/") + "/schema"
+        url = join_url(spec.target, "/schema")
         try:
-            if self._client is not None:
-                response = await self._client.get(url, timeout=spec.timeout_s)
-            else:
-                async with httpx.AsyncClient() as client:
-                    response = await client.get(url, timeout=spec.timeout_s)
+            async with asyncio.timeout(spec.timeout_s):
+                if self._client is not None:
+                    response = await self._client.get(url, timeout=spec.timeout_s)
+                else:
+                    async with httpx.AsyncClient() as client:
+                        response = await client.get(url, timeout=spec.timeout_s)
             response.raise_for_status()
             served: Any = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            return spec, [f"input/output schema: GET {url} failed ({exc})"]
+        except (httpx.HTTPError, ValueError, TimeoutError) as exc:
+            return spec, [f"input/output schema: GET {url} failed ({exc!r})"]
         if not isinstance(served, dict):
             return spec, [f"input/output schema: GET {url} did not answer a JSON object"]
         update = {
@@ -100,11 +124,11 @@ class ToolRegistry:
 
     def _probe_problems(self, spec: ToolSpec) -> list[str]:
         if spec.kind == "http":
-            path = spec.health_path
-            return [] if path.startswith("/") else [f"health probe path {path!r} must start with /"]
+            problem = path_problem("health probe path", spec.health_path)
+            return [] if problem is None else [problem]
         if not spec.health:
             return ["no health probe (a module:function returning latency_ms, success_rate, ...)"]
-        return _target_problems("health probe", spec.health)
+        return _target_problems("health probe", spec.health, self.settings.modules)
 
     def _fallback_problems(self, spec: ToolSpec) -> list[str]:
         fallback = spec.fallback
@@ -123,18 +147,31 @@ class ToolRegistry:
             return ["fallback 'proxy' needs a backup endpoint"]
         if spec.kind == "http":
             return self._url_problems("proxy backup", fallback.backup)
-        return _target_problems("proxy backup", fallback.backup)
+        return _target_problems("proxy backup", fallback.backup, self.settings.modules)
 
 
-def _target_problems(what: str, target: str) -> list[str]:
+def _target_problems(what: str, target: str, prefixes: tuple[str, ...]) -> list[str]:
+    """Whether ``module:function`` names a module that can be found (without running it:
+    ``find_spec`` imports only the parent packages, and only of allowed modules)."""
     module, sep, name = target.partition(":")
     if not sep or not module or not name:
         return [f"{what} {target!r} is not module:function"]
+    if not module_allowed(target, prefixes):
+        return []  # named by module_problems
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:
         return [f"{what} module {module!r} cannot be found ({exc})"]
     return [] if found is not None else [f"{what} module {module!r} cannot be found"]
+
+
+def _limit_problems(spec: ToolSpec) -> list[str]:
+    problems = []
+    if spec.max_result_bytes > MAX_RESULT_CAP:
+        problems.append(f"max_result_bytes {spec.max_result_bytes} is over {MAX_RESULT_CAP}")
+    if spec.signature is not None and spec.signature.key_env in spec.env:
+        problems.append(f"env must not pass the verification key {spec.signature.key_env}")
+    return problems
 
 
 def _schema_problems(spec: ToolSpec) -> list[str]:
@@ -150,14 +187,10 @@ def _schema_problems(spec: ToolSpec) -> list[str]:
     return problems
 
 
-def _verifier_problems(spec: ToolSpec) -> list[str]:
+def _verifier_problems(spec: ToolSpec, prefixes: tuple[str, ...]) -> list[str]:
     if not spec.verifier:
         return ["no verifier (a module:function taking the result, returning a bool)"]
-    try:
-        resolve(spec.verifier)
-    except ToolError as exc:
-        return [f"verifier: {exc}"]
-    return []
+    return _target_problems("verifier", spec.verifier, prefixes)
 
 
 def _mock_problems(spec: ToolSpec, fallback: Fallback) -> list[str]:

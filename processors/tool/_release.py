@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hermesbus.errors import VerificationError
@@ -13,7 +13,7 @@ from hermesbus.processors.protocol import OK, VERIFICATION_FAILED
 
 from ._executor import Execution
 from ._spec import ToolSpec
-from ._verify import verify
+from ._verify import DEFAULT_MAX_DEPTH, Verified, check_result, finish
 
 __all__ = ["arguments_digest", "failure", "release", "truncate"]
 
@@ -28,12 +28,19 @@ def failure(tool: str, status: int, error: str) -> ToolResult:
     return ToolResult(tool=tool, status_code=status, error=error)
 
 
-def release(
-    spec: ToolSpec, execution: Execution, verifier: Callable[[Any], Any], fallback: str | None
+async def release(
+    spec: ToolSpec,
+    execution: Execution,
+    verifier: Callable[[Any], Awaitable[None]],
+    fallback: str | None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> tuple[ToolResult, str | None]:
-    """The verified result (truncated past the cap), or a 502 and the alert message."""
+    """The verified result (truncated past the cap), or a 502 and the alert message.
+
+    ``verifier`` runs the spec's verifier on the JSON value (in the tool's worker) and
+    raises :class:`VerificationError` when it says no."""
     try:
-        verified = verify(spec, execution.body, execution.signature, verifier)
+        verified = await _verified(spec, execution, verifier, max_depth)
     except VerificationError as exc:
         error = f"verification failed: {exc}"
         return ToolResult(tool=spec.name, status_code=VERIFICATION_FAILED, error=error), error
@@ -48,6 +55,17 @@ def release(
         truncated=truncated,
     )
     return result, None
+
+
+async def _verified(
+    spec: ToolSpec,
+    execution: Execution,
+    verifier: Callable[[Any], Awaitable[None]],
+    max_depth: int,
+) -> Verified:
+    value = check_result(spec, execution.body, execution.signature, max_depth=max_depth)
+    await verifier(value)
+    return finish(spec, value)
 
 
 def truncate(body: bytes, cap: int) -> tuple[str, bool]:

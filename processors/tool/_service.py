@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from hermesbus._types import EPOCH
-from hermesbus.errors import ToolError
+from hermesbus.errors import AdmissionError, ToolError, VerificationError
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import ToolCall, ToolResult
 from hermesbus.processors.protocol import (
@@ -31,18 +32,26 @@ from hermesbus.processors.protocol import (
     is_failure,
 )
 
-from ._executor import Execution, Executor, HttpExecutor, PythonWorker
+from ._executor import Execution, Executor, PythonWorker, worker_env
 from ._health import RegistryHealth, parse_probe
+from ._http import HttpExecutor
 from ._registry import ToolRegistry
 from ._release import arguments_digest, failure, release
 from ._settings import ToolSettings
 from ._spec import ToolSpec
 from ._store import Probe, StoredResult, ToolStore
-from ._verify import resolve, schema_error
+from ._verify import json_depth, schema_error
 
 __all__ = ["CallReport", "ToolPort", "ToolService", "probe_all"]
 
 log = logging.getLogger(__name__)
+
+FORBIDDEN = 403
+"""A registered tool names a module that is no longer on ``HERMES_TOOL_MODULES``."""
+CONFLICT = 409
+"""The idempotency key was used by another tool or with other arguments."""
+INTERNAL = 500
+_VERIFIED = b"true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +98,6 @@ class ToolService(Service):
         self.registry = ToolRegistry(store, self.settings, debug=debug)
         self.health_view = RegistryHealth(store, window=self.settings.tool_health_window)
         self._executors: dict[tuple[str, str], tuple[ToolSpec, Executor]] = {}
-        self._verifiers: dict[str, Callable[[Any], Any]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._started = False
 
@@ -117,7 +125,7 @@ class ToolService(Service):
     async def register(self, spec: ToolSpec) -> ToolSpec:
         """Admit the tool (AdmissionError otherwise); its old workers are retired."""
         admitted = await self.registry.register(spec)
-        for role in ("main", "backup"):
+        for role in ("main", "backup", "verify"):
             entry = self._executors.pop((spec.name, role), None)
             if entry is not None:
                 await entry[1].close()
@@ -137,10 +145,21 @@ class ToolService(Service):
     async def call(
         self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
     ) -> CallReport:
-        """Answer one call; ``now`` is the envelope's time (the cache's clock)."""
+        """Answer one call; ``now`` is the envelope's time (the cache's clock). Never raises:
+        an unexpected error is a 500 result (raising would make the runtime run it again).
+
+        Only successes are stored under the idempotency key: a call whose outcome is
+        unknown (504) may run again on a retry, so a tool with side effects must honour
+        the key itself (HTTP: the ``Idempotency-Key`` header; python: the
+        ``HERMES_IDEMPOTENCY_KEY`` variable while the call runs)."""
         start = time.perf_counter()
         meter = _Meter()
-        result, alert = await self._answer(call, _millis(now), fallback, timeout_ms, meter)
+        try:
+            result, alert = await self._answer(call, _millis(now), fallback, timeout_ms, meter)
+        except Exception as exc:  # the boundary: a result, never an exception
+            log.exception("tool %s: the call failed inside the processor", call.tool)
+            result = failure(call.tool, INTERNAL, f"internal error: {type(exc).__name__}")
+            alert = None
         elapsed = (time.perf_counter() - start) * 1000
         count = len(meter.latencies)
         average = sum(meter.latencies) / count if count else 0.0
@@ -153,46 +172,78 @@ class ToolService(Service):
         if isinstance(checked, ToolResult):
             return checked, None
         spec, arguments = checked
-        stored = await self.store.get_result(call.idempotency_key)
-        if stored is not None:  # a redelivery or a retry of a call that already succeeded
-            return stored.result, None
         digest = arguments_digest(arguments)
+        stored = await self._stored(call, spec, digest)
+        if stored is not None:  # a redelivery or a retry of a call that already succeeded
+            return stored, None
         strategy = spec.fallback.strategy if spec.fallback is not None else "none"
         allowed = call.fallback_allowed and strategy != "none"
+        key = call.idempotency_key
         if fallback and allowed:
-            answer = await self._fallback(spec, arguments, digest, now_ms, meter)
+            answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             if answer is not None:
                 return answer, None
-        result, alert = await self._primary(spec, arguments, timeout_ms, meter)
+        result, alert = await self._primary(spec, arguments, timeout_ms, meter, key)
         if result.status_code == OK:
-            await self.store.put_result(call.idempotency_key, digest, StoredResult(result, now_ms))
+            await self._keep(key, digest, StoredResult(result, now_ms))
         elif is_failure(result.status_code) and alert is None and allowed:
-            answer = await self._fallback(spec, arguments, digest, now_ms, meter)
+            answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             failed = result.model_copy(update={"error": f"{result.error}; no fallback answered"})
             result = answer or failed
         return result, alert
 
+    async def _stored(self, call: ToolCall, spec: ToolSpec, digest: str) -> ToolResult | None:
+        """The stored answer under the key; a 409 when another tool or other arguments used it."""
+        stored = await self.store.get_result(call.idempotency_key)
+        if stored is None:
+            return None
+        if stored.result.tool != spec.name or stored.digest != digest:
+            other = "another tool" if stored.result.tool != spec.name else "other arguments"
+            error = f"idempotency key {call.idempotency_key!r} was already used by {other}"
+            return failure(spec.name, CONFLICT, error)
+        return stored.result
+
+    async def _keep(self, key: str, digest: str, stored: StoredResult) -> None:
+        retention_ms = int(self.settings.tool_result_retention_s * 1000)
+        await self.store.put_result(key, digest, stored, stored.at_ms - retention_ms)
+
     async def _check(self, call: ToolCall) -> ToolResult | tuple[ToolSpec, Any]:
-        """The spec and the parsed arguments, or the 404/400 answer."""
+        """The spec and the parsed arguments, or the 404/403/400 answer."""
         spec = await self.store.get_spec(call.tool)
         if spec is None:
             return failure(call.tool, NOT_REGISTERED, f"tool {call.tool!r} is not registered")
+        refused = self.registry.module_problems(spec)
+        if refused:
+            error = AdmissionError(f"tool {spec.name!r} refused: " + "; ".join(refused))
+            return failure(spec.name, FORBIDDEN, str(error))
+        problem, arguments = self._arguments(call.arguments_json)
+        if problem is None:
+            problem = schema_error(spec.input_schema or {}, arguments)
+            problem = None if problem is None else f"arguments: {problem}"
+        return (spec, arguments) if problem is None else failure(spec.name, BAD_ARGUMENTS, problem)
+
+    def _arguments(self, text: str) -> tuple[str | None, Any]:
+        """The parsed arguments, or why they are refused: too long, not JSON, too deep."""
+        limit = self.settings.tool_max_arguments_bytes
+        if len(text.encode()) > limit:
+            return f"arguments are over {limit} bytes", None
         try:
-            arguments = json.loads(call.arguments_json)
-        except ValueError as exc:
-            return failure(spec.name, BAD_ARGUMENTS, f"arguments are not JSON: {exc}")
-        problem = schema_error(spec.input_schema or {}, arguments)
-        if problem is not None:
-            return failure(spec.name, BAD_ARGUMENTS, f"arguments: {problem}")
-        return spec, arguments
+            arguments = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            return f"arguments are not JSON: {exc}", None
+        if json_depth(arguments) > self._depth:
+            return f"arguments are nested deeper than {self._depth}", None
+        return None, arguments
 
     async def _primary(
-        self, spec: ToolSpec, arguments: Any, timeout_ms: int, meter: _Meter
+        self, spec: ToolSpec, arguments: Any, timeout_ms: int, meter: _Meter, key: str
     ) -> tuple[ToolResult, str | None]:
         timeout = spec.timeout_s if timeout_ms <= 0 else min(spec.timeout_s, timeout_ms / 1000)
-        execution = meter.add(await self._executor(spec, "main").run("call", arguments, timeout))
+        executor = self._executor(spec, "main")
+        execution = meter.add(await executor.run("call", arguments, timeout, key))
         if execution.ok:
-            result, alert = release(spec, execution, self._verifier(spec), None)
+            verifier = self._verifier(spec, "main", timeout)
+            result, alert = await release(spec, execution, verifier, None, self._depth)
         else:
             result, alert = failure(spec.name, execution.status, execution.error), None
         ok = not is_failure(result.status_code)
@@ -201,8 +252,12 @@ class ToolService(Service):
             log.warning("tool %s: result discarded: %s", spec.name, result.error)
         return result, alert
 
+    @property
+    def _depth(self) -> int:
+        return self.settings.tool_max_json_depth
+
     async def _fallback(
-        self, spec: ToolSpec, arguments: Any, digest: str, now_ms: int, meter: _Meter
+        self, spec: ToolSpec, arguments: Any, digest: str, now_ms: int, *, meter: _Meter, key: str
     ) -> ToolResult | None:
         """The fallback's answer; None when it has none (no fresh cache, backup failed)."""
         fallback = spec.fallback
@@ -214,36 +269,41 @@ class ToolService(Service):
         if fallback.strategy == "cache":
             return await self._cached(spec, digest, now_ms, fallback.stale_after_s or 0.0)
         backup = self._executor(spec, "backup")
-        execution = meter.add(await backup.run("call", arguments, spec.timeout_s))
+        execution = meter.add(await backup.run("call", arguments, spec.timeout_s, key))
         if not execution.ok:
             log.warning("tool %s: backup failed: %s", spec.name, execution.error)
             return None
-        result, _ = release(spec, execution, self._verifier(spec), "proxy")
+        verifier = self._verifier(spec, "backup", spec.timeout_s)
+        result, _ = await release(spec, execution, verifier, "proxy", self._depth)
         return result if result.status_code == OK else None
 
     async def _cached(
         self, spec: ToolSpec, digest: str, now_ms: int, stale_after_s: float
     ) -> ToolResult | None:
+        """The newest result for these arguments, unless older than ``stale_after_s`` or
+        dated after ``now_ms`` (an entry from the future is not fresh, it is suspect)."""
         stored = await self.store.last_result(spec.name, digest)
-        if stored is None or now_ms - stored.at_ms > stale_after_s * 1000:
+        if stored is None or not 0 <= now_ms - stored.at_ms <= stale_after_s * 1000:
             return None
         since = stored.result.stale_since or EPOCH + timedelta(milliseconds=stored.at_ms)
         update = {"stale": True, "stale_since": since, "fallback": "cache"}
         return stored.result.model_copy(update=update)
 
-    def _verifier(self, spec: ToolSpec) -> Callable[[Any], Any]:
-        target = spec.verifier or ""
-        if target not in self._verifiers:
-            try:
-                self._verifiers[target] = resolve(target)
-            except ToolError as exc:
-                message = str(exc)
+    def _verifier(
+        self, spec: ToolSpec, role: str, timeout_s: float
+    ) -> Callable[[Any], Awaitable[None]]:
+        """Runs the spec's verifier in a worker (python tools: the one that answered) under
+        ``timeout_s``; raises VerificationError unless it returned True."""
+        executor = self._executor(spec, role if spec.kind == "python" else "verify")
 
-                def refuse(_value: Any) -> bool:
-                    raise ToolError(message)
+        async def run(value: Any) -> None:
+            execution = await executor.run("verify", value, timeout_s)
+            if not execution.ok:
+                raise VerificationError(f"verifier: {spec.verifier} failed: {execution.error}")
+            if execution.body != _VERIFIED:
+                raise VerificationError(f"verifier: {spec.verifier} rejected the result")
 
-                return refuse
-        return self._verifiers[target]
+        return run
 
     def _executor(self, spec: ToolSpec, role: str) -> Executor:
         key = (spec.name, role)
@@ -259,17 +319,28 @@ class ToolService(Service):
         return executor
 
     def _new_executor(self, spec: ToolSpec, role: str) -> Executor:
+        """``main`` and ``backup`` run the tool (python: and its verifier); ``verify`` is an
+        http tool's verifier worker."""
         backup = spec.fallback.backup if spec.fallback else None
         target = (backup or spec.target) if role == "backup" else spec.target
-        if spec.kind == "http":
+        if spec.kind == "http" and role != "verify":
             if self._client is None:
                 raise ToolError("the tool service is not started (use async with ToolService)")
-            return HttpExecutor(spec.name, target, spec.call_path, spec.health_path, self._client)
-        targets = {"call": target}
+            cap = spec.max_result_bytes * self.settings.tool_response_factor
+            return HttpExecutor(
+                spec.name, target, spec.call_path, spec.health_path, self._client,
+                hosts=self.settings.hosts, max_bytes=cap,
+            )  # fmt: skip
+        targets = {"verify": spec.verifier} if spec.verifier else {}
+        if role != "verify":
+            targets["call"] = target
         if role == "main" and spec.health:
             targets["probe"] = spec.health
-        name = spec.name if role == "main" else f"{spec.name}(backup)"
-        return PythonWorker(name, targets, spec.memory_limit_mb, self.settings.tool_spawn_timeout_s)
+        name = spec.name if role == "main" else f"{spec.name}({role})"
+        secret = spec.signature.key_env if spec.signature else None
+        env = worker_env(spec.env, secret, os.environ)
+        spawn = self.settings.tool_spawn_timeout_s
+        return PythonWorker(name, targets, spec.memory_limit_mb, spawn, env)
 
     # -- probes -------------------------------------------------------------------------
 
@@ -280,7 +351,10 @@ class ToolService(Service):
         return {spec.name: probe for spec, probe in zip(specs, probes, strict=True)}
 
     async def probe(self, spec: ToolSpec) -> Probe:
-        execution = await self._executor(spec, "main").run("probe", None, spec.timeout_s)
+        if self.registry.module_problems(spec):
+            execution = Execution(FORBIDDEN, error="a module is not on HERMES_TOOL_MODULES")
+        else:
+            execution = await self._executor(spec, "main").run("probe", None, spec.timeout_s)
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:
             log.warning("tool %s: probe failed: %s", spec.name, probe.error)

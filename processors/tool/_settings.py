@@ -4,28 +4,54 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ToolSettings"]
+__all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed"]
+
+DEMO_MODULES = "hermesbus.processors.tool.demo"
+"""The module prefix allowed by default: the demo tools."""
+
+
+def module_allowed(target: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether the module of ``module:function`` is one of ``prefixes`` or inside one."""
+    module = target.partition(":")[0]
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
 
 
 class ToolSettings(BaseSettings):
-    """``HERMES_TOOL_HOSTS`` (comma-separated allow-list of HTTP tool hosts), ``HERMES_DEBUG``
-    (admits tools with fallback ``none``), ``HERMES_HOME`` (holds ``tools.sqlite3``)."""
+    """``HERMES_TOOL_HOSTS`` (comma-separated allow-list of HTTP tool hosts),
+    ``HERMES_TOOL_MODULES`` (comma-separated allow-list of module prefixes python
+    targets, probes, verifiers and backups may name: their code runs with the
+    processor's rights), ``HERMES_DEBUG`` (admits tools with fallback ``none``),
+    ``HERMES_HOME`` (holds ``tools.sqlite3``)."""
 
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
     home: Path = Path(".hermes")
     debug: bool = False
     tool_hosts: str = "127.0.0.1,localhost"
+    tool_modules: str = DEMO_MODULES
     tool_spawn_timeout_s: float = 60.0
     """How long a python tool's worker may take to start (import the tool) before failing."""
     tool_health_window: int = 20
     """Observed success rate: over this many latest calls of the tool."""
+    tool_max_arguments_bytes: int = Field(default=256 * 1024, gt=0)
+    """Larger ``arguments_json`` is refused (400) before it is parsed."""
+    tool_max_json_depth: int = Field(default=64, gt=0)
+    """Arguments nested deeper are refused (400), results are discarded (502)."""
+    tool_result_retention_s: float = Field(default=7 * 24 * 3600, gt=0)
+    """Stored results (idempotency and cache) older than this, by envelope time, are pruned."""
+    tool_response_factor: int = Field(default=4, gt=0)
+    """An HTTP tool's body may be this many times its ``max_result_bytes``; larger is 502."""
 
     @property
     def hosts(self) -> frozenset[str]:
         return frozenset(h.strip().lower() for h in self.tool_hosts.split(",") if h.strip())
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(m.strip() for m in self.tool_modules.split(",") if m.strip())
 
     @property
     def tools_path(self) -> Path:

@@ -15,6 +15,7 @@ from hermesbus.processors.protocol import ToolHealth
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
+    "MAX_RESULT_CAP",
     "Fallback",
     "SignatureConfig",
     "SignedResult",
@@ -23,8 +24,11 @@ __all__ = [
 ]
 
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
+MAX_RESULT_CAP = 1024 * 1024
+"""The largest ``max_result_bytes`` the registry admits."""
 
 ToolKind = Literal["python", "http"]
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SignatureAlg = Literal["hmac-sha256", "ed25519"]
 Strategy = Literal["cache", "mock", "proxy", "none"]
 _DEFAULTS = ToolHealth(tool="-", latency_ms=0.0, success_rate=1.0)
@@ -43,7 +47,7 @@ class SignatureConfig(_Frozen):
     """
 
     alg: SignatureAlg
-    key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    key_env: Annotated[str, Field(pattern=_ENV_NAME)]
 
 
 class Fallback(_Frozen):
@@ -61,9 +65,13 @@ class Fallback(_Frozen):
 class ToolSpec(_Frozen):
     """A tool as registered; ``target`` is ``module:function`` (python) or the base URL (http).
 
-    HTTP tools answer ``POST {target}{call_path}``, ``GET {target}/schema`` (``{"input":
-    ..., "output": ...}``) and ``GET {target}{health}`` (``{"latency_ms",
-    "success_rate", "quota_remaining"}``); python tools name a probe ``module:function``.
+    HTTP tools answer ``POST {target}{call_path}`` (with an ``Idempotency-Key`` header),
+    ``GET {target}/schema`` (``{"input": ..., "output": ...}``) and ``GET
+    {target}{health}`` (``{"latency_ms", "success_rate", "quota_remaining"}``); python
+    tools name a probe ``module:function`` and see the call's idempotency key in
+    ``HERMES_IDEMPOTENCY_KEY`` while they run.
+    Only successes are stored under the key: a call whose outcome is unknown (504) may
+    run again on a retry, so a tool with side effects must honour the key itself.
     """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
@@ -80,6 +88,10 @@ class ToolSpec(_Frozen):
     fallback: Fallback | None = None
     signature: SignatureConfig | None = None
     sensitive_words: tuple[str, ...] = ()
+    env: tuple[Annotated[str, Field(pattern=_ENV_NAME)], ...] = ()
+    """python: the variables (names) passed to the worker besides PATH, HOME, LANG, LC_*,
+    TZ and PYTHONPATH; never the signature's ``key_env``. The rest of the processor's
+    environment (broker credentials, keys) is not visible to the tool."""
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
     memory_limit_mb: Annotated[int, Field(gt=0)] = 256
     """python: address space the worker may add after importing the tool (RLIMIT_AS)."""

@@ -34,10 +34,12 @@ class CallStats:
 
 @dataclass(frozen=True, slots=True)
 class StoredResult:
-    """A released successful result and the envelope time of the call that produced it."""
+    """A released successful result, the envelope time of the call that produced it and
+    the digest of its arguments (filled in by the store on reads)."""
 
     result: ToolResult
     at_ms: int
+    digest: str = ""
 
 
 class ToolStore(Protocol):
@@ -53,12 +55,16 @@ class ToolStore(Protocol):
         """Every spec, by name."""
         ...
 
-    async def put_result(self, key: str, digest: str, stored: StoredResult) -> None:
-        """Keep a successful result under its idempotency key and (tool, arguments digest)."""
+    async def put_result(
+        self, key: str, digest: str, stored: StoredResult, prune_before_ms: int | None = None
+    ) -> None:
+        """Keep a successful result under its idempotency key and (tool, arguments digest);
+        results stored at an envelope time before ``prune_before_ms`` are deleted."""
         ...
 
     async def get_result(self, key: str) -> StoredResult | None:
-        """The result stored under the idempotency key, if any."""
+        """The result stored under the idempotency key (whatever its tool), if any; the
+        caller compares its tool and digest before using it."""
         ...
 
     async def last_result(self, tool: str, digest: str) -> StoredResult | None:

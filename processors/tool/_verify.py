@@ -3,7 +3,8 @@
 Keys come from the environment only (the spec names the variable) and are never logged.
 Each failure is a :class:`~hermesbus.errors.VerificationError` whose message starts with
 the check that failed (``signature``, ``json``, ``output_schema``, ``verifier``,
-``sensitive_words``).
+``sensitive_words``). The verifier itself is tool code: the service runs it in the
+tool's worker (:func:`check_result` before, :func:`finish` after), never in-process.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -24,13 +24,23 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from hermesbus.errors import ToolError, VerificationError
+from hermesbus.errors import VerificationError
 
 from ._spec import SignatureConfig, ToolSpec
 
-__all__ = ["Verified", "check_signature", "resolve", "schema_error", "verify"]
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "Verified",
+    "check_result",
+    "check_signature",
+    "finish",
+    "json_depth",
+    "schema_error",
+    "verify",
+]
 
 STEPS = "verification_steps"
+DEFAULT_MAX_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,24 +51,28 @@ class Verified:
     steps: tuple[str, ...]
 
 
-def resolve(target: str) -> Callable[..., Any]:
-    """The callable a ``module:function`` target names."""
-    module, sep, name = target.partition(":")
-    if not sep or not module or not name:
-        raise ToolError(f"{target!r} is not module:function")
-    try:
-        function = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ToolError(f"cannot import {target}: {exc}") from exc
-    if not callable(function):
-        raise ToolError(f"{target} is not callable")
-    return function  # type: ignore[no-any-return]
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar: 0); iterative, no recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
 
 
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """The first validation error as ``path: message``; None when ``value`` is valid."""
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except RecursionError:
+        return "(root): the value is nested too deeply to validate"
     if error is None:
         return None
     path = "/".join(str(p) for p in error.absolute_path) or "(root)"
@@ -71,12 +85,14 @@ def check_signature(
     """Raise unless ``signature`` signs exactly ``body`` with the key named by ``key_env``."""
     if not signature:
         raise VerificationError("signature: the result carries no signature")
+    if not signature.isascii():
+        raise VerificationError("signature: the signature is not ASCII")
     key = env.get(config.key_env)
     if not key:
         raise VerificationError(f"signature: the key variable {config.key_env} is not set")
     if config.alg == "hmac-sha256":
         expected = hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, signature.strip().lower()):
+        if not hmac.compare_digest(expected.encode(), signature.strip().lower().encode()):
             raise VerificationError("signature: HMAC-SHA256 does not match the body")
         return
     try:
@@ -98,6 +114,37 @@ def _ed25519_key(text: str) -> Ed25519PublicKey:
     return key
 
 
+def check_result(
+    spec: ToolSpec,
+    body: bytes,
+    signature: str | None,
+    env: Mapping[str, str] | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> Any:
+    """Signature, JSON (at most ``max_depth`` deep) and output schema; the JSON value."""
+    if spec.signature is not None:
+        check_signature(spec.signature, body, signature, os.environ if env is None else env)
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise VerificationError(f"json: the result is not JSON: {exc}") from exc
+    if json_depth(value) > max_depth:
+        raise VerificationError(f"json: the result is nested deeper than {max_depth}")
+    problem = schema_error(spec.output_schema or {}, value)
+    if problem is not None:
+        raise VerificationError(f"output_schema: {problem}")
+    return value
+
+
+def finish(spec: ToolSpec, value: Any) -> Verified:
+    """The content checks after the verifier passed: sensitive words, then the steps."""
+    text = json.dumps(value, ensure_ascii=False).casefold()
+    found = [word for word in spec.sensitive_words if word.casefold() in text]
+    if found:
+        raise VerificationError(f"sensitive_words: the result contains {len(found)} of them")
+    return Verified(value, _steps(value))
+
+
 def verify(
     spec: ToolSpec,
     body: bytes,
@@ -105,35 +152,15 @@ def verify(
     verifier: Callable[[Any], Any],
     env: Mapping[str, str] | None = None,
 ) -> Verified:
-    """Run every check of ``spec`` on the exact body bytes; the first failure raises."""
-    if spec.signature is not None:
-        check_signature(spec.signature, body, signature, os.environ if env is None else env)
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise VerificationError(f"json: the result is not JSON: {exc}") from exc
-    problem = schema_error(spec.output_schema or {}, value)
-    if problem is not None:
-        raise VerificationError(f"output_schema: {problem}")
-    _run_verifier(spec, verifier, value)
-    _check_words(spec, value)
-    return Verified(value, _steps(value))
-
-
-def _run_verifier(spec: ToolSpec, verifier: Callable[[Any], Any], value: Any) -> None:
+    """Every check of ``spec`` with an in-process ``verifier`` (trusted callers only)."""
+    value = check_result(spec, body, signature, env)
     try:
         passed = verifier(value)
     except Exception as exc:  # a verifier says no by returning False or raising anything
         raise VerificationError(f"verifier: {spec.verifier} raised {exc!r}") from exc
     if passed is not True:
         raise VerificationError(f"verifier: {spec.verifier} rejected the result")
-
-
-def _check_words(spec: ToolSpec, value: Any) -> None:
-    text = json.dumps(value, ensure_ascii=False).casefold()
-    found = [word for word in spec.sensitive_words if word.casefold() in text]
-    if found:
-        raise VerificationError(f"sensitive_words: the result contains {len(found)} of them")
+    return finish(spec, value)
 
 
 def _steps(value: Any) -> tuple[str, ...]:

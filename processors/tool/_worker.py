@@ -1,12 +1,15 @@
 """The worker process of a python tool: JSON lines in on stdin, JSON lines out on stdout.
 
 Run by path (``python _worker.py CONFIG_JSON``), so that it imports nothing of hermesbus
-itself; stdlib only. CONFIG_JSON: ``{"targets": {"call": "mod:fn", ...}, "memory_mb": N,
-"path": [sys.path of the parent]}``. It imports the targets, caps its address space at
-what it uses after the imports plus ``memory_mb`` (RLIMIT_AS), says ``{"ready": true}``,
-then answers each request ``{"id", "role", "arguments"}`` with ``{"id", "ok": true,
-"body_b64", "signature"}`` or ``{"id", "ok": false, "status", "error"}``. A callable's
-own prints go to stderr, so they cannot corrupt the protocol.
+itself; stdlib only. CONFIG_JSON: ``{"targets": {"call": "mod:fn", "probe": ...,
+"verify": ...}, "memory_mb": N, "path": [sys.path of the parent]}``. It imports the
+targets, caps its address space at what it uses after the imports plus ``memory_mb``
+(RLIMIT_AS), says ``{"ready": true}``, then answers each request ``{"id", "role",
+"arguments", "key"}`` with ``{"id", "ok": true, "body_b64", "signature"}`` or ``{"id",
+"ok": false, "status", "error"}``. The protocol runs on private copies of fds 0 and 1;
+fd 1 then points at stderr and fd 0 at /dev/null, so nothing the tool (or its
+subprocesses, or C code) writes or reads can corrupt or steal the protocol. While a call
+runs, ``HERMES_IDEMPOTENCY_KEY`` holds the call's idempotency key.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = ["main"]
 _TOOL_ERROR = 500
 _MEMORY = 507
 """Insufficient storage: the call went past the worker's memory limit."""
+_KEY_ENV = "HERMES_IDEMPOTENCY_KEY"
 
 
 def _resolve(target: str) -> Callable[..., Any]:
@@ -70,20 +74,29 @@ async def _awaited(value: Any) -> Any:
     return await value
 
 
+def _status(exc: BaseException) -> int:
+    """The exception's ``status_code`` when it is an error status (4xx/5xx); else 500."""
+    status = getattr(exc, "status_code", _TOOL_ERROR)
+    ok = isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599  # noqa: PLR2004
+    return status if ok else _TOOL_ERROR
+
+
 def _answer(functions: dict[str, Callable[..., Any]], request: dict[str, Any]) -> dict[str, Any]:
     ident, role = request.get("id"), request.get("role", "call")
     function = functions.get(role)
     if function is None:
         return {"id": ident, "ok": False, "status": _TOOL_ERROR, "error": f"no {role} target"}
+    os.environ[_KEY_ENV] = str(request.get("key") or "")
     try:
         with contextlib.redirect_stdout(sys.stderr):
             body, signature = _body(_run(function, role, request.get("arguments")))
     except MemoryError:
         return {"id": ident, "ok": False, "status": _MEMORY, "error": "memory limit exceeded"}
     except Exception as exc:  # every tool failure is an answer, not a crash
-        status = getattr(exc, "status_code", _TOOL_ERROR)
-        status = status if isinstance(status, int) else _TOOL_ERROR
-        return {"id": ident, "ok": False, "status": status, "error": f"{type(exc).__name__}: {exc}"}
+        error = f"{type(exc).__name__}: {exc}"
+        return {"id": ident, "ok": False, "status": _status(exc), "error": error}
+    finally:
+        os.environ.pop(_KEY_ENV, None)
     encoded = base64.b64encode(body).decode("ascii")
     return {"id": ident, "ok": True, "body_b64": encoded, "signature": signature}
 
@@ -93,10 +106,21 @@ def _send(out: TextIO, message: dict[str, Any]) -> None:
     out.flush()
 
 
+def _protocol_streams() -> tuple[TextIO, TextIO]:
+    """Private copies of stdin/stdout for the protocol; fd 0 <- /dev/null, fd 1 -> stderr."""
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return requests, answers
+
+
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     sys.path[:0] = [p for p in config.get("path", []) if p not in sys.path]
-    out = sys.stdout
+    requests, out = _protocol_streams()
     try:
         functions = {role: _resolve(t) for role, t in config["targets"].items()}
         _limit_memory(int(config["memory_mb"]))
@@ -104,13 +128,16 @@ def main(argv: list[str]) -> int:
         _send(out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return 1
     _send(out, {"ready": True})
-    for line in sys.stdin:
+    for line in requests:
         if not line.strip():
             continue
+        request: dict[str, Any] = {}
         try:
-            answer = _answer(functions, json.loads(line))
+            request = json.loads(line)
+            answer = _answer(functions, request)
         except MemoryError:
-            answer = {"ok": False, "status": _MEMORY, "error": "memory limit exceeded"}
+            answer = {"id": request.get("id"), "ok": False, "status": _MEMORY}
+            answer["error"] = "memory limit exceeded"
         _send(out, answer)
         if answer.get("status") == _MEMORY:
             return 3  # a process that ran out of memory is not trusted with the next call

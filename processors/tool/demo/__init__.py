@@ -1,7 +1,7 @@
 """The demo tools of the expense walkthrough (seed 000 §6) over DEMO FIXTURES.
 
-``os.environ.update(demo_keys())`` before the tool service starts (workers inherit the
-private key, the processor verifies with the public one), then ``await
+``os.environ.update(demo_keys())`` before the tool service starts (the demo specs pass
+only the private key to their workers, the processor verifies with the public one), then ``await
 register_demo(tools)``.
 """
 

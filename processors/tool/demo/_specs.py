@@ -199,6 +199,7 @@ def demo_specs() -> list[ToolSpec]:
                 verifier=f"{_MODULE}:{stem}_verify",
                 fallback=_FALLBACKS[name],
                 signature=signature,
+                env=(DEMO_SIGNING_ENV,),
                 timeout_s=10.0 if name == "ocr_tool" else 5.0,
             )
         )

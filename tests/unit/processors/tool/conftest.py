@@ -12,6 +12,8 @@ from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.processors.tool import Fallback, ToolService, ToolSettings, ToolSpec
 
 SAMPLES = "tests.unit.processors.tool.sample_tools"
+MODULES = "hermesbus.processors.tool.demo,tests.unit.processors.tool"
+"""HERMES_TOOL_MODULES of the tests: the demo and the sample tools."""
 ECHO_IN = {"type": "object", "properties": {"text": {"type": "string"}}}
 ECHO_OUT = {
     "type": "object",
@@ -38,7 +40,15 @@ def python_spec(name: str, function: str, **fields: Any) -> ToolSpec:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> ToolSettings:
-    return ToolSettings(home=tmp_path, debug=False, tool_hosts="127.0.0.1,localhost")
+    return ToolSettings(
+        home=tmp_path, debug=False, tool_hosts="127.0.0.1,localhost", tool_modules=MODULES
+    )
+
+
+@pytest.fixture(autouse=True)
+def _modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings built from the environment (the CLI's) allow the sample tools too."""
+    monkeypatch.setenv("HERMES_TOOL_MODULES", MODULES)
 
 
 @pytest.fixture

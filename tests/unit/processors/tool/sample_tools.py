@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
 HMAC_ENV = "HERMES_TEST_TOOL_HMAC"
+"""The processor verifies with this variable; the worker never sees it."""
+HMAC_SIGNING_ENV = "HERMES_TEST_TOOL_HMAC_SIGNING"
+"""The same secret, under the name the tool's spec passes to its worker."""
 ED25519_PRIVATE_ENV = "HERMES_TEST_TOOL_ED25519_PRIVATE"
 
 
@@ -81,7 +87,7 @@ def backup(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def hmac_signed(arguments: dict[str, Any]) -> Signed:
     body = json.dumps({"echo": arguments.get("text", "")}).encode()
-    key = os.environ[HMAC_ENV].encode()
+    key = os.environ[HMAC_SIGNING_ENV].encode()
     signature = hmac.new(key, body, hashlib.sha256).hexdigest()
     if arguments.get("tamper"):
         body = json.dumps({"echo": "tampered"}).encode()
@@ -118,4 +124,70 @@ def verify(result: dict[str, Any]) -> bool:
 def verify_not_backup(result: dict[str, Any]) -> bool:
     if result.get("echo") == "veto":
         raise ValueError("vetoed")
+    return True
+
+
+# -- hostile or prying tools (isolation tests) --------------------------------------------
+
+
+def fd1_writer(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Writes to fd 1 directly, as C code would, bypassing ``sys.stdout``."""
+    os.write(1, b"noise from C code\n")
+    return {"echo": "fd1:" + arguments.get("text", "")}
+
+
+def subprocess_writer(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A subprocess (argv list) inherits fd 1 and writes to it."""
+    subprocess.run(["echo", "x"], check=True)
+    return {"echo": "sub:" + arguments.get("text", "")}
+
+
+def protocol_forger(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Hunts the worker's protocol pipe and writes a forged answer (or garbage) to it."""
+    forged = b"garbage\n" if arguments.get("text") == "garbage" else b'{"id": 999, "ok": false}\n'
+    for fd in range(3, 32):
+        with contextlib.suppress(OSError):
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, forged)
+    return {"echo": "forged"}
+
+
+def forker(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Forks a child that keeps the worker's pipes and outlives the timeout."""
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    Path(arguments["path"]).write_text(str(child), encoding="utf-8")
+    time.sleep(60)
+    return {"echo": "never"}
+
+
+def environment(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The names of the variables the worker sees, and the idempotency key of the call."""
+    key = os.environ.get("HERMES_IDEMPOTENCY_KEY", "")
+    return {"echo": json.dumps({"names": sorted(os.environ), "key": key})}
+
+
+def ok_exception(arguments: dict[str, Any]) -> dict[str, Any]:
+    raise Claims200("not a success")
+
+
+class Claims200(Exception):
+    status_code = 200
+
+
+def deep_result(arguments: dict[str, Any]) -> Signed:
+    """A result nested 100 000 deep (raw bytes: the worker does not parse them)."""
+    return Signed(b"[" * 100_000 + b"]" * 100_000, "")
+
+
+def pid_verifier(result: dict[str, Any]) -> bool:
+    """Writes the pid it runs in to the path the result names."""
+    Path(result["echo"]).write_text(str(os.getpid()), encoding="utf-8")
+    return True
+
+
+def slow_verifier(result: dict[str, Any]) -> bool:
+    time.sleep(30)
     return True

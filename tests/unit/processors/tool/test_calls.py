@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -119,8 +120,10 @@ async def test_hmac_signatures_are_checked_over_the_exact_body(
     tools: ToolService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(sample_tools.HMAC_ENV, "s3cret-for-tests")
+    monkeypatch.setenv(sample_tools.HMAC_SIGNING_ENV, "s3cret-for-tests")
     signature = SignatureConfig(alg="hmac-sha256", key_env=sample_tools.HMAC_ENV)
-    await tools.register(python_spec("mac", "hmac_signed", signature=signature))
+    env = (sample_tools.HMAC_SIGNING_ENV,)
+    await tools.register(python_spec("mac", "hmac_signed", signature=signature, env=env))
     good = await tools.call(call("mac", "g", text="ok"), now=NOW)
     assert good.result.status_code == 200 and good.alert is None
     bad = await tools.call(call("mac", "b", text="ok", tamper=True), now=NOW)
@@ -141,7 +144,8 @@ async def test_ed25519_signatures_are_checked_with_the_public_key(
     monkeypatch.setenv(sample_tools.ED25519_PRIVATE_ENV, base64.b64encode(raw).decode())
     monkeypatch.setenv("HERMES_TEST_TOOL_ED25519_PUBLIC", base64.b64encode(public).decode())
     signature = SignatureConfig(alg="ed25519", key_env="HERMES_TEST_TOOL_ED25519_PUBLIC")
-    await tools.register(python_spec("ed", "ed25519_signed", signature=signature))
+    env = (sample_tools.ED25519_PRIVATE_ENV,)
+    await tools.register(python_spec("ed", "ed25519_signed", signature=signature, env=env))
     good = await tools.call(call("ed", "g", text="好"), now=NOW)
     assert good.result.status_code == 200 and good.result.verified
     bad = await tools.call(call("ed", "b", text="好", tamper=True), now=NOW)
@@ -156,11 +160,55 @@ async def test_ed25519_signatures_are_checked_with_the_public_key(
 async def test_a_signing_key_variable_that_is_unset_fails_verification(
     tools: ToolService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(sample_tools.HMAC_ENV, "k")
+    monkeypatch.setenv(sample_tools.HMAC_SIGNING_ENV, "k")
     monkeypatch.delenv("HERMES_TEST_UNSET_KEY", raising=False)
     signature = SignatureConfig(alg="hmac-sha256", key_env="HERMES_TEST_UNSET_KEY")
-    await tools.register(python_spec("nokey", "hmac_signed", signature=signature))
+    env = (sample_tools.HMAC_SIGNING_ENV,)
+    await tools.register(python_spec("nokey", "hmac_signed", signature=signature, env=env))
     report = await tools.call(call("nokey", "k"), now=NOW)
     assert report.alert == (
         "verification failed: signature: the key variable HERMES_TEST_UNSET_KEY is not set"
     )
+
+
+async def test_a_key_reused_with_other_arguments_or_by_another_tool_is_a_409(
+    tools: ToolService, tmp_path: Path
+) -> None:
+    await tools.register(python_spec("count", "counter", input_schema=PATH_IN))
+    await tools.register(python_spec("count2", "counter", input_schema=PATH_IN))
+    runs, other = tmp_path / "runs.txt", tmp_path / "other.txt"
+    first = await tools.call(call("count", "shared", path=str(runs)), now=NOW)
+    assert first.result.status_code == 200
+    changed = await tools.call(call("count", "shared", path=str(other)), now=NOW)
+    assert changed.result.status_code == 409 and changed.result.result_json == "null"
+    assert changed.result.error == "idempotency key 'shared' was already used by other arguments"
+    stolen = await tools.call(call("count2", "shared", path=str(runs)), now=NOW)
+    assert stolen.result.status_code == 409
+    assert stolen.result.error == "idempotency key 'shared' was already used by another tool"
+    assert runs.read_text().splitlines() == ["run"] and not other.exists()  # neither ran
+
+
+async def test_stored_results_past_the_retention_are_pruned(
+    tools: ToolService, tmp_path: Path
+) -> None:
+    await tools.register(python_spec("count", "counter", input_schema=PATH_IN))
+    runs = tmp_path / "runs.txt"
+    await tools.call(call("count", "old", path=str(runs)), now=NOW)
+    await tools.call(call("count", "recent", path=str(runs)), now=NOW + timedelta(days=6))
+    assert await tools.store.get_result("old") is not None
+    await tools.call(call("count", "new", path=str(runs)), now=NOW + timedelta(days=7, hours=1))
+    assert await tools.store.get_result("old") is None  # older than 7 days by envelope time
+    assert await tools.store.get_result("recent") is not None
+    assert await tools.store.get_result("new") is not None
+
+
+async def test_python_tools_see_the_idempotency_key_only_while_called(
+    tools: ToolService,
+) -> None:
+    await tools.register(python_spec("env", "environment"))
+    for key in ("key-a", "key-b"):
+        report = await tools.call(call("env", key), now=NOW)
+        seen = json.loads(json.loads(report.result.result_json)["echo"])
+        assert seen["key"] == key
+    probe = await tools.probe_all()
+    assert probe["env"].error == ""

@@ -16,6 +16,7 @@ from .conftest import python_spec
 NOW = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
 SLEEP_IN = {"type": "object", "properties": {"seconds": {"type": "number"}}}
 HOG_IN = {"type": "object", "properties": {"mb": {"type": "integer"}}}
+PATH_IN_ANY = {"type": "object", "properties": {"path": {"type": "string"}}}
 NO_FALLBACK = Fallback(strategy="cache", stale_after_s=1)
 """A cache that is empty in these tests: failures come back as they are."""
 

@@ -121,3 +121,16 @@ async def test_a_verification_failure_is_not_hidden_by_a_fallback(tools: ToolSer
     report = await tools.call(call("shape", "k"), now=NOW)
     assert report.result.status_code == 502 and report.result.fallback is None
     assert report.alert is not None
+
+
+async def test_a_cache_entry_from_the_future_is_not_fresh(
+    tools: ToolService, tmp_path: Path
+) -> None:
+    down = await _flaky(tools, Fallback(strategy="cache", stale_after_s=1800), tmp_path)
+    ahead = NOW + timedelta(hours=1)
+    await tools.call(call("flaky", "k1", path=str(down)), now=ahead)  # cached at NOW + 1 h
+    down.touch()
+    report = await tools.call(call("flaky", "k2", path=str(down)), now=NOW)
+    assert report.result.status_code == 500 and report.result.fallback is None
+    later = await tools.call(call("flaky", "k3", path=str(down)), now=ahead + timedelta(minutes=1))
+    assert later.result.fallback == "cache"  # the same entry, seen from after its time

@@ -12,7 +12,7 @@ from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
 from hermesbus.processors.tool import Fallback, ToolRegistry, ToolSettings
 
-from .conftest import SAMPLES, python_spec
+from .conftest import python_spec
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ async def store(settings: ToolSettings) -> AsyncIterator[SqliteToolStore]:
         ({"health": None}, "no health probe"),
         ({"health": "no_colon_here"}, "health probe 'no_colon_here' is not module:function"),
         ({"verifier": None}, "no verifier"),
-        ({"verifier": f"{SAMPLES}:missing"}, "verifier: cannot import"),
+        ({"verifier": "tests.unit.nowhere_mod:f"}, "verifier module 'tests.unit.nowhere_mod'"),
         ({"fallback": None}, "no fallback strategy"),
         ({"fallback": Fallback(strategy="none")}, "fallback 'none' is only admitted in debug"),
         ({"fallback": Fallback(strategy="cache")}, "fallback 'cache' needs stale_after_s"),
@@ -40,7 +40,11 @@ async def store(settings: ToolSettings) -> AsyncIterator[SqliteToolStore]:
             "mock_result breaks the output schema (echo: 1 is not of type 'string')",
         ),
         ({"fallback": Fallback(strategy="proxy")}, "fallback 'proxy' needs a backup endpoint"),
-        ({"target": "nowhere_such_module:f"}, "python target module 'nowhere_such_module'"),
+        ({"target": "tests.unit.processors.tool.nowhere:f"}, "python target module"),
+        (
+            {"target": "nowhere_such_module:f"},
+            "'nowhere_such_module' is not on HERMES_TOOL_MODULES",
+        ),
     ],
 )
 async def test_an_incomplete_tool_is_refused_naming_the_missing_part(
