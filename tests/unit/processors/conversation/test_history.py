@@ -122,5 +122,5 @@ def test_attachment_uris_count_against_the_budget() -> None:
         extra={"attachments": uris},
     )
     extra = estimate_tokens(" " + " ".join(uris))
-    assert with_files.metadata["tokens"] == plain.metadata["tokens"] + extra
+    assert with_files.metadata["tokens"] == int(plain.metadata["tokens"]) + extra
     assert History().add(with_files, {}).tokens({}) == History().add(plain, {}).tokens({}) + extra

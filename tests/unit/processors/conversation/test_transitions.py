@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -318,8 +319,8 @@ async def test_a_confirmed_preference_skips_the_review() -> None:
     assert moves(out) == [("S3", "S4")] and "已按您的偏好" in the_reply(out).text
 
 
-def _blurred(confidence: float) -> dict[str, object]:
-    ocr = copy.deepcopy(OCR)
+def _blurred(confidence: float) -> dict[str, Any]:
+    ocr: dict[str, Any] = copy.deepcopy(OCR)
     ocr["invoices"][2]["confidence"] = confidence
     ocr["confidence_min"] = confidence
     return ocr

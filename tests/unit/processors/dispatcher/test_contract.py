@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 from hypothesis import given
@@ -145,9 +146,7 @@ CASES = [
     Case(
         "open_cycles",
         lambda: call("org_tool", ONE, cycle="c8"),
-        setup=tuple(
-            (lambda i=i: call("org_tool", ONE, cycle=f"c{i}")) for i in range(MAX_OPEN_CYCLES)
-        ),
+        setup=tuple(partial(call, "org_tool", ONE, cycle=f"c{i}") for i in range(MAX_OPEN_CYCLES)),
         field="8 open cycles",
     ),
     Case("cycle_known", lambda: result(cycle="nope"), field="'nope'", to_conversation=False),

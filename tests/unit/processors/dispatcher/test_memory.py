@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hermesbus import (
     ContextSnapshot,
@@ -109,7 +110,7 @@ async def test_stale_without_fallback_writes_nothing() -> None:
     assert kinds(out) == [("conversation:S1", "ToolResults")]
 
 
-async def one_result_with(**fields: object):  # type: ignore[no-untyped-def]
+async def one_result_with(**fields: Any):  # type: ignore[no-untyped-def]
     d = Driver.with_health(ToolHealth(tool="org_tool", latency_ms=10.0, success_rate=1.0))
     (query,) = await d.send(call("org_tool", ["org_tool"]))
     (sent,) = await d.send(answer_query(query))

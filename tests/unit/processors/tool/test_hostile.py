@@ -63,7 +63,7 @@ async def test_a_deeply_nested_result_is_a_json_verification_failure(tools: Tool
 @pytest.mark.parametrize("signature", ["éé", "ａｂｃ", "\u0000\u00ff"])
 def test_a_non_ascii_signature_is_a_verification_error(signature: str) -> None:
     for alg in ("hmac-sha256", "ed25519"):
-        config = SignatureConfig(alg=alg, key_env="K")  # type: ignore[arg-type]
+        config = SignatureConfig(alg=alg, key_env="K")
         with pytest.raises(VerificationError, match="^signature: "):
             check_signature(config, b"{}", signature, {"K": "a2V5"})
 
