@@ -33,10 +33,13 @@ verification failures to ``alerts:tool`` as ``ErrorReport`` envelopes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from hermesbus.payloads import MemoryTier
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import Body, ContextValue, MemoryTier, Payload
+from hermesbus.runtime import derive_id
 
 __all__ = [
     "ALERTS",
@@ -66,6 +69,7 @@ __all__ = [
     "VERIFICATION_FAILED",
     "HealthView",
     "ToolHealth",
+    "answer",
     "component_of",
     "conversation_at",
     "is_failure",
@@ -206,3 +210,33 @@ class HealthView(Protocol):
     async def health(self, tool: str) -> ToolHealth | None:
         """The tool's latest health; None when the tool is not registered."""
         ...
+
+
+def answer(
+    to: Envelope,
+    index: int,
+    *,
+    source: str,
+    target: str,
+    body: Body,
+    task: str,
+    context: Mapping[str, ContextValue],
+    causation_id: str | None = None,
+    **fields: Any,
+) -> Envelope:
+    """The ``index``-th envelope a processor emits for ``to``: same trace, session, user
+    and time (handlers never read the clock), ids and span derived from ``to``'s id."""
+    return Envelope(
+        message_id=derive_id(to.message_id, "out", index),
+        timestamp=to.timestamp,
+        source=source,
+        target=target,
+        session_id=to.session_id,
+        user_id=to.user_id,
+        trace_id=to.trace_id,
+        span_id=derive_id(to.message_id, "span", index)[:16],
+        parent_span_id=to.span_id or None,
+        causation_id=causation_id or to.message_id,
+        payload=Payload(task=task, context=dict(context), body=body),
+        **fields,
+    )

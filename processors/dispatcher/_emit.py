@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
-from hermesbus.payloads import Body, ContextValue, Payload
-from hermesbus.processors.protocol import DISPATCHER_ADDRESS
-from hermesbus.runtime import Outcome, TimerRequest, derive_id
+from hermesbus.payloads import Body, ContextValue
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS, answer
+from hermesbus.runtime import Outcome, TimerRequest
 from hermesbus.snapshot import ContextSnapshot
 
 __all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis", "moment"]
@@ -72,18 +72,15 @@ class Effects:
     ) -> Envelope:
         """Emit ``body`` from the dispatcher to ``target``."""
         src, index = self.source, len(self.emitted)
-        envelope = Envelope(
-            message_id=derive_id(src.message_id, "out", index),
-            timestamp=src.timestamp,
+        envelope = answer(
+            src,
+            index,
             source=DISPATCHER_ADDRESS,
             target=target,
-            session_id=src.session_id,
-            user_id=src.user_id,
-            trace_id=src.trace_id,
-            span_id=derive_id(src.message_id, "span", index)[:16],
-            parent_span_id=src.span_id or None,
-            causation_id=causation_id or src.message_id,
-            payload=Payload(task=task, context=dict(context or {}), body=body),
+            body=body,
+            task=task,
+            context=context or {},
+            causation_id=causation_id,
             metadata=metadata or Metadata(),
             snapshot=snapshot,
             diagnostics=diag or diagnostics(0),

@@ -12,11 +12,9 @@ from hermesbus.payloads import (
     ErrorReport,
     MemoryTier,
     MemoryWrite,
-    Payload,
     Verification,
 )
-from hermesbus.processors.protocol import AUDIT, DISPATCHER_ADDRESS, memory_at
-from hermesbus.runtime import derive_id
+from hermesbus.processors.protocol import AUDIT, DISPATCHER_ADDRESS, answer, memory_at
 
 from ._model import Edge, GraphEvent
 
@@ -42,22 +40,14 @@ def reply(
     context: dict[str, ContextValue] | None = None,
 ) -> Envelope:
     """An envelope answering ``inp``: same trace, session, user and time; a derived span."""
-    return Envelope(
-        message_id=derive_id(inp.message_id, "out", index),
-        timestamp=inp.timestamp,
+    return answer(
+        inp,
+        index,
         source=inp.target,
         target=target,
-        session_id=inp.session_id,
-        user_id=inp.user_id,
-        trace_id=inp.trace_id,
-        span_id=derive_id(inp.message_id, "span", index)[:16],
-        parent_span_id=inp.span_id or None,
-        causation_id=inp.message_id,
-        payload=Payload(
-            task=task,
-            context=dict(inp.payload.context) if context is None else context,
-            body=body,
-        ),
+        body=body,
+        task=task,
+        context=inp.payload.context if context is None else context,
     )
 
 

@@ -8,15 +8,16 @@ through ``inp.ports["tools"]`` (a :class:`ToolPort`, e.g. :class:`ToolService`).
 from __future__ import annotations
 
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls
-from hermesbus.payloads import Body, ErrorReport, Payload, ToolCall
+from hermesbus.payloads import Body, ErrorReport, ToolCall
 from hermesbus.processors.protocol import (
     ALERTS,
     DISPATCHER_ADDRESS,
     FALLBACK,
     TOOL,
+    answer,
     component_of,
 )
-from hermesbus.runtime import HandlerInput, Outcome, derive_id
+from hermesbus.runtime import HandlerInput, Outcome
 
 from ._service import CallReport, ToolPort
 
@@ -62,18 +63,14 @@ def _answer(
             count=report.external_calls, avg_latency_ms=report.avg_latency_ms
         ),
     )
-    return Envelope(
-        message_id=derive_id(envelope.message_id, "out", index),
-        timestamp=envelope.timestamp,
+    return answer(
+        envelope,
+        index,
         source=envelope.target,
         target=target,
-        session_id=envelope.session_id,
-        user_id=envelope.user_id,
-        trace_id=envelope.trace_id,
-        span_id=derive_id(envelope.message_id, "span", index)[:16],
-        parent_span_id=envelope.span_id or None,
-        causation_id=envelope.message_id,
-        payload=Payload(task=envelope.payload.task, context=envelope.payload.context, body=body),
+        body=body,
+        task=envelope.payload.task,
+        context=envelope.payload.context,
         metadata=envelope.metadata,
         diagnostics=diagnostics,
     )
