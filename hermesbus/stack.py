@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +25,11 @@ from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.demo import DEMO_USER, Said
 from hermesbus.errors import HermesError
+from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, tool
+from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.processors.tool import demo as demo_tools
-from hermesbus.runtime import Processor, RuntimeSettings, StateStore
+from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan
 
 __all__ = ["PROBE_INTERVAL_S", "Stack", "stack"]
@@ -35,7 +37,6 @@ __all__ = ["PROBE_INTERVAL_S", "Stack", "stack"]
 log = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S = 10.0
-MEMORY_TOPIC = "hermes.memory"
 """How often every tool's health probe runs (the dispatcher reads the latest)."""
 
 
@@ -68,16 +69,13 @@ class Stack:
 
     async def evidence(self, said: Said) -> list[str]:
         """What memory holds for a demo conversation: the approval edge or the unfinished report."""
-        session = said.conversation.session_id
-        report = conversation.report_id(session)
-        edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
+        edge, item = await self._held(said)
         lines = []
         if edge is not None:
             lines.append(
                 f"long-term memory: {edge.subject} -approved_by-> {edge.object}"
                 f" (verified by {edge.verified_tool}, trust {edge.trust_level.value})"
             )
-        item = await self.memory.item(DEMO_USER, f"unfinished:{session}")
         if item is not None:
             value = json.loads(item.value_json)
             state = value.get("snapshot", {}).get("state_id")
@@ -86,6 +84,13 @@ class Stack:
                 f" importance {item.importance}, confirmed by {item.confirmed_by})"
             )
         return lines
+
+    async def _held(self, said: Said) -> tuple[Edge | None, MidTermItem | None]:
+        """The approval edge of the session's report and its unfinished item, if any."""
+        session = said.conversation.session_id
+        report = conversation.report_id(session)
+        edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
+        return edge, await self.memory.item(DEMO_USER, f"unfinished:{session}")
 
     def problems(self) -> list[str]:
         """Dead letters and contract violations: the demo is not finished if there were any."""
@@ -102,11 +107,10 @@ class Stack:
         session = said.conversation.session_id
         last = said.last
         text = getattr(last.payload.body, "text", "") if last is not None else ""
+        edge, item = await self._held(said)
         if "已提交" in text:
             report = conversation.report_id(session)
-            edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
             return [] if edge is not None else [f"no approved_by edge for expense:{report}"]
-        item = await self.memory.item(DEMO_USER, f"unfinished:{session}")
         label = json.loads(item.value_json).get("label") if item is not None else None
         if label != conversation.UNFINISHED_LABEL:
             return [f"no unfinished:{session} ({conversation.UNFINISHED_LABEL}) in mid-term memory"]
@@ -142,30 +146,15 @@ async def stack(
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
         await _probe(tools)
-        exits.callback(_task(_probing(tools), "tool-health").cancel)
+        exits.callback(background(_probing(tools), "tool-health").cancel)
         intent = conversation.build_ports()
         for port in intent.values():
             await enter(port)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
-        handlers: list[tuple[str, Any, str, dict[str, Any]]] = [
-            (conversation.NAME, conversation.handle, conversation.TOPIC, dict(intent)),
-            (
-                dispatcher.NAME,
-                dispatcher.handle,
-                dispatcher.TOPIC,
-                dispatcher.dispatcher_ports(tools, violations),
-            ),
-            (memory.NAME, memory.handle, MEMORY_TOPIC, {memory.NAME: stores}),
-            (tool.NAME, tool.serving(own, others=True), tool.TOPIC, {tool.PORT: tools}),
-        ]
-        sharing = {tool.group_name(name) for name in own}
-        handlers += [
-            (tool.group_name(name), tool.serving([name]), tool.TOPIC, {tool.PORT: tools})
-            for name in own
-        ]
         for name in own:  # a tool's new group starts where the tool group left its calls
             await hand_over(kafka, prefix + tool.TOPIC, tool.NAME, tool.group_name(name))
-        for name, handler, topic, ports in handlers:
+        sharing = {tool.group_name(name) for name in own}
+        for name, handler, topic, ports in _handlers(running, dict(intent), own):
             processor = Processor(
                 name,
                 handler,
@@ -181,6 +170,27 @@ async def stack(
             await enter(processor)
             running.processors.append(processor)
         yield running
+
+
+def _handlers(
+    running: Stack, intent: dict[str, Any], own: Sequence[str]
+) -> list[tuple[str, Handler, str, dict[str, Any]]]:
+    """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
+    tools = {tool.PORT: running.tools}
+    handlers: list[tuple[str, Handler, str, dict[str, Any]]] = [
+        (conversation.NAME, conversation.handle, conversation.TOPIC, intent),
+        (
+            dispatcher.NAME,
+            dispatcher.handle,
+            dispatcher.TOPIC,
+            dispatcher.dispatcher_ports(running.tools, running.violations),
+        ),
+        (memory.NAME, memory.handle, memory.TOPIC, {memory.NAME: running.memory}),
+        (tool.NAME, tool.serving(own, others=True), tool.TOPIC, tools),
+    ]
+    return handlers + [
+        (tool.group_name(name), tool.serving([name]), tool.TOPIC, tools) for name in own
+    ]
 
 
 async def _provision(kafka: KafkaConfig, prefix: str) -> list[str]:
@@ -203,8 +213,3 @@ async def _probing(tools: tool.ToolService) -> None:
     while True:
         await asyncio.sleep(PROBE_INTERVAL_S)
         await _probe(tools)
-
-
-def _task(work: Any, name: str) -> asyncio.Task[None]:
-    task: asyncio.Task[None] = asyncio.create_task(work, name=name)
-    return task

@@ -30,20 +30,7 @@ async def committed(kafka: KafkaConfig, group_id: str, topic: str) -> dict[int, 
     Asked through a consumer of the group (OffsetFetch), which every broker here
     answers; the admin client's request is not understood by the embedded one.
     """
-    async with KafkaAdmin(kafka) as admin:
-        described = await admin.describe([topic])
-    count = described[topic].partitions if topic in described else 0
-    consumer = AIOKafkaConsumer(
-        **kafka.client_kwargs(), group_id=group_id, enable_auto_commit=False
-    )
-    await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
-    try:
-        found = {p: await consumer.committed(TopicPartition(topic, p)) for p in range(count)}
-    except KafkaError as exc:
-        raise BrokerError(f"cannot read the offsets of group {group_id}: {exc}") from exc
-    finally:
-        await consumer.stop()
-    return {p: offset for p, offset in found.items() if offset is not None and offset >= 0}
+    return await _committed(kafka, group_id, topic, await _partitions(kafka, topic))
 
 
 async def hand_over(kafka: KafkaConfig, topic: str, source: str, target: str) -> dict[int, int]:
@@ -52,9 +39,10 @@ async def hand_over(kafka: KafkaConfig, topic: str, source: str, target: str) ->
     Returns what was committed for ``target`` (nothing when it had offsets, or ``source``
     had none: then ``target`` starts from the earliest record as any new group).
     """
-    if await committed(kafka, target, topic):
+    count = await _partitions(kafka, topic)
+    if await _committed(kafka, target, topic, count):
         return {}
-    offsets = await committed(kafka, source, topic)
+    offsets = await _committed(kafka, source, topic, count)
     if not offsets:
         return {}
     consumer = _member(kafka, target)
@@ -69,6 +57,24 @@ async def hand_over(kafka: KafkaConfig, topic: str, source: str, target: str) ->
         await consumer.stop()
     log.info("group=%s starts on %s where group=%s left off: %s", target, topic, source, offsets)
     return offsets
+
+
+async def _partitions(kafka: KafkaConfig, topic: str) -> int:
+    async with KafkaAdmin(kafka) as admin:
+        described = await admin.describe([topic])
+    return described[topic].partitions if topic in described else 0
+
+
+async def _committed(kafka: KafkaConfig, group_id: str, topic: str, count: int) -> dict[int, int]:
+    consumer = _member(kafka, group_id)
+    await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
+    try:
+        found = {p: await consumer.committed(TopicPartition(topic, p)) for p in range(count)}
+    except KafkaError as exc:
+        raise BrokerError(f"cannot read the offsets of group {group_id}: {exc}") from exc
+    finally:
+        await consumer.stop()
+    return {p: offset for p, offset in found.items() if offset is not None and offset >= 0}
 
 
 def _member(kafka: KafkaConfig, group_id: str) -> AIOKafkaConsumer:

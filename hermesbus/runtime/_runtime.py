@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
-from hermesbus.lifecycle import Service
+from hermesbus.lifecycle import Service, background
 
 from ._eos import Transactions
 from ._model import EMPTY, Handler
@@ -135,13 +135,13 @@ class Processor(Service):
         self._records.producer, self._transactions.consumer = producer, consumer
         self._records.stopping = False
         self._tasks = [
-            _task(self._consume(), f"{self.name}-consume"),
-            _task(self._commit_loop(), f"{self.name}-commit"),
-            _task(self._timer_loop(), f"{self.name}-timers"),
+            background(self._consume(), f"{self.name}-consume"),
+            background(self._commit_loop(), f"{self.name}-commit"),
+            background(self._timer_loop(), f"{self.name}-timers"),
         ]
         if not self._eos:  # max_in_flight workers, each running one session at a time
             self._workers = [
-                _task(self._work(), f"{self.name}-worker-{n}")
+                background(self._work(), f"{self.name}-worker-{n}")
                 for n in range(self._settings.max_in_flight)
             ]
 
@@ -321,15 +321,3 @@ class Processor(Service):
         for timer in due:
             await self._store.delete_timer(timer.timer_id)
         self.stats.timers_fired += len(due)
-
-
-def _task(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """A background task whose failure is logged, not left for the garbage collector."""
-    task = asyncio.create_task(work, name=name)
-    task.add_done_callback(_log_failure)
-    return task
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and (error := task.exception()) is not None:
-        log.error("task %s failed", task.get_name(), exc_info=error)

@@ -11,7 +11,7 @@ Wiring: ``async with MemoryStores(MemorySettings()) as stores:`` then run ``hand
 processor ``NAME`` with ``ports={NAME: stores}``.
 """
 
-from ._handler import NAME, TERMINAL_STATE, handle
+from ._handler import NAME, TERMINAL_STATE, TOPIC, handle
 from ._model import (
     TRUST_RANK,
     ChoiceCount,
@@ -38,6 +38,7 @@ __all__ = [
     "MAX_TTL_S",
     "NAME",
     "TERMINAL_STATE",
+    "TOPIC",
     "TRUST_RANK",
     "VALIDATORS",
     "ChoiceCount",

@@ -27,10 +27,11 @@ from ._model import millis
 from ._stores import MemoryStores
 from ._symbols import lookup, parse_symbol, prune
 
-__all__ = ["NAME", "TERMINAL_STATE", "handle"]
+__all__ = ["NAME", "TERMINAL_STATE", "TOPIC", "handle"]
 
 NAME = MEMORY
 """Processor name (consumer group) and the key of its port in ``HandlerInput.ports``."""
+TOPIC = "hermes.memory"
 TERMINAL_STATE = "S5"
 """A snapshot of this state ends the session: its short-term symbols are dropped."""
 
