@@ -74,15 +74,13 @@ class SqliteStateStore(SqliteFile):
         await self.stop()
 
     async def load(self, processor: str, session_id: str) -> SessionState:
-        try:
-            row = self.db.execute(
-                "SELECT version, data, applied FROM state WHERE processor=? AND session_id=?",
-                (processor, session_id),
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
-        if row is None:
+        rows = self._rows(
+            "SELECT version, data, applied FROM state WHERE processor=? AND session_id=?",
+            (processor, session_id),
+        )
+        if not rows:
             return SessionState()
+        row = rows[0]
         data = MappingProxyType(json.loads(row[1]))  # handlers get read-only state
         return SessionState(row[0], data, tuple(json.loads(row[2])))
 
@@ -165,14 +163,11 @@ class SqliteStateStore(SqliteFile):
             _insert_timer(db, timer)
 
     async def outbox(self, processor: str, session_id: str, message_id: str) -> list[OutRecord]:
-        try:
-            rows = self.db.execute(
-                "SELECT topic, partition, key, value, headers FROM outbox "
-                "WHERE processor=? AND session_id=? AND message_id=? ORDER BY seq",
-                (processor, session_id, message_id),
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
+        rows = self._rows(
+            "SELECT topic, partition, key, value, headers FROM outbox "
+            "WHERE processor=? AND session_id=? AND message_id=? ORDER BY seq",
+            (processor, session_id, message_id),
+        )
         return [_record(*row) for row in rows]
 
     async def clear_outbox(self, processor: str, session_id: str, message_id: str) -> None:
@@ -195,14 +190,11 @@ class SqliteStateStore(SqliteFile):
         args: list[Any] = [processor, now_ms]
         for topic, partition in partitions:
             args += [topic, partition]
-        try:
-            rows = self.db.execute(
-                f"SELECT {_TIMER_COLUMNS} FROM timers WHERE processor=? AND due_at_ms<=? "  # noqa: S608 - placeholders only
-                f"AND ({owned}) ORDER BY due_at_ms LIMIT ?",
-                [*args, limit],
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store read failed ({self.path}): {exc}") from exc
+        rows = self._rows(
+            f"SELECT {_TIMER_COLUMNS} FROM timers WHERE processor=? AND due_at_ms<=? "  # noqa: S608 - placeholders only
+            f"AND ({owned}) ORDER BY due_at_ms LIMIT ?",
+            [*args, limit],
+        )
         return [
             StoredTimer(r[0], r[1], r[2], r[3], r[4], _record(r[5], r[6], r[7], r[8], r[9]))
             for r in rows
