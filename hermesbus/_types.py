@@ -15,6 +15,8 @@ __all__ = [
     "Millis",
     "NonEmpty",
     "Record",
+    "epoch_ms",
+    "from_epoch_ms",
     "to_millis_datetime",
 ]
 
@@ -23,6 +25,16 @@ Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 Double = Annotated[float, Field(allow_inf_nan=False)]
 NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def epoch_ms(moment: datetime) -> int:
+    """Whole milliseconds since the epoch: how stores and timers keep envelope times."""
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    """The aware UTC time of ``ms`` milliseconds since the epoch (inverse of :func:`epoch_ms`)."""
+    return EPOCH + timedelta(milliseconds=ms)
 
 
 def _epoch_millis(value: object) -> object:

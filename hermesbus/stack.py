@@ -204,7 +204,7 @@ async def _provision(kafka: KafkaConfig, prefix: str) -> list[str]:
 
 async def _probe(tools: tool.ToolService) -> None:
     try:
-        await tool.probe_all(tools)
+        await tools.probe_all()
     except HermesError as exc:  # a probe that fails makes its tool unhealthy, not the stack
         log.warning("tool health probes: %s", exc)
 

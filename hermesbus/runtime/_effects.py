@@ -7,10 +7,9 @@ state produce byte-identical records on every replay.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 
 from hermesbus import headers as h
-from hermesbus._types import EPOCH
+from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import Payload, TimerFired
@@ -86,7 +85,7 @@ def timers(
             ),
         )
         record = _record(codec, fired, topic, partition)
-        due_ms = now_ms + max(0, _millis(fired.timestamp) - _millis(source.timestamp))
+        due_ms = now_ms + max(0, epoch_ms(fired.timestamp) - epoch_ms(source.timestamp))
         result.append(
             StoredTimer(timer_id, processor, source.session_id, request.purpose, due_ms, record)
         )
@@ -154,7 +153,3 @@ def dead_letter(
 def _qualname(error: BaseException) -> str:
     kind = type(error)
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _millis(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(milliseconds=1)

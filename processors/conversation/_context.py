@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any, Final
 
-from hermesbus._types import EPOCH, Record
+from hermesbus._types import Record, epoch_ms
 from hermesbus.envelope import Envelope, Metadata, RetryPolicy
 from hermesbus.payloads import (
     ContentType,
@@ -77,7 +76,7 @@ class Step:
         previous = self.session.state
         target = MACHINE.target(previous, trigger)
         self.disarm_all()
-        self.update(state=target, entered_at_ms=_millis(self.env))
+        self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
         snapshot = snapshot_of(self.session)
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
         self.to_dispatcher(body, task="state_snapshot")
@@ -273,7 +272,3 @@ class Step:
             timers=tuple(self.timers.values()),
             cancel=tuple(self.cancels),
         )
-
-
-def _millis(envelope: Envelope) -> int:
-    return (envelope.timestamp - EPOCH) // timedelta(milliseconds=1)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hermesbus._types import EPOCH
+from hermesbus._types import from_epoch_ms
 from hermesbus.errors import StoreError
 from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
 
@@ -85,7 +85,7 @@ class Session(BaseModel):
     outcome: str = ""
 
     def entered_at(self) -> datetime:
-        return EPOCH + timedelta(milliseconds=self.entered_at_ms)
+        return from_epoch_ms(self.entered_at_ms)
 
 
 def load_session(data: Mapping[str, Any], session_id: str) -> Session:

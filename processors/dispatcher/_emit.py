@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from hermesbus._types import epoch_ms, from_epoch_ms
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
 from hermesbus.payloads import Body, ContextValue
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, answer
@@ -24,17 +25,10 @@ __all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis", "moment"]
 ALERTS_ADDRESS = "alerts:dispatcher"
 """Where every violation report (and an error nobody can take) goes."""
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def millis(moment: datetime) -> int:
-    """Epoch milliseconds of an envelope time."""
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
-
-
-def moment(epoch_ms: int) -> datetime:
-    """The envelope time of epoch milliseconds (the inverse of :func:`millis`)."""
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
+millis = epoch_ms
+"""Epoch milliseconds of an envelope time."""
+moment = from_epoch_ms
+"""The envelope time of epoch milliseconds (the inverse of :func:`millis`)."""
 
 
 def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) -> Diagnostics:

@@ -8,11 +8,11 @@ envelopes, never from a clock.
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hermesbus._types import epoch_ms
 from hermesbus.payloads import TrustLevel
 
 __all__ = [
@@ -37,12 +37,8 @@ TRUST_RANK: dict[TrustLevel, int] = {
 }
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def millis(at: datetime) -> int:
-    """Epoch milliseconds of an envelope time (the stores keep integers)."""
-    return (at - _EPOCH) // timedelta(milliseconds=1)
+millis = epoch_ms
+"""Epoch milliseconds of an envelope time (the stores keep integers)."""
 
 
 def trust_at_least(level: TrustLevel, minimum: TrustLevel) -> bool:

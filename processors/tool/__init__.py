@@ -15,7 +15,7 @@ from ._health import RegistryHealth
 from ._http import IDEMPOTENCY_HEADER, HttpExecutor
 from ._registry import ToolRegistry
 from ._release import arguments_digest
-from ._service import CallReport, ToolPort, ToolService, probe_all
+from ._service import CallReport, ToolPort, ToolService
 from ._settings import DEMO_MODULES, ToolSettings
 from ._spec import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -27,7 +27,7 @@ from ._spec import (
     ToolSpec,
 )
 from ._store import CallStats, Probe, StoredResult, ToolStore
-from ._verify import Verified, check_signature, json_depth, verify
+from ._verify import Verified, check_signature, json_depth
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
@@ -64,7 +64,5 @@ __all__ = [
     "group_name",
     "handle",
     "json_depth",
-    "probe_all",
     "serving",
-    "verify",
 ]

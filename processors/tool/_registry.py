@@ -82,9 +82,6 @@ class ToolRegistry:
     async def get(self, name: str) -> ToolSpec | None:
         return await self.store.get_spec(name)
 
-    async def specs(self) -> list[ToolSpec]:
-        return await self.store.list_specs()
-
     def _url_problems(self, what: str, url: str) -> list[str]:
         try:
             parsed = httpx.URL(url)

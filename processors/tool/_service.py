@@ -14,12 +14,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
 
-from hermesbus._types import EPOCH
+from hermesbus._types import epoch_ms, from_epoch_ms
 from hermesbus.errors import AdmissionError, ToolError, VerificationError
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import ToolCall, ToolResult
@@ -42,7 +42,7 @@ from ._spec import ToolSpec
 from ._store import Probe, StoredResult, ToolStore
 from ._verify import json_depth, schema_error
 
-__all__ = ["CallReport", "ToolPort", "ToolService", "probe_all"]
+__all__ = ["CallReport", "ToolPort", "ToolService"]
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,6 @@ class _Meter:
     def add(self, execution: Execution) -> Execution:
         self.latencies.append(execution.latency_ms)
         return execution
-
-
-def _millis(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(milliseconds=1)
 
 
 class ToolService(Service):
@@ -155,7 +151,7 @@ class ToolService(Service):
         start = time.perf_counter()
         meter = _Meter()
         try:
-            result, alert = await self._answer(call, _millis(now), fallback, timeout_ms, meter)
+            result, alert = await self._answer(call, epoch_ms(now), fallback, timeout_ms, meter)
         except Exception as exc:  # the boundary: a result, never an exception
             log.exception("tool %s: the call failed inside the processor", call.tool)
             result = failure(call.tool, INTERNAL, f"internal error: {type(exc).__name__}")
@@ -285,7 +281,7 @@ class ToolService(Service):
         stored = await self.store.last_result(spec.name, digest)
         if stored is None or not 0 <= now_ms - stored.at_ms <= stale_after_s * 1000:
             return None
-        since = stored.result.stale_since or EPOCH + timedelta(milliseconds=stored.at_ms)
+        since = stored.result.stale_since or from_epoch_ms(stored.at_ms)
         update = {"stale": True, "stale_since": since, "fallback": "cache"}
         return stored.result.model_copy(update=update)
 
@@ -364,8 +360,3 @@ class ToolService(Service):
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-async def probe_all(tools: ToolService) -> dict[str, Probe]:
-    """Probe every registered tool once (what the stack runs at start and every ~10 s)."""
-    return await tools.probe_all()

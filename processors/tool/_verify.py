@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,6 @@ __all__ = [
     "finish",
     "json_depth",
     "schema_error",
-    "verify",
 ]
 
 STEPS = "verification_steps"
@@ -143,24 +142,6 @@ def finish(spec: ToolSpec, value: Any) -> Verified:
     if found:
         raise VerificationError(f"sensitive_words: the result contains {len(found)} of them")
     return Verified(value, _steps(value))
-
-
-def verify(
-    spec: ToolSpec,
-    body: bytes,
-    signature: str | None,
-    verifier: Callable[[Any], Any],
-    env: Mapping[str, str] | None = None,
-) -> Verified:
-    """Every check of ``spec`` with an in-process ``verifier`` (trusted callers only)."""
-    value = check_result(spec, body, signature, env)
-    try:
-        passed = verifier(value)
-    except Exception as exc:  # a verifier says no by returning False or raising anything
-        raise VerificationError(f"verifier: {spec.verifier} raised {exc!r}") from exc
-    if passed is not True:
-        raise VerificationError(f"verifier: {spec.verifier} rejected the result")
-    return finish(spec, value)
 
 
 def _steps(value: Any) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermesbus.processors.tool import RegistryHealth, ToolService, probe_all
+from hermesbus.processors.tool import RegistryHealth, ToolService
 
 from .conftest import SAMPLES, python_spec
 from .test_calls import PATH_IN
@@ -15,7 +15,7 @@ async def test_probe_all_stores_each_probe_and_health_reads_it(tools: ToolServic
     await tools.register(python_spec("fast", "echo"))
     await tools.register(python_spec("slow", "echo", health=f"{SAMPLES}:slow_probe"))
     await tools.register(python_spec("dead", "echo", health=f"{SAMPLES}:broken_probe"))
-    probes = await probe_all(tools)
+    probes = await tools.probe_all()
     assert sorted(probes) == ["dead", "fast", "slow"]
     view = RegistryHealth(tools.store)
     fast, slow, dead = [await view.health(name) for name in ("fast", "slow", "dead")]
