@@ -25,7 +25,7 @@ from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec
 from ._store import ToolStore
 from ._verify import schema_error
 
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolRegistry", "refusal"]
 
 
 class ToolRegistry:
@@ -60,7 +60,7 @@ class ToolRegistry:
         problems += _verifier_problems(spec, self.settings.modules)
         problems += self._fallback_problems(spec)
         if problems:
-            raise AdmissionError(f"tool {spec.name!r} refused: " + "; ".join(problems))
+            raise AdmissionError(refusal(spec, problems))
         await self.store.save_spec(spec)
         return spec
 
@@ -72,11 +72,17 @@ class ToolRegistry:
             backup = spec.fallback.backup if spec.fallback else None
             named += [("python target", spec.target), ("health probe", spec.health)]
             named += [("proxy backup", backup)]
+        refused = [
+            (what, target)
+            for what, target in named
+            if target and not module_allowed(target, self.settings.modules)
+        ]
+        if not refused:
+            return []
         allowed = ",".join(self.settings.modules) or "(none)"
         return [
             f"{what} module {target.partition(':')[0]!r} is not on HERMES_TOOL_MODULES ({allowed})"
-            for what, target in named
-            if target and not module_allowed(target, self.settings.modules)
+            for what, target in refused
         ]
 
     async def get(self, name: str) -> ToolSpec | None:
@@ -200,3 +206,8 @@ def _mock_problems(spec: ToolSpec, fallback: Fallback) -> list[str]:
     except jsonschema.exceptions.SchemaError:
         return []  # reported as an invalid output schema
     return [] if problem is None else [f"mock_result breaks the output schema ({problem})"]
+
+
+def refusal(spec: ToolSpec, problems: list[str]) -> str:
+    """Why ``spec`` is refused, as admission and a call of a no longer admissible tool say it."""
+    return f"tool {spec.name!r} refused: " + "; ".join(problems)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from hermesbus._types import epoch_ms, from_epoch_ms
-from hermesbus.errors import AdmissionError, ToolError, VerificationError
+from hermesbus.errors import ToolError, VerificationError
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import ToolCall, ToolResult
 from hermesbus.processors.protocol import (
@@ -35,7 +35,7 @@ from hermesbus.processors.protocol import (
 from ._executor import Execution, Executor, PythonWorker, worker_env
 from ._health import RegistryHealth, parse_probe
 from ._http import HttpExecutor
-from ._registry import ToolRegistry
+from ._registry import ToolRegistry, refusal
 from ._release import arguments_digest, failure, release
 from ._settings import ToolSettings
 from ._spec import ToolSpec
@@ -210,8 +210,7 @@ class ToolService(Service):
             return failure(call.tool, NOT_REGISTERED, f"tool {call.tool!r} is not registered")
         refused = self.registry.module_problems(spec)
         if refused:
-            error = AdmissionError(f"tool {spec.name!r} refused: " + "; ".join(refused))
-            return failure(spec.name, FORBIDDEN, str(error))
+            return failure(spec.name, FORBIDDEN, refusal(spec, refused))
         problem, arguments = self._arguments(call.arguments_json)
         if problem is None:
             problem = schema_error(spec.input_schema or {}, arguments)

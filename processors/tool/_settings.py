@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import Field
@@ -45,11 +46,11 @@ class ToolSettings(BaseSettings):
     tool_response_factor: int = Field(default=4, gt=0)
     """An HTTP tool's body may be this many times its ``max_result_bytes``; larger is 502."""
 
-    @property
+    @cached_property
     def hosts(self) -> frozenset[str]:
         return frozenset(h.strip().lower() for h in self.tool_hosts.split(",") if h.strip())
 
-    @property
+    @cached_property
     def modules(self) -> tuple[str, ...]:
         return tuple(m.strip() for m in self.tool_modules.split(",") if m.strip())
 

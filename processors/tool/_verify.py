@@ -137,6 +137,8 @@ def check_result(
 
 def finish(spec: ToolSpec, value: Any) -> Verified:
     """The content checks after the verifier passed: sensitive words, then the steps."""
+    if not spec.sensitive_words:
+        return Verified(value, _steps(value))
     text = json.dumps(value, ensure_ascii=False).casefold()
     found = [word for word in spec.sensitive_words if word.casefold() in text]
     if found:
