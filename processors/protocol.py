@@ -72,6 +72,7 @@ __all__ = [
     "answer",
     "component_of",
     "conversation_at",
+    "cycle_of",
     "is_failure",
     "memory_at",
     "tool_at",
@@ -126,6 +127,12 @@ S2's call is the OCR pre-check of an upload, which the user is told takes about 
 def is_failure(status_code: int) -> bool:
     """5xx (timeouts are 504): fail fast."""
     return status_code >= 500  # noqa: PLR2004 - HTTP's server-error class
+
+
+def cycle_of(envelope: Envelope) -> str:
+    """The envelope's ``context[CYCLE]``, or ``""`` when it has none (or not a str)."""
+    value = envelope.payload.context.get(CYCLE)
+    return value if isinstance(value, str) else ""
 
 
 def component_of(address: str) -> str:

@@ -7,19 +7,18 @@ the history, so the handler code above only says what happens, not how it is sen
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from hermesbus._types import Record, epoch_ms
+from hermesbus._types import epoch_ms
 from hermesbus.envelope import Envelope, Metadata, RetryPolicy
 from hermesbus.payloads import (
+    Body,
     ContentType,
     ContextValue,
     MemoryTier,
     MemoryWrite,
-    Payload,
     Reply,
     Role,
     StateSnapshot,
@@ -79,19 +78,20 @@ class Step:
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
         snapshot = snapshot_of(self.session)
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
-        self.to_dispatcher(body, task="state_snapshot")
+        self._envelope(
+            protocol.DISPATCHER_ADDRESS, body, "state_snapshot", context={}, snapshot=snapshot
+        )
         log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
         return target
 
     def problem(self, component: str, code: str, message: str) -> None:
         """Keep an error report among the session's recent problems (bounded, never shown
         raw to the user) and log it at warning, so nothing vanishes silently."""
-        cycle = self.env.payload.context.get(protocol.CYCLE)
         entry = {
             "component": component,
             "code": code,
             "message": message[:_PROBLEM_CHARS],
-            "cycle": cycle if isinstance(cycle, str) else "",
+            "cycle": protocol.cycle_of(self.env),
             "at": self.env.timestamp.isoformat(),
         }
         self.update(problems=(*self.session.problems, entry)[-MAX_PROBLEMS:])
@@ -129,27 +129,22 @@ class Step:
 
     # -- envelopes --------------------------------------------------------------------
 
-    def _envelope(self, target: str, body: Record, task: str, **fields: Any) -> Envelope:
-        index, source_id = len(self.emitted), self.env.message_id
-        envelope = Envelope(
-            message_id=derive_id(source_id, "out", index),
-            timestamp=self.env.timestamp,
+    def _envelope(self, target: str, body: Body, task: str, **fields: Any) -> Envelope:
+        envelope = protocol.answer(
+            self.env,
+            len(self.emitted),
             source=protocol.conversation_at(self.session.state or "S1"),
             target=target,
-            session_id=self.env.session_id,
-            user_id=self.env.user_id,
-            trace_id=self.env.trace_id,
-            span_id=derive_id(source_id, "span", index)[:16],
-            parent_span_id=self.env.span_id or None,
-            causation_id=source_id,
-            payload=Payload(task=task, context=fields.pop("context", {}), body=body),
+            body=body,
+            task=task,
+            context=fields.pop("context", {}),
             **fields,
         )
         self.emitted.append(envelope)
         return envelope
 
     def to_dispatcher(
-        self, body: Record, *, task: str, context: Mapping[str, ContextValue] | None = None
+        self, body: Body, *, task: str, context: Mapping[str, ContextValue] | None = None
     ) -> Envelope:
         """An envelope to ``mcp:dispatcher`` carrying the current snapshot."""
         snapshot = snapshot_of(self.session)
@@ -167,22 +162,22 @@ class Step:
         state, source_id = self.session.state or "S1", self.env.message_id
         cycle = derive_id(source_id, "cycle")
         tools = [tool for tool, _ in calls]
+        encoded = [(tool, canonical_json(arguments)) for tool, arguments in calls]
         traces = list(self.session.traces)
-        for tool, arguments in calls:
-            arguments_json = canonical_json(arguments)
+        for tool, arguments_json in encoded:
             trace = {"tool": tool, "args_digest": digest(arguments_json), "status_code": 0}
             traces.append({**trace, "cycle": cycle})
         pending = Pending(cycle=cycle, task=task, tools=tuple(tools), turn_id=self.session.turn_id)
         self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
         metadata = Metadata(timeout_ms=protocol.STATE_TIMEOUT_MS[state], retry_policy=RETRY)
-        for tool, arguments in calls:
+        snapshot = snapshot_of(self.session)
+        for tool, arguments_json in encoded:
             call = ToolCall(
                 tool=tool,
-                arguments_json=canonical_json(arguments),
+                arguments_json=arguments_json,
                 idempotency_key=derive_id(source_id, "call", tool),
             )
-            snapshot = snapshot_of(self.session)
             self._envelope(
                 protocol.DISPATCHER_ADDRESS,
                 call,
@@ -268,7 +263,7 @@ class Step:
     def outcome(self) -> Outcome:
         return Outcome(
             emit=tuple(self.emitted),
-            state=json.loads(self.session.model_dump_json()),
+            state=self.session.model_dump(mode="json"),
             timers=tuple(self.timers.values()),
             cancel=tuple(self.cancels),
         )

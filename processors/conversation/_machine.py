@@ -197,18 +197,11 @@ class Machine:
         """Every action name the table declares."""
         return frozenset(a for spec in self._states.values() for a in spec.actions)
 
-    def allows(self, state: str | None, trigger: str) -> bool:
-        return (state, trigger) in self._moves
-
     def timeout(self, state: str, purpose: str) -> Timeout:
         for timeout in self.spec(state).timeouts:
             if timeout.purpose == purpose:
                 return timeout
         raise TransitionError(f"state {state!r} has no timeout {purpose!r}")
-
-    def purposes(self) -> tuple[str, ...]:
-        """Every timer purpose of the machine, in table order."""
-        return tuple(t.purpose for spec in self._states.values() for t in spec.timeouts)
 
     def pairs(self) -> frozenset[tuple[str | None, str]]:
         """The ``(previous_state, state_id)`` pairs the table can produce."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from hermesbus.envelope import Envelope
@@ -15,6 +15,7 @@ from . import _flow as flow
 from . import _texts as texts
 from ._context import Step
 from ._machine import FAILURE, MACHINE
+from ._session import canonical_json
 
 __all__ = [
     "EXITS",
@@ -71,20 +72,22 @@ def _set_status(step: Step, cycle: str, statuses: Mapping[str, int]) -> None:
     step.update(traces=traces)
 
 
-def _brief(tool: str, result: ToolResult) -> str:
-    scalars = {k: v for k, v in _loads(result).items() if not isinstance(v, dict | list)}
-    body = json.dumps(scalars, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return f"{tool} {result.status_code}: {body[:_TOOL_SUMMARY_CHARS]}"
+def _brief(result: ToolResult, content: dict[str, Any]) -> str:
+    scalars = {k: v for k, v in content.items() if not isinstance(v, dict | list)}
+    body = canonical_json(scalars)
+    return f"{result.tool} {result.status_code}: {body[:_TOOL_SUMMARY_CHARS]}"
 
 
-def _absorb(step: Step, cycle: str, answer: ToolResults) -> None:
+def _absorb(
+    step: Step, cycle: str, answer: ToolResults, contents: Sequence[dict[str, Any]]
+) -> None:
     """Traces, history, stale/degraded notes and memory's preferences/candidates."""
     _set_status(step, cycle, {r.tool: r.status_code for r in answer.results})
     notes, session = list(step.session.notes), step.session
-    for result in answer.results:
+    for result, content in zip(answer.results, contents, strict=True):
         extra = {"tool": result.tool, "status_code": result.status_code}
         step.record(
-            _brief(result.tool, result),
+            _brief(result, content),
             role=Role.TOOL,
             content_type=ContentType.TOOL_RESULT,
             parent_id=cycle,
@@ -112,7 +115,8 @@ def on_tool_results(step: Step, answer: ToolResults) -> None:
     if pending is None:
         return
     step.update(pending=None)
-    _absorb(step, pending.cycle, answer)
+    contents = [_loads(r) for r in answer.results]
+    _absorb(step, pending.cycle, answer, contents)
     by_tool = {r.tool: r for r in answer.results}
     failed = next((r for r in answer.results if r.status_code != protocol.OK), None)
     missing = [tool for tool in pending.tools if tool not in by_tool]
@@ -124,7 +128,7 @@ def on_tool_results(step: Step, answer: ToolResults) -> None:
         message = (failed.error or "") if failed else "no result"
         _fail(step, protocol.tool_at(tool), code, message, "请稍后重试或联系管理员")
         return
-    results = {tool: _loads(r) for tool, r in by_tool.items()}
+    results = {r.tool: c for r, c in zip(answer.results, contents, strict=True)}
     TASKS[pending.task](step, results, answer)
 
 

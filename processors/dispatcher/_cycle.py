@@ -12,6 +12,7 @@ import logging
 from datetime import datetime
 from typing import Final
 
+from hermesbus._types import from_epoch_ms
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import (
     ContextValue,
@@ -21,7 +22,14 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResult,
 )
-from hermesbus.processors.protocol import CYCLE, MEMORY_CONTEXT, TOOLS, is_failure, tool_at
+from hermesbus.processors.protocol import (
+    CYCLE,
+    MEMORY_CONTEXT,
+    TOOLS,
+    cycle_of,
+    is_failure,
+    tool_at,
+)
 
 from ._dispatch import (
     answer,
@@ -32,7 +40,7 @@ from ._dispatch import (
     schedule_retry,
     timer_data,
 )
-from ._emit import ALERTS_ADDRESS, Effects, moment
+from ._emit import ALERTS_ADDRESS, Effects
 from ._health import bilingual, result_notices
 from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
 from ._ports import Ports
@@ -57,11 +65,6 @@ REFUSED_WRITE: Final = "refused_write"
 CAPPED_WRITES: Final = "memory.writes_capped"
 """Code of the alert when a result carried more facts or symbols than memory is fed."""
 _CYCLE_KEYS: Final = frozenset({CYCLE, TOOLS, "round"})
-
-
-def _cid(envelope: Envelope) -> str:
-    value = envelope.payload.context.get(CYCLE)
-    return value if isinstance(value, str) else ""
 
 
 def drop_late(state: DispatcherState, ports: Ports, what: str, cid: str) -> None:
@@ -96,7 +99,7 @@ async def on_call(
     fx: Effects, state: DispatcherState, envelope: Envelope, call: ToolCall, ports: Ports
 ) -> None:
     """Hold the call until memory has answered the round, or send it now if it has."""
-    cid = _cid(envelope)
+    cid = cycle_of(envelope)
     cycle = state.cycles.get(cid)
     if cycle is not None and not cycle.is_open:
         drop_late(state, ports, f"call of {call.tool}", cid)  # the round failed before it came
@@ -113,7 +116,7 @@ async def on_memory(
     fx: Effects, state: DispatcherState, envelope: Envelope, body: MemoryContext, ports: Ports
 ) -> None:
     """Memory answered the round: every held call goes out, in the cycle's tool order."""
-    cid = _cid(envelope)
+    cid = cycle_of(envelope)
     cycle = state.cycles[cid]
     asked = envelope.payload.context.get("round", cycle.round)
     if not cycle.is_open or not cycle.received or cycle.memory is not None or asked != cycle.round:
@@ -137,7 +140,7 @@ def on_result(
     fx: Effects, state: DispatcherState, envelope: Envelope, result: ToolResult, ports: Ports
 ) -> None:
     """Record a result; retry or fail fast on a 5xx; answer once every tool answered."""
-    cid = _cid(envelope)
+    cid = cycle_of(envelope)
     cycle = state.cycles[cid]
     call = cycle.calls.get(result.tool) if cycle.is_open else None
     if call is None or call.status is not CallStatus.SENT:
@@ -174,7 +177,7 @@ def _verified_at(envelope: Envelope, cycle: Cycle) -> datetime:
     left with the time left of the cycle): a tool's clock cannot date facts later."""
     if cycle.deadline_ms is None:
         return envelope.timestamp
-    return min(envelope.timestamp, moment(cycle.deadline_ms))
+    return min(envelope.timestamp, from_epoch_ms(cycle.deadline_ms))
 
 
 def _feed_memory(
@@ -211,7 +214,7 @@ def _feed_memory(
 
 def on_continue(state: DispatcherState, envelope: Envelope) -> None:
     """The conversation asks for one more answer in a closed cycle: a new round."""
-    state.cycles[_cid(envelope)].reopen()
+    state.cycles[cycle_of(envelope)].reopen()
 
 
 def _waiting_for(cycle: Cycle) -> tuple[str, str]:
@@ -262,7 +265,7 @@ def on_memory_error(
     if report.component != MEMORY_CONTEXT:
         _refused_write(fx, state, envelope, report, ports)
         return
-    cid = _cid(envelope)
+    cid = cycle_of(envelope)
     cycle = state.cycles.get(cid)
     if cycle is None or not cycle.is_open or not cycle.received or cycle.memory is not None:
         drop_late(state, ports, "memory context error", cid)  # no round waits for this answer

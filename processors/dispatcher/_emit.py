@@ -13,22 +13,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from hermesbus._types import epoch_ms, from_epoch_ms
+from hermesbus._types import epoch_ms
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
 from hermesbus.payloads import Body, ContextValue
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, answer
 from hermesbus.runtime import Outcome, TimerRequest
 from hermesbus.snapshot import ContextSnapshot
 
-__all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics", "millis", "moment"]
+__all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics"]
 
 ALERTS_ADDRESS = "alerts:dispatcher"
 """Where every violation report (and an error nobody can take) goes."""
-
-millis = epoch_ms
-"""Epoch milliseconds of an envelope time."""
-moment = from_epoch_ms
-"""The envelope time of epoch milliseconds (the inverse of :func:`millis`)."""
 
 
 def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) -> Diagnostics:
@@ -50,7 +45,7 @@ class Effects:
 
     @property
     def now_ms(self) -> int:
-        return millis(self.source.timestamp)
+        return epoch_ms(self.source.timestamp)
 
     def send(
         self,

@@ -28,6 +28,7 @@ from hermesbus.processors.protocol import (
     DISPATCHER,
     DISPATCHER_ADDRESS,
     component_of,
+    cycle_of,
 )
 from hermesbus.runtime import HandlerInput, Outcome
 
@@ -64,8 +65,7 @@ def _refuse(fx: Effects, state: DispatcherState, violation: Violation, ports: Po
         retryable=False,
     )
     context: dict[str, ContextValue] = {"refused": envelope.message_id, "rule": violation.rule}
-    cycle = envelope.payload.context.get(CYCLE)
-    if isinstance(cycle, str):
+    if cycle := cycle_of(envelope):
         context[CYCLE] = cycle
     task = envelope.payload.task
     if component_of(envelope.source) == CONVERSATION:

@@ -38,6 +38,7 @@ from hermesbus.processors.protocol import (
     TOOLS,
     TRANSITIONS,
     component_of,
+    cycle_of,
 )
 
 from ._state import CallStatus, DispatcherState
@@ -99,11 +100,6 @@ class Violation:
     @property
     def code(self) -> str:
         return f"violation.{self.rule}"
-
-
-def _cycle_id(envelope: Envelope) -> str:
-    value = envelope.payload.context.get(CYCLE)
-    return value if isinstance(value, str) else ""
 
 
 def _target(envelope: Envelope, _: DispatcherState) -> str | None:
@@ -172,7 +168,7 @@ def _transition(envelope: Envelope, _: DispatcherState) -> str | None:
 
 
 def _cycle(envelope: Envelope, _: DispatcherState) -> str | None:
-    if not isinstance(envelope.payload.body, _IN_CYCLE) or _cycle_id(envelope):
+    if not isinstance(envelope.payload.body, _IN_CYCLE) or cycle_of(envelope):
         return None
     value = envelope.payload.context.get(CYCLE)
     return f"payload.context[{CYCLE!r}] = {value!r}: must be the cycle id (a non-empty str)"
@@ -189,9 +185,9 @@ def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
         return f"{field}: must list the cycle's tools once each, including {body.tool!r}"
     if len(tools) > MAX_TOOLS:
         return f"payload.context[{TOOLS!r}] has {len(tools)} tools: at most {MAX_TOOLS}"
-    cycle = state.cycles.get(_cycle_id(envelope))
+    cycle = state.cycles.get(cycle_of(envelope))
     if isinstance(body, ToolCall) and cycle and cycle.received and cycle.tools != tools:
-        return f"{field}: cycle {_cycle_id(envelope)!r} was opened with tools {cycle.tools!r}"
+        return f"{field}: cycle {cycle_of(envelope)!r} was opened with tools {cycle.tools!r}"
     return None
 
 
@@ -218,7 +214,7 @@ def _retry(envelope: Envelope, _: DispatcherState) -> str | None:
 
 def _open_cycles(envelope: Envelope, state: DispatcherState) -> str | None:
     """A call of a new cycle, or a continue, would open one more cycle than allowed."""
-    body, cid = envelope.payload.body, _cycle_id(envelope)
+    body, cid = envelope.payload.body, cycle_of(envelope)
     opens = (isinstance(body, ToolCall) and cid not in state.cycles) or isinstance(body, Continue)
     open_now = sum(1 for cycle in state.cycles.values() if cycle.is_open)
     if not opens or open_now < MAX_OPEN_CYCLES:
@@ -233,42 +229,42 @@ def _cycle_known(envelope: Envelope, state: DispatcherState) -> str | None:
     body = envelope.payload.body
     if not isinstance(body, ToolResult | MemoryContext | Continue):
         return None
-    if _cycle_id(envelope) in state.cycles:
+    if cycle_of(envelope) in state.cycles:
         return None
-    return f"payload.context[{CYCLE!r}] = {_cycle_id(envelope)!r}: no such cycle in this session"
+    return f"payload.context[{CYCLE!r}] = {cycle_of(envelope)!r}: no such cycle in this session"
 
 
 def _dispatched(envelope: Envelope, state: DispatcherState) -> str | None:
     body = envelope.payload.body
     if not isinstance(body, ToolResult):
         return None
-    cycle = state.cycles[_cycle_id(envelope)]
+    cycle = state.cycles[cycle_of(envelope)]
     if not cycle.is_open:
         return None  # a late result of a closed cycle: dropped and counted, not refused
     call = cycle.calls.get(body.tool)
     if call is not None and call.status is not CallStatus.WAITING:
         return None
-    return f"payload.body.tool = {body.tool!r}: never dispatched in cycle {_cycle_id(envelope)!r}"
+    return f"payload.body.tool = {body.tool!r}: never dispatched in cycle {cycle_of(envelope)!r}"
 
 
 def _one_dispatch(envelope: Envelope, state: DispatcherState) -> str | None:
     body = envelope.payload.body
-    cycle = state.cycles.get(_cycle_id(envelope))
+    cycle = state.cycles.get(cycle_of(envelope))
     if not isinstance(body, ToolCall) or cycle is None or body.tool not in cycle.received:
         return None
     return (
         f"payload.body.tool = {body.tool!r}: already dispatched in cycle "
-        f"{_cycle_id(envelope)!r} (round {cycle.round}); send continue for another answer"
+        f"{cycle_of(envelope)!r} (round {cycle.round}); send continue for another answer"
     )
 
 
 def _continue(envelope: Envelope, state: DispatcherState) -> str | None:
     if not isinstance(envelope.payload.body, Continue):
         return None
-    cycle = state.cycles[_cycle_id(envelope)]
+    cycle = state.cycles[cycle_of(envelope)]
     if not cycle.is_open:
         return None
-    return f"payload.context[{CYCLE!r}] = {_cycle_id(envelope)!r}: still open, nothing to continue"
+    return f"payload.context[{CYCLE!r}] = {cycle_of(envelope)!r}: still open, nothing to continue"
 
 
 RULES: Final[tuple[Rule, ...]] = (

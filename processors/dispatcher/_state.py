@@ -101,9 +101,9 @@ class DispatcherState(_Model):
     violations: dict[str, int] = Field(default_factory=dict)
     late: int = 0
     refused_writes: int = 0
+    """Memory writes memory refused (notifications, never a cycle's answer)."""
     capped_writes: int = 0
     """Facts and symbols of results dropped over the per-result caps (never written)."""
-    """Memory writes memory refused (notifications, never a cycle's answer)."""
     last_speaker: str | None = None
     """The conversation address that last spoke: where memory's error reports go."""
 
