@@ -11,6 +11,7 @@ from hermesbus.runtime import derive_id
 
 from . import _texts as texts
 from ._context import Step
+from ._machine import S2_WAIT, S3_VALIDATION, S4_IDLE
 from ._session import snapshot_of
 
 __all__ = [
@@ -53,7 +54,7 @@ def _steps(step: Step, *tasks: str) -> list[str]:
 def ask_materials(step: Step, text: str) -> None:
     """Ask for (more) materials and wait at most 5 minutes for them."""
     step.update(ask="materials")
-    step.arm("s2_wait")
+    step.arm(S2_WAIT.purpose)
     step.reply(text)
 
 
@@ -83,7 +84,7 @@ def ask_confirm(step: Step) -> None:
     session = step.session
     lock_session(step)
     step.update(ask="confirm")
-    step.arm("s4_idle")
+    step.arm(S4_IDLE.purpose)
     step.reply(
         texts.confirm_text(session.materials, session.validation),
         choices=texts.CHOICES_CONFIRM,
@@ -153,14 +154,16 @@ def start_validation(step: Step) -> None:
         symbols=["user_dept", "invoices"],
         preferences=[BLUR],
     )
-    step.arm("s3_validation")
+    step.arm(S3_VALIDATION.purpose)
 
 
-def to_review_timeout(step: Step) -> None:
+def to_review_timeout(
+    step: Step, trigger: str = "validation_timeout", text: str = texts.VALIDATION_TIMEOUT
+) -> None:
     """S3 -> S3.1: validation took longer than 30 s; late answers are stale from now on."""
     step.update(pending=None, ask="review_timeout", degraded=True)
-    step.move("validation_timeout")
-    step.reply(texts.VALIDATION_TIMEOUT, choices=texts.CHOICES_TIMEOUT)
+    step.move(trigger)
+    step.reply(text, choices=texts.CHOICES_TIMEOUT)
 
 
 def review_passed(step: Step) -> None:

@@ -16,15 +16,9 @@ from hermesbus.processors import protocol
 from hermesbus.runtime import HandlerInput, Outcome
 
 from ._context import Step
-from ._results import (
-    current_cycle,
-    on_error,
-    on_stray_error,
-    on_timer,
-    on_tool_results,
-    timer_is_current,
-)
+from ._results import current_cycle, on_error, on_stray_error, on_tool_results
 from ._session import load_session
+from ._timers import on_timer, timer_is_current
 from ._turns import on_user_turn
 
 __all__ = ["NAME", "TIMER_SOURCE", "TOPIC", "handle"]

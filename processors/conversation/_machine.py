@@ -18,6 +18,10 @@ from hermesbus.errors import HermesError
 __all__ = [
     "FAILURE",
     "MACHINE",
+    "S2_WAIT",
+    "S3_VALIDATION",
+    "S4_GAVE_UP",
+    "S4_IDLE",
     "STATE_SPECS",
     "TRANSITION_TABLE",
     "Machine",
@@ -68,6 +72,8 @@ FAILURE: Final = "tool_error"
 S2_WAIT: Final = Timeout("s2_wait", timedelta(minutes=5), "wait_expired")
 S3_VALIDATION: Final = Timeout("s3_validation", timedelta(seconds=30), "validation_timeout")
 S4_IDLE: Final = Timeout("s4_idle", timedelta(minutes=10), "idle_expired")
+S4_GAVE_UP: Final = Timeout("s4_gave_up", timedelta(minutes=10), "gave_up")
+"""S4's other wait: the "continue or give up?" question unanswered for 10 minutes."""
 
 # entered when (seed 000 §2 触发条件): S1 the first message of a session; S2 an expense
 # intent with materials missing; S3 all materials in; S3.1 validation over 30 s or failed,
@@ -107,7 +113,7 @@ STATE_SPECS: Final = (
         "S4",
         "用户确认",
         ("render_summary", "lock_session", "cycle:submit_expense"),
-        (S4_IDLE,),
+        (S4_IDLE, S4_GAVE_UP),
         "S5",  # the submission failed (after the dispatcher's retries); idle: expired
     ),
     StateSpec(
@@ -164,6 +170,7 @@ class Machine:
             self._moves[(move.source, move.trigger)] = move.target
         for spec in self._states.values():
             self._check_exit(spec)
+        self._check_timeouts()
 
     def _check_exit(self, spec: StateSpec) -> None:
         """A state that leaves on failure must have a ``tool_error`` move to its exit."""
@@ -175,6 +182,23 @@ class Machine:
                 f"state {spec.id!r}: {FAILURE} leads to {target!r}, "
                 f"its exception exit is {spec.exception_exit!r}"
             )
+
+    def _check_timeouts(self) -> None:
+        """A purpose names one wait of one state (its text is looked up by purpose), and
+        the wait's trigger is a move of that state."""
+        seen: dict[str, str] = {}
+        for state, timeout in self.timeouts():
+            if timeout.purpose in seen:
+                raise TransitionError(
+                    f"timeout {timeout.purpose!r} of state {state!r} is already "
+                    f"a timeout of state {seen[timeout.purpose]!r}"
+                )
+            seen[timeout.purpose] = state
+            if (state, timeout.trigger) not in self._moves:
+                raise TransitionError(
+                    f"timeout {timeout.purpose!r} of state {state!r} fires {timeout.trigger!r}, "
+                    "which the state has no transition for"
+                )
 
     def spec(self, state: str) -> StateSpec:
         try:
@@ -202,6 +226,15 @@ class Machine:
             if timeout.purpose == purpose:
                 return timeout
         raise TransitionError(f"state {state!r} has no timeout {purpose!r}")
+
+    def timeouts(self) -> tuple[tuple[str, Timeout], ...]:
+        """Every durable wait of the table with the state it belongs to, in table order."""
+        return tuple((spec.id, t) for spec in self._states.values() for t in spec.timeouts)
+
+    def applies(self, state: str | None, purpose: str) -> bool:
+        """Whether ``purpose`` is a wait of ``state`` (a timer of any other state is stale)."""
+        spec = self._states.get(state) if state is not None else None
+        return spec is not None and any(t.purpose == purpose for t in spec.timeouts)
 
     def pairs(self) -> frozenset[tuple[str | None, str]]:
         """The ``(previous_state, state_id)`` pairs the table can produce."""

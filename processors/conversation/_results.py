@@ -1,4 +1,4 @@
-"""The dispatcher's answers (``ToolResults``, ``ErrorReport``) and fired timers, by task/state."""
+"""The dispatcher's answers (``ToolResults``, ``ErrorReport``), by task and state."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from hermesbus.envelope import Envelope
-from hermesbus.payloads import ContentType, ErrorReport, Role, TimerFired, ToolResult, ToolResults
+from hermesbus.payloads import ContentType, ErrorReport, Role, ToolResult, ToolResults
 from hermesbus.processors import protocol
 
 from . import _flow as flow
 from . import _texts as texts
 from ._context import Step
-from ._machine import FAILURE, MACHINE
+from ._machine import FAILURE, MACHINE, S2_WAIT, S3_VALIDATION, S4_GAVE_UP
 from ._session import canonical_json
 
 __all__ = [
@@ -23,9 +23,7 @@ __all__ = [
     "current_cycle",
     "on_error",
     "on_stray_error",
-    "on_timer",
     "on_tool_results",
-    "timer_is_current",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,17 +39,6 @@ def current_cycle(step: Step, envelope: Envelope) -> bool:
         log.info("session %s: stale answer for cycle %s", envelope.session_id, cycle)
         return False
     return True
-
-
-def timer_is_current(step: Step, fired: TimerFired) -> bool:
-    """A timer armed for the current state and not re-armed or cancelled since."""
-    try:
-        data = json.loads(fired.data_json)
-    except ValueError:
-        return False
-    session = step.session
-    token_ok = isinstance(data, dict) and session.timers.get(fired.purpose) == data.get("token")
-    return token_ok and isinstance(data, dict) and data.get("state") == session.state
 
 
 def _loads(result: ToolResult) -> dict[str, Any]:
@@ -146,7 +133,7 @@ def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults
     label = f"{period[:4]}年{int(period[5:7])}月" if len(period) == 7 else ""  # noqa: PLR2004
     steps = step.session.steps.get("check_budget", ())
     step.update(ask="materials")
-    step.arm("s2_wait")
+    step.arm(S2_WAIT.purpose)
     step.reply(texts.materials_text({**step.session.facts, "period_label": label}), steps=steps)
 
 
@@ -177,7 +164,7 @@ def _ocr_precheck(step: Step, results: dict[str, dict[str, Any]], _: ToolResults
 
 
 def _expense_validation(step: Step, results: dict[str, dict[str, Any]], ans: ToolResults) -> None:
-    step.disarm("s3_validation")
+    step.disarm(S3_VALIDATION.purpose)
     trip, rules = results.get("trip_tool", {}), results.get("rule_engine_tool", {})
     trip_view = {k: trip.get(k) for k in ("verified", "trip_id", "city", "from", "to")}
     warnings = [str(w) for w in rules.get("warnings") or []]
@@ -273,16 +260,16 @@ def _exit_to_review(step: Step, trigger: str, text: str) -> None:
     if trigger == "validation_timeout":
         flow.to_review_timeout(step)
         return
-    step.update(ask="review_timeout")
+    step.update(ask="review_failed")
     step.move(trigger)
     step.reply(text + texts.FAILED_S3, choices=texts.CHOICES_TIMEOUT)
 
 
 def _exit_to_gave_up(step: Step, trigger: str, text: str) -> None:
     """S2 -> S4: the OCR pre-check failed; ask whether to go on uploading or give up."""
-    step.update(ask="gave_up", materials={}, validation={})
+    step.update(ask="upload_failed", materials={}, validation={})
     step.move(trigger)
-    step.arm("s4_idle")
+    step.arm(S4_GAVE_UP.purpose)
     step.reply(text + texts.FAILED_S2, choices=texts.CHOICES_GAVE_UP)
 
 
@@ -296,20 +283,3 @@ EXITS: Final[dict[str, Callable[[Step, str, str], None]]] = {
     "S5": _exit_to_end,
 }
 """What taking an exception exit does, by the exit state (every exit the table names)."""
-
-
-def on_timer(step: Step, fired: TimerFired) -> None:
-    """A current timer: S2 wait -> S4 ask, S3 30 s -> S3.1, S4 idle -> S5."""
-    purpose = fired.purpose
-    step.update(timers={k: v for k, v in step.session.timers.items() if k != purpose})
-    if purpose == "s2_wait":
-        step.update(ask="gave_up")
-        step.move("wait_expired")
-        step.arm("s4_idle")
-        step.reply(texts.GAVE_UP, choices=texts.CHOICES_GAVE_UP)
-    elif purpose == "s3_validation":
-        flow.to_review_timeout(step)
-    elif purpose == "s4_idle" and step.session.ask == "gave_up":
-        flow.end(step, "gave_up", "gave_up", texts.IDLE_GAVE_UP, confirmed_by=fired.timer_id)
-    elif purpose == "s4_idle":
-        flow.end(step, "idle_expired", "expired", texts.EXPIRED, confirmed_by=fired.timer_id)

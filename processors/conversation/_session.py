@@ -61,8 +61,10 @@ class Session(BaseModel):
     timers: dict[str, str] = Field(default_factory=dict)
     """Armed timer purpose -> token; a fired timer whose token differs is stale."""
     ask: str = ""
-    """What the last reply asked: materials, review, review_timeout, preference, confirm,
-    gave_up; empty when nothing is asked."""
+    """What the last reply asked: materials, review, review_timeout (validation over 30 s),
+    review_failed (a validation tool failed), clarify, preference, confirm, gave_up (the
+    5-minute wait expired), upload_failed (the OCR pre-check failed); empty when nothing is
+    asked. A question asked again is the same question, for the same reason."""
     ask_pref: dict[str, str] = Field(default_factory=dict)
     preferences: dict[str, str] = Field(default_factory=dict)
     candidates: dict[str, str] = Field(default_factory=dict)
@@ -143,6 +145,8 @@ def _s3(session: Session) -> str:
 def _s31(session: Session) -> str:
     if session.ask == "review_timeout":
         return "校验超时，待人工复核"
+    if session.ask == "review_failed":
+        return "校验失败，待人工复核"
     invoices = session.materials.get("invoices") or []
     low = [i for i in invoices if float(i.get("confidence", 1.0)) < LOW_CONFIDENCE]
     return f"{len(low)}张发票金额模糊，待人工复核"
@@ -151,6 +155,8 @@ def _s31(session: Session) -> str:
 def _s4(session: Session) -> str:
     if session.ask == "gave_up":
         return "等待材料超时，询问是否放弃"
+    if session.ask == "upload_failed":
+        return "材料预检失败，询问是否继续上传"
     return "提交中" if session.pending else "校验通过，待用户确认提交"
 
 

@@ -12,6 +12,7 @@ from . import _flow as flow
 from . import _texts as texts
 from ._context import Step
 from ._intent import Intent, IntentName, IntentParser, RuleIntentParser, negation
+from ._machine import S4_GAVE_UP, S4_IDLE
 from ._session import Session, canonical_json
 from ._settings import INTENT_PORT
 
@@ -118,6 +119,7 @@ def _in_review(step: Step, intent: Intent) -> None:
 
 _RETRIES: Final = {
     "review_timeout": (_I.RETRY, _I.KEEP_MATERIALS, _I.YES),
+    "review_failed": (_I.RETRY, _I.KEEP_MATERIALS, _I.YES),
     "clarify": (_I.RETRY,),
 }
 """The answers that re-run the validation, by the S3.1 question asked."""
@@ -125,12 +127,20 @@ _RETRIES: Final = {
 
 def _ask_again(step: Step) -> None:
     ask = step.session.ask
-    if ask == "review_timeout":
-        step.reply(texts.VALIDATION_TIMEOUT, choices=texts.CHOICES_TIMEOUT)
+    if ask in _REVIEW_AGAIN:
+        step.reply(_REVIEW_AGAIN[ask], choices=texts.CHOICES_TIMEOUT)
     elif ask == "clarify":
         flow.ask_clarification(step, step.session.ask_pref.get("names", "").split("、"))
     else:
         flow.ask_review(step)
+
+
+_REVIEW_AGAIN: Final = {
+    "review_timeout": texts.VALIDATION_TIMEOUT,
+    "review_failed": texts.VALIDATION_FAILED,
+}
+"""The S3.1 question asked again, by why validation stopped: it took over 30 s, or a tool
+failed (then nothing timed out, and the question must not say so)."""
 
 
 def _answer_preference(step: Step, intent: Intent) -> None:
@@ -154,7 +164,7 @@ def _answer_preference(step: Step, intent: Intent) -> None:
 
 def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
     """S4: only an explicit, un-negated confirmation submits; anything unclear re-asks."""
-    if step.session.ask == "gave_up":
+    if step.session.ask in _GAVE_UP_AGAIN:
         _answer_gave_up(step, intent, turn)
     elif intent.name in (_I.CONFIRM, _I.YES) and negation(turn.text) is None:
         submit(step)
@@ -165,14 +175,19 @@ def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
     elif intent.name in (_I.CANCEL, _I.NO):
         _end_cancel(step, intent)
     elif step.session.locked and turn.attachments:
-        step.arm("s4_idle")
+        step.arm(S4_IDLE.purpose)
         step.reply(texts.LOCKED, choices=texts.CHOICES_CONFIRM)
     else:
         flow.ask_confirm(step)
 
 
+_GAVE_UP_AGAIN: Final = {"gave_up": texts.GAVE_UP, "upload_failed": texts.UPLOAD_FAILED}
+"""The S4 "continue or give up?" question asked again, by why it was asked: the 5-minute
+wait expired, or the OCR pre-check failed (then no wait expired)."""
+
+
 def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
-    """After the 5-minute wait: 继续上传 goes back to S2, 放弃 ends the session."""
+    """After the 5-minute wait or a failed pre-check: 继续上传 goes back to S2, 放弃 ends."""
     if intent.name is _I.CANCEL or intent.name is _I.NO:
         flow.end(step, "gave_up", "gave_up", texts.USER_GAVE_UP)
     elif turn.attachments or intent.name in (_I.UPLOAD, _I.YES, _I.EXPENSE_SUBMIT):
@@ -183,14 +198,14 @@ def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
         else:
             flow.ask_materials(step, texts.CONTINUE_UPLOAD)
     else:
-        step.arm("s4_idle")
-        step.reply(texts.GAVE_UP, choices=texts.CHOICES_GAVE_UP)
+        step.arm(S4_GAVE_UP.purpose)
+        step.reply(_GAVE_UP_AGAIN[step.session.ask], choices=texts.CHOICES_GAVE_UP)
 
 
 def submit(step: Step) -> None:
     """ "确认": submit the report to finance; S5 follows its answer."""
     session = step.session
-    step.disarm("s4_idle")
+    step.disarm(S4_IDLE.purpose)
     rid = flow.report_id(step.env.session_id)
     step.fact(report_id=rid)
     invoices = session.materials.get("invoices") or []

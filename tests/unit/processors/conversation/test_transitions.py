@@ -90,7 +90,8 @@ async def test_a_further_10_minutes_idle_after_the_wait_is_giving_up() -> None:
     d = Driver()
     await _to_s2(d)
     await d.send(d.fire("s2_wait"))
-    fired = d.fire("s4_idle")
+    assert "s4_idle" not in d.armed  # the question's own wait, not the summary's
+    fired = d.fire("s4_gave_up")
     out = await d.send(fired)
     assert moves(out) == [("S4", "S5")]
     (write,) = _unfinished(out)
@@ -173,7 +174,7 @@ async def test_a_failure_in_s2_takes_the_exit_to_s4_and_the_user_may_go_on() -> 
     assert moves(out) == [("S2", "S4")]  # the table's exception exit of S2
     reply = the_reply(out)
     assert "tool:ocr_tool" in reply.text and "503" in reply.text and "稍后重试" in reply.text
-    assert reply.choices == ("继续上传", "放弃") and "s4_idle" in d.armed
+    assert reply.choices == ("继续上传", "放弃") and "s4_gave_up" in d.armed
     again = await d.say("继续上传")
     assert moves(again) == [("S4", "S2")] and "s2_wait" in d.armed
 
