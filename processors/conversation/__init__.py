@@ -8,6 +8,7 @@ by default, ``HttpIntentParser`` when configured).
 """
 
 from ._actions import ACTIONS
+from ._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
 from ._context import UNFINISHED_LABEL
 from ._flow import report_id
 from ._handler import NAME, TIMER_SOURCE, TOPIC, handle
@@ -53,6 +54,7 @@ __all__ = [
     "HISTORY_BUDGET_TOKENS",
     "INTENT_PORT",
     "MACHINE",
+    "MAX_CONFIRMATION_WORDS",
     "MAX_PROBLEMS",
     "NAME",
     "STATE_SPECS",
@@ -79,6 +81,7 @@ __all__ = [
     "digest",
     "estimate_tokens",
     "handle",
+    "is_confirmation",
     "negation",
     "new_message",
     "normalise_city",

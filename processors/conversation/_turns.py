@@ -10,6 +10,7 @@ from hermesbus.payloads import ContentType, Role, UserTurn
 
 from . import _flow as flow
 from . import _texts as texts
+from ._confirm import is_confirmation
 from ._context import Step
 from ._intent import Intent, IntentName, IntentParser, RuleIntentParser, negation
 from ._machine import S4_GAVE_UP, S4_IDLE
@@ -163,10 +164,11 @@ def _answer_preference(step: Step, intent: Intent) -> None:
 
 
 def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
-    """S4: only an explicit, un-negated confirmation submits; anything unclear re-asks."""
+    """S4: only an explicit confirmation submits (the button or a short affirmative answer,
+    never a keyword inside a longer instruction, never negated); anything unclear re-asks."""
     if step.session.ask in _GAVE_UP_AGAIN:
         _answer_gave_up(step, intent, turn)
-    elif intent.name in (_I.CONFIRM, _I.YES) and negation(turn.text) is None:
+    elif _confirms(intent, turn):
         submit(step)
     elif intent.name is _I.MODIFY:
         step.update(materials={}, validation={}, locked=False)
@@ -184,6 +186,13 @@ def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
 _GAVE_UP_AGAIN: Final = {"gave_up": texts.GAVE_UP, "upload_failed": texts.UPLOAD_FAILED}
 """The S4 "continue or give up?" question asked again, by why it was asked: the 5-minute
 wait expired, or the OCR pre-check failed (then no wait expired)."""
+
+
+def _confirms(intent: Intent, turn: UserTurn) -> bool:
+    """The parser's confirmation, and the user's own text is one as a whole (a port that
+    reads an injected instruction as "confirm" cannot submit on its own)."""
+    named = intent.name in (_I.CONFIRM, _I.YES)
+    return named and not turn.attachments and is_confirmation(turn.text) and not negation(turn.text)
 
 
 def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
