@@ -2,17 +2,21 @@
 
 Every request runs under one overall deadline (a server dripping bytes cannot stretch
 it), its body is read with a hard size cap, redirects are not followed, and the final
-URL's host is checked against the allow-list on every call.
+URL's host is checked against the allow-list and its path against the base path on every
+call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import string
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 import httpx
 
+from hermesbus.errors import ToolError
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE, VERIFICATION_FAILED
 
 from ._executor import SIGNATURE_HEADER, Execution
@@ -25,20 +29,56 @@ _NOT_FOUND = 404
 _SUCCESS = range(200, 300)
 
 
+_PATH_CHARS: Final = frozenset(string.ascii_letters + string.digits + "/-._~!$&'()*+,=:")
+"""What a tool path may hold: RFC 3986 path characters, less ``%`` (encoding hides
+traversal), ``;`` (``/..;/`` is ``/../`` to some servers) and ``@``."""
+
+
+_PATH_RULES: Final[tuple[tuple[Callable[[str], bool], str], ...]] = (
+    (lambda path: not path.startswith("/"), "must start with / (it is a path, not a URL)"),
+    (lambda path: "//" in path, "must not contain // (a leading // names another host)"),
+    (lambda path: "%" in path, "must not be percent-encoded (%2e%2e and %2f hide .. and /)"),
+    (lambda path: "\\" in path, "must not contain a backslash (servers read it as /)"),
+    (
+        lambda path: any(segment in (".", "..") for segment in path.split("/")),
+        "must not contain a . or .. segment (servers resolve them: .. leaves the base path)",
+    ),
+)
+"""What a tool path must not do, checked in this order; the first broken rule is named."""
+
+
 def path_problem(what: str, path: str) -> str | None:
-    """Why ``path`` cannot be appended to a tool's base URL (None: it can)."""
-    if path and not path.startswith("/"):
-        return f"{what} {path!r} must start with /"
-    if any(c in path for c in "@?#\\") or path.startswith("//"):
-        return f"{what} {path!r} must not contain @, ?, #, \\ or start with //"
-    return None
+    """Why ``path`` cannot be appended to a tool's base URL (None: it can): it must stay
+    under the base path, on the base's host, as written."""
+    if not path:
+        return None
+    for broken, rule in _PATH_RULES:
+        if broken(path):
+            return f"{what} {path!r} {rule}"
+    refused = "".join(sorted({c for c in path if c not in _PATH_CHARS}))
+    if not refused:
+        return None
+    return (
+        f"{what} {path!r} must not contain {refused!r} "
+        "(only ASCII letters, digits and /-._~!$&'()*+,=: may appear)"
+    )
 
 
 def join_url(base: str, path: str) -> httpx.URL:
-    """``base`` with ``path`` appended to its path; the host always stays ``base``'s."""
+    """``base`` with ``path`` appended to its path, on ``base``'s host and under its path;
+    raises :class:`~hermesbus.errors.ToolError` for a path that is refused or would not
+    stay under the base path (httpx folds ``..`` away: ``/api`` + ``/../x`` is ``/x``)."""
+    problem = path_problem("path", path)
+    if problem is not None:
+        raise ToolError(problem)
     url = httpx.URL(base)
-    joined = url.path.rstrip("/") + path
-    return url.copy_with(path=joined or "/")
+    prefix = url.path.rstrip("/")
+    wanted = (prefix + path) or "/"
+    joined = url.copy_with(path=wanted)
+    segments = joined.path.split("/")
+    if joined.path != wanted or joined.host != url.host or ".." in segments or "." in segments:
+        raise ToolError(f"path {path!r} does not stay under the base path {prefix or '/'!r}")
+    return joined
 
 
 class HttpExecutor:
@@ -66,18 +106,17 @@ class HttpExecutor:
     def _url(self, role: str) -> httpx.URL | str:
         """The request URL, or why it is refused."""
         path = self._health_path if role == "probe" else self._call_path
-        problem = path_problem("path", path)
-        if problem is not None:
-            return f"{self.name}: refused: {problem}"
         try:
             url = join_url(self._base, path)
+        except ToolError as exc:
+            return f"{self.name}: refused: {exc}"
         except (httpx.InvalidURL, TypeError, ValueError) as exc:
             return f"{self.name}: not a URL: {exc}"
         if url.userinfo:
-            problem = "the URL carries credentials"
-        if problem is None and url.host.lower() not in self._hosts:
-            problem = f"host {url.host!r} is not on HERMES_TOOL_HOSTS"
-        return url if problem is None else f"{self.name}: refused: {problem}"
+            return f"{self.name}: refused: the URL carries credentials"
+        if url.host.lower() not in self._hosts:
+            return f"{self.name}: refused: host {url.host!r} is not on HERMES_TOOL_HOSTS"
+        return url
 
     async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
         url = self._url(role)

@@ -3,9 +3,9 @@
 A tool needs input and output JSON Schemas (http tools serve them at ``/schema``), a
 health probe, a verifier and a fallback strategy; ``none`` only in debug mode. HTTP
 tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOSTS``),
-without credentials in the URL; python targets, probes, verifiers and backups must name
-a module of the allow-list (``HERMES_TOOL_MODULES``): their code runs with the
-processor's rights.
+without credentials in the URL, and their paths must stay under the base path; python
+targets, probes, verifiers and backups must name a module of the allow-list
+(``HERMES_TOOL_MODULES``): their code runs with the processor's rights.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import jsonschema
 
-from hermesbus.errors import AdmissionError
+from hermesbus.errors import AdmissionError, ToolError
 
 from ._http import join_url, path_problem
 from ._settings import ToolSettings, module_allowed
@@ -100,10 +100,16 @@ class ToolRegistry:
         if parsed.host.lower() not in self.settings.hosts:
             allowed = ",".join(sorted(self.settings.hosts))
             return [f"{what} host {parsed.host!r} is not on HERMES_TOOL_HOSTS ({allowed})"]
-        return []
+        if parsed.query or parsed.fragment:
+            return [f"{what} must not carry a query or fragment (paths are appended to it)"]
+        problem = path_problem(f"{what} path", parsed.raw_path.decode("ascii").rstrip("/"))
+        return [] if problem is None else [problem]
 
     async def _fetch_schemas(self, spec: ToolSpec) -> tuple[ToolSpec, list[str]]:
-        url = join_url(spec.target, "/schema")
+        try:
+            url = join_url(spec.target, "/schema")
+        except (ToolError, httpx.InvalidURL) as exc:
+            return spec, [f"input/output schema: {exc}"]
         try:
             async with asyncio.timeout(spec.timeout_s):
                 if self._client is not None:

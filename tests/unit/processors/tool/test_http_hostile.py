@@ -13,8 +13,9 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from hermesbus.errors import AdmissionError
+from hermesbus.errors import AdmissionError, ToolError
 from hermesbus.processors.tool import Fallback, HttpExecutor, ToolService, ToolSpec
+from hermesbus.processors.tool._http import join_url
 
 from .conftest import ECHO_IN, ECHO_OUT, SAMPLES
 from .test_executor import NOW, call
@@ -184,3 +185,94 @@ async def test_http_tools_receive_the_idempotency_key(tools: ToolService, server
     assert report.result.status_code == 200
     (post,) = [headers for _, path, headers in _Hostile.seen if path == "/"]
     assert post["Idempotency-Key"] == "key-42"
+
+
+ESCAPES = [
+    ("/../../../../etc/passwd", "must not contain a . or .. segment"),
+    ("/api/../../admin", "must not contain a . or .. segment"),
+    ("/./run", "must not contain a . or .. segment"),
+    ("/..", "must not contain a . or .. segment"),
+    ("/%2e%2e/%2e%2e/etc/passwd", "must not be percent-encoded"),
+    ("/%2E%2E/admin", "must not be percent-encoded"),
+    ("/run%2f..%2fadmin", "must not be percent-encoded"),
+    ("/run%00", "must not be percent-encoded"),
+    ("/..\\admin", "must not contain a backslash"),
+    ("/run\\x", "must not contain a backslash"),
+    ("http://127.0.0.2/run", "must start with /"),
+    ("https:/run", "must start with /"),
+    ("//127.0.0.2/run", "must not contain //"),
+    ("/run//../x", "must not contain //"),
+    ("/..;/admin", "must not contain ';'"),
+    ("/run @127.0.0.2", "must not contain ' @'"),
+    ("/ru\u0335n", "must not contain"),
+    ("/run\t", "must not contain '\\t'"),
+]
+
+
+@pytest.mark.parametrize(("path", "why"), ESCAPES)
+async def test_a_call_path_that_escapes_the_base_path_is_refused(
+    tools: ToolService, server: str, path: str, why: str
+) -> None:
+    with pytest.raises(AdmissionError) as refused:
+        await tools.register(spec(server + "/api", path))
+    assert f"call_path {path!r} {why}" in str(refused.value)
+    assert await tools.registry.get("web") is None
+
+
+@pytest.mark.parametrize("path", ["/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"])
+async def test_a_health_path_that_escapes_is_refused_too(
+    tools: ToolService, server: str, path: str
+) -> None:
+    with pytest.raises(AdmissionError, match="health probe path"):
+        await tools.register(spec(server + "/api", "/run", health=path))
+
+
+@pytest.mark.parametrize(
+    ("base", "why"),
+    [
+        ("/api/%2e%2e/admin", "base URL path '/api/%2e%2e/admin' must not be percent-encoded"),
+        ("/api?token=1", "must not carry a query or fragment"),
+        ("/api#x", "must not carry a query or fragment"),
+    ],
+)
+async def test_a_base_url_that_hides_a_traversal_is_refused(
+    tools: ToolService, server: str, base: str, why: str
+) -> None:
+    with pytest.raises(AdmissionError) as refused:
+        await tools.register(spec(server + base, "/run"))
+    assert why in str(refused.value)
+
+
+@pytest.mark.parametrize("path", ["/run", "/v1/tools/echo:run", "/run/", "", "/a-b_c.d~e"])
+async def test_ordinary_call_paths_stay_admitted(
+    tools: ToolService, server: str, path: str
+) -> None:
+    admitted = await tools.register(spec(server + "/api", path))
+    assert join_url(admitted.target, path).path == "/api" + (path or "")
+
+
+@pytest.mark.parametrize("path", ["/../../../../etc/passwd", "/%2e%2e/etc/passwd", "/a/../../x"])
+async def test_a_planted_traversal_never_leaves_the_base_path_at_call_time(
+    tools: ToolService, server: str, path: str
+) -> None:
+    planted = spec(server + "/api", path, input_schema=ECHO_IN, output_schema=ECHO_OUT)
+    await tools.store.save_spec(planted)  # as if written to SQLite behind the registry
+    report = await tools.call(call("web", "k"), now=NOW)
+    assert report.result.status_code == 503
+    assert f"web: refused: path {path!r} must not" in (report.result.error or "")
+    assert _Hostile.seen == []  # nothing was sent at all
+
+
+@pytest.mark.parametrize(
+    ("base", "path", "why"),
+    [
+        ("/api", "/../../etc/passwd", "path '/../../etc/passwd' must not contain a . or .."),
+        ("/api", "/%2e%2e/etc/passwd", "path '/%2e%2e/etc/passwd' must not be percent-encoded"),
+        ("/api", "//127.0.0.2/x", "path '//127.0.0.2/x' must not contain //"),
+        ("/api/%2e%2e", "/run", "path '/run' does not stay under the base path '/api/..'"),
+    ],
+)
+def test_join_url_never_builds_a_url_outside_the_base_path(base: str, path: str, why: str) -> None:
+    with pytest.raises(ToolError) as refused:
+        join_url("http://127.0.0.1:1" + base, path)
+    assert str(refused.value) == why or str(refused.value).startswith(why)
