@@ -4,8 +4,9 @@ A tool needs input and output JSON Schemas (http tools serve them at ``/schema``
 health probe, a verifier and a fallback strategy; ``none`` only in debug mode. HTTP
 tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOSTS``),
 without credentials in the URL, and their paths must stay under the base path; python
-targets, probes, verifiers and backups must name a module of the allow-list
-(``HERMES_TOOL_MODULES``): their code runs with the processor's rights.
+targets, probes, verifiers and backups must name a public callable (no part starting with
+``_``) of a module of the allow-list (``HERMES_TOOL_MODULES``): their code runs with the
+processor's rights.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import jsonschema
 from hermesbus.errors import AdmissionError, ToolError
 
 from ._http import join_url, path_problem
-from ._settings import ToolSettings, module_allowed
+from ._settings import ToolSettings, module_allowed, private_part
 from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec
 from ._store import ToolStore
 from ._verify import schema_error
@@ -46,7 +47,7 @@ class ToolRegistry:
 
     async def register(self, spec: ToolSpec) -> ToolSpec:
         """Admit and store ``spec`` (http schemas fetched from ``/schema``); else AdmissionError."""
-        problems = self.module_problems(spec)
+        problems = self.runnable_problems(spec)
         if spec.kind == "http":
             problems += self._url_problems("base URL", spec.target)
             problems += [p for p in (path_problem("call_path", spec.call_path),) if p]
@@ -64,26 +65,32 @@ class ToolRegistry:
         await self.store.save_spec(spec)
         return spec
 
-    def module_problems(self, spec: ToolSpec) -> list[str]:
-        """The modules ``spec`` names (target, probe, verifier, backup) that are not on
-        ``HERMES_TOOL_MODULES``; checked at admission and again before every call."""
+    def runnable_problems(self, spec: ToolSpec) -> list[str]:
+        """Why ``spec`` may not run: a callable it names (target, probe, verifier, backup)
+        is private or in a module not on ``HERMES_TOOL_MODULES``; checked at admission and
+        again before every call and probe (a spec may have been written to the store
+        behind the registry)."""
         named = [("verifier", spec.verifier)]
         if spec.kind == "python":
             backup = spec.fallback.backup if spec.fallback else None
             named += [("python target", spec.target), ("health probe", spec.health)]
             named += [("proxy backup", backup)]
-        refused = [
-            (what, target)
-            for what, target in named
-            if target and not module_allowed(target, self.settings.modules)
-        ]
-        if not refused:
-            return []
+        problems: list[str] = []
         allowed = ",".join(self.settings.modules) or "(none)"
-        return [
-            f"{what} module {target.partition(':')[0]!r} is not on HERMES_TOOL_MODULES ({allowed})"
-            for what, target in refused
-        ]
+        for what, target in named:
+            if not target:
+                continue
+            if (private := private_part(target)) is not None:
+                problems.append(
+                    f"{what} {target!r} names the private {private!r}: a name starting "
+                    "with _ is never a tool, probe or verifier"
+                )
+            elif not module_allowed(target, self.settings.modules):
+                module = target.partition(":")[0]
+                problems.append(
+                    f"{what} module {module!r} is not on HERMES_TOOL_MODULES ({allowed})"
+                )
+        return problems
 
     async def get(self, name: str) -> ToolSpec | None:
         return await self.store.get_spec(name)
@@ -165,8 +172,8 @@ def _target_problems(what: str, target: str, prefixes: tuple[str, ...]) -> list[
     module, sep, name = target.partition(":")
     if not sep or not module or not name:
         return [f"{what} {target!r} is not module:function"]
-    if not module_allowed(target, prefixes):
-        return []  # named by module_problems
+    if private_part(target) is not None or not module_allowed(target, prefixes):
+        return []  # named by runnable_problems
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:

@@ -47,7 +47,8 @@ __all__ = ["CallReport", "ToolPort", "ToolService"]
 log = logging.getLogger(__name__)
 
 FORBIDDEN = 403
-"""A registered tool names a module that is no longer on ``HERMES_TOOL_MODULES``."""
+"""A stored tool may not run (any more): a module off ``HERMES_TOOL_MODULES`` or a
+private callable."""
 CONFLICT = 409
 """The idempotency key was used by another tool or with other arguments."""
 INTERNAL = 500
@@ -208,7 +209,7 @@ class ToolService(Service):
         spec = await self.store.get_spec(call.tool)
         if spec is None:
             return failure(call.tool, NOT_REGISTERED, f"tool {call.tool!r} is not registered")
-        refused = self.registry.module_problems(spec)
+        refused = self.registry.runnable_problems(spec)
         if refused:
             return failure(spec.name, FORBIDDEN, refusal(spec, refused))
         problem, arguments = self._arguments(call.arguments_json)
@@ -346,8 +347,8 @@ class ToolService(Service):
         return {spec.name: probe for spec, probe in zip(specs, probes, strict=True)}
 
     async def probe(self, spec: ToolSpec) -> Probe:
-        if self.registry.module_problems(spec):
-            execution = Execution(FORBIDDEN, error="a module is not on HERMES_TOOL_MODULES")
+        if refused := self.registry.runnable_problems(spec):
+            execution = Execution(FORBIDDEN, error=refusal(spec, refused))
         else:
             execution = await self._executor(spec, "main").run("probe", None, spec.timeout_s)
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed"]
+__all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed", "private_part"]
 
 DEMO_MODULES = "hermesbus.processors.tool.demo"
 """The module prefix allowed by default: the demo tools."""
@@ -18,6 +18,16 @@ def module_allowed(target: str, prefixes: tuple[str, ...]) -> bool:
     """Whether the module of ``module:function`` is one of ``prefixes`` or inside one."""
     module = target.partition(":")[0]
     return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def private_part(target: str) -> str | None:
+    """The first part of ``module:function`` (a dotted part of the module path or of the
+    attribute) that starts with ``_``; None when nothing is private. A private callable
+    is never a tool, probe or verifier, even in an allowed module (``demo.tools:_signed``
+    would sign any arguments)."""
+    module, _, attribute = target.partition(":")
+    parts = (*module.split("."), *attribute.split("."))
+    return next((part for part in parts if part.startswith("_")), None)
 
 
 class ToolSettings(BaseSettings):

@@ -169,3 +169,50 @@ def test_the_demo_modules_are_allowed_by_default(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.delenv("HERMES_TOOL_MODULES")
     assert ToolSettings().modules == ("hermesbus.processors.tool.demo",)
+
+
+DEMO = "hermesbus.processors.tool.demo.tools"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "private"),
+    [
+        ("target", f"{DEMO}:_signed", "_signed"),  # a signing oracle for any arguments
+        ("target", f"{SAMPLES}:__builtins__", "__builtins__"),
+        ("target", "hermesbus.processors.tool.demo._specs:register_demo", "_specs"),
+        ("target", "tests.unit.processors.tool._hidden:echo", "_hidden"),
+        ("health", f"{DEMO}:_user", "_user"),
+        ("verifier", f"{SAMPLES}:_verify", "_verify"),
+        ("fallback", Fallback(strategy="proxy", backup=f"{DEMO}:_signed"), "_signed"),
+    ],
+)
+async def test_a_private_callable_is_refused_even_in_an_allowed_module(
+    tools: ToolService, field: str, value: object, private: str
+) -> None:
+    with pytest.raises(AdmissionError) as refused:
+        await tools.register(python_spec("priv", "echo", **{field: value}))
+    message = str(refused.value)
+    assert f"names the private {private!r}: a name starting with _ is never a tool" in message
+    assert "is not on HERMES_TOOL_MODULES" not in message  # the module is allowed
+    assert await tools.registry.get("priv") is None
+
+
+async def test_a_public_callable_beside_private_ones_is_admitted(tools: ToolService) -> None:
+    admitted = await tools.register(python_spec("pub", "echo", target=f"{SAMPLES}:echo"))
+    assert admitted.target == f"{SAMPLES}:echo"
+
+
+async def test_a_stored_spec_naming_a_private_callable_neither_runs_nor_probes(
+    tools: ToolService,
+) -> None:
+    planted = python_spec("oracle", "echo", fallback=NO_FALLBACK)
+    planted = planted.model_copy(update={"target": f"{DEMO}:_signed"})  # never admitted
+    await tools.store.save_spec(planted)
+    report = await tools.call(call("oracle", "k", text="anything"), now=NOW)
+    assert report.result.status_code == 403
+    assert "python target 'hermesbus.processors.tool.demo.tools:_signed' names the private" in (
+        report.result.error or ""
+    )
+    probe = await tools.probe(planted)
+    assert "names the private '_signed'" in (probe.error or "")
+    assert tools.worker_pid("oracle") is None
