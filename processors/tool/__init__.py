@@ -20,11 +20,13 @@ from ._settings import DEMO_MODULES, ToolSettings
 from ._spec import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_CAP,
+    TOOL_NAME_PATTERN,
     Fallback,
     SignatureConfig,
     SignedResult,
     ToolKind,
     ToolSpec,
+    tool_name_problem,
 )
 from ._store import CallStats, Probe, StoredResult, ToolStore
 from ._verify import Verified, check_signature, json_depth
@@ -38,6 +40,7 @@ __all__ = [
     "NAME",
     "PORT",
     "SIGNATURE_HEADER",
+    "TOOL_NAME_PATTERN",
     "TOPIC",
     "CallReport",
     "CallStats",
@@ -65,4 +68,5 @@ __all__ = [
     "handle",
     "json_depth",
     "serving",
+    "tool_name_problem",
 ]

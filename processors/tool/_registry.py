@@ -6,7 +6,7 @@ tools (and http backups) must sit on a host of the allow-list (``HERMES_TOOL_HOS
 without credentials in the URL, and their paths must stay under the base path; python
 targets, probes, verifiers and backups must name a public callable (no part starting with
 ``_``) of a module of the allow-list (``HERMES_TOOL_MODULES``): their code runs with the
-processor's rights.
+processor's rights. Tool names match ``TOOL_NAME_PATTERN``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hermesbus.errors import AdmissionError, ToolError
 
 from ._http import join_url, path_problem
 from ._settings import ToolSettings, module_allowed, private_part
-from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec
+from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec, tool_name_problem
 from ._store import ToolStore
 from ._verify import schema_error
 
@@ -66,16 +66,16 @@ class ToolRegistry:
         return spec
 
     def runnable_problems(self, spec: ToolSpec) -> list[str]:
-        """Why ``spec`` may not run: a callable it names (target, probe, verifier, backup)
-        is private or in a module not on ``HERMES_TOOL_MODULES``; checked at admission and
-        again before every call and probe (a spec may have been written to the store
-        behind the registry)."""
+        """Why ``spec`` may not run: its name is no tool name, or a callable it names
+        (target, probe, verifier, backup) is private or in a module not on
+        ``HERMES_TOOL_MODULES``; checked at admission and again before every call and probe
+        (a spec may have been written to the store behind the registry)."""
         named = [("verifier", spec.verifier)]
         if spec.kind == "python":
             backup = spec.fallback.backup if spec.fallback else None
             named += [("python target", spec.target), ("health probe", spec.health)]
             named += [("proxy backup", backup)]
-        problems: list[str] = []
+        problems = [p for p in (tool_name_problem(spec.name),) if p]
         allowed = ",".join(self.settings.modules) or "(none)"
         for what, target in named:
             if not target:

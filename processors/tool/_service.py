@@ -38,7 +38,7 @@ from ._http import HttpExecutor
 from ._registry import ToolRegistry, refusal
 from ._release import arguments_digest, failure, release
 from ._settings import ToolSettings
-from ._spec import ToolSpec
+from ._spec import ToolSpec, tool_name_problem
 from ._store import Probe, StoredResult, ToolStore
 from ._verify import json_depth, schema_error
 
@@ -47,8 +47,8 @@ __all__ = ["CallReport", "ToolPort", "ToolService"]
 log = logging.getLogger(__name__)
 
 FORBIDDEN = 403
-"""A stored tool may not run (any more): a module off ``HERMES_TOOL_MODULES`` or a
-private callable."""
+"""A stored tool may not run (any more): a module off ``HERMES_TOOL_MODULES``, a private
+callable, or a name that is no tool name."""
 CONFLICT = 409
 """The idempotency key was used by another tool or with other arguments."""
 INTERNAL = 500
@@ -206,6 +206,9 @@ class ToolService(Service):
 
     async def _check(self, call: ToolCall) -> ToolResult | tuple[ToolSpec, Any]:
         """The spec and the parsed arguments, or the 404/403/400 answer."""
+        unnamed = tool_name_problem(call.tool)
+        if unnamed is not None:  # never looked up: no spec can carry such a name
+            return failure(call.tool, NOT_REGISTERED, unnamed)
         spec = await self.store.get_spec(call.tool)
         if spec is None:
             return failure(call.tool, NOT_REGISTERED, f"tool {call.tool!r} is not registered")

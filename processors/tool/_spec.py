@@ -7,25 +7,45 @@ what is missing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NamedTuple
+import re
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermesbus.processors.protocol import ToolHealth
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "MAX_RESULT_CAP",
+    "TOOL_NAME_PATTERN",
     "Fallback",
     "SignatureConfig",
     "SignedResult",
     "ToolKind",
     "ToolSpec",
+    "tool_name_problem",
 ]
 
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
 MAX_RESULT_CAP = 1024 * 1024
 """The largest ``max_result_bytes`` the registry admits."""
+
+TOOL_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
+"""Every tool's name: a lowercase letter, then up to 63 lowercase letters, digits or ``_``
+(``org_tool``, ``rule_engine_tool``): it keys the store and names the ``tool:<name>``
+address and the worker, so it holds no dot, slash, dash or space (``..`` is no name)."""
+_TOOL_NAME: Final = re.compile(TOOL_NAME_PATTERN)
+
+
+def tool_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a tool name (None: it is); the one check of every tool name."""
+    if _TOOL_NAME.fullmatch(name):
+        return None
+    return (
+        f"tool name {name!r} does not match {TOOL_NAME_PATTERN} "
+        "(a lowercase letter, then up to 63 lowercase letters, digits or _)"
+    )
+
 
 ToolKind = Literal["python", "http"]
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -74,7 +94,8 @@ class ToolSpec(_Frozen):
     run again on a retry, so a tool with side effects must honour the key itself.
     """
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    name: str
+    """Matches :data:`TOOL_NAME_PATTERN` (checked here and again at admission)."""
     kind: ToolKind
     target: Annotated[str, Field(min_length=1)]
     description: str = ""
@@ -100,6 +121,14 @@ class ToolSpec(_Frozen):
     unhealthy_after_ms: float = _DEFAULTS.unhealthy_after_ms
     min_success_rate: float = _DEFAULTS.min_success_rate
     estimate_s: int = _DEFAULTS.estimate_s
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        problem = tool_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
 
     @property
     def health_path(self) -> str:

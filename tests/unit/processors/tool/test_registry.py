@@ -7,12 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
-from hermesbus.processors.tool import Fallback, ToolRegistry, ToolSettings
+from hermesbus.processors.tool import (
+    TOOL_NAME_PATTERN,
+    Fallback,
+    ToolRegistry,
+    ToolService,
+    ToolSettings,
+)
+from hermesbus.processors.tool.demo import DEMO_TOOLS, demo_specs
 
 from .conftest import python_spec
+from .test_executor import NOW, call
 
 
 @pytest.fixture
@@ -103,3 +112,58 @@ async def test_an_admitted_spec_persists_in_the_sqlite_file(
         assert reopened.path == settings.home / "tools.sqlite3"
         assert await reopened.get_spec("kept") == spec
         assert [s.name for s in await reopened.list_specs()] == ["kept"]
+
+
+NAMES_IN_USE = [*DEMO_TOOLS, "echo", "echo_tool", "mac2", "yaml_echo", "web_echo", "t", "x" * 64]
+NOT_NAMES = [
+    "..",
+    ".",
+    "",
+    "../etc",
+    "a/b",
+    "a.b",
+    "a-b",
+    "Org_tool",
+    "1tool",
+    "_tool",
+    "org tool",
+    "tool\n",
+    "wörk",
+    "x" * 65,
+]
+
+
+@pytest.mark.parametrize("name", NAMES_IN_USE)
+def test_the_names_in_use_match_the_one_pattern(name: str) -> None:
+    assert python_spec(name, "echo").name == name
+
+
+def test_the_demo_specs_all_have_tool_names() -> None:
+    assert sorted(s.name for s in demo_specs()) == sorted(DEMO_TOOLS)
+
+
+@pytest.mark.parametrize("name", NOT_NAMES)
+def test_a_name_off_the_pattern_is_refused_saying_so(name: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        python_spec(name, "echo")
+    assert f"tool name {name!r} does not match {TOOL_NAME_PATTERN}" in str(refused.value)
+    assert "a lowercase letter, then up to 63 lowercase letters, digits or _" in str(refused.value)
+
+
+async def test_a_spec_copied_past_the_check_is_refused_at_admission(
+    store: SqliteToolStore, settings: ToolSettings
+) -> None:
+    sneaked = python_spec("fine", "echo").model_copy(update={"name": ".."})  # copies skip checks
+    with pytest.raises(AdmissionError) as refused:
+        await ToolRegistry(store, settings).register(sneaked)
+    assert str(refused.value).startswith("tool '..' refused: tool name '..' does not match")
+    assert await store.list_specs() == []
+
+
+async def test_a_call_of_a_name_off_the_pattern_is_a_404_naming_it(tools: ToolService) -> None:
+    report = await tools.call(call("..", "k"), now=NOW)
+    assert report.result.status_code == 404
+    assert report.result.error == (
+        f"tool name '..' does not match {TOOL_NAME_PATTERN} "
+        "(a lowercase letter, then up to 63 lowercase letters, digits or _)"
+    )
