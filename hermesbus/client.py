@@ -16,18 +16,25 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, TopicPartition
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
 from hermesbus.codec import Codec, Framing, default_codec
 from hermesbus.config import HermesSettings
-from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, partition_of, start_or_close
 from hermesbus.envelope import Envelope
-from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
+from hermesbus.errors import (
+    BrokerError,
+    ConfigError,
+    EncodeError,
+    HermesError,
+    IdentityError,
+    ReplyTimeout,
+)
 from hermesbus.headers import envelope_headers
+from hermesbus.identity import APP, Keyring, Signer
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import Payload, UserTurn
-from hermesbus.topics import CONVERSATION_OUT, topic_for
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
 __all__ = ["CONVERSATION_TARGET", "Client", "Replies", "partition_for_key"]
 
@@ -37,7 +44,6 @@ CONVERSATION_TARGET = "conversation:in"
 """Where ``say`` addresses user turns (routed to ``hermes.conversation.in``)."""
 
 _INSTANCE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_PARTITIONER = DefaultPartitioner()
 
 
 def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
@@ -45,7 +51,7 @@ def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
     ordered = sorted(partitions)
     if not ordered:
         raise BrokerError("the topic has no partitions")
-    return int(_PARTITIONER(key, ordered, ordered))
+    return ordered[partition_of(key, len(ordered))]
 
 
 def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> KafkaConfig:
@@ -78,6 +84,10 @@ class Client(Service):
     ``name`` is the instance part of the ``app:<name>`` source address; ``topic_prefix``
     is put in front of every topic name (default ``HERMES_TOPIC_PREFIX``, else none).
     Keyword ``overrides`` are :class:`KafkaConfig` fields (``bootstrap=...``, ...).
+
+    Every record is signed. An app signs as ``app`` (``HERMES_KEY_APP`` or the keyring
+    file) and may send only user turns to the ingress topic; ``identity=`` a component
+    (whose key it must hold) lets it speak as that component, e.g. in tests or tools.
     """
 
     def __init__(
@@ -88,11 +98,15 @@ class Client(Service):
         topic_prefix: str | None = None,
         codec: Codec | None = None,
         framing: Framing = "single-object",
+        identity: str = APP,
+        keys: Keyring | None = None,
         **overrides: Any,
     ) -> None:
         if not _INSTANCE.match(name):
             raise ConfigError(f"client name {name!r}: use letters, digits, '_', '.' or '-'")
         self.config = _kafka_config(config, overrides)
+        self.identity = identity
+        self._signer = Signer(identity, (keys if keys is not None else Keyring.load()))
         self.source = f"app:{name}"
         self.topic_prefix = (
             topic_prefix if topic_prefix is not None else HermesSettings().topic_prefix
@@ -126,18 +140,43 @@ class Client(Service):
         return self._codec if self._codec is not None else default_codec()
 
     async def send(self, envelope: Envelope) -> None:
-        """Write ``envelope`` to its target's topic, keyed by session; wait for the acks."""
+        """Write ``envelope`` to its target's topic, keyed by session, signed; wait for acks.
+
+        IdentityError if this client may not send it: an app sends only user turns from
+        ``app:*`` to the ingress topic; a component only envelopes of its own ``source``.
+        """
         topic = topic_for(envelope.target, self.topic_prefix)
+        self._check(envelope, topic)
         value = self.codec.encode(envelope, self._framing)
+        key = envelope.session_id.encode()
+        headers = self._signer.sign(topic, key, value, envelope_headers(envelope))
         producer = self._started()
         try:
-            await producer.send_and_wait(
-                topic, value, key=envelope.session_id.encode(), headers=envelope_headers(envelope)
-            )
+            await producer.send_and_wait(topic, value, key=key, headers=list(headers))
         except KafkaError as exc:
             raise BrokerError(
                 f"cannot send {envelope.message_id} to {topic}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _check(self, envelope: Envelope, topic: str) -> None:
+        claimed = identity_of(envelope.source)
+        if self.identity != APP:
+            if claimed != self.identity:
+                raise IdentityError(
+                    "identity.impersonation",
+                    f"source {envelope.source!r} speaks for {claimed!r}; this client signs "
+                    f"as {self.identity!r}",
+                )
+            return
+        ingress = self.topic_prefix + CONVERSATION_IN
+        if topic != ingress or claimed != APP or not isinstance(envelope.payload.body, UserTurn):
+            body = type(envelope.payload.body).__name__
+            raise IdentityError(
+                "identity.forbidden",
+                f"an app sends only user turns (UserTurn from 'app:*') to {ingress}; this is "
+                f"{body} from {envelope.source!r} to {envelope.target!r} ({topic}). Internal "
+                "targets need a component's key: Client(identity=...)",
+            )
 
     def turn(
         self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None

@@ -15,6 +15,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     ├── CatalogError           the topic catalog is invalid
     ├── BrokerError            the Kafka cluster refused or failed a request
     ├── StoreError             a state store refused or failed a request
+    ├── IdentityError          a record is unsigned, mis-signed, or its signer may not send it
     ├── ToolError              a tool failed, or cannot be used as registered
     │   ├── AdmissionError     the registry refuses a tool (no schema, probe, verifier, fallback)
     │   └── VerificationError  a tool's result failed its signature, schema or content checks
@@ -35,6 +36,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "HermesError",
+    "IdentityError",
     "IntentError",
     "RegistryError",
     "ReplyTimeout",
@@ -103,6 +105,21 @@ class BrokerError(HermesError):
 
 class StoreError(HermesError):
     """A state store (SQLite, Redis, ...) refused or failed a request."""
+
+
+class IdentityError(HermesError):
+    """A record is unsigned or mis-signed, or its signer may not send it (``code`` says which).
+
+    Codes: ``identity.unsigned``, ``identity.malformed``, ``identity.unknown_key``,
+    ``identity.bad_signature``, ``identity.impersonation`` (signed by one component,
+    claiming another's ``source``), ``identity.forbidden`` (that component may not write
+    this topic with this body).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.reason = message
 
 
 class ToolError(HermesError):

@@ -24,15 +24,16 @@ from hermesbus.connectors.kafka.groups import hand_over
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.demo import DEMO_USER, Said
-from hermesbus.errors import HermesError
+from hermesbus.errors import ConfigError, HermesError
+from hermesbus.identity import Keyring, keys_path
 from hermesbus.lifecycle import background
-from hermesbus.processors import conversation, dispatcher, memory, tool
+from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan
 
-__all__ = ["PROBE_INTERVAL_S", "Stack", "stack"]
+__all__ = ["PROBE_INTERVAL_S", "Stack", "keyring", "stack"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class Stack:
     created: list[str] = field(default_factory=list)
     processors: list[Processor] = field(default_factory=list)
     tool_names: list[str] = field(default_factory=list)
+    keys: str = ""
+    """Where the components' signing keys were read from."""
 
     async def check(self, said: Said, *, within_s: float = 15.0) -> list[str]:
         """What memory lacks after a demo conversation: A's approval edge, B's unfinished item.
@@ -134,6 +137,7 @@ async def stack(
         if embedded:
             broker = await exits.enter_async_context(EmbeddedBroker())
             kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
+        keys = keyring(create=embedded)
         enter = exits.enter_async_context
         states: StateStore = store if store is not None else await enter(SqliteStateStore())
         if demo:  # the workers inherit the signing key; the service verifies with the public one
@@ -142,6 +146,7 @@ async def stack(
         tools = await enter(tool.ToolService(SqliteToolStore()))
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
+        running.keys = keys.source
         running.created = await _provision(kafka, prefix)
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
@@ -166,10 +171,31 @@ async def stack(
                 ports=ports,
                 clock=clock,
                 dead_letter_undecodable=name not in sharing,  # dead-lettered once, by "tool"
+                identity=tool.NAME if name in sharing else name,
+                policy=protocol.ProtocolPolicy(),
             )
             await enter(processor)
             running.processors.append(processor)
         yield running
+
+
+def keyring(*, create: bool) -> Keyring:
+    """Every component's keys: created under the state folder on the embedded broker.
+
+    With a configured broker, processors may run in several processes that must share
+    the keys, so a missing key is an error saying how to make and share them.
+    """
+    if create:
+        return Keyring.ensure(protocol.IDENTITIES)
+    keys = Keyring.load()
+    missing = [identity for identity in protocol.IDENTITIES if not keys.has(identity)]
+    if missing:
+        raise ConfigError(
+            f"no signing keys for {', '.join(missing)} in {keys.source}: run `hermesbus keys "
+            f"init` (writes {keys_path()}) and give every process of the cluster that file "
+            "(HERMES_KEYS_FILE), or set HERMES_KEY_<IDENTITY> for each"
+        )
+    return keys
 
 
 def _handlers(

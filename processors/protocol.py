@@ -37,21 +37,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from pydantic import BaseModel
+
 from hermesbus.envelope import Envelope
-from hermesbus.payloads import Body, ContextValue, MemoryTier, Payload
+from hermesbus.identity import APP
+from hermesbus.payloads import (
+    Body,
+    ContextValue,
+    Continue,
+    ErrorReport,
+    MemoryContext,
+    MemoryQuery,
+    MemoryTier,
+    MemoryWrite,
+    Payload,
+    Reply,
+    StateSnapshot,
+    TimerFired,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    UserTurn,
+)
 from hermesbus.runtime import derive_id
+from hermesbus.topics import ALERTS as ALERTS_TOPIC
+from hermesbus.topics import AUDIT as AUDIT_TOPIC
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of
 
 __all__ = [
     "ALERTS",
+    "APP",
     "AUDIT",
     "BAD_ARGUMENTS",
     "CONVERSATION",
     "CYCLE",
     "DISPATCHER",
     "DISPATCHER_ADDRESS",
+    "DISPATCHER_TOPIC",
     "FALLBACK",
+    "IDENTITIES",
     "MEMORY",
     "MEMORY_CONTEXT",
+    "MEMORY_TOPIC",
     "NOT_REGISTERED",
     "OK",
     "RESULT_FACTS",
@@ -63,11 +90,14 @@ __all__ = [
     "TIMEOUT",
     "TOOL",
     "TOOLS",
+    "TOOL_TOPIC",
     "TRANSITIONS",
     "UNAVAILABLE",
     "USER",
     "VERIFICATION_FAILED",
+    "WRITERS",
     "HealthView",
+    "ProtocolPolicy",
     "ToolHealth",
     "answer",
     "component_of",
@@ -83,6 +113,14 @@ CONVERSATION: Final = "conversation"
 DISPATCHER: Final = "dispatcher"
 TOOL: Final = "tool"
 MEMORY: Final = "memory"
+
+IDENTITIES: Final = (APP, CONVERSATION, DISPATCHER, TOOL, MEMORY)
+"""Who signs envelopes: the four processors, and ``app`` for applications."""
+
+# topics the processors consume (the others are in hermesbus.topics)
+DISPATCHER_TOPIC: Final = "hermes.dispatcher"
+TOOL_TOPIC: Final = "hermes.tool"
+MEMORY_TOPIC: Final = "hermes.memory"
 
 # addresses
 DISPATCHER_ADDRESS: Final = "mcp:dispatcher"
@@ -177,6 +215,57 @@ TRANSITIONS: Final = frozenset(
     }
 )
 """Allowed ``(previous_state, state_id)`` pairs of a ``StateSnapshot``; others are refused."""
+
+
+# -- who may write what where: checked by every receiver's runtime ----------------------
+
+Bodies = tuple[type[BaseModel], ...]
+
+WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
+    CONVERSATION_IN: {
+        APP: (UserTurn,),  # apps speak only here, and only as the user
+        DISPATCHER: (ToolResults, ErrorReport),  # one answer per cycle, or a refusal
+        CONVERSATION: (TimerFired,),  # its own durable timers
+    },
+    CONVERSATION_OUT: {
+        CONVERSATION: (Reply,),
+        DISPATCHER: (Reply,),  # notices ("ocr_tool is slow, about 30 s")
+    },
+    DISPATCHER_TOPIC: {
+        CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue),
+        TOOL: (ToolResult,),
+        MEMORY: (MemoryContext, ErrorReport),
+        DISPATCHER: (TimerFired,),
+    },
+    TOOL_TOPIC: {DISPATCHER: (ToolCall,)},  # only the dispatcher calls tools
+    MEMORY_TOPIC: {DISPATCHER: (MemoryQuery, MemoryWrite, StateSnapshot)},  # memory trusts it
+    AUDIT_TOPIC: {MEMORY: (MemoryWrite,)},
+    ALERTS_TOPIC: {who: (ErrorReport,) for who in (CONVERSATION, DISPATCHER, TOOL, MEMORY)},
+}
+"""Topic -> signing identity -> the bodies it may write there. Nothing else is admitted:
+every processor's runtime checks it before a handler runs (the dispatcher's ``body``
+rule reads its own row), and the broker ACLs of a real cluster mirror it (README)."""
+
+
+class ProtocolPolicy:
+    """:data:`WRITERS` as the runtime's write policy (``hermesbus.identity.WritePolicy``)."""
+
+    def identity_of(self, address: str) -> str:
+        return identity_of(address)
+
+    def refusal(self, topic: str, identity: str, envelope: Envelope) -> str | None:
+        writers = WRITERS.get(topic)
+        if writers is None:
+            return f"{topic} is not a topic of the protocol"
+        allowed = writers.get(identity)
+        if allowed is None:
+            return f"{identity!r} may not write {topic} (writers: {sorted(writers)})"
+        body = envelope.payload.body
+        if isinstance(body, allowed):
+            return None
+        name = type(body).__name__ if body is not None else None
+        names = [cls.__name__ for cls in allowed]
+        return f"{identity!r} may write only {names} to {topic}, not {name!r}"
 
 
 # -- live tool health, read by the dispatcher and written by the tool processor -----------

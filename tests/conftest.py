@@ -7,10 +7,21 @@ A test that needs a service it cannot get is skipped with the reason printed
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from hermesbus.identity import KEYS_FILE_ENV, Keyring
+from hermesbus.processors.protocol import IDENTITIES
+
+# Every component signs what it produces. The whole test run (and every `hermesbus`
+# subprocess it starts) shares one keyring made for it, unless the caller gave one.
+if not os.environ.get(KEYS_FILE_ENV):
+    os.environ[KEYS_FILE_ENV] = str(Path(tempfile.mkdtemp(prefix="hermesbus-keys-")) / "keys.json")
+TEST_KEYS = Keyring.ensure(IDENTITIES, Path(os.environ[KEYS_FILE_ENV]))
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100

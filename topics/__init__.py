@@ -2,7 +2,16 @@
 
 from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
 from .plan import Drift, ExistingTopic, TopicPlan, plan
-from .routes import ALERTS, AUDIT, CONVERSATION_IN, CONVERSATION_OUT, DLQ, ROUTES, topic_for
+from .routes import (
+    ALERTS,
+    AUDIT,
+    CONVERSATION_IN,
+    CONVERSATION_OUT,
+    DLQ,
+    ROUTES,
+    identity_of,
+    topic_for,
+)
 
 __all__ = [
     "ALERTS",
@@ -18,6 +27,7 @@ __all__ = [
     "ExistingTopic",
     "TopicPlan",
     "TopicSpec",
+    "identity_of",
     "parse_retention",
     "plan",
     "topic_for",

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from hermesbus.errors import ConfigError
 
-__all__ = ["ALERTS", "AUDIT", "CONVERSATION_IN", "CONVERSATION_OUT", "DLQ", "ROUTES", "topic_for"]
+__all__ = [
+    "ALERTS",
+    "AUDIT",
+    "CONVERSATION_IN",
+    "CONVERSATION_OUT",
+    "DLQ",
+    "IDENTITY_ALIASES",
+    "ROUTES",
+    "identity_of",
+    "topic_for",
+]
 
 CONVERSATION_IN = "hermes.conversation.in"
 CONVERSATION_OUT = "hermes.conversation.out"
@@ -39,3 +49,14 @@ def topic_for(target: str, prefix: str = "") -> str:
         known = ", ".join(sorted(ROUTES))
         raise ConfigError(f"no topic for target {target!r}: component must be one of {known}")
     return prefix + topic
+
+
+IDENTITY_ALIASES: dict[str, str] = {"mcp": "dispatcher"}
+"""Components whose address names differ from the identity that signs for them: the
+dispatcher speaks as ``mcp:dispatcher`` (the design's name for it)."""
+
+
+def identity_of(address: str) -> str:
+    """The identity that must have signed an envelope whose ``source`` is ``address``."""
+    component = address.split(":", 1)[0]
+    return IDENTITY_ALIASES.get(component, component)

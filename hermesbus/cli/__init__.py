@@ -7,6 +7,7 @@ import logging
 import typer
 
 from ._broker import broker_command
+from ._keys import app as keys_app
 from ._schemas import app as schemas_app
 from ._tools import app as tools_app
 from ._topics import app as topics_app
@@ -25,6 +26,7 @@ app.command("broker")(broker_command)
 app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
 app.add_typer(tools_app, name="tools")
+app.add_typer(keys_app, name="keys")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
 

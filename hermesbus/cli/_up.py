@@ -126,6 +126,7 @@ def _describe(running: Stack) -> None:
     where = "embedded broker (tansu, in memory)" if running.embedded else "Kafka"
     err_console.print(f"{where} at {running.bootstrap}", soft_wrap=True)
     err_console.print(f"topics: {len(running.created)} created", soft_wrap=True)
+    err_console.print(f"signing keys: {running.keys}", soft_wrap=True)
     names = ", ".join(p.name for p in running.processors)
     err_console.print(f"processors: {names}", soft_wrap=True)
     if running.tool_names:

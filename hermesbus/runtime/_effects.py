@@ -6,32 +6,57 @@ state produce byte-identical records on every replay.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from aiokafka import ConsumerRecord
 
 from hermesbus import headers as h
 from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.envelope import Envelope
-from hermesbus.payloads import Payload, TimerFired
+from hermesbus.errors import IdentityError
+from hermesbus.payloads import ContextValue, ErrorReport, Payload, TimerFired
 from hermesbus.topics import topic_for
 
 from ._model import Outcome, TimerRequest, derive_id
 from ._store import OutRecord, StoredTimer
 
-__all__ = ["RETRY_PREFIX", "dead_letter", "outputs", "retry_timer", "timers"]
+__all__ = [
+    "IDENTITY_ALERT_TARGET",
+    "RETRY_PREFIX",
+    "Sign",
+    "dead_letter",
+    "identity_alert",
+    "outputs",
+    "retry_timer",
+    "timers",
+]
 
 RETRY_PREFIX = "retry:"
 """Purpose of the durable timer that re-sends a failed envelope."""
 _MAX_ERROR_HEADER = 2000
+IDENTITY_ALERT_TARGET = "alerts:identity"
+"""Where a refused signer is reported (``hermes.alerts``)."""
+_UNKNOWN = "unknown"
+
+Sign = Callable[
+    [str, bytes | None, bytes, Sequence[tuple[str, bytes]]], tuple[tuple[str, bytes], ...]
+]
+"""``(topic, key, value, headers) -> headers`` with the processor's signature added."""
 
 
-def _record(codec: Codec, envelope: Envelope, topic: str, partition: int | None) -> OutRecord:
+def _record(
+    codec: Codec, sign: Sign, envelope: Envelope, topic: str, partition: int | None
+) -> OutRecord:
     value = codec.encode(envelope)
-    headers = tuple(h.envelope_headers(envelope))
-    return OutRecord(topic, envelope.session_id.encode(), value, headers, partition)
+    key = envelope.session_id.encode()
+    headers = sign(topic, key, value, h.envelope_headers(envelope))
+    return OutRecord(topic, key, value, headers, partition)
 
 
-def outputs(codec: Codec, source: Envelope, outcome: Outcome, prefix: str) -> tuple[OutRecord, ...]:
+def outputs(
+    codec: Codec, sign: Sign, source: Envelope, outcome: Outcome, prefix: str
+) -> tuple[OutRecord, ...]:
     """The emitted envelopes with ids derived from the input id and their index."""
     records = []
     for index, envelope in enumerate(outcome.emit):
@@ -41,12 +66,13 @@ def outputs(codec: Codec, source: Envelope, outcome: Outcome, prefix: str) -> tu
                 "causation_id": envelope.causation_id or source.message_id,
             }
         )
-        records.append(_record(codec, final, topic_for(final.target, prefix), None))
+        records.append(_record(codec, sign, final, topic_for(final.target, prefix), None))
     return tuple(records)
 
 
 def timers(
     codec: Codec,
+    sign: Sign,
     processor: str,
     source: Envelope,
     requests: Sequence[TimerRequest],
@@ -84,7 +110,7 @@ def timers(
                 ),
             ),
         )
-        record = _record(codec, fired, topic, partition)
+        record = _record(codec, sign, fired, topic, partition)
         due_ms = now_ms + max(0, epoch_ms(fired.timestamp) - epoch_ms(source.timestamp))
         result.append(
             StoredTimer(timer_id, processor, source.session_id, request.purpose, due_ms, record)
@@ -94,6 +120,7 @@ def timers(
 
 def retry_timer(
     codec: Codec,
+    sign: Sign,
     processor: str,
     envelope: Envelope,
     *,
@@ -108,7 +135,7 @@ def retry_timer(
     again = envelope.model_copy(
         update={"metadata": envelope.metadata.model_copy(update={"attempt": attempt + 1})}
     )
-    record = _record(codec, again, topic, partition)
+    record = _record(codec, sign, again, topic, partition)
     record = OutRecord(
         record.topic,
         record.key,
@@ -153,3 +180,52 @@ def dead_letter(
 def _qualname(error: BaseException) -> str:
     kind = type(error)
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def identity_alert(
+    codec: Codec,
+    sign: Sign,
+    *,
+    processor: str,
+    identity: str,
+    record: ConsumerRecord[bytes, bytes],
+    envelope: Envelope | None,
+    error: IdentityError,
+    topic: str,
+) -> OutRecord:
+    """An ``ErrorReport`` on ``hermes.alerts``: who was refused, where, and why.
+
+    Its id is derived from the refused record's position, so a redelivery of the refused
+    record raises the same alert again (deduplicated downstream), never a new one.
+    """
+    origin = f"{record.topic}/{record.partition}/{record.offset}"
+    key = record.key.decode("utf-8", "replace") if record.key else ""
+    context: dict[str, ContextValue] = {
+        "origin_topic": record.topic,
+        "origin_partition": record.partition,
+        "origin_offset": record.offset,
+        "refused_by": processor,
+    }
+    if envelope is not None:
+        context["claimed_source"] = envelope.source
+        context["refused"] = envelope.message_id
+    report = ErrorReport(
+        component=f"{identity}:{processor}",
+        code=error.code,
+        message=f"{error.reason} (record {origin})",
+        advice="the record was dead-lettered and did not run; find its producer "
+        "(origin in hermes.dlq) and give it its component's key, or revoke the key it used",
+        retryable=False,
+    )
+    alert = Envelope(
+        message_id=derive_id("refused", origin),
+        timestamp=envelope.timestamp if envelope is not None else max(record.timestamp, 0),
+        source=f"{identity}:{processor}",
+        target=IDENTITY_ALERT_TARGET,
+        session_id=envelope.session_id if envelope is not None else key or _UNKNOWN,
+        user_id=envelope.user_id if envelope is not None else "",
+        trace_id=envelope.trace_id if envelope is not None else derive_id("refused", origin),
+        causation_id=envelope.message_id if envelope is not None else None,
+        payload=Payload(task="identity", context=context, body=report),
+    )
+    return _record(codec, sign, alert, topic, None)

@@ -35,6 +35,10 @@ class ProcessorStats:
     undecodable: int = 0
     """Records that did not decode, left to the topic's dead-lettering group (see
     ``Processor(dead_letter_undecodable=False)``)."""
+    refused: int = 0
+    """Records whose signature or signer was refused (dead-lettered, alerted, never run)."""
+    misrouted: int = 0
+    """Records on another partition than their key's (dead-lettered, never run)."""
 
 
 class Partition:

@@ -19,10 +19,12 @@ from types import MappingProxyType
 from typing import Any
 
 from hermesbus.codec import Codec
+from hermesbus.connectors.kafka import PARTITIONER_HINT, partition_of
 from hermesbus.envelope import Envelope
-from hermesbus.errors import BrokerError, ContractError, DecodeError, StoreError
+from hermesbus.errors import BrokerError, ContractError, DecodeError, IdentityError, StoreError
 from hermesbus.headers import DLQ_NOTE
-from hermesbus.topics import DLQ
+from hermesbus.identity import Guard
+from hermesbus.topics import ALERTS, DLQ
 
 from . import _effects as fx
 from ._model import Handler, HandlerInput, SessionState
@@ -50,10 +52,16 @@ class Records:
         ports: Mapping[str, Any],
         prefix: str,
         stats: ProcessorStats,
+        guard: Guard,
         clock: Callable[[], float] = time.time,
         dead_letter_undecodable: bool = True,
+        partitions: Callable[[str], int | None] = lambda _topic: None,
     ) -> None:
+        """``partitions(topic)`` is the topic's partition count (None: unknown yet), to
+        refuse a record that is not on the partition its key maps to."""
         self.name = name
+        self.guard = guard
+        self.partitions = partitions
         self.clock = clock
         self.dead_letter_undecodable = dead_letter_undecodable
         self.handler = handler
@@ -121,16 +129,14 @@ class Records:
         return True
 
     async def process(self, part: Partition, record: Record) -> bool:
-        """Handle one record; False means this worker was fenced and must not commit it."""
-        try:
-            envelope = self.codec.decode(record.value or b"")
-            check_key(record, envelope)
-        except DecodeError as exc:
-            if not self.dead_letter_undecodable:  # another group on the topic dead-letters it
-                self.stats.undecodable += 1
-                log.warning("processor=%s skipped undecodable offset=%s", self.name, record.offset)
-                return True
-            await self.dead_letter(part, record, exc, attempt_of(record))
+        """Handle one record; False means this worker was fenced and must not commit it.
+
+        Before anything runs: the record's signature, its envelope, its key and partition,
+        and whether its signer may send it here. A record failing any of them is
+        dead-lettered with the reason (a refused signer also raises an alert).
+        """
+        envelope = await self.admitted(part, record)
+        if envelope is None:
             return True
         cached = self.cache.get(envelope.session_id)  # the common case, without an await
         if cached is not None and cached[0] is part:
@@ -241,6 +247,7 @@ class Records:
             if not outcome.timers
             else fx.timers(
                 self.codec,
+                self.guard.sign,
                 self.name,
                 envelope,
                 outcome.timers,
@@ -254,7 +261,11 @@ class Records:
             message_id=envelope.message_id,
             data=state.data if outcome.state is None else outcome.state,
             applied=(*state.applied, envelope.message_id)[-window:],
-            outbox=fx.outputs(self.codec, envelope, outcome, self.prefix) if outcome.emit else (),
+            outbox=(
+                fx.outputs(self.codec, self.guard.sign, envelope, outcome, self.prefix)
+                if outcome.emit
+                else ()
+            ),
             timers=timers,
             cancel=tuple(outcome.cancel),
             # the session's previous outbox went out before this record started, unless it
@@ -288,6 +299,76 @@ class Records:
         if self.eos:
             part.settled.append((session_id, message_id))
 
+    async def admitted(self, part: Partition, record: Record) -> Envelope | None:
+        """The record's envelope if it may run; else None, once it has been refused."""
+        value, headers = record.value or b"", list(record.headers)
+        envelope: Envelope | None = None
+        try:
+            signer = self.guard.verify(record.topic, record.key, value, headers)
+            envelope = self.codec.decode(value)
+            check_key(record, envelope)
+            self.check_partition(record)
+            self.guard.admit(record.topic, signer, envelope, retry=attempt_of(record) > 1)
+        except (IdentityError, DecodeError) as exc:
+            await self.refuse(part, record, envelope, exc)
+            return None
+        return envelope
+
+    def check_partition(self, record: Record) -> None:
+        """Refuse a record that is not on the partition murmur2 of its key maps it to."""
+        count = self.partitions(record.topic)
+        if record.key is None or not count:
+            return
+        expected = partition_of(record.key, count)
+        if expected != record.partition:
+            self.stats.misrouted += 1
+            raise ContractError(
+                f"record of key {record.key.decode('utf-8', 'replace')!r} is on partition "
+                f"{record.partition} of {record.topic}, but its key maps to partition "
+                f"{expected} of {count}: per-session order needs every producer to "
+                f"{PARTITIONER_HINT}"
+            )
+
+    async def refuse(
+        self, part: Partition, record: Record, envelope: Envelope | None, error: Exception
+    ) -> None:
+        """Dead-letter a record that may not run; an identity refusal also raises an alert.
+
+        Groups that share their topic with the one that dead-letters (each tool's group
+        beside ``tool``) only count it, so a record is dead-lettered and alerted once.
+        """
+        identity = isinstance(error, IdentityError)
+        if not self.dead_letter_undecodable:
+            if identity:
+                self.stats.refused += 1
+            else:
+                self.stats.undecodable += 1
+            log.warning("processor=%s skipped offset=%s: %s", self.name, record.offset, error)
+            return
+        if identity:
+            self.stats.refused += 1
+            log.warning(
+                "processor=%s refused topic=%s partition=%s offset=%s: %s",
+                self.name,
+                record.topic,
+                record.partition,
+                record.offset,
+                error,
+            )
+        await self.dead_letter(part, record, error, attempt_of(record))
+        if isinstance(error, IdentityError):
+            alert = fx.identity_alert(
+                self.codec,
+                self.guard.sign,
+                processor=self.name,
+                identity=self.guard.identity,
+                record=record,
+                envelope=envelope,
+                error=error,
+                topic=self.prefix + ALERTS,
+            )
+            await self.emit(part, (alert,))
+
     async def retry_or_dead_letter(
         self, part: Partition, record: Record, envelope: Envelope, error: Exception
     ) -> None:
@@ -304,6 +385,7 @@ class Records:
         )
         timer = fx.retry_timer(
             self.codec,
+            self.guard.sign,
             self.name,
             envelope,
             now_ms=int(self.clock() * 1000),

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
+from hermesbus.identity import Guard, Keyring, WritePolicy
 from hermesbus.lifecycle import Service, background
 
 from ._eos import Transactions
@@ -59,13 +60,22 @@ class Processor(Service):
         group_id: str | None = None,
         clock: Callable[[], float] = time.time,
         dead_letter_undecodable: bool = True,
+        identity: str | None = None,
+        keys: Keyring | None = None,
+        policy: WritePolicy | None = None,
     ) -> None:
         """``clock`` (seconds since the epoch) decides when durable timers are due; tests
         pass a controllable one. Handlers never see it: their time is the envelope's.
 
-        ``dead_letter_undecodable=False``: bytes that do not decode are counted and
-        skipped, for groups that share a topic with one that dead-letters them (each
-        tool's own group beside the ``tool`` group), so a bad record is dead-lettered once.
+        ``dead_letter_undecodable=False``: records that do not decode or are refused are
+        counted and skipped, for groups that share a topic with one that dead-letters them
+        (each tool's own group beside the ``tool`` group), so a bad record is
+        dead-lettered once.
+
+        ``identity`` (default: ``name``) is whom the processor signs as, with its key from
+        ``keys`` (default: ``HERMES_KEY_*`` / the keyring file, re-read when a record names
+        an unknown key id); ``policy`` says who may write what to its topics (default: the
+        signer must be the envelope's source).
         """
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
@@ -89,6 +99,14 @@ class Processor(Service):
         self._stopping = False
         self._eos = self._settings.exactly_once
         self._clock = clock
+        guard = Guard(
+            identity or name,
+            keys if keys is not None else Keyring.load(),
+            processor=name,
+            policy=policy,
+            prefix=topic_prefix,
+            reload=None if keys is not None else Keyring.load,
+        )
         self._records = Records(
             name,
             handler,
@@ -98,8 +116,10 @@ class Processor(Service):
             ports=MappingProxyType(dict(ports or {})) if ports else EMPTY,
             prefix=topic_prefix,
             stats=self.stats,
+            guard=guard,
             clock=clock,
             dead_letter_undecodable=dead_letter_undecodable,
+            partitions=self._partition_count,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
 
@@ -174,6 +194,11 @@ class Processor(Service):
             await asyncio.Event().wait()
         finally:
             await self.stop()
+
+    def _partition_count(self, topic: str) -> int | None:
+        consumer = self._consumer
+        found = consumer.partitions_for_topic(topic) if consumer is not None else None
+        return len(found) if found else None
 
     @property
     def assignment(self) -> list[TopicPartition]:

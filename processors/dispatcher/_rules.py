@@ -17,12 +17,10 @@ from pydantic import BaseModel
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import (
     Continue,
-    ErrorReport,
     MemoryContext,
     MemoryTier,
     MemoryWrite,
     StateSnapshot,
-    TimerFired,
     ToolCall,
     ToolResult,
 )
@@ -31,12 +29,14 @@ from hermesbus.processors.protocol import (
     CYCLE,
     DISPATCHER,
     DISPATCHER_ADDRESS,
+    DISPATCHER_TOPIC,
     MEMORY,
     STATE_TIMEOUT_MS,
     STATES,
     TOOL,
     TOOLS,
     TRANSITIONS,
+    WRITERS,
     component_of,
     cycle_of,
 )
@@ -69,12 +69,10 @@ TIMER_SOURCE: Final = f"{DISPATCHER}:timer"
 """The source of the dispatcher's own timers as the runtime fires them."""
 
 ALLOWED_BODIES: Final[dict[str, tuple[type[BaseModel], ...]]] = {
-    CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue),
-    TOOL: (ToolResult,),
-    MEMORY: (MemoryContext, ErrorReport),
-    DISPATCHER: (TimerFired,),
+    identity: bodies for identity, bodies in WRITERS[DISPATCHER_TOPIC].items()
 }
-"""Which bodies each source component may send to the dispatcher."""
+"""Which bodies each source component may send to the dispatcher: its row of ``WRITERS``
+(which every runtime also checks against the proven signer)."""
 
 _IN_CYCLE = (ToolCall, ToolResult, MemoryContext, Continue)
 

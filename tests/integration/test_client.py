@@ -17,6 +17,7 @@ from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import ReplyTimeout
 from hermesbus.headers import traceparent
+from hermesbus.identity import SIGNATURE
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
 from tests.builders import reply_to
 
@@ -44,6 +45,15 @@ async def client(broker: str, prefix: str) -> AsyncIterator[Client]:
         yield c
 
 
+@pytest.fixture
+async def conversation(broker: str, prefix: str) -> AsyncIterator[Client]:
+    """A client holding the conversation's key: it writes the replies an app reads."""
+    async with Client(
+        bootstrap=broker, topic_prefix=prefix, codec=CODEC, identity="conversation"
+    ) as c:
+        yield c
+
+
 async def read(broker: str, topic: str, count: int = 1) -> list[Any]:
     """The first ``count`` records of ``topic`` (all partitions), with a plain consumer."""
     consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
@@ -61,10 +71,10 @@ async def read(broker: str, topic: str, count: int = 1) -> list[Any]:
 
 
 async def test_send_lands_on_the_target_topic_with_headers_and_decodes_back(
-    broker: str, client: Client, prefix: str
+    broker: str, client: Client, conversation: Client, prefix: str
 ) -> None:
     envelope = reply_to(client.turn("s-send", "u", "x"), "hello")
-    await client.send(envelope)
+    await conversation.send(envelope)
     (record,) = await read(broker, prefix + CONVERSATION_OUT)
     assert record.key == b"s-send"
     assert record.partition == partition_for_key(b"s-send", range(6))
@@ -72,6 +82,7 @@ async def test_send_lands_on_the_target_topic_with_headers_and_decodes_back(
     assert headers["trace_id"] == envelope.trace_id.encode()
     assert headers["message_id"] == envelope.message_id.encode()
     assert headers["traceparent"] == traceparent(envelope).encode()
+    assert headers[SIGNATURE].startswith(b"v1:conversation:")
     assert CODEC.decode(record.value) == envelope
 
 
@@ -91,7 +102,7 @@ async def test_say_writes_a_user_turn_keyed_by_session(
 
 
 async def test_replies_yield_only_the_sessions_replies_from_when_they_start(
-    broker: str, client: Client, prefix: str
+    broker: str, client: Client, conversation: Client, prefix: str
 ) -> None:
     mine = "s-mine"
     other = next(  # another session on the same partition: only the key tells them apart
@@ -101,7 +112,7 @@ async def test_replies_yield_only_the_sessions_replies_from_when_they_start(
         == partition_for_key(mine.encode(), range(6))
     )
     turn, theirs = client.turn(mine, "u", "x"), client.turn(other, "u", "x")
-    await client.send(reply_to(turn, "too early"))
+    await conversation.send(reply_to(turn, "too early"))
     async with client.replies(mine) as replies:
         raw = AIOKafkaProducer(bootstrap_servers=broker)
         await raw.start()
@@ -110,7 +121,7 @@ async def test_replies_yield_only_the_sessions_replies_from_when_they_start(
         finally:
             await raw.stop()
         for text, envelope in [("a", theirs), ("1", turn), ("b", theirs), ("2", turn)]:
-            await client.send(reply_to(envelope, text))
+            await conversation.send(reply_to(envelope, text))
         async with asyncio.timeout(WAIT_S):
             got = [await anext(replies), await anext(replies)]
     assert [r.payload.body.text for r in got] == ["1", "2"]  # type: ignore[union-attr]
@@ -123,7 +134,9 @@ async def echo(broker: str, prefix: str) -> None:
     await consumer.start()
     try:
         consumer.assign([TopicPartition(prefix + CONVERSATION_IN, p) for p in range(6)])
-        async with Client(bootstrap=broker, topic_prefix=prefix, codec=CODEC) as out:
+        async with Client(
+            bootstrap=broker, topic_prefix=prefix, codec=CODEC, identity="conversation"
+        ) as out:
             async for record in consumer:
                 turn = CODEC.decode(record.value)
                 text = turn.payload.body.text  # type: ignore[union-attr]

@@ -21,8 +21,17 @@ from hermesbus import client as client_module
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.errors import BrokerError, ConfigError, EncodeError, HermesError, ReplyTimeout
+from hermesbus.errors import (
+    BrokerError,
+    ConfigError,
+    EncodeError,
+    HermesError,
+    IdentityError,
+    ReplyTimeout,
+)
 from hermesbus.headers import traceparent
+from hermesbus.identity import SIGNATURE, Keyring, Verifier
+from tests import signing
 from tests.builders import reply_to
 
 CODEC = Codec()
@@ -126,6 +135,11 @@ def make_client(**kwargs: Any) -> Client:
     return Client(bootstrap="broker.invalid:9092", topic_prefix="p.", codec=CODEC, **kwargs)
 
 
+def put(kafka: FakeKafka, envelope: h.Envelope) -> None:
+    """A reply written by the conversation (not by the app under test)."""
+    kafka.append(OUT, envelope.session_id.encode(), CODEC.encode(envelope))
+
+
 # -- the envelope say() builds ------------------------------------------------------------
 
 
@@ -164,11 +178,11 @@ def test_an_invalid_turn_is_a_hermes_error() -> None:
 async def test_send_writes_the_target_topic_session_key_and_trace_headers(
     kafka: FakeKafka,
 ) -> None:
-    async with make_client() as client:
+    async with make_client() as client, make_client(identity="conversation") as conversation:
         turn = client.turn("s-1", "u-1", "hello")
         await client.send(turn)
-        await client.send(reply_to(turn, "hi"))
-    (producer,) = kafka.producers
+        await conversation.send(reply_to(turn, "hi"))
+    producer, _ = kafka.producers
     assert producer.kwargs["bootstrap_servers"] == "broker.invalid:9092"
     assert producer.kwargs["acks"] == "all"
     assert producer.kwargs["enable_idempotence"] is False
@@ -178,11 +192,52 @@ async def test_send_writes_the_target_topic_session_key_and_trace_headers(
     assert sent.key == b"s-1"
     assert sent.value is not None
     assert CODEC.decode(sent.value) == turn
-    assert dict(sent.headers) == {
+    headers = dict(sent.headers)
+    assert headers.pop(SIGNATURE).startswith(b"v1:app:")
+    assert headers == {
         "trace_id": turn.trace_id.encode(),
         "message_id": turn.message_id.encode(),
         "traceparent": f"00-{turn.trace_id}-{turn.span_id}-01".encode(),
     }
+    verifier = Verifier(signing.keys())
+    assert verifier.signer(sent.topic, sent.key, sent.value, sent.headers) == "app"
+    assert replied.value is not None
+    assert verifier.signer(replied.topic, replied.key, replied.value, replied.headers) == (
+        "conversation"
+    )
+
+
+async def test_an_app_sends_only_user_turns_to_the_ingress_topic(kafka: FakeKafka) -> None:
+    """Internal targets, other bodies or another component's source need that component's key."""
+    async with make_client() as client:
+        turn = client.turn("s-1", "u-1", "hello")
+        forged = [
+            reply_to(turn, "hi"),  # conversation:S1 -> the replies topic
+            turn.model_copy(update={"target": "mcp:dispatcher"}),
+            turn.model_copy(update={"target": "tool:finance_tool"}),
+            turn.model_copy(update={"target": "memory:long_term"}),
+            turn.model_copy(update={"source": "conversation:S4"}),  # right topic, wrong source
+            turn.model_copy(update={"payload": h.Payload(body=h.Reply(text="x"))}),
+        ]
+        for envelope in forged:
+            with pytest.raises(IdentityError, match="identity.forbidden: an app sends only"):
+                await client.send(envelope)
+    assert kafka.sent == []  # nothing reached the broker
+
+
+async def test_a_component_client_speaks_only_for_itself(kafka: FakeKafka) -> None:
+    async with make_client(identity="conversation") as conversation:
+        turn = conversation.turn("s-1", "u-1", "hello")
+        with pytest.raises(IdentityError, match="identity.impersonation: source 'app:client'"):
+            await conversation.send(turn)
+        with pytest.raises(IdentityError, match="speaks for 'dispatcher'"):
+            await conversation.send(reply_to(turn, "x").model_copy(update={"source": "mcp:x"}))
+    assert kafka.sent == []
+
+
+def test_a_client_without_its_key_says_how_to_get_one() -> None:
+    with pytest.raises(ConfigError, match="no signing key for identity 'app'.*HERMES_KEY_APP"):
+        make_client(keys=Keyring({}))
 
 
 def test_traceparent_of_non_hex_ids_is_derived_and_w3c_shaped() -> None:
@@ -278,7 +333,7 @@ async def test_replies_read_the_session_partition_and_skip_others_and_garbage(
 ) -> None:
     async with make_client() as client:
         turn = client.turn("s-1", "u", "x")
-        await client.send(reply_to(turn, "before"))  # sent before listening: not seen
+        put(kafka, reply_to(turn, "before"))  # sent before listening: not seen
         async with client.replies("s-1") as replies:
             (consumer,) = kafka.consumers
             (assigned,) = consumer.assigned
@@ -289,7 +344,7 @@ async def test_replies_read_the_session_partition_and_skip_others_and_garbage(
             assert consumer.kwargs["group_id"] is None
             kafka.append(OUT, b"s-1", b"\xc3\x01garbage")
             kafka.append(OUT, b"s-1", None)
-            await client.send(reply_to(turn, "first"))
+            put(kafka, reply_to(turn, "first"))
             with caplog.at_level(logging.WARNING, logger="hermesbus.client"):
                 first = await anext(replies)
             assert first.payload.body == h.Reply(text="first")
@@ -307,8 +362,8 @@ async def test_replies_pass_over_other_sessions_on_the_same_partition(kafka: Fak
     async with make_client() as client:
         replies = client.replies("s-1")
         await replies.start()
-        await client.send(reply_to(client.turn(other, "u", "x"), "not yours"))
-        await client.send(reply_to(client.turn("s-1", "u", "x"), "yours"))
+        put(kafka, reply_to(client.turn(other, "u", "x"), "not yours"))
+        put(kafka, reply_to(client.turn("s-1", "u", "x"), "yours"))
         mine = await anext(replies)
     assert mine.payload.body == h.Reply(text="yours")
     assert [r async for r in replies] == []  # the client's stop ended the iterator

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
@@ -15,6 +16,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.envelope import Metadata, RetryPolicy
 from hermesbus.runtime import HandlerInput, Outcome, Processor
 from hermesbus.topics import Catalog
+from tests import signing
 
 IN = "hermes.conversation.in"
 OUT = "hermes.conversation.out"
@@ -65,22 +67,44 @@ async def counting(inp: HandlerInput) -> Outcome:
     return Outcome(emit=(reply_to(inp.envelope, str(seq)),), state=state)
 
 
-async def produce(bootstrap: str, topic: str, envelopes: Iterable[Envelope]) -> None:
+class ConversationProcessor(Processor):
+    """A processor of these tests: it reads user turns, so it signs as the conversation."""
+
+    def __init__(self, *args: Any, identity: str = "conversation", **kwargs: Any) -> None:
+        super().__init__(*args, identity=identity, **kwargs)
+
+
+async def produce(
+    bootstrap: str, topic: str, envelopes: Iterable[Envelope], *, identity: str = "app"
+) -> None:
+    """Write ``envelopes`` as an app would: keyed by session, signed by ``identity``."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
     await producer.start()
     try:
         for envelope in envelopes:
-            await producer.send(topic, encode(envelope), key=envelope.session_id.encode())
+            key, value = envelope.session_id.encode(), encode(envelope)
+            headers = signing.signed(topic, key, value, identity=identity)
+            await producer.send(topic, value, key=key, headers=headers)
         await producer.flush()
     finally:
         await producer.stop()
 
 
-async def produce_raw(bootstrap: str, topic: str, key: bytes | None, value: bytes) -> None:
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    key: bytes | None,
+    value: bytes,
+    *,
+    identity: str | None = "app",
+    partition: int | None = None,
+) -> None:
+    """Write raw bytes, signed by ``identity`` (None: unsigned), to ``partition`` if given."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=key)
+        headers = signing.signed(topic, key, value, identity=identity) if identity else None
+        await producer.send_and_wait(topic, value, key=key, headers=headers, partition=partition)
     finally:
         await producer.stop()
 

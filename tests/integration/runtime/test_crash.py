@@ -20,7 +20,17 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
 
-from .support import IN, OUT, counting, produce, read, replies, turn, wait_for
+from .support import (
+    IN,
+    OUT,
+    ConversationProcessor,
+    counting,
+    produce,
+    read,
+    replies,
+    turn,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -112,7 +122,7 @@ async def test_two_workers_rebalancing_while_processing(
     settings = RuntimeSettings(max_in_flight=8)
 
     def worker() -> Processor:
-        return Processor(
+        return ConversationProcessor(
             "rebalance",
             handler,
             [IN],

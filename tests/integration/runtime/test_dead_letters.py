@@ -12,12 +12,13 @@ from hermesbus.codec import Codec, encode
 from hermesbus.codec._convert import to_record
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 
 from .support import (
     DLQ,
     IN,
     OUT,
+    ConversationProcessor,
     counting,
     produce,
     produce_raw,
@@ -55,7 +56,9 @@ async def test_undecodable_and_contract_breaking_records_are_dead_lettered(
     await produce(broker, prefix + IN, [turn("s1", 1)])  # after the bad ones, same partition
 
     kafka = KafkaConfig(bootstrap=broker)
-    processor = Processor("dlq", counting, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    processor = ConversationProcessor(
+        "dlq", counting, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
     async with processor:
         await wait_for(lambda: processor.stats.processed == 2 and processor.stats.dead_letters == 3)
     assert processor.stats.processed == 2
@@ -105,7 +108,7 @@ async def test_a_failing_handler_is_retried_by_timer_then_dead_lettered(
     after = turn("s1", 1)
     await produce(broker, prefix + IN, [boom, flaky, after])
     kafka = KafkaConfig(bootstrap=broker)
-    processor = Processor(
+    processor = ConversationProcessor(
         "retry", handler, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST
     )
     async with processor:
@@ -134,7 +137,9 @@ async def test_a_state_the_store_cannot_save_is_a_handler_failure(
 
     await produce(broker, prefix + IN, [turn("s1", 0), turn("s1", 1)])
     kafka = KafkaConfig(bootstrap=broker)
-    processor = Processor("bad", unsavable, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    processor = ConversationProcessor(
+        "bad", unsavable, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
     async with processor:
         await wait_for(lambda: processor.stats.dead_letters == 2)
     letters = await read(broker, prefix + DLQ, until=2)
@@ -154,7 +159,9 @@ async def test_an_output_the_broker_can_never_take_dead_letters_its_input(
 
     await produce(broker, prefix + IN, [turn("s1", 0), turn("s1", 1)])
     kafka = KafkaConfig(bootstrap=broker)
-    processor = Processor("huge", huge, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    processor = ConversationProcessor(
+        "huge", huge, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
     async with processor:
         await wait_for(lambda: processor.stats.dead_letters == 1 and processor.stats.processed == 1)
     assert (processor.stats.dead_letters, processor.stats.processed) == (1, 1)

@@ -12,9 +12,19 @@ from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import ConfigError
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 
-from .support import DLQ, IN, OUT, counting, produce, provision, turn, wait_for
+from .support import (
+    DLQ,
+    IN,
+    OUT,
+    ConversationProcessor,
+    counting,
+    produce,
+    provision,
+    turn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -54,7 +64,7 @@ async def test_outputs_and_offsets_commit_together(
     envelopes = [turn(f"s{s}", q) for q in range(10) for s in range(20)]
     await produce(kafka_bootstrap, kafka_prefix + IN, envelopes)
     kafka = KafkaConfig(bootstrap=kafka_bootstrap)
-    processor = Processor(
+    processor = ConversationProcessor(
         "eos", counting, [IN], store=store, kafka=kafka, topic_prefix=kafka_prefix, settings=EOS
     )
     async with processor:
@@ -77,7 +87,7 @@ async def test_a_handler_failure_aborts_the_transaction(
     good, bad, later = turn("s1", 0), turn("s1", 1, text="boom"), turn("s1", 2)
     await produce(kafka_bootstrap, kafka_prefix + IN, [good, bad, later])
     kafka = KafkaConfig(bootstrap=kafka_bootstrap)
-    processor = Processor(
+    processor = ConversationProcessor(
         "eos", handler, [IN], store=store, kafka=kafka, topic_prefix=kafka_prefix, settings=EOS
     )
     async with processor:
@@ -97,7 +107,7 @@ async def test_exactly_once_is_refused_on_the_embedded_broker(
     embedded_bootstrap: str, tmp_path: Path
 ) -> None:
     async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
-        processor = Processor(
+        processor = ConversationProcessor(
             "eos",
             counting,
             [IN],

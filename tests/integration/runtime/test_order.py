@@ -11,9 +11,20 @@ import pytest
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 
-from .support import IN, OUT, counting, processed, produce, read, replies, turn, wait_for
+from .support import (
+    IN,
+    OUT,
+    ConversationProcessor,
+    counting,
+    processed,
+    produce,
+    read,
+    replies,
+    turn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -39,7 +50,7 @@ async def test_500_sessions_keep_their_order_while_running_concurrently(
 
     envelopes = [turn(f"s{s:03d}", q) for q in range(PER_SESSION) for s in range(SESSIONS)]
     await produce(broker, prefix + IN, envelopes)
-    processor = Processor(
+    processor = ConversationProcessor(
         "order",
         handler,
         [IN],
@@ -78,11 +89,13 @@ async def test_redelivered_envelopes_are_acknowledged_without_rerunning(
     envelopes = [turn(f"s{s}", q) for q in range(3) for s in range(10)]
     await produce(broker, prefix + IN, envelopes)
     kafka = KafkaConfig(bootstrap=broker)
-    first = Processor("dedupe", handler, [IN], store=store, kafka=kafka, topic_prefix=prefix)
+    first = ConversationProcessor(
+        "dedupe", handler, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
     async with first:
         await wait_for(lambda: first.stats.processed == 30)
     # A second consumer group has no committed offsets: every envelope is redelivered.
-    again = Processor(
+    again = ConversationProcessor(
         "dedupe", handler, [IN], store=store, kafka=kafka, topic_prefix=prefix, group_id="other"
     )
     async with again:
@@ -105,7 +118,7 @@ async def test_the_same_input_emits_the_same_ids(broker: str, prefix: str, tmp_p
     kafka = KafkaConfig(bootstrap=broker)
     for run in ("a", "b"):
         async with SqliteStateStore(tmp_path / f"{run}.sqlite3") as store:
-            processor = Processor(
+            processor = ConversationProcessor(
                 "replay",
                 counting,
                 [IN],
@@ -134,8 +147,10 @@ async def test_a_zombie_that_lost_the_race_is_fenced_and_emits_nothing(
 
     await produce(broker, prefix + IN, [turn("s1", 0)])
     kafka = KafkaConfig(bootstrap=broker)
-    zombie = Processor("fence", slow, [IN], store=store, kafka=kafka, topic_prefix=prefix)
-    owner = Processor(
+    zombie = ConversationProcessor(
+        "fence", slow, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
+    owner = ConversationProcessor(
         "fence", counting, [IN], store=store, kafka=kafka, topic_prefix=prefix, group_id="new"
     )
     async with zombie:

@@ -11,9 +11,19 @@ from hermesbus import TimerFired
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings, TimerRequest
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings, TimerRequest
 
-from .support import IN, OUT, produce, read, replies, reply_to, turn, wait_for
+from .support import (
+    IN,
+    OUT,
+    ConversationProcessor,
+    produce,
+    read,
+    replies,
+    reply_to,
+    turn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -39,7 +49,7 @@ async def test_a_timer_scheduled_before_a_restart_fires_after_it(
     kafka = KafkaConfig(bootstrap=broker)
     # stopped before it can fire: a timer loop that never polls
     slow = RuntimeSettings(timer_interval_ms=3_600_000)
-    first = Processor(
+    first = ConversationProcessor(
         "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=slow
     )
     await produce(broker, prefix + IN, [turn("s1", 0)])
@@ -49,7 +59,7 @@ async def test_a_timer_scheduled_before_a_restart_fires_after_it(
     pending = await store.due("timers", [(prefix + IN, p) for p in range(6)], 2**62, 10)
     assert [t.purpose for t in pending] == ["gave-up"]
 
-    second = Processor(
+    second = ConversationProcessor(
         "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST
     )
     async with second:
@@ -72,7 +82,7 @@ async def test_a_cancelled_timer_never_fires(
     broker: str, prefix: str, store: SqliteStateStore
 ) -> None:
     kafka = KafkaConfig(bootstrap=broker)
-    processor = Processor(
+    processor = ConversationProcessor(
         "timers", waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST
     )
     now = datetime.now(UTC)  # due 2 s from now, so the cancelling turn certainly comes first

@@ -13,9 +13,9 @@ import sys
 
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 
-from .support import IN, counting
+from .support import IN, ConversationProcessor, counting
 
 
 async def slow_counting(inp: HandlerInput) -> Outcome:
@@ -28,7 +28,7 @@ async def main(bootstrap: str, prefix: str, path: str) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     async with SqliteStateStore(path) as store:
-        processor = Processor(
+        processor = ConversationProcessor(
             "crash",
             slow_counting,
             [IN],

@@ -9,12 +9,15 @@ from hermesbus import headers as h
 from hermesbus.codec import Codec
 from hermesbus.envelope import Metadata, RetryPolicy
 from hermesbus.errors import DecodeError
+from hermesbus.identity import SIGNATURE
 from hermesbus.runtime import Outcome, TimerRequest, derive_id
 from hermesbus.runtime import _effects as fx
-from tests import builders
+from tests import builders, signing
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 CODEC = Codec()
+GUARD = signing.guard("conversation")
+SIGN = GUARD.sign
 
 
 def turn(attempt: int = 1) -> Envelope:
@@ -36,8 +39,8 @@ def reply(text: str) -> Envelope:
 
 def test_outputs_get_ids_derived_from_the_input_and_their_index() -> None:
     outcome = Outcome(emit=(reply("a"), reply("b")))
-    first = fx.outputs(CODEC, turn(), outcome, "p.")
-    again = fx.outputs(CODEC, turn(), outcome, "p.")
+    first = fx.outputs(CODEC, SIGN, turn(), outcome, "p.")
+    again = fx.outputs(CODEC, SIGN, turn(), outcome, "p.")
     assert first == again  # byte for byte
     decoded = [CODEC.decode(r.value) for r in first]
     assert [e.message_id for e in decoded] == [derive_id("m1", "out", 0), derive_id("m1", "out", 1)]
@@ -45,12 +48,14 @@ def test_outputs_get_ids_derived_from_the_input_and_their_index() -> None:
     assert {r.topic for r in first} == {"p.hermes.conversation.out"}
     assert {r.key for r in first} == {b"sess_456"}
     names = [name for name, _ in first[0].headers]
-    assert names == [h.TRACE_ID, h.MESSAGE_ID, h.TRACEPARENT]
+    assert names == [h.TRACE_ID, h.MESSAGE_ID, h.TRACEPARENT, SIGNATURE]
+    for r in first:  # signed by the processor, over the topic, key and value
+        assert GUARD.verify(r.topic, r.key, r.value, r.headers) == "conversation"
 
 
 def test_a_handler_may_name_the_causation_itself() -> None:
     explicit = reply("a").model_copy(update={"causation_id": "m0"})
-    (record,) = fx.outputs(CODEC, turn(), Outcome(emit=(explicit,)), "")
+    (record,) = fx.outputs(CODEC, SIGN, turn(), Outcome(emit=(explicit,)), "")
     assert CODEC.decode(record.value).causation_id == "m0"
 
 
@@ -59,7 +64,7 @@ def test_timers_fire_on_the_session_partition_at_envelope_time() -> None:
     request = TimerRequest(due_at=due, purpose="S2.wait", data_json='{"state":"S2"}')
     now_ms = 1_900_000_000_000  # the runtime's clock, far from the envelope's time
     (timer,) = fx.timers(
-        CODEC, "conversation", turn(), [request], topic="in", partition=3, now_ms=now_ms
+        CODEC, SIGN, "conversation", turn(), [request], topic="in", partition=3, now_ms=now_ms
     )
     assert turn().timestamp == T0
     assert timer.due_at_ms == now_ms + 5 * 60_000  # five minutes after it was scheduled
@@ -79,13 +84,13 @@ def test_timers_fire_on_the_session_partition_at_envelope_time() -> None:
 def test_retries_back_off_exponentially_with_a_cap() -> None:
     delays = [
         fx.retry_timer(
-            CODEC, "c", turn(attempt), now_ms=0, max_backoff_ms=350, topic="in", partition=0
+            CODEC, SIGN, "c", turn(attempt), now_ms=0, max_backoff_ms=350, topic="in", partition=0
         ).due_at_ms
         for attempt in (1, 2, 3, 4)
     ]
     assert delays == [100, 200, 350, 350]
     timer = fx.retry_timer(
-        CODEC, "c", turn(2), now_ms=0, max_backoff_ms=10**6, topic="in", partition=0
+        CODEC, SIGN, "c", turn(2), now_ms=0, max_backoff_ms=10**6, topic="in", partition=0
     )
     again = CODEC.decode(timer.record.value)
     assert again.metadata.attempt == 3

@@ -22,7 +22,7 @@ from hermesbus.runtime import HandlerInput, Outcome, OutRecord, RuntimeSettings,
 from hermesbus.runtime._partition import Partition, ProcessorStats
 from hermesbus.runtime._producer import Producer
 from hermesbus.runtime._records import Records
-from tests import builders
+from tests import builders, signing
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 
@@ -33,7 +33,8 @@ def turn(message_id: str) -> Envelope:
 
 def record(envelope: Envelope, offset: int) -> ConsumerRecord[bytes, bytes]:
     value = encode(envelope)
-    return ConsumerRecord("in", 0, offset, 0, 0, b"s1", value, None, 2, len(value), ())
+    headers = tuple(signing.signed("in", b"s1", value))  # an app's user turn
+    return ConsumerRecord("in", 0, offset, 0, 0, b"s1", value, None, 2, len(value), headers)
 
 
 async def count(inp: HandlerInput) -> Outcome:  # state only: no producer needed
@@ -56,6 +57,7 @@ def records(store: SqliteStateStore) -> Records:
         ports={},
         prefix="",
         stats=ProcessorStats(),
+        guard=signing.guard("conversation", "conv"),
     )
 
 
@@ -158,12 +160,19 @@ async def test_a_group_sharing_its_topic_skips_undecodable_bytes_instead_of_dead
         ports={},
         prefix="",
         stats=ProcessorStats(),
+        guard=signing.guard("tool", "tool-org_tool"),
         dead_letter_undecodable=False,
     )  # no producer: a dead letter would raise
     part = Partition(TopicPartition("in", 0))
     part.tracker.add(0)
-    bad = ConsumerRecord("in", 0, 0, 0, 0, b"s1", b"\xc3\x01garbage", None, 2, 9, ())
+    garbage = b"\xc3\x01garbage"
+    headers = tuple(signing.signed("in", b"s1", garbage, identity="dispatcher"))
+    bad = ConsumerRecord("in", 0, 0, 0, 0, b"s1", garbage, None, 2, 9, headers)
     await sharing.guarded(part, bad)
+    unsigned = ConsumerRecord("in", 0, 1, 0, 0, b"s1", garbage, None, 2, 9, ())
+    part.tracker.add(1)
+    await sharing.guarded(part, unsigned)
     assert sharing.stats.undecodable == 1
+    assert sharing.stats.refused == 1
     assert sharing.stats.dead_letters == 0
-    assert part.tracker.committable() == 1  # the partition moves on
+    assert part.tracker.committable() == 2  # the partition moves on

@@ -1,0 +1,57 @@
+"""``hermesbus keys init|rotate|list``: the components' signing keys (never printed)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hermesbus.identity import Keyring, keys_path
+from hermesbus.processors.protocol import IDENTITIES
+
+from ._common import console, errors, fail
+
+__all__ = ["app"]
+
+app = typer.Typer(help="The components' signing keys.", no_args_is_help=True)
+
+
+@app.command("init")
+def init_command() -> None:
+    """Create the keyring file (HERMES_KEYS_FILE, else $HERMES_HOME/keys.json), or add the
+    identities it lacks; existing keys are kept."""
+    with errors():
+        path = keys_path()
+        keys = Keyring.ensure(IDENTITIES, path)
+        console.print(f"keyring {path}: {', '.join(keys.identities)} (mode 0600)")
+
+
+@app.command("rotate")
+def rotate_command(
+    identity: Annotated[str, typer.Argument(help=f"One of {', '.join(IDENTITIES)}.")],
+) -> None:
+    """Sign as IDENTITY with a new key; the previous key stays live for verification.
+
+    Roll the new file out to every process that reads IDENTITY's records before the ones
+    that sign as IDENTITY; rotating again drops the older key.
+    """
+    with errors():
+        if identity not in IDENTITIES:
+            raise fail(f"unknown identity {identity!r}: use one of {', '.join(IDENTITIES)}", 2)
+        path = keys_path()
+        if not path.exists():
+            raise fail(f"no keyring at {path}: run `hermesbus keys init` first", 2)
+        rotated = Keyring.read(path).rotated(identity)
+        rotated.write(path)
+        console.print(f"{identity} now signs with {rotated.signing(identity).kid} ({path})")
+
+
+@app.command("list")
+def list_command() -> None:
+    """Each identity's live key ids (the first signs); secrets are never shown."""
+    with errors():
+        keys = Keyring.load()
+        console.print(f"keys from {keys.source}")
+        for identity in IDENTITIES:
+            kids = keys.kids(identity)
+            console.print(f"{identity:<13} {', '.join(kids) if kids else '(none)'}")
