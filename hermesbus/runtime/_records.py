@@ -310,9 +310,18 @@ class Records:
             self.check_partition(record)
             self.guard.admit(record.topic, signer, envelope, retry=attempt_of(record) > 1)
         except (IdentityError, DecodeError) as exc:
+            if envelope is None and isinstance(exc, IdentityError):
+                envelope = self._claimed(value)
             await self.refuse(part, record, envelope, exc)
             return None
         return envelope
+
+    def _claimed(self, value: bytes) -> Envelope | None:
+        """What an unproven record claims to be (for the alert), if its bytes decode."""
+        try:
+            return self.codec.decode(value)
+        except DecodeError:
+            return None
 
     def check_partition(self, record: Record) -> None:
         """Refuse a record that is not on the partition murmur2 of its key maps it to."""

@@ -8,11 +8,12 @@ import fastavro
 import pytest
 
 from hermesbus import headers as h
-from hermesbus.codec import Codec, encode
+from hermesbus.codec import Codec, decode, encode
 from hermesbus.codec._convert import to_record
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig, partition_of
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
+from hermesbus.topics import ALERTS
 
 from .support import (
     DLQ,
@@ -43,6 +44,66 @@ def contract_breaking() -> bytes:
     buffer.write(b"\xc3\x01" + codec.fingerprint)
     fastavro.schemaless_writer(buffer, fastavro.parse_schema(codec.schema), record)
     return buffer.getvalue()
+
+
+async def test_a_record_on_another_partition_than_its_key_is_refused(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    """A producer with another partitioner (librdkafka's CRC32) would break session order."""
+    right = partition_of(b"s1", 6)
+    wrong = (right + 1) % 6
+    stray = turn("s1", 1)
+    await produce(broker, prefix + IN, [turn("s1", 0)])
+    await produce_raw(broker, prefix + IN, b"s1", encode(stray), partition=wrong)
+    await produce_raw(broker, prefix + IN, b"s1", encode(turn("s1", 2)), partition=right)
+    await produce(broker, prefix + IN, [turn("s1", 3)])
+    kafka = KafkaConfig(bootstrap=broker)
+    processor = ConversationProcessor(
+        "route", counting, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
+    async with processor:
+        await wait_for(lambda: processor.stats.processed == 3 and processor.stats.dead_letters == 1)
+    assert (processor.stats.processed, processor.stats.misrouted) == (3, 1)
+    (letter,) = await read(broker, prefix + DLQ, until=1)
+    assert letter.value == encode(stray)
+    found = list(letter.headers)
+    assert h.header(found, h.DLQ_ORIGIN_PARTITION) == str(wrong)
+    message = h.header(found, h.DLQ_ERROR_MESSAGE) or ""
+    assert f"is on partition {wrong} of {prefix + IN}" in message
+    assert f"maps to partition {right} of 6" in message
+    assert "murmur2" in message  # the partitioner to configure
+    assert "murmur2_random" in message  # what librdkafka-based producers must set
+    assert h.header(found, h.DLQ_ERROR_CLASS) == "hermesbus.errors.ContractError"
+
+
+async def test_unsigned_and_impersonating_records_are_refused_and_alerted(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    """Any processor, not only the stack's: the signer must be the source it claims."""
+    await produce_raw(broker, prefix + IN, b"s1", encode(turn("s1", 0)), identity=None)
+    await produce_raw(broker, prefix + IN, b"s1", encode(turn("s1", 1)), identity="tool")
+    await produce(broker, prefix + IN, [turn("s1", 2)])
+    kafka = KafkaConfig(bootstrap=broker)
+    processor = ConversationProcessor(
+        "guard", counting, [IN], store=store, kafka=kafka, topic_prefix=prefix
+    )
+    async with processor:
+        await wait_for(lambda: processor.stats.processed == 1 and processor.stats.refused == 2)
+    assert (processor.stats.processed, processor.stats.refused) == (1, 2)
+    letters = await read(broker, prefix + DLQ, until=2)
+    reasons = sorted(h.header(list(r.headers), h.DLQ_ERROR_MESSAGE) or "" for r in letters)
+    assert [reason.split(":")[0] for reason in reasons] == [
+        "identity.impersonation",
+        "identity.unsigned",
+    ]
+    assert "signed by 'tool', but source 'app:test' speaks for 'app'" in reasons[0]
+    alerts = [decode(r.value or b"") for r in await read(broker, prefix + ALERTS, until=2)]
+    assert sorted(a.payload.body.code for a in alerts) == [  # type: ignore[union-attr]
+        "identity.impersonation",
+        "identity.unsigned",
+    ]
+    assert {a.source for a in alerts} == {"conversation:guard"}
+    assert {a.payload.context["refused"] for a in alerts} == {"s1-m0", "s1-m1"}
 
 
 async def test_undecodable_and_contract_breaking_records_are_dead_lettered(
