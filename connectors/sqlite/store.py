@@ -39,6 +39,9 @@ CREATE TABLE IF NOT EXISTS timers (
     partition INTEGER, key BLOB, value BLOB NOT NULL, headers TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS timers_due ON timers (processor, topic, partition, due_at_ms);
 CREATE INDEX IF NOT EXISTS timers_purpose ON timers (processor, session_id, purpose);
+CREATE TABLE IF NOT EXISTS alive (
+    processor TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL, PRIMARY KEY (processor, topic, partition));
 """
 _TIMER_COLUMNS = (
     "timer_id, processor, session_id, purpose, due_at_ms, topic, partition, key, value, headers"
@@ -203,6 +206,38 @@ class SqliteStateStore(SqliteFile):
     async def delete_timer(self, timer_id: str) -> None:
         with self._write() as db:
             db.execute("DELETE FROM timers WHERE timer_id=?", (timer_id,))
+
+    async def heartbeat(
+        self, processor: str, partitions: Sequence[tuple[str, int]], now_ms: int
+    ) -> None:
+        if not partitions:
+            return
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO alive (processor, topic, partition, at_ms) "
+                "VALUES (?, ?, ?, ?)",
+                [(processor, topic, partition, now_ms) for topic, partition in partitions],
+            )
+
+    async def resume(self, processor: str, topic: str, partition: int, now_ms: int) -> int:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT at_ms FROM alive WHERE processor=? AND topic=? AND partition=?",
+                (processor, topic, partition),
+            ).fetchone()
+            gap = max(0, now_ms - int(row[0])) if row is not None else 0
+            if gap:
+                db.execute(
+                    "UPDATE timers SET due_at_ms = due_at_ms + ? WHERE processor=? AND topic=? "
+                    "AND partition=? AND due_at_ms > ?",
+                    (gap, processor, topic, partition, int(row[0])),
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO alive (processor, topic, partition, at_ms) "
+                "VALUES (?, ?, ?, ?)",
+                (processor, topic, partition, now_ms),
+            )
+        return gap
 
 
 def _record_row(record: OutRecord) -> tuple[Any, ...]:

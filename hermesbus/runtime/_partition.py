@@ -50,6 +50,7 @@ class Partition:
         "committed",
         "failed",
         "idle",
+        "resumed",
         "sent",
         "settled",
         "tp",
@@ -62,6 +63,8 @@ class Partition:
         self.committed = -1
         self.closed = False
         self.active = 0
+        self.resumed = 0
+        """How often its timers were resumed: at adoption, then once more when the gate opens."""
         self.idle = asyncio.Event()
         self.idle.set()
         # exactly-once mode: what the open transaction holds

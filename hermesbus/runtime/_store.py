@@ -88,4 +88,18 @@ class StateStore(Protocol):
 
     async def delete_timer(self, timer_id: str) -> None: ...
 
+    async def heartbeat(
+        self, processor: str, partitions: Sequence[tuple[str, int]], now_ms: int
+    ) -> None:
+        """Record that ``processor`` ran the given (topic, partition)s at ``now_ms``."""
+        ...
+
+    async def resume(self, processor: str, topic: str, partition: int, now_ms: int) -> int:
+        """Take over a partition at ``now_ms``: the time nobody ran it is not charged.
+
+        Timers of the partition not yet due at its last heartbeat move later by
+        ``now_ms - last heartbeat``, atomically; returns that gap (0 without a heartbeat).
+        """
+        ...
+
     async def close(self) -> None: ...

@@ -96,3 +96,66 @@ async def test_a_cancelled_timer_never_fires(
     assert not await store.due("timers", [(prefix + IN, p) for p in range(6)], 2**62, 10)
     out = replies(await read(broker, prefix + OUT, until=3, timeout=3))
     assert [e.payload.body.text for e in out] == ["waiting", "cancelled"]  # type: ignore[union-attr]
+
+
+class Clock:
+    """The processors' clock, moved by the test (seconds since the epoch)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_time_nobody_ran_a_partition_is_not_charged_to_its_timers(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    """A 2 s wait with 1 s left at a stop still has 1 s once the processors are all back."""
+    kafka = KafkaConfig(bootstrap=broker)
+    clock = Clock(1_000.0)
+    partitions = [(prefix + IN, p) for p in range(6)]
+
+    def processor(gate: asyncio.Event | None = None) -> ConversationProcessor:
+        return ConversationProcessor(
+            "waits",
+            waiting,
+            [IN],
+            store=store,
+            kafka=kafka,
+            topic_prefix=prefix,
+            settings=FAST,
+            clock=clock,
+            timers_gate=gate,
+        )
+
+    await produce(broker, prefix + IN, [turn("s1", 0)])  # sets the 2 s timer: due at 1002
+    first = processor()
+    async with first:
+        await wait_for(lambda: first.stats.processed == 1)
+        await asyncio.sleep(0.5)  # heartbeats at 1000
+        clock.now = 1_001.0  # 1 s passes with the partition running: it counts
+        await asyncio.sleep(0.5)
+    assert first.stats.timers_fired == 0  # stopped at 1001: its last heartbeat
+
+    clock.now = 1_101.0  # 100 s of downtime
+    gate = asyncio.Event()  # the rest of the bus is not back yet
+    second = processor(gate)
+    async with second:
+        await wait_for(second.joined.is_set)
+        await asyncio.sleep(0.5)
+        (pending,) = await store.due("waits", partitions, 2**62, 10)
+        assert pending.due_at_ms == 1_102_000  # due 1 s after the partition was taken over
+        clock.now = 1_110.0  # start-up takes 9 s more: the gate is still shut
+        await asyncio.sleep(0.5)
+        assert second.stats.timers_fired == 0
+        gate.set()  # everyone runs: the wait gets its remaining 1 s from here
+        await asyncio.sleep(0.5)
+        assert second.stats.timers_fired == 0
+        (pending,) = await store.due("waits", partitions, 2**62, 10)
+        assert pending.due_at_ms == 1_111_000
+        clock.now = 1_111.0
+        await wait_for(lambda: second.stats.timers_fired == 1)
+    assert second.stats.timers_fired == 1
+    out = replies(await read(broker, prefix + OUT, until=2))
+    assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]

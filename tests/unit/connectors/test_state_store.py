@@ -136,3 +136,20 @@ async def test_unchanged_data_is_kept(store: StateStore) -> None:
     assert await store.commit("conv", "s1", same)
     state = await store.load("conv", "s1")
     assert (state.version, dict(state.data), state.applied) == (2, {"n": 1}, ("m1", "m2"))
+
+
+async def test_resuming_a_partition_moves_its_pending_timers_by_the_time_nobody_ran_it(
+    store: StateStore,
+) -> None:
+    assert await store.resume("conv", "in", 0, 5_000) == 0  # never ran: nothing to charge
+    await store.schedule(timer("overdue", "a", 9_000))  # was due while the partition ran
+    await store.schedule(timer("pending", "b", 12_000))  # due after the last heartbeat
+    await store.schedule(timer("elsewhere", "c", 12_000, partition=1))
+    await store.heartbeat("conv", [("in", 0), ("in", 1)], 10_000)
+    assert await store.resume("conv", "in", 0, 70_000) == 60_000
+    due = {t.timer_id: t.due_at_ms for t in await store.due("conv", [("in", 0)], 2**62, 10)}
+    assert due == {"overdue": 9_000, "pending": 72_000}  # 2 s left at the heartbeat: 2 s left
+    other = await store.due("conv", [("in", 1)], 2**62, 10)
+    assert [t.due_at_ms for t in other] == [12_000]  # another partition: untouched
+    assert await store.resume("conv", "in", 0, 70_500) == 500  # from the resume on
+    assert await store.resume("other", "in", 0, 70_500) == 0  # per processor
