@@ -36,6 +36,7 @@ from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import BrokerError
+from hermesbus.identity import Keyring, Signer, new_key
 from hermesbus.runtime import Handler, HandlerInput, Outcome, Processor, RuntimeSettings, derive_id
 from hermesbus.runtime import SessionState as State
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
@@ -43,11 +44,20 @@ from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
 TARGET = 0.5
 SLEEP_S = 0.1
 WARMUP = 20
+KEYS = Keyring({"app": [new_key()], "conversation": [new_key()]})
+"""The run's own keys: the inputs are an app's, signed; the processor verifies and signs."""
 Prepared = tuple[bytes, bytes, list[tuple[str, bytes]], str]
 """key, value, headers and message_id of one encoded input envelope."""
 Timing = tuple[float, float]
 """Seconds from the first record consumed to the last output acknowledged, and CPU seconds."""
 Pipe = Callable[["KafkaConfig", str], AbstractAsyncContextManager["Meter"]]
+
+
+def signed(
+    topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+) -> list[tuple[str, bytes]]:
+    """The headers an app's Client writes: the envelope's, plus its signature."""
+    return list(Signer("app", KEYS).sign(topic, key, value, headers))
 
 
 def user_turn(index: int, session: str) -> Envelope:
@@ -190,6 +200,7 @@ def runtime_pipe(handler: Handler, settings: RuntimeSettings) -> Pipe:
             processor = Processor(
                 "bench", handler, [CONVERSATION_IN], store=store, kafka=kafka,
                 settings=settings, topic_prefix=prefix, group_id=prefix + "runtime",
+                identity="conversation", keys=KEYS,
             )  # fmt: skip
 
             async def count() -> None:  # a record is done once its outputs are acknowledged
@@ -229,7 +240,10 @@ async def throughput(kafka: KafkaConfig, tag: str, pipe: Pipe, records: list[Pre
     async with topics(kafka, tag) as (prefix, _):
         async with AIOKafkaProducer(**kafka.client_kwargs(), acks="all", linger_ms=5) as producer:
             topic = prefix + CONVERSATION_IN
-            acks = [await producer.send(topic, v, key=k, headers=hs) for k, v, hs, _ in records]
+            acks = [
+                await producer.send(topic, v, key=k, headers=signed(topic, k, v, hs))
+                for k, v, hs, _ in records
+            ]
             await asyncio.gather(*acks)
         async with pipe(kafka, prefix) as meter:
             return await meter.wait(len(records), timeout_s=60 + len(records) / 50)
@@ -282,14 +296,15 @@ async def hop(
     ):
         source = prefix + CONVERSATION_IN
         for key, value, hs, _ in records[:WARMUP]:  # once they are out, the group has joined
-            await producer.send(source, value, key=key, headers=hs)
+            await producer.send(source, value, key=key, headers=signed(source, key, value, hs))
         await arrival(seen, [out(mid) for *_, mid in records[:WARMUP]], timeout_s=60)
         sent: dict[str, float] = {}
         start = time.perf_counter()
         for i, (key, value, hs, mid) in enumerate(records[WARMUP:]):
             await asyncio.sleep(max(0.0, start + i * args.interval_ms / 1000 - time.perf_counter()))
+            headers = signed(source, key, value, hs)
             sent[mid] = time.perf_counter()
-            await producer.send(source, value, key=key, headers=hs)
+            await producer.send(source, value, key=key, headers=headers)
         await arrival(seen, [out(mid) for mid in sent], timeout_s=60)
     return [(seen[out(mid)] - at) * 1000 for mid, at in sent.items()]
 
