@@ -4,14 +4,31 @@ When work moves from one group to a new one (a tool gets a consumer group of its
 the new group must start where the old one stopped: from the earliest offset it would
 replay everything the old group already handled, from the latest it would skip what
 the old one had not reached yet.
+
+The start is committed for every partition before the new group first consumes (the
+old group's offset, or the partition's earliest where it has none), so it is on record
+however the new group is later stopped or killed: its own commits take over from
+there, and a later hand-over never moves it. A group with members but no offsets (a
+hand-over killed before its commit, or an older hermesbus that committed nothing when
+the old group had nothing) gets the same start.
+
+The commit is made from outside the group (generation -1) where the broker allows it:
+on a group without members. Otherwise it is made as a member that joins, waits until it
+holds every partition, commits with its generation and leaves; the join waits out a
+killed process's member until its session times out. Apache Kafka drops a member that
+leaves or times out; the embedded broker (tansu) starts generations at 0, where aiokafka
+sends no LeaveGroup, and drops a timed-out member only when the group is joined or
+heartbeats again, so a cleanly stopped first member stays there until a join.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Collection, Mapping, Sequence
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from hermesbus.errors import BrokerError
 
@@ -19,9 +36,15 @@ from .admin import KafkaAdmin
 from .client import start_or_close
 from .config import KafkaConfig
 
-__all__ = ["committed", "hand_over"]
+__all__ = ["MEMBER_WAIT_S", "committed", "hand_over", "hand_over_all"]
 
 log = logging.getLogger(__name__)
+
+MEMBER_WAIT_S = 60.0
+"""How long a hand-over waits for the target group's other members to leave or time out."""
+
+_SESSION_TIMEOUT_MS = 6_000  # the least Apache Kafka accepts (group.min.session.timeout.ms)
+_HEARTBEAT_INTERVAL_MS = 1_000
 
 
 async def committed(kafka: KafkaConfig, group_id: str, topic: str) -> dict[int, int]:
@@ -33,30 +56,57 @@ async def committed(kafka: KafkaConfig, group_id: str, topic: str) -> dict[int, 
     return await _committed(kafka, group_id, topic, await _partitions(kafka, topic))
 
 
-async def hand_over(kafka: KafkaConfig, topic: str, source: str, target: str) -> dict[int, int]:
-    """Commit ``source``'s offsets on ``topic`` for ``target`` unless ``target`` has its own.
+async def hand_over(
+    kafka: KafkaConfig, topic: str, source: str, target: str, *, within_s: float = MEMBER_WAIT_S
+) -> dict[int, int]:
+    """Commit where ``source`` left off on ``topic`` for ``target``, unless it has offsets.
 
-    Returns what was committed for ``target`` (nothing when it had offsets, or ``source``
-    had none: then ``target`` starts from the earliest record as any new group).
+    Every partition gets a start: ``source``'s committed offset, or the partition's
+    earliest where ``source`` has none. Returns what was committed for ``target``
+    (nothing when it had offsets of its own: those are never moved).
     """
     count = await _partitions(kafka, topic)
-    if await _committed(kafka, target, topic, count):
+    if not count or await _committed(kafka, target, topic, count):
         return {}
-    offsets = await _committed(kafka, source, topic, count)
-    if not offsets:
-        return {}
-    consumer = _member(kafka, target)
-    await start_or_close(consumer.start, consumer.stop, f"group {target}: cannot reach Kafka")
+    starts = await _starts(kafka, source, topic, count)
+    parts = {TopicPartition(topic, p): o for p, o in starts.items()}
     try:
-        parts = {TopicPartition(topic, p): o for p, o in offsets.items()}
-        consumer.assign(list(parts))
-        await consumer.commit(parts)
-    except KafkaError as exc:
-        raise BrokerError(f"cannot hand {topic} over from {source} to {target}: {exc}") from exc
-    finally:
-        await consumer.stop()
-    log.info("group=%s starts on %s where group=%s left off: %s", target, topic, source, offsets)
-    return offsets
+        if not await _commit_outside(kafka, target, parts):
+            log.warning(
+                "group=%s has members (a stopped or killed process?): joining it to commit its"
+                " start on %s, waiting up to %g s for them to leave or time out",
+                target,
+                topic,
+                within_s,
+            )
+            await _commit_as_member(kafka, target, parts, within_s)
+    except (KafkaError, BrokerError) as exc:
+        why = f"{type(exc).__name__}: {exc}" if isinstance(exc, KafkaError) else str(exc)
+        raise BrokerError(f"cannot hand {topic} over from {source} to {target}: {why}") from exc
+    log.info("group=%s starts on %s where group=%s left off: %s", target, topic, source, starts)
+    return starts
+
+
+async def hand_over_all(
+    kafka: KafkaConfig,
+    topic: str,
+    source: str,
+    targets: Sequence[str],
+    *,
+    within_s: float = MEMBER_WAIT_S,
+) -> dict[str, dict[int, int]]:
+    """``hand_over`` to each of ``targets`` at once, so their waits for members overlap."""
+    results = await asyncio.gather(
+        *(hand_over(kafka, topic, source, t, within_s=within_s) for t in targets),
+        return_exceptions=True,
+    )
+    failed = [r for r in results if isinstance(r, BaseException)]
+    for exc in failed:
+        if not isinstance(exc, BrokerError):
+            raise exc
+    if failed:
+        raise BrokerError("; ".join(str(exc) for exc in failed)) from failed[0]
+    return {t: r for t, r in zip(targets, results, strict=True) if isinstance(r, dict)}
 
 
 async def _partitions(kafka: KafkaConfig, topic: str) -> int:
@@ -66,8 +116,7 @@ async def _partitions(kafka: KafkaConfig, topic: str) -> int:
 
 
 async def _committed(kafka: KafkaConfig, group_id: str, topic: str, count: int) -> dict[int, int]:
-    consumer = _member(kafka, group_id)
-    await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
+    consumer = await _outsider(kafka, group_id)
     try:
         found = {p: await consumer.committed(TopicPartition(topic, p)) for p in range(count)}
     except KafkaError as exc:
@@ -77,6 +126,88 @@ async def _committed(kafka: KafkaConfig, group_id: str, topic: str, count: int) 
     return {p: offset for p, offset in found.items() if offset is not None and offset >= 0}
 
 
-def _member(kafka: KafkaConfig, group_id: str) -> AIOKafkaConsumer:
-    """A consumer of the group that never joins it: it only fetches and commits offsets."""
-    return AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group_id, enable_auto_commit=False)
+async def _starts(kafka: KafkaConfig, source: str, topic: str, count: int) -> dict[int, int]:
+    """``source``'s committed offsets, and the earliest offset of every other partition."""
+    offsets = await _committed(kafka, source, topic, count)
+    missing = [TopicPartition(topic, p) for p in range(count) if p not in offsets]
+    if not missing:
+        return offsets
+    consumer = await _outsider(kafka, None)
+    try:
+        earliest = await consumer.beginning_offsets(missing)
+    except KafkaError as exc:
+        raise BrokerError(f"cannot read the earliest offsets of {topic}: {exc}") from exc
+    finally:
+        await consumer.stop()
+    return dict(sorted({**offsets, **{tp.partition: o for tp, o in earliest.items()}}.items()))
+
+
+async def _commit_outside(
+    kafka: KafkaConfig, group_id: str, parts: Mapping[TopicPartition, int]
+) -> bool:
+    """Commit without joining (generation -1); False if refused: the group has members."""
+    consumer = await _outsider(kafka, group_id)
+    try:
+        consumer.assign(list(parts))
+        await consumer.commit(dict(parts))
+    except CommitFailedError:
+        return False
+    finally:
+        await consumer.stop()
+    return True
+
+
+async def _commit_as_member(
+    kafka: KafkaConfig, group_id: str, parts: Mapping[TopicPartition, int], within_s: float
+) -> None:
+    """Join ``group_id``, wait until this member holds every partition, commit, leave."""
+    held = _Holding(parts)
+    consumer = AIOKafkaConsumer(
+        **kafka.client_kwargs(),
+        group_id=group_id,
+        enable_auto_commit=False,
+        session_timeout_ms=_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=_HEARTBEAT_INTERVAL_MS,
+    )
+    consumer.subscribe(sorted({tp.topic for tp in parts}), listener=held)
+    await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
+    try:
+        async with asyncio.timeout(within_s):
+            while True:
+                await held.all.wait()
+                try:
+                    await consumer.commit(dict(parts))
+                except (CommitFailedError, IllegalStateError):
+                    continue  # the group rebalanced meanwhile: wait for the next assignment
+                return
+    except TimeoutError:
+        raise BrokerError(
+            f"group {group_id} still has other members after {within_s:g} s"
+            " (is another hermesbus running on this broker?)"
+        ) from None
+    finally:
+        await consumer.stop()
+
+
+class _Holding(ConsumerRebalanceListener):  # type: ignore[misc]
+    """``all`` is set while the member's assignment covers every partition in ``parts``."""
+
+    def __init__(self, parts: Collection[TopicPartition]) -> None:
+        self._parts = frozenset(parts)
+        self.all = asyncio.Event()
+
+    async def on_partitions_revoked(self, revoked: Collection[TopicPartition]) -> None:
+        self.all.clear()
+
+    async def on_partitions_assigned(self, assigned: Collection[TopicPartition]) -> None:
+        if self._parts <= set(assigned):
+            self.all.set()
+
+
+async def _outsider(kafka: KafkaConfig, group_id: str | None) -> AIOKafkaConsumer:
+    """A started consumer of the group that never joins it: it only fetches and commits."""
+    consumer = AIOKafkaConsumer(
+        **kafka.client_kwargs(), group_id=group_id, enable_auto_commit=False
+    )
+    await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
+    return consumer
