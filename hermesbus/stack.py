@@ -20,7 +20,7 @@ from typing import Any
 
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.connectors.kafka.groups import hand_over
+from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.demo import DEMO_USER, Said
@@ -156,8 +156,8 @@ async def stack(
         for port in intent.values():
             await enter(port)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
-        for name in own:  # a tool's new group starts where the tool group left its calls
-            await hand_over(kafka, prefix + tool.TOPIC, tool.NAME, tool.group_name(name))
+        targets = [tool.group_name(name) for name in own]  # each starts where "tool" left off
+        await hand_over_all(kafka, prefix + tool.TOPIC, tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
         for name, handler, topic, ports in _handlers(running, dict(intent), own):
             processor = Processor(
