@@ -10,13 +10,18 @@ from pathlib import Path
 import pytest
 
 from hermesbus.demo import FIGURES
+from hermesbus.identity import KEYS_FILE_ENV
 
 pytestmark = pytest.mark.kafka
 
 
-def _up(home: Path, cwd: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def _up(
+    home: Path, cwd: Path, *options: str, keys: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(home)
+    if keys is not None:
+        env["HERMES_KEYS_FILE"] = str(keys)
     return subprocess.run(
         [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once", *options],
         capture_output=True,
@@ -49,6 +54,9 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     assert "tools: org_tool, finance_tool, ocr_tool, trip_tool, rule_engine_tool" in result.stderr
     for store in ("state", "memory", "tools"):
         assert (tmp_path / "home" / f"{store}.sqlite3").exists()
+    keys = tmp_path / "home" / "keys.json"  # made on the embedded broker, private
+    assert keys.stat().st_mode & 0o777 == 0o600
+    assert f"signing keys: {keys}" in result.stderr
 
 
 def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(
@@ -56,7 +64,20 @@ def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(
 ) -> None:
     """The same demo with every processor writing in Kafka transactions."""
     options = ("--exactly-once", "--bootstrap", kafka_bootstrap, "--prefix", f"eos-{unique}.")
-    result = _up(tmp_path / "home", tmp_path, *options)
+    keys = Path(os.environ[KEYS_FILE_ENV])  # a configured broker: the processes share keys
+    result = _up(tmp_path / "home", tmp_path, *options, keys=keys)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo: both conversations finished" in result.stdout
     assert "dead_letters=0" in result.stderr and "dead_letters=1" not in result.stderr
+
+
+def test_up_on_a_configured_broker_needs_shared_keys(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    """Keys are made only on the embedded broker; elsewhere up says how to make them."""
+    result = _up(tmp_path / "home", tmp_path, "--bootstrap", broker, "--prefix", f"k-{unique}.")
+    assert result.returncode == 1
+    assert "no signing keys for app, conversation, dispatcher, tool, memory" in result.stderr
+    assert "hermesbus keys init" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "home" / "keys.json").exists()
