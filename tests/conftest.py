@@ -6,7 +6,9 @@ A test that needs a service it cannot get is skipped with the reason printed
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -20,7 +22,9 @@ from hermesbus.processors.protocol import IDENTITIES
 # Every component signs what it produces. The whole test run (and every `hermesbus`
 # subprocess it starts) shares one keyring made for it, unless the caller gave one.
 if not os.environ.get(KEYS_FILE_ENV):
-    os.environ[KEYS_FILE_ENV] = str(Path(tempfile.mkdtemp(prefix="hermesbus-keys-")) / "keys.json")
+    _KEYS_DIR = tempfile.mkdtemp(prefix="hermesbus-keys-")
+    atexit.register(shutil.rmtree, _KEYS_DIR, ignore_errors=True)
+    os.environ[KEYS_FILE_ENV] = str(Path(_KEYS_DIR) / "keys.json")
 TEST_KEYS = Keyring.ensure(IDENTITIES, Path(os.environ[KEYS_FILE_ENV]))
 
 settings.register_profile(
