@@ -63,7 +63,10 @@ def free_port() -> int:
 
 
 def _port_taken(port: int) -> bool:
+    """True when something listens on ``port`` (connections of a dead broker lingering in
+    TIME_WAIT do not count: tansu binds with SO_REUSEADDR, so a new one starts there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
