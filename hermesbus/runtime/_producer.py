@@ -9,7 +9,8 @@ moves, the new owner's producer fences the old one's unfinished transaction.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
@@ -20,7 +21,13 @@ from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
 
-__all__ = ["Producer"]
+__all__ = ["CLOSE_TIMEOUT_S", "Producer", "close_within"]
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 2.0
+"""How long closing one client (or a last commit) may take: with the broker gone, aiokafka
+would wait for it."""
 
 _PERMANENT = (
     kafka_errors.MessageSizeTooLargeError,
@@ -57,11 +64,12 @@ class Producer:
         self._producer = producer
 
     async def stop(self) -> None:
+        """Flush and close every producer at once, each within CLOSE_TIMEOUT_S; never raises."""
         producer, self._producer = self._producer, None
-        for tp in list(self._transactional):
-            await self.release(tp)
+        closing = [self.release(tp) for tp in list(self._transactional)]
         if producer is not None:
-            await producer.stop()
+            closing.append(close_within(producer.stop, f"the producer of {self._group}"))
+        await asyncio.gather(*closing)
 
     async def send_all(self, records: Sequence[OutRecord]) -> None:
         """Send ``records`` in order and wait for every acknowledgement."""
@@ -87,9 +95,10 @@ class Producer:
         return producer
 
     async def release(self, tp: TopicPartition) -> None:
+        """Close the producer of ``tp`` (within CLOSE_TIMEOUT_S; never raises)."""
         producer = self._transactional.pop(tp, None)
         if producer is not None:
-            await producer.stop()
+            await close_within(producer.stop, f"the transactional producer of {tp}")
 
     async def send_in_transaction(self, tp: TopicPartition, records: Sequence[OutRecord]) -> None:
         """Add ``records`` to the open transaction of ``tp`` (acknowledged at commit).
@@ -129,7 +138,36 @@ class Producer:
                 "embedded broker has no transactions: run without --exactly-once there."
             ) from exc
         finally:
-            await probe.stop()
+            await close_within(probe.stop, "the transactions probe")
+
+
+async def close_within(
+    close: Callable[[], Awaitable[object]], what: str, timeout_s: float = CLOSE_TIMEOUT_S
+) -> None:
+    """``await close()`` (an aiokafka ``stop``) for at most ``timeout_s``; never raises.
+
+    With the broker gone, a stop may wait for it, fail with a KafkaError, or end in a
+    CancelledError of aiokafka's own (its fetcher re-raises one of its cancelled
+    tasks): each is logged and the caller carries on closing the rest. The close runs
+    as a task of its own, so that such a CancelledError is told apart from the
+    caller's cancellation, which still goes through.
+    """
+    closing = asyncio.ensure_future(close())
+    closing.add_done_callback(_retrieved)
+    await asyncio.wait([closing], timeout=timeout_s)
+    if not closing.done():
+        closing.cancel()
+        log.warning("%s did not close within %g s; left behind", what, timeout_s)
+    elif closing.cancelled():
+        log.debug("%s: aiokafka cancelled one of its own tasks while closing", what)
+    elif (exc := closing.exception()) is not None:
+        log.warning("%s: closing failed: %s: %s", what, type(exc).__name__, exc)
+
+
+def _retrieved(task: asyncio.Future[object]) -> None:
+    """Mark the outcome of a close seen, also one left behind that fails later."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _broker_error(what: str, exc: Exception) -> BrokerError:

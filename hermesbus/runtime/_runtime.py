@@ -29,7 +29,7 @@ from hermesbus.lifecycle import Service, background
 from ._eos import Transactions
 from ._model import EMPTY, Handler
 from ._partition import Partition, ProcessorStats, Record
-from ._producer import Producer
+from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
 from ._rebalance import Rebalance
 from ._records import Records
 from ._settings import RuntimeSettings
@@ -166,26 +166,44 @@ class Processor(Service):
             ]
 
     async def stop(self) -> None:
-        """Finish in-flight work (bounded), commit the finished prefix, leave the group."""
+        """Finish in-flight work, commit the finished prefix, leave the group: all bounded.
+
+        In-flight work gets ``revoke_timeout_ms`` in all, then it is abandoned (not
+        committed, so redelivered); the last commit, then leaving the group, get
+        CLOSE_TIMEOUT_S each while the producer flushes, so stop returns in time also
+        when the broker is gone.
+        """
         consumer, producer = self._consumer, self._producer
         if consumer is None or producer is None:
             return
         self._stopping = self._records.stopping = True
-        # the consume loop ends by itself after its current batch (a transaction commits)
-        await asyncio.wait(self._tasks[:1], timeout=self._settings.revoke_timeout_ms / 1000)
+        revoke_s = self._settings.revoke_timeout_ms / 1000
+        deadline = asyncio.get_running_loop().time() + revoke_s
+        if self._eos:  # the consume loop ends by itself once its transaction commits
+            await asyncio.wait(self._tasks[:1], timeout=revoke_s)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._release(list(self._parts))
+        for part in self._parts.values():
+            part.closed = True  # the workers start no more of its records
+        busy = [part.idle.wait() for part in self._parts.values() if part.active]
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.gather(*busy)
+        except TimeoutError:
+            log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
+        # nothing produces now: the producer flushes while the finished prefix is committed
+        flushed = asyncio.ensure_future(producer.stop())
+        await self._release(list(self._parts))  # nothing runs now: it commits and forgets
         self._workers, self._sessions, self._buffered = [], {}, 0
         self._ready = asyncio.Queue()
         self._consumer = self._producer = self._records.producer = None
         self._transactions.consumer = None
-        await consumer.stop()
-        await producer.stop()
+        await close_within(consumer.stop, f"processor {self.name}: the consumer")
+        await flushed
 
     async def run_forever(self) -> None:
         """Start, then serve until cancelled (Ctrl-C in ``hermesbus up``)."""
@@ -244,12 +262,20 @@ class Processor(Service):
                 await asyncio.sleep(self._settings.infra_retry_ms / 1000)
 
     async def _consume_once(self, consumer: AIOKafkaConsumer) -> None:
-        try:
-            batch = await consumer.getmany(timeout_ms=100)
-        except KafkaError as exc:
-            log.warning("processor=%s fetch failed: %s", self.name, exc)
-            await asyncio.sleep(self._settings.infra_retry_ms / 1000)
-            return
+        pause = first = self._settings.infra_retry_ms / 1000
+        while True:  # a failing fetch is retried here with backoff, and reported once
+            try:
+                batch = await consumer.getmany(timeout_ms=100)
+                break
+            except KafkaError as exc:
+                level = logging.WARNING if pause == first else logging.DEBUG
+                log.log(level, "processor=%s fetch failed (retrying): %s", self.name, exc)
+                await asyncio.sleep(pause)
+                if self._stopping:
+                    return
+                pause = min(pause * 2, 10.0)
+        if pause != first:
+            log.info("processor=%s fetching again", self.name)
         owned = [(p, rs) for tp, rs in batch.items() if (p := self._parts.get(tp)) and not p.closed]
         if self._eos:
             run = self._transactions.transaction
@@ -318,8 +344,21 @@ class Processor(Service):
                 offsets[part.tp] = position
         if not offsets or consumer is None:
             return
+        # aiokafka waits for a lost group coordinator for ever: bound it, the last one tightly
+        timeout_s = CLOSE_TIMEOUT_S if self._stopping else self._kafka.request_timeout_ms / 1000
         try:
-            await consumer.commit(offsets)
+            async with asyncio.timeout(timeout_s):
+                await consumer.commit(offsets)
+        except TimeoutError:  # the broker is gone; up's broker watch reports that, once
+            level = logging.WARNING if self._stopping else logging.DEBUG
+            log.log(
+                level,
+                "processor=%s commit got no answer in %g s; what finished since the last "
+                "commit will be redelivered (and skipped as duplicates)",
+                self.name,
+                timeout_s,
+            )
+            return
         except KafkaError as exc:
             log.warning("processor=%s commit failed: %s", self.name, exc)
             return
