@@ -56,6 +56,8 @@ class Stack:
     tool_names: list[str] = field(default_factory=list)
     keys: str = ""
     """Where the components' signing keys were read from."""
+    broker: EmbeddedBroker | None = None
+    """The embedded broker, when no broker is configured (``broker.died()`` says if it died)."""
 
     async def check(self, said: Said, *, within_s: float = 15.0) -> list[str]:
         """What memory lacks after a demo conversation: A's approval edge, B's unfinished item.
@@ -129,13 +131,18 @@ async def stack(
     store: StateStore | None = None,
     demo: bool = False,
     clock: Callable[[], float] = time.time,
+    embedded_broker: EmbeddedBroker | None = None,
 ) -> AsyncIterator[Stack]:
-    """Start the broker if none is configured, create missing topics, run the processors."""
+    """Start the broker if none is configured, create missing topics, run the processors.
+
+    ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
+    """
     kafka = kafka or KafkaConfig()
     async with contextlib.AsyncExitStack() as exits:
         embedded = not kafka.bootstrap
-        if embedded:
-            broker = await exits.enter_async_context(EmbeddedBroker())
+        broker = (embedded_broker or EmbeddedBroker()) if embedded else None
+        if broker is not None:
+            await exits.enter_async_context(broker)
             kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
         keys = keyring(create=embedded)
         enter = exits.enter_async_context
@@ -147,6 +154,7 @@ async def stack(
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.keys = keys.source
+        running.broker = broker
         running.created = await _provision(kafka, prefix)
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
@@ -159,6 +167,7 @@ async def stack(
         targets = [tool.group_name(name) for name in own]  # each starts where "tool" left off
         await hand_over_all(kafka, prefix + tool.TOPIC, tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
+        exits.push_async_callback(_stop_all, running.processors)
         for name, handler, topic, ports in _handlers(running, dict(intent), own):
             processor = Processor(
                 name,
@@ -174,7 +183,7 @@ async def stack(
                 identity=tool.NAME if name in sharing else name,
                 policy=protocol.ProtocolPolicy(),
             )
-            await enter(processor)
+            await processor.start()  # stopped by _stop_all, side by side with the others
             running.processors.append(processor)
         yield running
 
@@ -226,6 +235,14 @@ async def _provision(kafka: KafkaConfig, prefix: str) -> list[str]:
         for drift in topics.drift:
             log.warning("topic drift: %s", drift)
         return await admin.create(topics.create)
+
+
+async def _stop_all(processors: Sequence[Processor]) -> None:
+    """Stop every processor at once: each may give its in-flight work revoke_timeout_ms."""
+    stopped = await asyncio.gather(*(p.stop() for p in processors), return_exceptions=True)
+    for processor, outcome in zip(processors, stopped, strict=True):
+        if isinstance(outcome, BaseException):
+            log.error("processor %s did not stop cleanly", processor.name, exc_info=outcome)
 
 
 async def _probe(tools: tool.ToolService) -> None:

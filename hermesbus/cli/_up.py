@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from hermesbus import demo
+from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.envelope import Envelope
 from hermesbus.runtime import RuntimeSettings
@@ -18,7 +19,10 @@ from hermesbus.trace import collect, spans, waterfall
 
 from ._common import console, err_console, errors
 
-__all__ = ["up_command"]
+__all__ = ["BROKER_LOST", "up_command"]
+
+BROKER_LOST = 3
+"""Exit code of ``up`` when the embedded broker died (1: the demo did not finish)."""
 
 
 def up_command(
@@ -45,36 +49,96 @@ def up_command(
         bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
     ] = False,
 ) -> None:
-    """Start the broker (embedded unless configured), create the topics, run the processors."""
+    """Start the broker (embedded unless configured), create the topics, run the processors.
+
+    Exits 1 if the demo did not finish, 3 if the embedded broker died: its topics were in
+    memory, so up stops rather than start an empty one. A configured broker that goes
+    away is waited for, and reported every 30 s until it is back.
+    """
     with errors():
         kafka = KafkaConfig()
         if bootstrap:
             kafka = kafka.model_copy(update={"bootstrap": bootstrap})
         settings = RuntimeSettings(exactly_once=exactly_once)
-        finished = asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
-    if not finished:
-        raise typer.Exit(1)
+        code = asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
+    if code:
+        raise typer.Exit(code)
 
 
 async def _up(
     kafka: KafkaConfig, prefix: str, settings: RuntimeSettings, *, run_demo: bool, once: bool
-) -> bool:
+) -> int:
+    """Run the stack; the exit code: 0, 1 (the demo did not finish) or BROKER_LOST.
+
+    A signal, or the embedded broker's death, cancels whatever runs (the start too: with
+    the broker gone it may wait for ever), and the stack stops, every part bounded.
+    """
+    broker = None if kafka.bootstrap else EmbeddedBroker()
+    finished: list[bool] = []  # the demo's outcome, once it has one
+    work = _run(kafka, broker, prefix, settings, finished, run_demo=run_demo, once=once)
+    run = asyncio.create_task(work)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    finished = True
-    async with stack(kafka=kafka, prefix=prefix, settings=settings, demo=run_demo) as running:
-        _describe(running)
-        if run_demo:
-            finished = await _demo(running)
-        if not once:
-            err_console.print("serving; Ctrl-C stops")
-            await stop.wait()
-        for processor in running.processors:
-            err_console.print(f"{processor.name}: {processor.stats}", soft_wrap=True)
+    signalled = asyncio.create_task(stop.wait())
+    watch = asyncio.create_task(_watch(broker, kafka))
+    lost = None
+    try:
+        await asyncio.wait({run, signalled, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if watch.done():
+            lost = watch.result()
+            said = f"{lost}; stopping (exit code {BROKER_LOST})"
+            err_console.print(f"[red]error:[/red] {escape(said)}", soft_wrap=True)
+    finally:
+        for task in (signalled, watch, run):
+            task.cancel()
+        await asyncio.wait({signalled, watch, run})
+    if not run.cancelled():
+        run.result()  # a HermesError of the start becomes one line (errors())
     err_console.print("stopped")
-    return finished
+    if lost is not None:
+        return BROKER_LOST
+    return 0 if finished == [True] or not run_demo else 1
+
+
+async def _run(
+    kafka: KafkaConfig,
+    broker: EmbeddedBroker | None,
+    prefix: str,
+    settings: RuntimeSettings,
+    finished: list[bool],
+    *,
+    run_demo: bool,
+    once: bool,
+) -> None:
+    """The stack, the demo, then serving until cancelled (or, with ``once``, not)."""
+    started = stack(
+        kafka=kafka, prefix=prefix, settings=settings, demo=run_demo, embedded_broker=broker
+    )
+    async with started as running:
+        try:
+            _describe(running)
+            if run_demo:
+                finished.append(await _demo(running))
+            if not once:
+                err_console.print("serving; Ctrl-C stops")
+                await asyncio.Event().wait()
+        finally:
+            for processor in running.processors:
+                err_console.print(f"{processor.name}: {processor.stats}", soft_wrap=True)
+
+
+async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig) -> str:
+    """Why the embedded broker died; a configured one is reported on while it is away."""
+    if broker is not None:
+        return await broker.died()
+    plaintext = kafka.security_protocol == "PLAINTEXT"  # else only TCP: no request before TLS/SASL
+    await BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext).run()
+
+
+def _broker_news(line: str) -> None:
+    err_console.print(f"[yellow]broker:[/yellow] {escape(line)}", soft_wrap=True)
 
 
 async def _demo(running: Stack) -> bool:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,3 +85,159 @@ def test_up_on_a_configured_broker_needs_shared_keys(
     assert "hermesbus keys init" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "home" / "keys.json").exists()
+
+
+# -- the broker goes away -------------------------------------------------------------------
+
+NOTICE_S = 15.0
+"""How long up may take to notice its embedded broker died and to stop."""
+REVOKE_MS = 3_000
+"""The revoke timeout the stop tests run with; up must stop within it plus STOP_MARGIN_S."""
+STOP_MARGIN_S = 5.0
+
+
+class _Command:
+    """A hermesbus command in the background; its stdout and stderr go to files."""
+
+    def __init__(self, folder: Path, name: str, *args: str, env: dict[str, str]) -> None:
+        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "hermesbus.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=folder,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def wait_for(self, text: str, within_s: float, *, stdout: bool = False) -> str:
+        """The output once it holds ``text``; fails if the command exits or time runs out."""
+        deadline = time.monotonic() + within_s
+        path = self.out if stdout else self.err
+        while time.monotonic() < deadline:  # a subprocess's file: nothing to wait on
+            said = path.read_text()
+            if text in said:
+                return said
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        pytest.fail(f"no {text!r} within {within_s:g} s; stderr:\n{self.stderr()}")
+
+    def end(self) -> None:
+        """SIGTERM, then SIGKILL of it and its children (the broker is in its own session)."""
+        if self.process.poll() is None:
+            children = _children(self.pid)
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                for child in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child, signal.SIGKILL)
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def _command(folder: Path, name: str, *args: str, env: dict[str, str]) -> Iterator[_Command]:
+    command = _Command(folder, name, *args, env=env)
+    try:
+        yield command
+    finally:
+        command.end()
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    return {**env, "HERMES_HOME": str(home), **extra}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _tansu(pid: int) -> int:
+    """The embedded broker among the children of ``pid`` (up also runs tool workers)."""
+    (found,) = [c for c in _children(pid) if b"tansu" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return found
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU time of ``pid`` so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _clean(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    assert "Unclosed" not in stderr, stderr
+
+
+@pytest.mark.slow
+def test_up_stops_saying_why_when_its_embedded_broker_dies(tmp_path: Path) -> None:
+    """Its topics were in memory: up stops (exit 3) rather than restart the broker empty."""
+    home = tmp_path / "home"
+    with _command(tmp_path, "up", "up", env=_env(home)) as up:
+        up.wait_for("serving; Ctrl-C stops", within_s=90)
+        tansu = _tansu(up.pid)
+        killed = time.monotonic()
+        os.kill(tansu, signal.SIGKILL)
+        code = up.process.wait(NOTICE_S)
+        took = time.monotonic() - killed
+    said = up.stderr()
+    assert code == 3, said
+    assert took < NOTICE_S
+    assert f"(tansu, pid {tansu}, log {home / 'broker'}" in said
+    assert "died: signal 9 (SIGKILL)" in said
+    assert "its topics and messages were in memory and are lost" in said.lower()
+    assert "stopping (exit code 3)" in said
+    assert said.rstrip().endswith("stopped")
+    _clean(said)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_up_waits_for_a_lost_broker_says_so_every_30_s_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """A configured broker gone: reported once, again after 30 s, no CPU spent; SIGTERM stops."""
+    keys = os.environ[KEYS_FILE_ENV]  # a configured broker: the processes share keys
+    env = _env(tmp_path / "home", HERMES_KEYS_FILE=keys)
+    env["HERMES_RUNTIME_REVOKE_TIMEOUT_MS"] = str(REVOKE_MS)
+    with _command(tmp_path, "broker", "broker", env=_env(tmp_path / "broker-home")) as broker:
+        said = broker.wait_for("KAFKA_BOOTSTRAP=", within_s=30, stdout=True)
+        bootstrap = said.strip().removeprefix("KAFKA_BOOTSTRAP=")
+        with _command(tmp_path, "up", "up", "--bootstrap", bootstrap, env=env) as up:
+            up.wait_for("serving; Ctrl-C stops", within_s=90)
+            os.kill(_tansu(broker.pid), signal.SIGKILL)
+            broker.process.wait(10)  # `hermesbus broker` exits when its tansu has died
+            up.wait_for(f"the Kafka broker at {bootstrap} is unreachable (since", within_s=10)
+            before = _cpu_s(up.pid)
+            time.sleep(10)
+            spent = _cpu_s(up.pid) - before
+            up.wait_for(f"the Kafka broker at {bootstrap} is still unreachable", within_s=35)
+            assert up.process.poll() is None, up.stderr()
+            signalled = time.monotonic()
+            up.process.send_signal(signal.SIGTERM)
+            code = up.process.wait(REVOKE_MS / 1000 + STOP_MARGIN_S)
+            took = time.monotonic() - signalled
+    said = up.stderr()
+    assert code == 0, said
+    assert took < REVOKE_MS / 1000 + STOP_MARGIN_S
+    assert spent < 3.0, f"{spent:.2f} s of CPU in 10 s while the broker was gone"
+    assert said.count("is unreachable (since") == 1  # once, then every 30 s: not per fetch
+    assert said.count("still unreachable") == 1
+    assert "fetch failed" not in said
+    assert said.rstrip().endswith("stopped")
+    _clean(said)
