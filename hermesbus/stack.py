@@ -37,6 +37,8 @@ __all__ = ["PROBE_INTERVAL_S", "Stack", "keyring", "stack"]
 
 log = logging.getLogger(__name__)
 
+JOIN_WAIT_S = 60.0
+"""How long start-up waits for every processor's group before timers may fire anyway."""
 PROBE_INTERVAL_S = 10.0
 """How often every tool's health probe runs (the dispatcher reads the latest)."""
 
@@ -168,6 +170,7 @@ async def stack(
         await hand_over_all(kafka, prefix + tool.TOPIC, tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
         exits.push_async_callback(_stop_all, running.processors)
+        gate = asyncio.Event()  # no timer fires before every processor has joined its group
         for name, handler, topic, ports in _handlers(running, dict(intent), own):
             processor = Processor(
                 name,
@@ -182,10 +185,24 @@ async def stack(
                 dead_letter_undecodable=name not in sharing,  # dead-lettered once, by "tool"
                 identity=tool.NAME if name in sharing else name,
                 policy=protocol.ProtocolPolicy(),
+                timers_gate=gate,
             )
-            await processor.start()  # stopped by _stop_all, side by side with the others
-            running.processors.append(processor)
+            running.processors.append(processor)  # stopped by _stop_all, side by side
+        await asyncio.gather(*(p.start() for p in running.processors))  # joins in parallel
+        await _joined(running.processors)
+        gate.set()
         yield running
+
+
+async def _joined(processors: Sequence[Processor]) -> None:
+    """Wait (bounded) until every processor has its first assignment."""
+    waits = [asyncio.create_task(p.joined.wait()) for p in processors]
+    _done, pending = await asyncio.wait(waits, timeout=JOIN_WAIT_S)
+    for task in pending:
+        task.cancel()
+    late = [p.name for p in processors if not p.joined.is_set()]
+    if late:
+        log.warning("not joined after %g s: %s; timers fire anyway", JOIN_WAIT_S, late)
 
 
 def keyring(*, create: bool) -> Keyring:

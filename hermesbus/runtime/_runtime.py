@@ -40,6 +40,9 @@ __all__ = ["Processor", "ProcessorStats"]
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+_HEARTBEAT_MS = 1_000
+"""How often a worker records that it runs its partitions (the downtime's resolution)."""
+_REPORT_GAP_MS = 2_000
 
 
 class Processor(Service):
@@ -63,6 +66,7 @@ class Processor(Service):
         identity: str | None = None,
         keys: Keyring | None = None,
         policy: WritePolicy | None = None,
+        timers_gate: asyncio.Event | None = None,
     ) -> None:
         """``clock`` (seconds since the epoch) decides when durable timers are due; tests
         pass a controllable one. Handlers never see it: their time is the envelope's.
@@ -76,6 +80,13 @@ class Processor(Service):
         ``keys`` (default: ``HERMES_KEY_*`` / the keyring file, re-read when a record names
         an unknown key id); ``policy`` says who may write what to its topics (default: the
         signer must be the envelope's source).
+
+        Time nobody ran a partition is not charged to its timers: a partition taken over
+        moves its not-yet-due timers later by the time since its last owner last ran it,
+        and no timer fires before ``timers_gate`` is set (default: this processor joined
+        its group), when the time waited for the gate is not charged either. ``hermesbus
+        up`` opens one gate for every processor once all have joined, so a deadline waiting
+        for a tool's group gets its remaining time once that group runs.
         """
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
@@ -99,6 +110,11 @@ class Processor(Service):
         self._stopping = False
         self._eos = self._settings.exactly_once
         self._clock = clock
+        self.joined = asyncio.Event()
+        """Set once the group gave this processor its first assignment (possibly empty)."""
+        self._gate = timers_gate if timers_gate is not None else self.joined
+        self._gate_passed = False
+        self._beat_ms = 0
         guard = Guard(
             identity or name,
             keys if keys is not None else Keyring.load(),
@@ -228,6 +244,7 @@ class Processor(Service):
         for tp in assigned:
             if tp not in self._parts:
                 self._parts[tp] = Partition(tp)
+        self.joined.set()
 
     async def _release(self, revoked: Sequence[TopicPartition]) -> None:
         """Stop taking work for ``revoked``, wait (bounded) for in-flight, commit the prefix."""
@@ -242,6 +259,11 @@ class Processor(Service):
             except TimeoutError:
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         await self._commit(parts)
+        ran = [(p.tp.topic, p.tp.partition) for p in parts if p.resumed > 1]
+        try:  # the next owner charges its timers nothing up to now
+            await self._store.heartbeat(self.name, ran, int(self._clock() * 1000))
+        except StoreError as exc:
+            log.warning("processor=%s last heartbeat: %s", self.name, exc)
         self._records.forget(parts)
         for part in parts:
             self._parts.pop(part.tp, None)
@@ -374,10 +396,43 @@ class Processor(Service):
             except (BrokerError, StoreError) as exc:
                 log.warning("processor=%s timers: %s", self.name, exc)
 
+    async def _resume(self, now_ms: int) -> None:
+        """Charge no downtime to timers: at adoption, and once more when the gate opens."""
+        opening = self._gate.is_set() and not self._gate_passed
+        wanted = 2 if self._gate.is_set() else 1
+        for part in list(self._parts.values()):
+            if part.closed or part.resumed >= wanted:
+                continue
+            tp = part.tp
+            gap = await self._store.resume(self.name, tp.topic, tp.partition, now_ms)
+            part.resumed = wanted
+            if gap >= _REPORT_GAP_MS:
+                log.info(
+                    "processor=%s partition=%s:%s timers moved %.1f s later (not run meanwhile)",
+                    self.name,
+                    tp.topic,
+                    tp.partition,
+                    gap / 1000,
+                )
+        if opening:
+            self._gate_passed = True
+
+    async def _beat(self, now_ms: int) -> None:
+        """Record, about every second, that this worker runs its partitions."""
+        if now_ms - self._beat_ms < _HEARTBEAT_MS:
+            return
+        owned = [(p.tp.topic, p.tp.partition) for p in self._parts.values() if p.resumed > 1]
+        await self._store.heartbeat(self.name, owned, now_ms)
+        self._beat_ms = now_ms
+
     async def _fire_due(self) -> None:
         """Produce every due timer of the partitions this worker owns, then forget it."""
-        owned = [(tp.topic, tp.partition) for tp, part in self._parts.items() if not part.closed]
         now_ms = int(self._clock() * 1000)
+        await self._resume(now_ms)
+        if not self._gate_passed:
+            return  # the processors the timers wait for may not run yet
+        await self._beat(now_ms)
+        owned = [(tp.topic, tp.partition) for tp, part in self._parts.items() if not part.closed]
         due = await self._store.due(self.name, owned, now_ms, limit=500)
         if not due:
             return
