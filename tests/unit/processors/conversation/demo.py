@@ -269,6 +269,19 @@ class Driver:
         self.now += timedelta(**delta)
 
 
+async def to_s2(driver: Driver) -> Outcome:
+    """S1 -> S2: the expense intent, answered by org_tool and finance_tool."""
+    await driver.say("我要报上个月去深圳的差旅费")
+    return await driver.send(driver.answer({"org_tool": ORG, "finance_tool": FINANCE}))
+
+
+async def to_s3(driver: Driver) -> Outcome:
+    """S2 -> S3: the two photos, answered by the OCR pre-check."""
+    await to_s2(driver)
+    await driver.say("[上传两张图片]", PHOTOS)
+    return await driver.send(driver.answer({"ocr_tool": OCR}))
+
+
 async def to_review(driver: Driver) -> Outcome:
     """S1 -> S2 -> S2 -> S3 -> S3.1 with the demo's figures; the outcome of the last step."""
     await driver.say("我要报上个月去深圳的差旅费")

@@ -26,10 +26,6 @@ from hermesbus.processors.conversation._session import Pending
 from hermesbus.runtime import HandlerInput, SessionState
 
 from .demo import (
-    FINANCE,
-    OCR,
-    ORG,
-    PHOTOS,
     RULES,
     TRIP,
     Driver,
@@ -37,25 +33,16 @@ from .demo import (
     moves,
     the_reply,
     to_review,
+    to_s2,
+    to_s3,
     writes,
 )
 
 T = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
 
 
-async def _to_s2(d: Driver) -> None:
-    await d.say("我要报上个月去深圳的差旅费")
-    await d.send(d.answer({"org_tool": ORG, "finance_tool": FINANCE}))
-
-
-async def _to_s3(d: Driver) -> None:
-    await _to_s2(d)
-    await d.say("[上传两张图片]", PHOTOS)
-    await d.send(d.answer({"ocr_tool": OCR}))
-
-
 async def _to_clarify(d: Driver) -> None:
-    await _to_s3(d)
+    await to_s3(d)
     invalid = MemoryContext(invalid=("user_dept",))
     out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=invalid))
     assert moves(out) == [("S3", "S3.1")]  # ('S3', 'context_invalid')
@@ -92,7 +79,7 @@ async def test_re_uploading_after_an_invalid_symbol_goes_back_to_s2() -> None:
 
 async def test_s2_cancel_ends_in_s5() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     out = await d.say("取消")
     assert moves(out) == [("S2", "S5")] and "已取消" in the_reply(out).text
 
@@ -120,7 +107,7 @@ async def test_a_memory_refusal_outside_a_cycle_is_kept_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     with caplog.at_level(logging.WARNING):
         out = await d.send(_report(d, "memory:mid_term", "memory.unconfirmed", "no confirmed_by"))
     assert out.emit == () and out.state is not None
@@ -132,7 +119,7 @@ async def test_a_memory_refusal_outside_a_cycle_is_kept_and_logged(
 
 async def test_problems_are_bounded_to_the_most_recent() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     for i in range(MAX_PROBLEMS + 3):
         await d.send(_report(d, "memory:mid_term", f"memory.refused{i}", "refused"))
     problems = d.state.data["problems"]
@@ -193,7 +180,7 @@ async def test_every_failure_takes_the_declared_exception_exit(spec: StateSpec) 
 
 async def test_the_s3_timeout_exit_is_the_same_as_its_exception_exit() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     out = await d.send(d.error("tool:trip_tool", "timeout"))
     assert moves(out) == [("S3", STATE_SPECS[2].exception_exit)]
     assert d.state.data["ask"] == "review_timeout"

@@ -20,7 +20,17 @@ from hermesbus.processors.conversation import RuleIntentParser, is_confirmation
 from hermesbus.processors.conversation._texts import CHOICES_CONFIRM
 from hermesbus.runtime import Outcome
 
-from .demo import FINANCE, OCR, ORG, PHOTOS, USER, Driver, bodies, moves, to_confirm, to_review
+from .demo import (
+    PHOTOS,
+    USER,
+    Driver,
+    bodies,
+    moves,
+    to_confirm,
+    to_review,
+    to_s2,
+    to_s3,
+)
 
 HOSTILE = [
     line
@@ -122,24 +132,13 @@ async def _new(d: Driver) -> None:
     return None
 
 
-async def _in_s2(d: Driver) -> None:
-    await d.say("我要报上个月去深圳的差旅费")
-    await d.send(d.answer({"org_tool": ORG, "finance_tool": FINANCE}))
-
-
-async def _validating(d: Driver) -> None:
-    await _in_s2(d)
-    await d.say("[上传两张图片]", PHOTOS)
-    await d.send(d.answer({"ocr_tool": OCR}))
-
-
 async def _gave_up(d: Driver) -> None:
-    await _in_s2(d)
+    await to_s2(d)
     await d.send(d.fire("s2_wait"))
 
 
 async def _upload_failed(d: Driver) -> None:
-    await _in_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     await d.send(d.error("tool:ocr_tool", "timeout"))
 
@@ -150,8 +149,8 @@ BUDGET_CHECK = [
 ]
 STATES: dict[str, tuple[Callable[[Driver], Awaitable[object]], set[str]]] = {
     "S1": (_new, {"org_tool", "finance_tool"}),  # an expense intent starts the budget check
-    "S2": (_in_s2, set()),
-    "S3": (_validating, set()),
+    "S2": (to_s2, set()),
+    "S3": (to_s3, set()),
     "S3.1": (to_review, {"trip_tool", "rule_engine_tool"}),  # "重试" may re-run validation
     "S4 gave up?": (_gave_up, set()),
     "S4 upload failed": (_upload_failed, set()),

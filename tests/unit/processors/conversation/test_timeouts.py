@@ -31,9 +31,6 @@ from hermesbus.processors.conversation._timers import ON_TIMEOUT
 from hermesbus.runtime import Outcome, SessionState
 
 from .demo import (
-    FINANCE,
-    OCR,
-    ORG,
     PHOTOS,
     Driver,
     bodies,
@@ -41,6 +38,8 @@ from .demo import (
     snap,
     the_reply,
     to_confirm,
+    to_s2,
+    to_s3,
 )
 
 WAITS = MACHINE.timeouts()
@@ -54,25 +53,14 @@ def _said(after: timedelta) -> str:
     return f"{seconds // 60}分钟" if seconds % 60 == 0 else f"{seconds}秒"
 
 
-async def _to_s2(d: Driver) -> None:
-    await d.say("我要报上个月去深圳的差旅费")
-    await d.send(d.answer({"org_tool": ORG, "finance_tool": FINANCE}))
-
-
-async def _to_s3(d: Driver) -> None:
-    await _to_s2(d)
-    await d.say("[上传两张图片]", PHOTOS)
-    await d.send(d.answer({"ocr_tool": OCR}))
-
-
 async def _to_gave_up(d: Driver) -> None:
-    await _to_s2(d)
+    await to_s2(d)
     await d.send(d.fire("s2_wait"))
 
 
 ARMING: dict[str, Callable[[Driver], Awaitable[object]]] = {
-    "s2_wait": _to_s2,
-    "s3_validation": _to_s3,
+    "s2_wait": to_s2,
+    "s3_validation": to_s3,
     "s4_idle": to_confirm,
     "s4_gave_up": _to_gave_up,
 }
@@ -159,7 +147,7 @@ async def test_a_timer_without_a_token_is_never_current() -> None:
 
 async def test_the_reported_case_a_failed_pre_check_never_speaks_of_5_minutes() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     d.later(seconds=30)  # the dispatcher's S2 deadline, not the 5-minute wait
     failed = await d.send(d.error("tool:ocr_tool", "timeout"))
@@ -188,7 +176,7 @@ async def test_after_the_real_5_minute_wait_the_question_asked_again_is_the_same
 
 async def test_a_failed_validation_tool_is_never_called_a_30_second_timeout() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     failed = await d.send(d.error("tool:rule_engine_tool", "502"))
     assert moves(failed) == [("S3", "S3.1")] and "30秒" not in the_reply(failed).text
     assert snap(failed.emit[0]).summary == "校验失败，待人工复核"
@@ -201,7 +189,7 @@ async def test_a_failed_validation_tool_is_never_called_a_30_second_timeout() ->
 
 async def test_after_the_real_30_second_timeout_the_question_asked_again_is_the_same() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     await d.send(d.fire("s3_validation"))
     out = await d.say("这是什么意思")
     reply = the_reply(out)

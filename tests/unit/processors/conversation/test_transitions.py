@@ -26,19 +26,10 @@ from .demo import (
     the_reply,
     to_confirm,
     to_review,
+    to_s2,
+    to_s3,
     writes,
 )
-
-
-async def _to_s2(d: Driver) -> None:
-    await d.say("我要报上个月去深圳的差旅费")
-    await d.send(d.answer({"org_tool": ORG, "finance_tool": FINANCE}))
-
-
-async def _to_s3(d: Driver) -> Outcome:
-    await _to_s2(d)
-    await d.say("[上传两张图片]", PHOTOS)
-    return await d.send(d.answer({"ocr_tool": OCR}))
 
 
 def _unfinished(outcome: Outcome) -> list[MemoryWrite]:
@@ -63,7 +54,7 @@ async def test_a_finished_session_starts_over_at_s1() -> None:
 
 async def test_s2_wait_of_5_minutes_asks_whether_the_user_gave_up() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     assert d.armed["s2_wait"][1].due_at == datetime(2024, 6, 3, 9, 5, tzinfo=UTC)
     out = await d.send(d.fire("s2_wait"))
     assert moves(out) == [("S2", "S4")]
@@ -77,7 +68,7 @@ async def test_s2_wait_of_5_minutes_asks_whether_the_user_gave_up() -> None:
 
 async def test_continue_uploading_after_the_wait_goes_back_to_s2() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.send(d.fire("s2_wait"))
     out = await d.say("继续上传")
     assert moves(out) == [("S4", "S2")]
@@ -88,7 +79,7 @@ async def test_continue_uploading_after_the_wait_goes_back_to_s2() -> None:
 
 async def test_a_further_10_minutes_idle_after_the_wait_is_giving_up() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.send(d.fire("s2_wait"))
     assert "s4_idle" not in d.armed  # the question's own wait, not the summary's
     fired = d.fire("s4_gave_up")
@@ -102,7 +93,7 @@ async def test_a_further_10_minutes_idle_after_the_wait_is_giving_up() -> None:
 
 async def test_a_re_armed_wait_makes_the_old_timer_stale() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     old = d.fire("s2_wait")
     d.now = datetime(2024, 6, 3, 9, 1, tzinfo=UTC)
     again = await d.say("稍等我找一下")
@@ -114,14 +105,14 @@ async def test_a_re_armed_wait_makes_the_old_timer_stale() -> None:
 
 async def test_text_without_attachments_asks_for_them() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     out = await d.say("我上传了")
     assert moves(out) == [] and "没有收到附件" in the_reply(out).text
 
 
 async def test_missing_itinerary_stays_in_s2_and_names_it() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     out = await d.send(d.answer({"ocr_tool": {**OCR, "itinerary": None}}))
     assert moves(out) == [("S2", "S2")]
@@ -130,7 +121,7 @@ async def test_missing_itinerary_stays_in_s2_and_names_it() -> None:
 
 async def test_s3_over_30_seconds_goes_to_human_review_and_late_results_are_stale() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     late = d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES})
     timeout = await d.send(d.fire("s3_validation"))
     assert moves(timeout) == [("S3", "S3.1")]
@@ -146,7 +137,7 @@ async def test_s3_over_30_seconds_goes_to_human_review_and_late_results_are_stal
 
 async def test_a_dispatcher_timeout_in_s3_is_human_review_and_the_timer_goes_stale() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     timer = d.fire("s3_validation")
     out = await d.send(d.error("tool:trip_tool", "timeout"))
     assert moves(out) == [("S3", "S3.1")]
@@ -168,7 +159,7 @@ async def test_a_failure_in_s1_degrades_to_s5_naming_the_component() -> None:
 
 async def test_a_failure_in_s2_takes_the_exit_to_s4_and_the_user_may_go_on() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     out = await d.send(d.error("tool:ocr_tool", "503"))
     assert moves(out) == [("S2", "S4")]  # the table's exception exit of S2
@@ -181,7 +172,7 @@ async def test_a_failure_in_s2_takes_the_exit_to_s4_and_the_user_may_go_on() -> 
 
 async def test_a_non_timeout_failure_in_s3_goes_to_human_review() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     out = await d.send(d.error("tool:rule_engine_tool", "502"))
     assert moves(out) == [("S3", "S3.1")] and "s3_validation" in out.cancel
     reply = the_reply(out)
@@ -213,7 +204,7 @@ async def test_a_turn_while_tools_work_gets_a_wait_reply() -> None:
 
 async def test_failed_validation_ends_in_s5() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     bad = {"valid": False, "errors": ["发票抬头不符"], "approver": "张主管"}
     out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": bad}))
     assert moves(out) == [("S3", "S5")] and "发票抬头不符" in the_reply(out).text
@@ -287,7 +278,7 @@ async def test_a_submit_failure_in_s4_ends_in_s5_with_the_progress_saved() -> No
 
 async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
     asked = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
     assert moves(asked) == [("S3", "S3.1")] and not writes(asked)
@@ -302,7 +293,7 @@ async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> N
 
 async def test_no_to_a_preference_writes_nothing_and_asks_the_review() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
     await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
     no = await d.say("否")
@@ -314,7 +305,7 @@ async def test_no_to_a_preference_writes_nothing_and_asks_the_review() -> None:
 
 async def test_a_confirmed_preference_skips_the_review() -> None:
     d = Driver()
-    await _to_s3(d)
+    await to_s3(d)
     memory = MemoryContext(preferences={"ocr_blur_tolerance": "accept"})  # as memory sends it
     out = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
     assert moves(out) == [("S3", "S4")] and "已按您的偏好" in the_reply(out).text
@@ -329,7 +320,7 @@ def _blurred(confidence: float) -> dict[str, Any]:
 
 async def test_a_preference_does_not_cover_an_invoice_below_its_floor() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     memory = MemoryContext(preferences={"ocr_blur_tolerance": "accept"})
     await d.send(d.answer({"ocr_tool": _blurred(0.2)}, context=memory))
@@ -343,7 +334,7 @@ async def test_a_preference_stored_with_its_floor_honours_that_floor(
     confidence: float, state: str
 ) -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     stored = '{"confidence_min":0.5,"value":"accept"}'  # memory shows JSON objects as JSON
     memory = MemoryContext(preferences={"ocr_blur_tolerance": stored})
@@ -354,7 +345,7 @@ async def test_a_preference_stored_with_its_floor_honours_that_floor(
 
 async def test_the_preference_asked_states_the_floor_it_stores() -> None:
     d = Driver()
-    await _to_s2(d)
+    await to_s2(d)
     await d.say("[上传两张图片]", PHOTOS)
     await d.send(d.answer({"ocr_tool": _blurred(0.55)}))
     memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
