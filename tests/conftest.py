@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from hermesbus.broker import find_broker_binary
+from hermesbus.errors import BrokerError
 from hermesbus.identity import KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
 
@@ -68,6 +70,15 @@ def broker(request: pytest.FixtureRequest) -> str:
     if request.param == "apache-kafka":
         return str(request.getfixturevalue("kafka_bootstrap"))
     return str(request.getfixturevalue("embedded_bootstrap"))
+
+
+@pytest.fixture(scope="session")
+def broker_binary() -> str:
+    """The embedded broker's executable (tansu), for tests that start brokers of their own."""
+    try:
+        return find_broker_binary()
+    except BrokerError as exc:
+        pytest.skip(f"no embedded broker: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -16,21 +16,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from typer.testing import CliRunner
 
-from hermesbus.broker import EmbeddedBroker, find_broker_binary, free_port, metadata_probe
+from hermesbus.broker import EmbeddedBroker, free_port, metadata_probe
 from hermesbus.cli import app
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.errors import BrokerError
 from hermesbus.topics import Catalog, ExistingTopic
 
-pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _binary() -> None:
-    try:
-        find_broker_binary()
-    except BrokerError as exc:
-        pytest.skip(f"no embedded broker: {exc}")
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("broker_binary")]
 
 
 @pytest.fixture

@@ -9,18 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import BrokerWatch, EmbeddedBroker, find_broker_binary, free_port
-from hermesbus.errors import BrokerError
+from hermesbus.broker import BrokerWatch, EmbeddedBroker, free_port
 
-pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _binary() -> None:
-    try:
-        find_broker_binary()
-    except BrokerError as exc:
-        pytest.skip(f"no embedded broker: {exc}")
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("broker_binary")]
 
 
 async def _killed(broker: EmbeddedBroker) -> None:

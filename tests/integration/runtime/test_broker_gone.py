@@ -11,26 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import EmbeddedBroker, find_broker_binary
+from hermesbus.broker import EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.errors import BrokerError
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 from hermesbus.runtime._producer import CLOSE_TIMEOUT_S
 
 from .support import IN, ConversationProcessor, counting, produce, provision, turn, wait_for
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("broker_binary")]
 
 REVOKE_MS = 1_500
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _binary() -> None:
-    try:
-        find_broker_binary()
-    except BrokerError as exc:
-        pytest.skip(f"no embedded broker: {exc}")
 
 
 async def test_a_processor_stops_in_time_when_its_broker_is_gone(
