@@ -307,7 +307,7 @@ class Records:
             signer = self.guard.verify(record.topic, record.key, value, headers)
             envelope = self.codec.decode(value)
             check_key(record, envelope)
-            self.check_partition(record)
+            self.check_partition(part, record, envelope.session_id)
             self.guard.admit(record.topic, signer, envelope, retry=attempt_of(record) > 1)
         except (IdentityError, DecodeError) as exc:
             if envelope is None and isinstance(exc, IdentityError):
@@ -323,8 +323,14 @@ class Records:
         except DecodeError:
             return None
 
-    def check_partition(self, record: Record) -> None:
-        """Refuse a record that is not on the partition murmur2 of its key maps it to."""
+    def check_partition(self, part: Partition, record: Record, session_id: str) -> None:
+        """Refuse a record that is not on the partition murmur2 of its key maps it to.
+
+        A session whose state is cached for this partition passed the check here before.
+        """
+        cached = self.cache.get(session_id)
+        if cached is not None and cached[0] is part:
+            return
         count = self.partitions(record.topic)
         if record.key is None or not count:
             return
@@ -346,25 +352,14 @@ class Records:
         Groups that share their topic with the one that dead-letters (each tool's group
         beside ``tool``) only count it, so a record is dead-lettered and alerted once.
         """
-        identity = isinstance(error, IdentityError)
+        if isinstance(error, IdentityError):
+            self.stats.refused += 1
+        elif not self.dead_letter_undecodable:
+            self.stats.undecodable += 1
         if not self.dead_letter_undecodable:
-            if identity:
-                self.stats.refused += 1
-            else:
-                self.stats.undecodable += 1
             log.warning("processor=%s skipped offset=%s: %s", self.name, record.offset, error)
             return
-        if identity:
-            self.stats.refused += 1
-            log.warning(
-                "processor=%s refused topic=%s partition=%s offset=%s: %s",
-                self.name,
-                record.topic,
-                record.partition,
-                record.offset,
-                error,
-            )
-        await self.dead_letter(part, record, error, attempt_of(record))
+        await self.dead_letter(part, record, error, attempt_of(record))  # logged there
         if isinstance(error, IdentityError):
             alert = fx.identity_alert(
                 self.codec,

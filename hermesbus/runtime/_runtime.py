@@ -43,6 +43,8 @@ _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _HEARTBEAT_MS = 1_000
 """How often a worker records that it runs its partitions (the downtime's resolution)."""
 _REPORT_GAP_MS = 2_000
+_AT_ADOPTION, _AT_GATE = 1, 2
+"""``Partition.resumed``: its timers were resumed when adopted, then when the gate opened."""
 
 
 class Processor(Service):
@@ -259,7 +261,7 @@ class Processor(Service):
             except TimeoutError:
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         await self._commit(parts)
-        ran = [(p.tp.topic, p.tp.partition) for p in parts if p.resumed > 1]
+        ran = [(p.tp.topic, p.tp.partition) for p in parts if p.resumed == _AT_GATE]
         try:  # the next owner charges its timers nothing up to now
             await self._store.heartbeat(self.name, ran, int(self._clock() * 1000))
         except StoreError as exc:
@@ -399,7 +401,7 @@ class Processor(Service):
     async def _resume(self, now_ms: int) -> None:
         """Charge no downtime to timers: at adoption, and once more when the gate opens."""
         opening = self._gate.is_set() and not self._gate_passed
-        wanted = 2 if self._gate.is_set() else 1
+        wanted = _AT_GATE if self._gate.is_set() else _AT_ADOPTION
         for part in list(self._parts.values()):
             if part.closed or part.resumed >= wanted:
                 continue
@@ -421,7 +423,9 @@ class Processor(Service):
         """Record, about every second, that this worker runs its partitions."""
         if now_ms - self._beat_ms < _HEARTBEAT_MS:
             return
-        owned = [(p.tp.topic, p.tp.partition) for p in self._parts.values() if p.resumed > 1]
+        owned = [
+            (p.tp.topic, p.tp.partition) for p in self._parts.values() if p.resumed == _AT_GATE
+        ]
         await self._store.heartbeat(self.name, owned, now_ms)
         self._beat_ms = now_ms
 
