@@ -33,7 +33,7 @@ from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan
 
-__all__ = ["PROBE_INTERVAL_S", "Stack", "keyring", "stack"]
+__all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack"]
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +134,28 @@ async def stack(
     demo: bool = False,
     clock: Callable[[], float] = time.time,
     embedded_broker: EmbeddedBroker | None = None,
+    progress: Progress | None = None,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
+    ``progress`` is told each step as it completes ("broker up", "topics ready",
+    "conversation joined", ...). On the embedded broker the processors' consumer groups
+    use its group timings (``RuntimeSettings.for_embedded_broker``), unless set explicitly.
     """
     kafka = kafka or KafkaConfig()
+    say = progress or _quiet
+    settings = settings or RuntimeSettings()
     async with contextlib.AsyncExitStack() as exits:
         embedded = not kafka.bootstrap
         broker = (embedded_broker or EmbeddedBroker()) if embedded else None
         if broker is not None:
             await exits.enter_async_context(broker)
             kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
+            settings = settings.for_embedded_broker()
+            say(f"broker up: embedded (tansu, in memory) at {broker.bootstrap}")
         keys = keyring(create=embedded)
+        say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states: StateStore = store if store is not None else await enter(SqliteStateStore())
         if demo:  # the workers inherit the signing key; the service verifies with the public one
@@ -158,9 +167,12 @@ async def stack(
         running.keys = keys.source
         running.broker = broker
         running.created = await _provision(kafka, prefix)
+        say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
         await _probe(tools)
+        names = [spec.name for spec in await tools.store.list_specs()]
+        say(f"tools ready: {', '.join(names) or 'none registered'}")
         exits.callback(background(_probing(tools), "tool-health").cancel)
         intent = conversation.build_ports()
         for port in intent.values():
@@ -189,14 +201,28 @@ async def stack(
             )
             running.processors.append(processor)  # stopped by _stop_all, side by side
         await asyncio.gather(*(p.start() for p in running.processors))  # joins in parallel
-        await _joined(running.processors)
+        await _joined(running.processors, say)
         gate.set()
+        say("ready")
         yield running
 
 
-async def _joined(processors: Sequence[Processor]) -> None:
-    """Wait (bounded) until every processor has its first assignment."""
-    waits = [asyncio.create_task(p.joined.wait()) for p in processors]
+Progress = Callable[[str], None]
+"""Told each start-up step of ``stack()`` once it is done."""
+
+
+def _quiet(_step: str) -> None:
+    return None
+
+
+async def _joined(processors: Sequence[Processor], say: Progress) -> None:
+    """Wait (bounded) until every processor has its first assignment, saying each."""
+
+    async def join(processor: Processor) -> None:
+        await processor.joined.wait()
+        say(f"{processor.name} joined")
+
+    waits = [asyncio.create_task(join(p)) for p in processors]
     _done, pending = await asyncio.wait(waits, timeout=JOIN_WAIT_S)
     for task in pending:
         task.cancel()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from typing import Annotated
+import time
+from typing import Annotated, ClassVar
 
 import typer
 from rich.markup import escape
+from rich.status import Status
 
 from hermesbus import demo
 from hermesbus.broker import BrokerWatch, EmbeddedBroker
@@ -113,12 +116,21 @@ async def _run(
     once: bool,
 ) -> None:
     """The stack, the demo, then serving until cancelled (or, with ``once``, not)."""
+    progress = _Progress()
     started = stack(
-        kafka=kafka, prefix=prefix, settings=settings, demo=run_demo, embedded_broker=broker
+        kafka=kafka,
+        prefix=prefix,
+        settings=settings,
+        demo=run_demo,
+        embedded_broker=broker,
+        progress=progress,
     )
-    async with started as running:
+    async with contextlib.AsyncExitStack() as exits:
+        with err_console.status("starting: the broker", spinner="dots") as status:
+            progress.status = status
+            running = await exits.enter_async_context(started)
+            progress.status = None
         try:
-            _describe(running)
             if run_demo:
                 finished.append(await _demo(running))
             if not once:
@@ -186,12 +198,23 @@ def _show(kind: str, item: Envelope | demo.Turn) -> None:
     )
 
 
-def _describe(running: Stack) -> None:
-    where = "embedded broker (tansu, in memory)" if running.embedded else "Kafka"
-    err_console.print(f"{where} at {running.bootstrap}", soft_wrap=True)
-    err_console.print(f"topics: {len(running.created)} created", soft_wrap=True)
-    err_console.print(f"signing keys: {running.keys}", soft_wrap=True)
-    names = ", ".join(p.name for p in running.processors)
-    err_console.print(f"processors: {names}", soft_wrap=True)
-    if running.tool_names:
-        err_console.print(f"tools: {', '.join(running.tool_names)}", soft_wrap=True)
+class _Progress:
+    """Prints each start-up step with the seconds since ``up`` began; a spinner says what runs."""
+
+    NEXT: ClassVar[dict[str, str]] = {
+        "broker up": "topics",
+        "signing keys": "topics",
+        "topics ready": "tools",
+        "tools ready": "joining the consumer groups",
+    }
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.status: Status | None = None
+
+    def __call__(self, step: str) -> None:
+        seconds = time.monotonic() - self.began
+        err_console.print(f"[dim]{seconds:5.1f}s[/dim]  {escape(step)}", soft_wrap=True)
+        if self.status is not None:
+            upcoming = self.NEXT.get(step.split(":", 1)[0], "joining the consumer groups")
+            self.status.update(f"starting: {upcoming}")

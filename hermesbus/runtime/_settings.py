@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["RuntimeSettings"]
+__all__ = ["EMBEDDED_GROUP_TIMINGS", "RuntimeSettings"]
 
 Positive = Annotated[int, Field(ge=1)]
 
@@ -36,5 +36,25 @@ class RuntimeSettings(BaseSettings):
     state_cache_size: Positive = 10_000
     """Session states kept in memory while this worker owns their partitions."""
     session_timeout_ms: Positive = 10_000
+    """How long a silent member keeps its partitions on real Kafka: a crashed worker's
+    sessions wait this long before another worker takes them (Kafka's own default is 45 s;
+    the broker must allow it: group.min.session.timeout.ms, 6 s by default)."""
     heartbeat_interval_ms: Positive = 1_000
     exactly_once: bool = False
+
+    def for_embedded_broker(self) -> RuntimeSettings:
+        """These settings with the embedded broker's group timings, where not set explicitly.
+
+        tansu answers a JoinGroup only once half the session timeout has passed, sleeping
+        whole seconds while it waits: 10 s sessions cost every group 5 s to join. With 2 s
+        sessions a join takes one pause, 1 s, and a killed worker's partitions move after
+        2 s. The broker and the processors share one machine there, so a short session
+        costs nothing in false evictions.
+        """
+        given = self.model_fields_set
+        update = {key: value for key, value in EMBEDDED_GROUP_TIMINGS.items() if key not in given}
+        return self.model_copy(update=update)
+
+
+EMBEDDED_GROUP_TIMINGS = {"session_timeout_ms": 2_000, "heartbeat_interval_ms": 500}
+"""Group timings on the embedded broker (``RuntimeSettings.for_embedded_broker``)."""

@@ -53,9 +53,14 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
         rows = [line.split()[0] for line in drawn.splitlines() if "|" in line]
         assert {"conversation", "dispatcher", "tool", "memory"} <= set(rows)
         assert "S3→S3.1" in drawn and "S3.1→S4" in drawn  # the seed's path
-    assert "embedded broker (tansu, in memory)" in result.stderr
-    assert "topics: 8 created" in result.stderr
-    assert "tools: org_tool, finance_tool, ocr_tool, trip_tool, rule_engine_tool" in result.stderr
+    said = result.stderr  # each start-up step, as it completes
+    assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
+    assert "topics ready: 8 created" in said
+    assert "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, trip_tool" in said
+    joined = ("conversation", "dispatcher", "memory", "tool", "tool-org_tool", "tool-trip_tool")
+    for name in joined:
+        assert f"{name} joined" in said
+    assert said.index("topics ready") < said.index("conversation joined") < said.index("ready\n")
     for store in ("state", "memory", "tools"):
         assert (tmp_path / "home" / f"{store}.sqlite3").exists()
     keys = tmp_path / "home" / "keys.json"  # made on the embedded broker, private
