@@ -29,6 +29,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TOOL_SUMMARY_CHARS: Final = 60
+_CALLER_ERRORS: Final = range(400, 500)
+"""HTTP's client-error class: the request was wrong, another try fails the same way."""
+_LATER: Final = "请稍后重试或联系管理员"
 
 
 def current_cycle(step: Step, envelope: Envelope) -> bool:
@@ -110,13 +113,26 @@ def on_tool_results(step: Step, answer: ToolResults) -> None:
     steps = tuple(s for r in answer.results for s in r.verification_steps)
     step.update(steps={**step.session.steps, pending.task: steps})
     if failed is not None or missing:
-        tool = failed.tool if failed else missing[0]
-        code = str(failed.status_code) if failed else "missing"
-        message = (failed.error or "") if failed else "no result"
-        _fail(step, protocol.tool_at(tool), code, message, "请稍后重试或联系管理员")
+        _fail_result(step, failed, missing)
         return
     results = {r.tool: c for r, c in zip(answer.results, contents, strict=True)}
     TASKS[pending.task](step, results, answer)
+
+
+def _fail_result(step: Step, failed: ToolResult | None, missing: Sequence[str]) -> None:
+    """A tool answered with an error (or not at all). A 4xx is the caller's mistake: the
+    user is told what the tool said was wrong; anything else may pass, so: retry later."""
+    if failed is None:
+        component = protocol.tool_at(missing[0])
+        text = texts.error_text(component, "missing", _LATER)
+        _fail(step, component, "missing", "no result", text)
+        return
+    component, code = protocol.tool_at(failed.tool), failed.status_code
+    if _CALLER_ERRORS.start <= code < _CALLER_ERRORS.stop:
+        text = texts.rejected_text(failed.tool, code, failed.error)
+    else:
+        text = texts.error_text(component, str(code), _LATER)
+    _fail(step, component, str(code), failed.error or "", text)
 
 
 def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:
@@ -201,7 +217,8 @@ def _submit_expense(step: Step, results: dict[str, dict[str, Any]], _: ToolResul
     finance = results.get("finance_tool", {})
     if finance.get("status") != "submitted":
         why = str(finance.get("status") or "unknown")
-        _fail(step, "tool:finance_tool", why, "报销单未能提交", "请稍后重试")
+        text = texts.error_text("tool:finance_tool", why, "请稍后重试")
+        _fail(step, "tool:finance_tool", why, "报销单未能提交", text)
         return
     rid = str(finance.get("report_id") or step.session.facts.get("report_id", ""))
     approver = str(finance.get("approver") or step.session.validation.get("approver") or "")
@@ -231,7 +248,8 @@ def on_error(step: Step, report: ErrorReport) -> None:
     if status is not None and tool in pending.tools:
         _set_status(step, pending.cycle, {tool: status})
     step.update(pending=None)
-    _fail(step, report.component, report.code, report.message, report.advice)
+    text = texts.error_text(report.component, report.code, report.advice)
+    _fail(step, report.component, report.code, report.message, text)
 
 
 def on_stray_error(step: Step, report: ErrorReport) -> None:
@@ -240,14 +258,14 @@ def on_stray_error(step: Step, report: ErrorReport) -> None:
     step.problem(report.component, report.code, report.message)
 
 
-def _fail(step: Step, component: str, code: str, message: str, advice: str) -> None:
-    """Name the failed component, its code and advice (the raw message stays in the logs
-    and the session's problems), then take the state's exception exit from the table."""
+def _fail(step: Step, component: str, code: str, message: str, text: str) -> None:
+    """Tell the user ``text`` (the failed component, its code and what to do; the raw
+    message stays in the logs and the session's problems), then take the state's
+    exception exit from the table."""
     state = step.session.state or "S1"
     step.problem(component, code, message)
     step.update(pending=None, degraded=True)
     step.disarm_all()
-    text = texts.error_text(component, code, advice)
     exit_state = MACHINE.exception_exit(state)
     timed_out = state == "S3" and code in ("timeout", str(protocol.TIMEOUT))
     if exit_state == state:  # terminal already (S5): recorded, nothing else to do

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ._machine import S2_WAIT, S3_VALIDATION, S4_GAVE_UP, S4_IDLE
+from ._reasons import tool_reason
 
 __all__ = [
     "BLUR_FLOOR",
@@ -27,6 +28,7 @@ __all__ = [
     "failed_text",
     "materials_text",
     "preference_text",
+    "rejected_text",
     "review_text",
     "stale_note",
     "submitted_text",
@@ -180,6 +182,19 @@ def error_text(component: str, code: str, advice: str) -> str:
     text = f"{component} 暂时无法完成请求（{code}）"
     advice = advice.strip().rstrip("。.")
     return text + (f"。建议：{advice}。" if advice else "。")
+
+
+_CHECK_INPUT: Final = "请检查输入"
+_REJECTED_ADVICE: Final = MappingProxyType({403: "请联系管理员", 404: "请联系管理员"})
+"""A tool refused to run (403) or is not registered (404): nothing the user typed is wrong."""
+
+
+def rejected_text(tool: str, code: int, error: str | None) -> str:
+    """A caller's mistake (a 4xx of ``tool``): what the tool said was wrong, and what to do
+    about it (never "retry later": the same request fails the same way)."""
+    reason = tool_reason(error)
+    why = f"：{reason}" if reason else ""
+    return f"{tool} 无法处理该请求（{code}）{why}。{_REJECTED_ADVICE.get(code, _CHECK_INPUT)}。"
 
 
 def stale_note(tool: str, since: datetime | None) -> str:
