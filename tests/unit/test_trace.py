@@ -16,6 +16,7 @@ from hermesbus import (
     ToolResults,
 )
 from hermesbus._types import Record
+from hermesbus.topics import ALERTS
 from hermesbus.trace import Hop, spans, waterfall
 from tests.builders import turn
 
@@ -109,5 +110,15 @@ def test_the_waterfall_places_each_bar_on_the_trace_time_axis() -> None:
 def test_replies_audit_and_alerts_are_not_spans() -> None:
     reply = _hop("x", "conversation:S2 > user:app", 5, Reply(text="hi"))
     audit = _hop("y", "memory:long_term > audit:graph", 6, Reply(text="hi"))
-    assert spans([reply, audit]) == []
+    refused = ErrorReport(
+        component="mcp:dispatcher", code="unsigned", message="no signature (record hermes.mcp/0/7)"
+    )
+    alert = replace(_hop("z", "mcp:dispatcher > alerts:identity", 7, refused, "x"), topic=ALERTS)
+    assert spans([reply, audit, alert]) == []
     assert isinstance(reply.envelope, Envelope)
+    assert isinstance(alert.envelope.payload.body, ErrorReport)
+    # the same report addressed to a processor is a span: its target is what rules an alert out
+    handled = alert.envelope.model_copy(update={"target": "mcp:dispatcher"})
+    assert [s.what for s in spans([replace(alert, envelope=handled)])] == [
+        "ErrorReport check_budget"
+    ]
