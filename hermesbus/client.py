@@ -145,8 +145,7 @@ class Client(Service):
         IdentityError if this client may not send it: an app sends only user turns from
         ``app:*`` to the ingress topic; a component only envelopes of its own ``source``.
         """
-        topic = topic_for(envelope.target, self.topic_prefix)
-        self._check(envelope, topic)
+        topic = self.check(envelope)
         value = self.codec.encode(envelope, self._framing)
         key = envelope.session_id.encode()
         headers = self._signer.sign(topic, key, value, envelope_headers(envelope))
@@ -158,7 +157,13 @@ class Client(Service):
                 f"cannot send {envelope.message_id} to {topic}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _check(self, envelope: Envelope, topic: str) -> None:
+    def check(self, envelope: Envelope) -> str:
+        """The topic ``send`` would write ``envelope`` to; what ``send`` raises if it would not.
+
+        ConfigError for a target no topic serves, IdentityError as ``send`` says. Nothing
+        is sent, so a batch can be checked whole before any of it goes out.
+        """
+        topic = topic_for(envelope.target, self.topic_prefix)
         claimed = identity_of(envelope.source)
         if self.identity != APP:
             if claimed != self.identity:
@@ -167,7 +172,7 @@ class Client(Service):
                     f"source {envelope.source!r} speaks for {claimed!r}; this client signs "
                     f"as {self.identity!r}",
                 )
-            return
+            return topic
         ingress = self.topic_prefix + CONVERSATION_IN
         if topic != ingress or claimed != APP or not isinstance(envelope.payload.body, UserTurn):
             body = type(envelope.payload.body).__name__
@@ -177,6 +182,7 @@ class Client(Service):
                 f"{body} from {envelope.source!r} to {envelope.target!r} ({topic}). Internal "
                 "targets need a component's key: Client(identity=...)",
             )
+        return topic
 
     def turn(
         self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None

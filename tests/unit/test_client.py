@@ -235,6 +235,20 @@ async def test_a_component_client_speaks_only_for_itself(kafka: FakeKafka) -> No
     assert kafka.sent == []
 
 
+def test_check_names_the_topic_send_would_write_or_raises_what_send_would() -> None:
+    """A batch can be checked whole before any of it is sent (``hermesbus send`` does)."""
+    client, conversation = make_client(), make_client(identity="conversation")
+    turn = client.turn("s-1", "u-1", "hello")
+    assert client.check(turn) == IN
+    assert conversation.check(reply_to(turn, "hi")) == OUT
+    with pytest.raises(IdentityError, match="identity.forbidden"):
+        client.check(reply_to(turn, "hi"))
+    with pytest.raises(IdentityError, match="identity.impersonation"):
+        conversation.check(turn)
+    with pytest.raises(ConfigError, match="no topic for target 'nowhere:x'"):
+        client.check(turn.model_copy(update={"target": "nowhere:x"}))
+
+
 def test_a_client_without_its_key_says_how_to_get_one() -> None:
     with pytest.raises(ConfigError, match="no signing key for identity 'app'.*HERMES_KEY_APP"):
         make_client(keys=Keyring({}))
