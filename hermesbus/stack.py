@@ -2,14 +2,14 @@
 
 conversation, dispatcher, tool and memory each run as their own consumer group on
 their own topic, with SQLite stores under ``HERMES_HOME`` (the embedded default).
-``demo=True`` also registers the five demo tools of seed 000 §6 over the fixture company.
+``demo=True`` also registers the five demo tools over the fixture company; what the demo
+then says and checks is ``hermesbus.demo`` (the app) and ``hermesbus.cli._demo`` (the run).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -23,12 +23,10 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
-from hermesbus.demo import DEMO_USER, Said
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import Keyring, keys_path
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
-from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan
@@ -61,46 +59,8 @@ class Stack:
     broker: EmbeddedBroker | None = None
     """The embedded broker, when no broker is configured (``broker.died()`` says if it died)."""
 
-    async def check(self, said: Said, *, within_s: float = 15.0) -> list[str]:
-        """What memory lacks after a demo conversation: A's approval edge, B's unfinished item.
-
-        The writes travel conversation -> dispatcher -> memory after the last reply went
-        out, so memory is asked again for up to ``within_s``.
-        """
-        deadline = time.monotonic() + within_s
-        problems = await self._lacks(said)
-        while problems and time.monotonic() < deadline:  # polling a store: no event to wait on
-            await asyncio.sleep(0.2)
-            problems = await self._lacks(said)
-        return problems
-
-    async def evidence(self, said: Said) -> list[str]:
-        """What memory holds for a demo conversation: the approval edge or the unfinished report."""
-        edge, item = await self._held(said)
-        lines = []
-        if edge is not None:
-            lines.append(
-                f"long-term memory: {edge.subject} -approved_by-> {edge.object}"
-                f" (verified by {edge.verified_tool}, trust {edge.trust_level.value})"
-            )
-        if item is not None:
-            value = json.loads(item.value_json)
-            state = value.get("snapshot", {}).get("state_id")
-            lines.append(
-                f"mid-term memory: {item.key} = {value.get('label')} (stopped in {state},"
-                f" importance {item.importance}, confirmed by {item.confirmed_by})"
-            )
-        return lines
-
-    async def _held(self, said: Said) -> tuple[Edge | None, MidTermItem | None]:
-        """The approval edge of the session's report and its unfinished item, if any."""
-        session = said.conversation.session_id
-        report = conversation.report_id(session)
-        edge = await self.memory.edge(f"expense:{report}", "approved_by", "person:张主管")
-        return edge, await self.memory.item(DEMO_USER, f"unfinished:{session}")
-
     def problems(self) -> list[str]:
-        """Dead letters and contract violations: the demo is not finished if there were any."""
+        """Dead letters and contract violations so far, one line each (none: an empty list)."""
         found = [
             f"{p.name}: {p.stats.dead_letters} dead letters"
             for p in self.processors
@@ -109,19 +69,6 @@ class Stack:
         if self.violations.total:
             found.append(self.violations.summary())
         return found
-
-    async def _lacks(self, said: Said) -> list[str]:
-        session = said.conversation.session_id
-        last = said.last
-        text = getattr(last.payload.body, "text", "") if last is not None else ""
-        edge, item = await self._held(said)
-        if "已提交" in text:
-            report = conversation.report_id(session)
-            return [] if edge is not None else [f"no approved_by edge for expense:{report}"]
-        label = json.loads(item.value_json).get("label") if item is not None else None
-        if label != conversation.UNFINISHED_LABEL:
-            return [f"no unfinished:{session} ({conversation.UNFINISHED_LABEL}) in mid-term memory"]
-        return []
 
 
 @asynccontextmanager
@@ -166,14 +113,13 @@ async def stack(
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.keys = keys.source
         running.broker = broker
-        running.created = await _provision(kafka, prefix)
+        running.created = await _provision(kafka, prefix, None if embedded else say)
         say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
-        await _probe(tools)
-        names = [spec.name for spec in await tools.store.list_specs()]
-        say(f"tools ready: {', '.join(names) or 'none registered'}")
-        exits.callback(background(_probing(tools), "tool-health").cancel)
+        # the first probes start the tools' workers while the groups join (tansu: >= 1 s)
+        probed = asyncio.create_task(_first_probes(tools, say))
+        exits.push_async_callback(_cancelled, probed)
         intent = conversation.build_ports()
         for port in intent.values():
             await enter(port)
@@ -202,6 +148,8 @@ async def stack(
             running.processors.append(processor)  # stopped by _stop_all, side by side
         await asyncio.gather(*(p.start() for p in running.processors))  # joins in parallel
         await _joined(running.processors, say)
+        await probed
+        exits.callback(background(_probing(tools), "tool-health").cancel)
         gate.set()
         say("ready")
         yield running
@@ -271,9 +219,12 @@ def _handlers(
     ]
 
 
-async def _provision(kafka: KafkaConfig, prefix: str) -> list[str]:
+async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> list[str]:
+    """Create the catalog's missing topics; ``say`` is told once the broker answered."""
     catalog = Catalog.load().with_overrides(prefix=prefix)
     async with KafkaAdmin(kafka) as admin:
+        if say is not None:
+            say(f"broker up: Kafka at {kafka.bootstrap}")
         topics = plan(catalog, await admin.describe(catalog.names()))
         for drift in topics.drift:
             log.warning("topic drift: %s", drift)
@@ -293,6 +244,18 @@ async def _probe(tools: tool.ToolService) -> None:
         await tools.probe_all()
     except HermesError as exc:  # a probe that fails makes its tool unhealthy, not the stack
         log.warning("tool health probes: %s", exc)
+
+
+async def _first_probes(tools: tool.ToolService, say: Progress) -> None:
+    await _probe(tools)
+    names = [spec.name for spec in await tools.store.list_specs()]
+    say(f"tools ready: {', '.join(names) or 'none registered'}")
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _probing(tools: tool.ToolService) -> None:

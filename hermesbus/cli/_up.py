@@ -12,15 +12,13 @@ import typer
 from rich.markup import escape
 from rich.status import Status
 
-from hermesbus import demo
 from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.envelope import Envelope
 from hermesbus.runtime import RuntimeSettings
-from hermesbus.stack import Stack, stack
-from hermesbus.trace import collect, spans, waterfall
+from hermesbus.stack import stack
 
-from ._common import console, err_console, errors
+from . import _demo
+from ._common import err_console, errors
 
 __all__ = ["BROKER_LOST", "up_command"]
 
@@ -132,7 +130,7 @@ async def _run(
             progress.status = None
         try:
             if run_demo:
-                finished.append(await _demo(running))
+                finished.append(await _demo.run(running))
             if not once:
                 err_console.print("serving; Ctrl-C stops")
                 await asyncio.Event().wait()
@@ -151,51 +149,6 @@ async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig) -> str:
 
 def _broker_news(line: str) -> None:
     err_console.print(f"[yellow]broker:[/yellow] {escape(line)}", soft_wrap=True)
-
-
-async def _demo(running: Stack) -> bool:
-    """Both conversations, each reply as it arrives, then each trace and what memory holds."""
-    said = await demo.run(running.bootstrap, running.prefix, _show)
-    endings = ("已提交", "未完成报销流程")
-    finished = True
-    kafka = KafkaConfig(bootstrap=running.bootstrap)
-    for conversation, ending in zip(said, endings, strict=True):
-        console.rule(escape(f"trace {conversation.conversation.trace_id}"))
-        hops = await collect(
-            kafka,
-            conversation.conversation.trace_id,
-            session_id=conversation.conversation.session_id,
-            prefix=running.prefix,
-        )
-        for line in waterfall(spans(hops)):
-            console.print(escape(line), soft_wrap=True)
-        problems = demo.missing(conversation, ending) + await running.check(conversation)
-        for line in await running.evidence(conversation):
-            console.print(escape(line), soft_wrap=True)
-        finished = _report(problems) and finished
-    finished = _report(running.problems()) and finished
-    console.print(
-        "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
-    )
-    return finished
-
-
-def _report(problems: list[str]) -> bool:
-    for problem in problems:
-        err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
-    return not problems
-
-
-def _show(kind: str, item: Envelope | demo.Turn) -> None:
-    if isinstance(item, demo.Turn):
-        files = f"  (+{len(item.attachments)} files)" if item.attachments else ""
-        console.print(f"[bold]user[/bold]    {escape(item.text)}{files}", soft_wrap=True)
-        return
-    who = "hermes" if item.source.startswith("conversation:") else "notice"
-    console.print(
-        f"[bold]{who}[/bold]  {escape(demo.reply_text(item))}  [dim]({item.source})[/dim]",
-        soft_wrap=True,
-    )
 
 
 class _Progress:

@@ -16,6 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from hermesbus import Client, Envelope, MemoryWrite, Reply, TrustLevel
+from hermesbus.cli._demo import lacks
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo import DEMO_USER, conversations, missing, reply_text, run, talk
@@ -55,13 +56,13 @@ async def test_both_conversations_finish_with_the_seed_figures(running: Stack) -
             "ocr_tool 处理中，约 30 秒（processing, about 30 s）"
         ]
         assert isinstance(notices[0].payload.body, Reply) and notices[0].payload.body.degraded
-    assert await running.check(submitted) == []
-    assert await running.check(held) == []
+    assert await lacks(running, submitted) == []
+    assert await lacks(running, held) == []
 
 
 async def test_memory_holds_the_verified_graph_and_the_unfinished_report(running: Stack) -> None:
     submitted, held = await run(running.bootstrap, running.prefix, _quiet)
-    assert await running.check(submitted) == [] == await running.check(held)  # writes landed
+    assert await lacks(running, submitted) == [] == await lacks(running, held)  # writes landed
     facts = await running.memory.facts(f"user:{DEMO_USER}", TrustLevel.VERIFIED)
     assert {(f.subject, f.relation, f.object, f.verified_tool) for f in facts} >= {
         (f"user:{DEMO_USER}", "belongs_to", "dept:采购部", "org_tool"),

@@ -1,0 +1,130 @@
+"""What ``hermesbus up --demo`` does after the start: the two expense conversations, shown.
+
+Everything specific to the demo's fixture company that the run checks lives here: the
+endings the two conversations must reach (A submits, B stops and is kept as unfinished),
+the approver the submitted report must have in long-term memory, the demo user's
+mid-term memory. ``hermesbus.demo`` is the app side (what the user says); the tools and
+their fixtures are ``hermesbus.processors.tool.demo``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from rich.markup import escape
+
+from hermesbus import demo
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.envelope import Envelope
+from hermesbus.processors import conversation
+from hermesbus.processors.memory import Edge, MidTermItem
+from hermesbus.stack import Stack
+from hermesbus.trace import collect, spans, waterfall
+
+from ._common import console, err_console
+
+__all__ = ["APPROVER", "ENDINGS", "evidence", "lacks", "run"]
+
+ENDINGS = ("已提交", conversation.UNFINISHED_LABEL)
+"""What the last reply of conversation A and of conversation B must say."""
+APPROVER = "person:张主管"
+"""Who approves the demo user's reports in the fixture company (finance_tool says so)."""
+
+
+async def run(running: Stack) -> bool:
+    """Both conversations, each reply as it arrives, then each trace and what memory holds."""
+    said = await demo.run(running.bootstrap, running.prefix, _show)
+    finished = True
+    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    for conversation_said, ending in zip(said, ENDINGS, strict=True):
+        started = conversation_said.conversation
+        console.rule(escape(f"trace {started.trace_id}"))
+        hops = await collect(
+            kafka, started.trace_id, session_id=started.session_id, prefix=running.prefix
+        )
+        for line in waterfall(spans(hops)):
+            console.print(escape(line), soft_wrap=True)
+        problems = demo.missing(conversation_said, ending) + await lacks(running, conversation_said)
+        for line in await evidence(running, conversation_said):
+            console.print(escape(line), soft_wrap=True)
+        finished = _report(problems) and finished
+    finished = _report(running.problems()) and finished
+    console.print(
+        "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
+    )
+    return finished
+
+
+async def lacks(running: Stack, said: demo.Said, *, within_s: float = 15.0) -> list[str]:
+    """What memory lacks after a demo conversation: A's approval edge, B's unfinished item.
+
+    The writes travel conversation -> dispatcher -> memory after the last reply went
+    out, so memory is asked again for up to ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    problems = await _lacks(running, said)
+    while problems and time.monotonic() < deadline:  # polling a store: no event to wait on
+        await asyncio.sleep(0.2)
+        problems = await _lacks(running, said)
+    return problems
+
+
+async def evidence(running: Stack, said: demo.Said) -> list[str]:
+    """What memory holds for a demo conversation: the approval edge or the unfinished report."""
+    edge, item = await _held(running, said)
+    lines = []
+    if edge is not None:
+        lines.append(
+            f"long-term memory: {edge.subject} -approved_by-> {edge.object}"
+            f" (verified by {edge.verified_tool}, trust {edge.trust_level.value})"
+        )
+    if item is not None:
+        value = json.loads(item.value_json)
+        state = value.get("snapshot", {}).get("state_id")
+        lines.append(
+            f"mid-term memory: {item.key} = {value.get('label')} (stopped in {state},"
+            f" importance {item.importance}, confirmed by {item.confirmed_by})"
+        )
+    return lines
+
+
+async def _held(running: Stack, said: demo.Said) -> tuple[Edge | None, MidTermItem | None]:
+    """The approval edge of the session's report and its unfinished item, if any."""
+    session = said.conversation.session_id
+    report = conversation.report_id(session)
+    edge = await running.memory.edge(f"expense:{report}", "approved_by", APPROVER)
+    return edge, await running.memory.item(demo.DEMO_USER, f"unfinished:{session}")
+
+
+async def _lacks(running: Stack, said: demo.Said) -> list[str]:
+    session = said.conversation.session_id
+    last = said.last
+    text = getattr(last.payload.body, "text", "") if last is not None else ""
+    edge, item = await _held(running, said)
+    if ENDINGS[0] in text:
+        report = conversation.report_id(session)
+        return [] if edge is not None else [f"no approved_by edge for expense:{report}"]
+    label = json.loads(item.value_json).get("label") if item is not None else None
+    if label != conversation.UNFINISHED_LABEL:
+        return [f"no unfinished:{session} ({conversation.UNFINISHED_LABEL}) in mid-term memory"]
+    return []
+
+
+def _report(problems: list[str]) -> bool:
+    for problem in problems:
+        err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
+    return not problems
+
+
+def _show(kind: str, item: Envelope | demo.Turn) -> None:
+    if isinstance(item, demo.Turn):
+        files = f"  (+{len(item.attachments)} files)" if item.attachments else ""
+        console.print(f"[bold]user[/bold]    {escape(item.text)}{files}", soft_wrap=True)
+        return
+    who = "hermes" if item.source.startswith("conversation:") else "notice"
+    console.print(
+        f"[bold]{who}[/bold]  {escape(demo.reply_text(item))}  [dim]({item.source})[/dim]",
+        soft_wrap=True,
+    )
