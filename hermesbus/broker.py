@@ -89,10 +89,10 @@ def _port_taken(port: int) -> bool:
     return False
 
 
-def metadata_probe(port: int, timeout_s: float = 1.0) -> bool:
-    """True when ``HOST:port`` answers a Kafka Metadata request naming at least one broker."""
+def metadata_probe(port: int, timeout_s: float = 1.0, *, host: str = HOST) -> bool:
+    """True when ``host:port`` answers a Kafka Metadata request naming at least one broker."""
     try:
-        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(_METADATA_REQUEST)
             (size,) = struct.unpack(">i", _receive(sock, 4))
             return _fits(size) and _names_a_broker(_receive(sock, size))
