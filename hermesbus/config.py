@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import SecretStr
+import platformdirs
+from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["HermesSettings"]
+__all__ = ["HOME_ENV", "HermesSettings", "StateHome", "default_home", "state_home"]
+
+HOME_ENV = "HERMES_HOME"
+"""The variable that names the state folder; unset, the per-user data folder is used."""
+
+
+def default_home() -> Path:
+    """The per-user data folder (``~/.local/share/hermesbus`` on Linux), used without
+    ``HERMES_HOME``: state never depends on the folder a command runs in."""
+    return Path(platformdirs.user_data_dir("hermesbus", appauthor=False))
+
+
+def _absolute(home: Path) -> Path:
+    return home.expanduser().absolute()
+
+
+StateHome = Annotated[Path, AfterValidator(_absolute)]
+"""The type of every settings model's ``home`` (with ``Field(default_factory=default_home)``):
+absolute, so a relative ``HERMES_HOME`` means the same folder to every part of a process."""
 
 
 class HermesSettings(BaseSettings):
@@ -15,10 +35,19 @@ class HermesSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
-    home: Path = Path(".hermes")
+    home: StateHome = Field(default_factory=default_home)
+    """The state folder: ``HERMES_HOME``, else :func:`default_home`. The settings of the
+    stores (tool, memory, SQLite state) read the same variable with the same type and
+    default; nothing else works out where state lives."""
     topic_prefix: str = ""
     """Put in front of every topic name (one per tenant or environment)."""
     schema_registry_url: str | None = None
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
     schema_registry_timeout_s: float = 10.0
+
+
+def state_home(settings: HermesSettings | None = None) -> Path:
+    """Where state lives, as an absolute path (for messages: ``doctor``, ``up``, and the
+    read-only commands that find no state). Looking never creates the folder."""
+    return (settings or HermesSettings()).home

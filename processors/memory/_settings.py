@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hermesbus.config import StateHome, default_home
 
 from ._ports import CHANGE_LEDGER, CHOICE_HISTORY
 
@@ -19,11 +21,12 @@ MAX_TTL_S = 10 * 365 * 24 * 3600
 class MemorySettings(BaseSettings):
     """Budget, conflict window, multi-valued relations and where the SQLite file lives."""
 
-    model_config = SettingsConfigDict(env_prefix="HERMES_MEMORY_", frozen=True, extra="ignore")
-
-    home: Path = Field(
-        default=Path(".hermes"), validation_alias=AliasChoices("HERMES_HOME", "home")
+    model_config = SettingsConfigDict(
+        env_prefix="HERMES_MEMORY_", frozen=True, extra="ignore", populate_by_name=True
     )
+
+    home: StateHome = Field(default_factory=default_home, validation_alias="HERMES_HOME")
+    """``HERMES_HOME`` (an alias ``home`` would also match the user's ``$HOME``)."""
     path: Path | None = None
     """``HERMES_MEMORY_PATH``; default ``$HERMES_HOME/memory.sqlite3``."""
     budget_items: Annotated[int, Field(ge=1)] = 100

@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.config import StateHome, default_home
+
 __all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed", "private_part"]
 
 DEMO_MODULES = "hermesbus.processors.tool.demo"
@@ -39,7 +41,7 @@ class ToolSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
-    home: Path = Path(".hermes")
+    home: StateHome = Field(default_factory=default_home)
     debug: bool = False
     tool_hosts: str = "127.0.0.1,localhost"
     tool_modules: str = DEMO_MODULES
