@@ -1,32 +1,90 @@
-"""What every command shares: the consoles and turning HermesError into a clean exit."""
+"""What every command shares: the consoles and turning failures into one clean line.
+
+No traceback reaches a user for an expected failure (a broker down, a topic missing,
+a bad file or flag); ``HERMES_DEBUG=1`` lets the traceback through, for a bug report.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from hermesbus.errors import HermesError
 
-__all__ = ["console", "errors", "fail"]
+__all__ = ["console", "debug", "err_console", "errors", "fail", "problems"]
 
 _WIDTH = None if sys.stdout.isatty() else 160  # pipes and CI logs get whole table rows
 console = Console(highlight=False, width=_WIDTH)
 err_console = Console(stderr=True, highlight=False, width=_WIDTH)
 
+_SHORT = 60
+_TRUE = {"1", "true", "yes", "on"}
+_WORDS = {"missing": "missing", "extra_forbidden": "unknown field"}
+_TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
+
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+def debug() -> bool:
+    """``HERMES_DEBUG`` is set to a true value: show tracebacks (and admit fallback none)."""
+    return os.environ.get("HERMES_DEBUG", "").strip().lower() in _TRUE
+
+
+def problems(exc: ValidationError, hints: Mapping[str, str] | None = None) -> list[str]:
+    """One line per invalid field, ``field: what is wrong`` (a missing one: + how to pass
+    it, from ``hints`` by top-level field), without pydantic's links."""
+    lines, given = [], set()
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "(the whole value)"
+        message = _WORDS.get(error["type"]) or str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] != "missing" and not isinstance(error.get("input"), dict | list):
+            message += f" (got {_short(error.get('input'))})"
+        missing = error["type"] == "missing" and error["loc"]
+        hint = (hints or {}).get(str(error["loc"][0])) if missing else None
+        if hint in given:
+            hint = None  # kind and target share one: said once
+        given.add(hint)
+        lines.append(f"{field}: {message}" + (f"; {hint}" if hint else ""))
+    return lines
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
 
 
 @contextmanager
 def errors() -> Iterator[None]:
-    """Print a HermesError as one line and exit 1, instead of a traceback."""
+    """Print a HermesError, an invalid setting or any other failure as one line and exit 1,
+    instead of a traceback; with ``HERMES_DEBUG=1`` the traceback is shown as well."""
     try:
         yield
+    except _TYPER:
+        raise
     except HermesError as exc:
+        _trace_if_debugging()
         raise fail(str(exc)) from exc
+    except ValidationError as exc:
+        _trace_if_debugging()
+        where = f"{exc.title}, from HERMES_* variables or flags"
+        raise fail(f"invalid setting ({where}): " + "; ".join(problems(exc))) from exc
+    except Exception as exc:
+        _trace_if_debugging()
+        what = f"{type(exc).__name__}: {exc}"
+        raise fail(f"unexpected {what} (HERMES_DEBUG=1 shows where)") from exc
+
+
+def _trace_if_debugging() -> None:
+    if debug():
+        err_console.print_exception()
