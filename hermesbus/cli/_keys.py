@@ -50,8 +50,16 @@ def rotate_command(
 def list_command() -> None:
     """Each identity's live key ids (the first signs); secrets are never shown."""
     with errors():
-        keys = Keyring.load()
-        console.print(f"keys from {keys.source}")
-        for identity in IDENTITIES:
-            kids = keys.kids(identity)
-            console.print(f"{identity:<13} {', '.join(kids) if kids else '(none)'}")
+        path = keys_path()
+        keys = Keyring.load(path)
+    if not keys.identities:
+        console.print(
+            f"no keys yet: no keyring at {path} and no HERMES_KEY_* variables; "
+            "`hermesbus keys init` makes one",
+            soft_wrap=True,
+        )
+        return
+    console.print(f"keys from {keys.source}")
+    for identity in IDENTITIES:
+        kids = keys.kids(identity)
+        console.print(f"{identity:<13} {', '.join(kids) if kids else '(none)'}")

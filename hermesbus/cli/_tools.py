@@ -16,14 +16,34 @@ from hermesbus.errors import ConfigError
 from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
 from hermesbus.processors.tool.demo import register_demo
 
-from ._common import console, errors, fail
+from ._common import console, errors, fail, problems
 
 app = typer.Typer(help="Tools: admission, the registry and live health.", no_args_is_help=True)
 
 HomeOption = Annotated[
-    Path | None, typer.Option("--home", help="State folder; default: HERMES_HOME or ./.hermes.")
+    Path | None,
+    typer.Option("--home", help="State folder; default: HERMES_HOME, else the user data folder."),
 ]
 FileOption = Annotated[Path | None, typer.Option(exists=True, dir_okay=False)]
+
+
+_HOW = {
+    "name": "pass --name NAME (or 'name:' in the spec file)",
+    "kind": "pass --python MODULE:FUNCTION or --url URL (or 'kind:' and 'target:')",
+    "target": "pass --python MODULE:FUNCTION or --url URL (or 'kind:' and 'target:')",
+    "input_schema": "pass --schema-file FILE with 'input' and 'output'",
+    "output_schema": "pass --schema-file FILE with 'input' and 'output'",
+    "health": "pass --health MODULE:FUNCTION (python) or PATH (http)",
+    "verifier": "pass --verifier MODULE:FUNCTION",
+    "fallback": "pass --fallback cache|mock|proxy|none",
+    "signature": "pass --sign-alg hmac-sha256|ed25519 and --key-env VARIABLE",
+}
+"""How each field of a spec is given on the command line, for refusals."""
+_NOTHING = (
+    "nothing to register: give a spec file (`hermesbus tools register spec.yaml`), "
+    "flags (--name, --python MODULE:FUNCTION or --url URL, --schema-file, --health, "
+    "--verifier, --fallback), or --demo; `hermesbus tools register --help` lists them all"
+)
 
 
 def _settings(home: Path | None) -> ToolSettings:
@@ -36,6 +56,19 @@ def _load(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
+
+
+def _document(spec_file: Path | None) -> dict[str, Any]:
+    """The spec file's mapping ({} without a file); anything but a mapping is refused."""
+    if spec_file is None:
+        return {}
+    document = _load(spec_file)
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        kind = type(document).__name__
+        raise ConfigError(f"{spec_file}: a tool spec is a mapping (name:, kind:, ...), not {kind}")
+    return dict(document)
 
 
 def _fallback(
@@ -60,7 +93,8 @@ def _spec(data: dict[str, Any], schema_file: Path | None) -> ToolSpec:
     try:
         return ToolSpec.model_validate({k: v for k, v in data.items() if v is not None})
     except ValidationError as exc:
-        raise ConfigError(f"invalid tool spec: {exc}") from exc
+        lines = problems(exc, _HOW)
+        raise ConfigError("invalid tool spec:" + "".join(f"\n  {line}" for line in lines)) from exc
 
 
 async def _register(settings: ToolSettings, debug: bool, spec: ToolSpec | None) -> list[str]:
@@ -124,7 +158,7 @@ def register_command(
     with errors():
         spec = None
         if not demo:
-            data: dict[str, Any] = dict(_load(spec_file) or {}) if spec_file else {}
+            data = _document(spec_file)
             flags = {
                 "name": name, "verifier": verifier, "health": health, "timeout_s": timeout,
                 "memory_limit_mb": memory_mb, "max_result_bytes": max_result_bytes,
@@ -141,18 +175,32 @@ def register_command(
             data["fallback"] = _fallback(
                 data.get("fallback"), fallback, stale_after, mock_file, backup
             )
+            if spec_file is None and schema_file is None and not any(data.values()):
+                raise fail(_NOTHING, 2)
             spec = _spec(data, schema_file)
         names = asyncio.run(_register(_settings(home), debug, spec))
     for registered in names:
         console.print(f"[green]registered[/green] {registered}")
 
 
+def _no_state(settings: ToolSettings) -> str | None:
+    """What to say when no tool was ever registered here; reading must create nothing."""
+    if settings.tools_path.exists():
+        return None
+    return f"no state yet at {settings.home}: no tools are registered"
+
+
 @app.command("list")
 def list_command(home: HomeOption = None) -> None:
     """Print every registered tool: kind, target, fallback, signature, limits."""
     with errors():
-        specs = asyncio.run(_list(_settings(home)))
-    table = Table(title="tools")
+        settings = _settings(home)
+        nothing = _no_state(settings)
+        specs = asyncio.run(_list(settings)) if nothing is None else []
+    if nothing is not None:
+        console.print(nothing, soft_wrap=True)
+        return
+    table = Table(title=f"tools ({settings.tools_path})")
     for column in ("tool", "kind", "target", "fallback", "signature", "timeout", "memory", "cap"):
         table.add_column(column)
     for spec in specs:
@@ -175,9 +223,12 @@ async def _list(settings: ToolSettings) -> list[ToolSpec]:
 def health_command(home: HomeOption = None) -> None:
     """Probe every tool now and print latency, success rate, quota, healthy and slow."""
     with errors():
-        rows = asyncio.run(_health(_settings(home)))
+        settings = _settings(home)
+        if (nothing := _no_state(settings)) is not None:
+            raise fail(nothing, 1)
+        rows = asyncio.run(_health(settings))
     if not rows:
-        raise fail("no tools are registered", 1)
+        raise fail(f"no tools are registered in {settings.tools_path}", 1)
     table = Table(title="tool health")
     for column in ("tool", "latency", "success", "quota", "healthy", "slow", "probe"):
         table.add_column(column)
