@@ -14,7 +14,7 @@ from hermesbus.errors import BrokerError
 from hermesbus.lifecycle import Service
 from hermesbus.topics import ExistingTopic, TopicSpec
 
-from .client import start_or_close
+from .client import kafka_reason, start_or_close
 from .config import KafkaConfig
 
 __all__ = ["KafkaAdmin"]
@@ -58,7 +58,7 @@ class KafkaAdmin(Service):
             wanted = [n for n in names if n in existing]
             described = await self.client.describe_topics(wanted) if wanted else []
         except KafkaError as exc:
-            raise BrokerError(f"cannot describe topics: {type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot describe topics: {kafka_reason(exc)}") from exc
         configs = await self._configs(wanted)
         result = {}
         for topic in described:
@@ -82,7 +82,7 @@ class KafkaAdmin(Service):
         try:
             response = (await self.client.create_topics(new)).to_object()
         except KafkaError as exc:
-            raise BrokerError(f"cannot create topics: {type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot create topics: {kafka_reason(exc)}") from exc
         created, failed = [], []
         for item in response["topic_errors"]:
             code = item["error_code"]

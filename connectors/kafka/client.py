@@ -4,19 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from hermesbus.errors import BrokerError
 
-__all__ = ["start_or_close"]
+__all__ = ["UNREACHABLE_HINT", "kafka_reason", "start_or_close"]
+
+UNREACHABLE_HINT = (
+    "is the broker running, and is the address right? "
+    "Set HERMES_KAFKA_BOOTSTRAP or pass --bootstrap HOST:PORT"
+)
+"""What to check when no broker answers, for every message that says so."""
+
+
+def kafka_reason(exc: KafkaError) -> str:
+    """The error's class and text, the class named once (aiokafka's text already holds it)."""
+    text, name = str(exc), type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
 
 
 async def start_or_close(
     start: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]], what: str
 ) -> None:
-    """``await start()``; on a Kafka error ``await close()`` and raise BrokerError(``what``...)."""
+    """``await start()``; on a Kafka error ``await close()`` and raise BrokerError(``what``...).
+
+    When no broker answered, the message also says what to check.
+    """
     try:
         await start()
     except KafkaError as exc:
         await close()
-        raise BrokerError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        hint = isinstance(exc, KafkaConnectionError | KafkaTimeoutError)
+        raise BrokerError(
+            f"{what}: {kafka_reason(exc)}" + (f"; {UNREACHABLE_HINT}" if hint else "")
+        ) from exc

@@ -33,7 +33,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from hermesbus.errors import BrokerError
 
 from .admin import KafkaAdmin
-from .client import start_or_close
+from .client import kafka_reason, start_or_close
 from .config import KafkaConfig
 
 __all__ = ["MEMBER_WAIT_S", "committed", "hand_over", "hand_over_all"]
@@ -81,7 +81,7 @@ async def hand_over(
             )
             await _commit_as_member(kafka, target, parts, within_s)
     except (KafkaError, BrokerError) as exc:
-        why = f"{type(exc).__name__}: {exc}" if isinstance(exc, KafkaError) else str(exc)
+        why = kafka_reason(exc) if isinstance(exc, KafkaError) else str(exc)
         raise BrokerError(f"cannot hand {topic} over from {source} to {target}: {why}") from exc
     log.info("group=%s starts on %s where group=%s left off: %s", target, topic, source, starts)
     return starts
