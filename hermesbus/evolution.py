@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hermesbus.compat import Compatibility, Level, can_read, compare, named_types
-from hermesbus.errors import SchemaError
+from hermesbus.errors import ConfigError, SchemaError
 from hermesbus.history import History, Version
 from hermesbus.schemaset import SchemaSet
 
@@ -85,7 +85,10 @@ def unreadable(current: SchemaSet, frozen: Sequence[Version]) -> list[str]:
 
 
 def previous_from(current: SchemaSet, schemas_dir: Path, against: str | None) -> Previous:
-    """Resolve ``--against``: None = history/, an existing folder, or a git revision."""
+    """Resolve ``--against``: None = history/, an existing folder, or a git revision.
+
+    ConfigError when ``against`` is neither (a bad argument, not a broken schema).
+    """
     if against is None:
         return _from_history(current, History(schemas_dir / "history"))
     if Path(against).is_dir():
@@ -127,10 +130,17 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
 
 
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:
+    neither = f"--against {revision!r} is neither a folder nor a git revision"
     if revision.startswith("-"):
-        raise SchemaError(f"{revision!r} is neither a folder nor a git revision")
+        raise ConfigError(neither)
+    if not _git_ok(schemas_dir, "rev-parse", "--is-inside-work-tree"):
+        raise ConfigError(f"{neither} ({schemas_dir} is not in a git repository)")
+    if not _git_ok(schemas_dir, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"):
+        raise ConfigError(f"{neither}: no folder of that name, and git knows no such revision")
     top = Path(_git(schemas_dir, "rev-parse", "--show-toplevel").strip()).resolve()
     prefix = schemas_dir.resolve().relative_to(top).as_posix()
+    if not _git_ok(top, "cat-file", "-e", f"{revision}:{prefix}"):
+        raise ConfigError(f"--against {revision!r}: that revision has no {prefix}/ folder")
     listing = _git(top, "ls-tree", "--name-only", f"{revision}:{prefix}")
     texts = {
         name: _git(top, "show", f"{revision}:{prefix}/{name}")
@@ -140,9 +150,21 @@ def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:
     return SchemaSet.from_texts(texts, origin=f"{revision}:{prefix}")
 
 
+def _git_ok(cwd: Path, *args: str) -> bool:
+    """Whether a git query succeeds (its output and git's own message are not wanted)."""
+    return _run_git(cwd, *args).returncode == 0
+
+
 def _git(cwd: Path, *args: str) -> str:
+    done = _run_git(cwd, *args)
+    if done.returncode != 0:
+        raise SchemaError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run(  # noqa: S603 - fixed executable, arguments as a list
+        return subprocess.run(  # noqa: S603 - fixed executable, arguments as a list
             ["git", *args],  # noqa: S607 - git from PATH, as every developer runs it
             cwd=cwd,
             capture_output=True,
@@ -152,6 +174,3 @@ def _git(cwd: Path, *args: str) -> str:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SchemaError(f"cannot run git: {exc}") from exc
-    if done.returncode != 0:
-        raise SchemaError(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from hermesbus.compat import Compatibility, Level
+from hermesbus.errors import ConfigError
 from hermesbus.evolution import CheckReport, check, previous_from, unreadable
 from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
@@ -37,11 +38,16 @@ def check_command(
     """Report BACKWARD / FORWARD / FULL compatibility of every schema with its previous version.
 
     Exits 1 when a schema breaks the required level (the message names the field) or
-    when a changed top-level schema has not been frozen into history/.
+    when a changed top-level schema has not been frozen into history/; 2 when --against
+    names neither a folder nor a git revision (nothing was checked).
     """
     with errors():
         current = SchemaSet.from_dir(schemas)
-        report = check(current, previous_from(current, schemas, against), level)
+        try:
+            previous = previous_from(current, schemas, against)
+        except ConfigError as exc:
+            raise fail(str(exc), 2) from exc
+        report = check(current, previous, level)
     _print(report)
     if not report.ok:
         raise typer.Exit(1)

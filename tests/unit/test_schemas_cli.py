@@ -119,8 +119,8 @@ def test_check_against_a_git_revision(schemas: Path) -> None:
     assert "git HEAD" in output
     assert "hermes.mcp.UserTurn.body" in output
     code, output = run("schemas", "check", "--schemas", str(schemas), "--against", "no-such-rev")
-    assert code == 1
-    assert "git ls-tree" in output
+    assert code == 2  # a bad argument, not a break
+    assert "'no-such-rev' is neither a folder nor a git revision" in output
 
 
 def test_fingerprint_prints_the_single_object_fingerprint() -> None:
