@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaError
 
 from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
@@ -78,21 +78,39 @@ async def collect(
     """Every envelope of ``trace_id`` on the catalog's topics, in the order appended.
 
     With ``session_id`` only that session's partition of each topic is read (a session
-    is on the same partition number everywhere); without it, every partition.
+    is on the same partition number everywhere); without it, every partition. A topic
+    of the catalog missing on the cluster is a BrokerError naming every missing one.
     """
     codec = codec or default_codec()
     names = [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
     async with KafkaAdmin(kafka) as admin:  # partition counts: a plain consumer has none
         counts = {name: topic.partitions for name, topic in (await admin.describe(names)).items()}
+    missing = [name for name in names if name not in counts]
+    if missing:
+        cluster = kafka.bootstrap or "the cluster"
+        raise BrokerError(_missing(missing, len(names), cluster, prefix), retriable=False)
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    await start_or_close(consumer.start, consumer.stop, "trace: cannot reach Kafka")
+    where = f"trace: cannot reach Kafka at {kafka.bootstrap}"
+    await start_or_close(consumer.start, consumer.stop, where)
     try:
         hops = await _read(consumer, _partitions(counts, session_id), trace_id, codec)
     except KafkaError as exc:
-        raise BrokerError(f"trace {trace_id}: {type(exc).__name__}: {exc}") from exc
+        raise BrokerError(f"trace {trace_id}: {kafka_reason(exc)}") from exc
     finally:
         await consumer.stop()
     return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
+
+
+def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) -> str:
+    """Which topics the trace cannot read, and the two usual causes."""
+    which = "none of the" if len(missing) == total else f"{len(missing)} of the"
+    apply = f" --prefix {prefix}" if prefix else ""
+    return (
+        f"cannot read the trace: {which} {total} topics of the catalog exist on {bootstrap} "
+        f"(prefix {prefix!r}); missing: {', '.join(missing)}. "
+        f"A new broker? `hermesbus topics apply --bootstrap {bootstrap}{apply}` creates them; "
+        "another prefix? pass --prefix (or HERMES_TOPIC_PREFIX)"
+    )
 
 
 def _partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
