@@ -6,7 +6,7 @@
 #
 #   deploy/local/kafka.sh fetch          collect the jars into the cache (once)
 #   deploy/local/kafka.sh start [PORT]   start a broker; prints KAFKA_BOOTSTRAP=127.0.0.1:PORT
-#   deploy/local/kafka.sh stop           stop it and delete its data/log directory
+#   deploy/local/kafka.sh stop [--keep-logs]  stop it, delete its data (and logs, unless kept)
 #   deploy/local/kafka.sh status         exit 0 and print the bootstrap if running, else exit 3
 #
 # See deploy/local/README.md for the environment variables.
@@ -337,9 +337,23 @@ cleanup_state() {
   rm -f -- "$PID_FILE" "$DIR_FILE" "$BOOT_FILE"
 }
 
-do_stop() {
+# After a failed test run: the broker's logs (and its config) stay where they were,
+# only the data goes.
+keep_logs() {
+  if [[ -f $DIR_FILE ]]; then
+    local dir
+    dir=$(cat "$DIR_FILE")
+    if [[ -n $dir && -f $dir/.hermesbus-kafka ]]; then
+      rm -rf -- "$dir/data" "$dir/.hermesbus-kafka"
+      log "logs kept: $dir/logs"
+    fi
+  fi
+  rm -f -- "$PID_FILE" "$DIR_FILE" "$BOOT_FILE"
+}
+
+do_stop() { # [--keep-logs]
   stop_broker
-  cleanup_state
+  if [[ ${1:-} == --keep-logs ]]; then keep_logs; else cleanup_state; fi
 }
 
 do_status() {
@@ -362,7 +376,7 @@ cmd=${1:-}
 case $cmd in
   fetch) [[ $# -eq 0 ]] || usage; do_fetch; echo "KAFKA_LIB=$LIB_DIR" ;;
   start) [[ $# -le 1 ]] || usage; do_start "${1:-}" ;;
-  stop) [[ $# -eq 0 ]] || usage; do_stop ;;
+  stop) [[ $# -eq 0 || ( $# -eq 1 && $1 == --keep-logs ) ]] || usage; do_stop "${1:-}" ;;
   status) [[ $# -eq 0 ]] || usage; do_status ;;
   *) usage ;;
 esac
