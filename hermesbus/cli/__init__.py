@@ -8,7 +8,9 @@ import typer
 
 from ._broker import broker_command
 from ._keys import app as keys_app
+from ._say import say_command
 from ._schemas import app as schemas_app
+from ._send import send_command
 from ._tools import app as tools_app
 from ._topics import app as topics_app
 from ._trace import trace_command
@@ -29,6 +31,8 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(keys_app, name="keys")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
+app.command("say")(say_command)
+app.command("send")(send_command)
 
 
 def main() -> None:

@@ -1,0 +1,136 @@
+"""``hermesbus say SESSION TEXT [--wait]``: one user turn from a shell, and its replies."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+
+from hermesbus.client import Client, Replies
+from hermesbus.demo import DEMO_USER, reply_text
+from hermesbus.envelope import Envelope
+from hermesbus.errors import EncodeError
+
+from ._bus import CLIENT_NAME, connect, kafka_config, one_line
+from ._common import console, err_console, errors, fail
+
+__all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
+
+DEFAULT_WAIT_S = 30.0
+"""How long ``--wait`` waits for the answer when no ``--timeout`` is given."""
+NO_ANSWER = 3
+"""Exit code of ``say --wait`` when the turn was sent but no answer came in time."""
+
+
+def say_command(
+    session: Annotated[str, typer.Argument(help="The session of the turn (its Kafka key).")],
+    text: Annotated[str, typer.Argument(help="What the user says.")],
+    user: Annotated[
+        str,
+        typer.Option(help="The user's id; the default is the demo company's employee 张三."),
+    ] = DEMO_USER,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Print the turn's replies as they come, up to the conversation's answer."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help=f"Seconds --wait waits for the answer ({DEFAULT_WAIT_S:g}); implies --wait.",
+        ),
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
+    ] = None,
+    prefix: Annotated[
+        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
+    ] = "",
+) -> None:
+    """Send TEXT as a user turn of SESSION from app:cli; print its message id, or its replies.
+
+    With --wait (or --timeout), each reply of the turn is printed as it arrives, notices
+    too, until the conversation's answer; exit code 3 if none came in time. Exit code 1:
+    nothing was sent (no broker, no key, a bad argument).
+    """
+    seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
+    with errors():
+        kafka = kafka_config(bootstrap)
+        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix)
+        turn = _turn(client, session, user, text)
+        answered = asyncio.run(_say(client, turn, seconds))
+    if seconds is None:
+        typer.echo(turn.message_id)
+    elif not answered:
+        trace = f"hermesbus trace {turn.trace_id} --session {session}"
+        trace += f" --prefix {prefix}" if prefix else ""
+        raise fail(
+            f"no answer to the turn within {seconds:g} s: are the processors running? "
+            f"`{trace}` shows how far it got",
+            NO_ANSWER,
+        )
+
+
+def _turn(client: Client, session: str, user: str, text: str) -> Envelope:
+    """The user turn to send; a bad session, user or text is one line naming the field."""
+    try:
+        return client.turn(session, user, text)
+    except EncodeError as exc:
+        if isinstance(exc.__cause__, ValidationError):
+            raise EncodeError(f"invalid turn: {one_line(exc.__cause__)}") from exc
+        raise
+
+
+async def _say(client: Client, turn: Envelope, seconds: float | None) -> bool:
+    """Send ``turn``; with ``seconds``, print its replies and say whether the answer came."""
+    await connect(client)
+    try:
+        if seconds is None:
+            await client.send(turn)
+            _sent(client, turn)
+            return True
+        async with client.replies(turn.session_id) as replies:  # listen first: replies are fast
+            await client.send(turn)
+            _sent(client, turn)
+            return await _answer(replies, turn, seconds)
+    finally:
+        await client.stop()
+
+
+async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
+    """Print the replies of ``turn``'s trace until the conversation's answer, or time is up."""
+    try:
+        async with asyncio.timeout(seconds):
+            async for reply in replies:
+                if reply.trace_id != turn.trace_id:
+                    continue  # an earlier turn's late reply, or another trace's timer
+                _show(reply)
+                if reply.source.startswith("conversation:"):
+                    return True  # the answer; notices come from mcp:dispatcher
+    except TimeoutError:
+        return False
+    return False
+
+
+def _sent(client: Client, turn: Envelope) -> None:
+    err_console.print(
+        escape(
+            f"sent {turn.message_id} from {turn.source} to {client.check(turn)}"
+            f" (session {turn.session_id}, trace {turn.trace_id})"
+        ),
+        soft_wrap=True,
+    )
+
+
+def _show(reply: Envelope) -> None:
+    """A reply as ``hermesbus up --demo`` prints it: who, the text, its source."""
+    who = "hermes" if reply.source.startswith("conversation:") else "notice"
+    console.print(
+        f"[bold]{who}[/bold]  {escape(reply_text(reply))}  [dim]({escape(reply.source)})[/dim]",
+        soft_wrap=True,
+    )

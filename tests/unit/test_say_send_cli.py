@@ -1,0 +1,168 @@
+"""``hermesbus say`` and ``send`` without a broker: every line of send's input checked, a bad
+one named and nothing sent; no key, no bootstrap or no broker is one plain line.
+
+tests/integration/test_say_send.py talks to a running stack and reads the records back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import hermesbus as h
+from hermesbus.broker import free_port
+from hermesbus.cli import app
+from hermesbus.cli._send import BAD_INPUT, Line, check_lines, parse_lines
+from hermesbus.client import Client
+from hermesbus.demo import DEMO_START
+from hermesbus.identity import APP, KEYS_FILE_ENV
+from tests.builders import reply_to
+
+runner = CliRunner()
+
+
+def _client(identity: str = APP) -> Client:
+    """A client that is never started: checking lines needs no broker."""
+    return Client(bootstrap=f"127.0.0.1:{free_port()}", name="cli", identity=identity)
+
+
+def _turn(text: str = "我要报上个月去深圳的差旅费", **update: str) -> h.Envelope:
+    return _client().turn("s-1", "u_xyz789", text).model_copy(update=update)
+
+
+def test_each_non_blank_line_is_an_envelope_numbered_as_in_the_file() -> None:
+    first, second = _turn(), _turn("不用，就这三张")
+    lines = [first.model_dump_json(), "", "   ", second.model_dump_json()]
+    good, bad = parse_lines(lines)
+    assert bad == []
+    assert good == [Line(1, first), Line(4, second)]
+
+
+def test_named_bodies_and_millisecond_timestamps_are_read_as_the_models_read_them() -> None:
+    line = (
+        '{"message_id": "m-1", "timestamp": 1717376400000, "source": "app:cli",'
+        ' "target": "conversation:in", "session_id": "s-1", "user_id": "u", "trace_id": "t",'
+        ' "payload": {"body": {"hermes.mcp.UserTurn": {"text": "hi"}}}}'
+    )
+    (read,), bad = parse_lines([line])
+    assert bad == []
+    assert read.number == 1
+    assert read.envelope.payload.body == h.UserTurn(text="hi")
+    assert read.envelope.timestamp == DEMO_START  # 1717376400000 ms
+
+
+def test_every_bad_line_is_named_with_what_is_wrong() -> None:
+    good = _turn()
+    unnamed = good.model_dump(mode="json")
+    unnamed["payload"]["body"] = {"text": "no name"}
+    lines = [
+        good.model_dump_json(),
+        "not json",
+        json.dumps(unnamed | {"message_id": "m-2"}),
+        "[1, 2]",
+        '{"message_id": "m-3"}',
+        good.model_dump_json(),  # the same message id again
+    ]
+    got, bad = parse_lines(lines)
+    assert [line.number for line in got] == [1]
+    assert [problem.number for problem in bad] == [2, 3, 4, 5, 6]
+    said = {problem.number: problem.reason for problem in bad}
+    assert said[2].startswith("Invalid JSON")
+    assert "payload.body" in said[3] and "unknown body type 'text'" in said[3]
+    assert said[4] == "Input should be an object"
+    assert said[5].startswith("timestamp: Field required; source: Field required")
+    assert said[5].endswith("more")  # the rest of the missing fields only counted
+    assert said[6] == f"message_id {good.message_id!r} is on line 1 too"
+    assert str(bad[0]) == f"line 2: {said[2]}"
+
+
+def test_lines_the_identity_may_not_send_are_named_before_anything_is_sent() -> None:
+    turn = _turn()
+    answer = reply_to(turn, "好的")
+    lines = [
+        Line(1, turn),
+        Line(2, answer),  # the conversation's reply: not an app's to send
+        Line(3, turn.model_copy(update={"target": "nowhere:x", "message_id": "m-x"})),
+    ]
+    bad = check_lines(_client(), lines)
+    assert [problem.number for problem in bad] == [2, 3]
+    assert bad[0].reason.startswith("identity.forbidden: an app sends only user turns")
+    assert bad[1].reason.startswith("no topic for target 'nowhere:x'")
+    as_conversation = check_lines(_client(identity="conversation"), lines[1:2])
+    assert as_conversation == []
+
+
+def test_a_file_with_a_bad_line_exits_2_naming_it_and_sends_nothing(tmp_path: Path) -> None:
+    """Nothing listens on the bootstrap: exit 2, not 1, shows no connection was tried."""
+    path = tmp_path / "turns.jsonl"
+    path.write_text(_turn().model_dump_json() + "\n" + '{"message_id": ""}\n', encoding="utf-8")
+    result = runner.invoke(app, ["send", str(path), "--bootstrap", f"127.0.0.1:{free_port()}"])
+    assert result.exit_code == BAD_INPUT, result.output
+    assert "line 2: message_id: String should have at least 1 character" in result.output
+    assert "1 of 2 lines are bad; nothing was sent" in result.output
+    assert "line 1" not in result.output
+    assert "reachable" not in result.output
+
+
+def test_an_app_refused_line_hints_at_identity(tmp_path: Path) -> None:
+    path = tmp_path / "replies.jsonl"
+    path.write_text(reply_to(_turn(), "好的").model_dump_json() + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["send", str(path), "--bootstrap", f"127.0.0.1:{free_port()}"])
+    assert result.exit_code == BAD_INPUT
+    assert "line 1: identity.forbidden" in result.output
+    assert "--identity COMPONENT" in result.output
+
+
+def test_a_missing_file_is_one_line() -> None:
+    result = runner.invoke(app, ["send", "/nonexistent/turns.jsonl", "--bootstrap", "h:1"])
+    assert result.exit_code == 1
+    assert "cannot read /nonexistent/turns.jsonl: No such file or directory" in result.output
+
+
+@pytest.mark.parametrize("command", ["send", "say"])
+def test_no_broker_is_said_plainly_without_a_traceback(command: str, tmp_path: Path) -> None:
+    port = free_port()
+    path = tmp_path / "turn.jsonl"
+    path.write_text(_turn().model_dump_json() + "\n", encoding="utf-8")
+    args = [str(path)] if command == "send" else ["s-1", "hello"]
+    result = subprocess.run(
+        [sys.executable, "-m", "hermesbus.cli", command, *args, "--bootstrap", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"error: no Kafka broker reachable at 127.0.0.1:{port}: is the bus running?" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""  # no message id: nothing was sent
+
+
+@pytest.mark.parametrize("command", [["say", "s-1", "hello"], ["send", "-"]])
+def test_without_a_key_or_a_bootstrap_nothing_is_sent_and_the_fix_is_named(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = _turn().model_dump_json()  # made while the test keyring is there
+    monkeypatch.setenv(KEYS_FILE_ENV, str(tmp_path / "absent.json"))
+    monkeypatch.delenv("HERMES_KEY_APP", raising=False)
+    keyless = runner.invoke(app, [*command, "--bootstrap", "127.0.0.1:1"], input=line)
+    assert keyless.exit_code == 1
+    assert "no signing key for identity 'app'" in keyless.output
+    assert "hermesbus keys init" in keyless.output
+    monkeypatch.delenv("HERMES_KAFKA_BOOTSTRAP", raising=False)
+    nowhere = runner.invoke(app, command, input=line)
+    assert nowhere.exit_code == 1
+    assert "no Kafka broker given: pass --bootstrap HOST:PORT" in nowhere.output
+
+
+def test_a_bad_turn_names_the_field() -> None:
+    result = runner.invoke(app, ["say", "", "hello", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert "invalid turn: session_id: String should have at least 1 character" in result.output
