@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermesbus.broker import EmbeddedBroker
+from hermesbus.config import state_home
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -102,6 +103,7 @@ async def stack(
             settings = settings.for_embedded_broker()
             say(f"broker up: embedded (tansu, in memory) at {broker.bootstrap}")
         keys = keyring(create=embedded)
+        say(f"state: {state_home()}")
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states: StateStore = store if store is not None else await enter(SqliteStateStore())

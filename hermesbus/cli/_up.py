@@ -156,6 +156,7 @@ class _Progress:
 
     NEXT: ClassVar[dict[str, str]] = {
         "broker up": "topics",
+        "state": "topics",
         "signing keys": "topics",
         "topics ready": "tools",
         "tools ready": "joining the consumer groups",

@@ -43,8 +43,8 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     out = result.stdout
     for figure in FIGURES:
         assert figure in out
-    assert "已提交报销单 EXP-" in out  # A (seed 000 §6)
-    assert "当前进度已保存为未完成报销流程" in out  # B (seed 000 §2)
+    assert "已提交报销单 EXP-" in out  # A, submitted
+    assert "当前进度已保存为未完成报销流程" in out  # B, held
     assert out.count("(conversation:S5)") == 2
     assert "demo: both conversations finished" in out
     waterfalls = out.split("trace trace_")[1:]
@@ -52,10 +52,11 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     for drawn in waterfalls:
         rows = [line.split()[0] for line in drawn.splitlines() if "|" in line]
         assert {"conversation", "dispatcher", "tool", "memory"} <= set(rows)
-        assert "S3→S3.1" in drawn and "S3.1→S4" in drawn  # the seed's path
+        assert "S3→S3.1" in drawn and "S3.1→S4" in drawn  # the walkthrough's path
     said = result.stderr  # each start-up step, as it completes
     assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
     assert "topics ready: 8 created" in said
+    assert f"state: {tmp_path / 'home'}\n" in said
     assert "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, trip_tool" in said
     joined = ("conversation", "dispatcher", "memory", "tool", "tool-org_tool", "tool-trip_tool")
     for name in joined:
