@@ -1,8 +1,8 @@
 """Codec throughput: hermesbus.codec round trips vs raw fastavro vs orjson, same run.
 
-A realistic ~1 KB envelope from the expense-report flow (seed 000 §6.5: the S3
-validation request with its context snapshot and diagnostics) is encoded and
-decoded repeatedly. Prints envelopes/s for each and the ratio codec/raw, where
+A realistic ~1 KB envelope from the expense-report flow (the S3 validation
+request with its context snapshot and diagnostics) is encoded and decoded
+repeatedly. Prints envelopes/s for each and the ratio codec/raw, where
 the target is at most 1.3 (framing, model conversion and validation included), and
 the general path (fastavro + pydantic) that the codec uses for other writer schemas.
 
@@ -40,7 +40,7 @@ TARGET = 1.3
 
 
 def expense_envelope() -> Envelope:
-    """S3 of the expense report (seed 000 §6.6): the dispatcher's call of rule_engine_tool."""
+    """S3 of the expense report: the dispatcher's call of rule_engine_tool."""
     entered = datetime(2024, 5, 16, 9, 30, 12, 345000, tzinfo=UTC)
     invoices = [
         {

@@ -1,7 +1,7 @@
 """Runtime throughput and latency: the Processor vs a raw aiokafka pass-through, same broker.
 
 (a) envelopes/s, raw consume->produce vs the runtime with a no-op handler (decode, SQLite
-    state CAS; the issue's target runtime/raw >= 0.5), and vs the runtime with a handler
+    state CAS; the target is runtime/raw >= 0.5), and vs the runtime with a handler
     emitting one Reply per input (also encode and produce: the like-for-like pass-through).
     Timed from the first record consumed to the last record done (group joins excluded).
 (b) calls/s of a handler sleeping 0.1 s, one envelope per session, vs max_in_flight / 0.1 s.
@@ -97,7 +97,7 @@ async def echo(given: HandlerInput) -> Outcome:
 
 
 async def noop(given: HandlerInput) -> Outcome:
-    """The issue's no-op handler: nothing emitted, the state only records the applied id."""
+    """The no-op handler: nothing emitted, the state only records the applied id."""
     return Outcome()
 
 

@@ -38,7 +38,7 @@ def from_epoch_ms(ms: int) -> datetime:
 
 
 def _epoch_millis(value: object) -> object:
-    """Integers are epoch milliseconds, as in Avro's timestamp-millis and the seed's JSON."""
+    """Integers are epoch milliseconds, as in Avro's timestamp-millis and the protocol's JSON."""
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return EPOCH + timedelta(milliseconds=value)

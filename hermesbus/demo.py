@@ -1,8 +1,8 @@
-"""The expense-report demo of seed 000: two conversations against the running stack.
+"""The expense-report demo: two conversations against the running stack.
 
-A (§6) goes S1 -> S5 and submits; B (§2) stops before submitting ("等等，住宿费超标了，
+A goes S1 -> S5 and submits; B stops before submitting ("等等，住宿费超标了，
 先不提交") and ends in S5 with the unfinished report in mid-term memory. The app dates
-its turns on 2024-06-03, the seed's time, so "上个月" is May 2024 and the fixture trip
+its turns on 2024-06-03, the walkthrough's day, so "上个月" is May 2024 and the fixture trip
 of 5月12-15日 falls in it; timers are due by delay, so the old dates do not fire them.
 """
 
@@ -38,7 +38,7 @@ __all__ = [
 DEMO_START = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
 """2024-06-03 09:00 in Shenzhen: the demo app's clock starts here."""
 DEMO_USER = "u_xyz789"
-"""The fixture company's employee 张三 (hashed user id of seed 000 §4.1)."""
+"""The fixture company's employee 张三 (a hashed user id, as apps send them)."""
 PHOTOS = (
     Attachment(name="photo-1.jpg", media_type="image/jpeg", uri="demo://expense/photo-1.jpg"),
     Attachment(name="photo-2.jpg", media_type="image/jpeg", uri="demo://expense/photo-2.jpg"),
@@ -56,7 +56,7 @@ FIGURES = (
     "住宿费3200接近标准上限3500",
     "张主管",
 )
-"""What seed 000 §6 shows the user; every conversation's replies must show each of them."""
+"""What the walkthrough shows the user; every conversation's replies must show each of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +95,17 @@ class Said:
 
 
 def conversations(run: str | None = None) -> tuple[Conversation, Conversation]:
-    """A (submit, seed §6) and B (hold, seed §2); ``run`` keeps sessions of reruns apart."""
+    """A (submit) and B (hold); ``run`` keeps sessions of reruns apart."""
     run = run or uuid.uuid4().hex[:6]
     return (
         Conversation(
-            "A: 提交 (seed 000 §6)",
+            "A: 提交",
             f"sess_456-{run}",
             f"trace_789-{run}",
             (*_OPENING, Turn("确认")),
         ),
         Conversation(
-            "B: 先不提交 (seed 000 §2)",
+            "B: 先不提交",
             f"sess_789-{run}",
             f"trace_790-{run}",
             (*_OPENING, Turn("等等，住宿费超标了，先不提交")),
@@ -142,7 +142,7 @@ async def talk(
 
 
 class _Clock:
-    """The demo app's clock: the seed's day, advancing with real time."""
+    """The demo app's clock: the walkthrough's day, advancing with real time."""
 
     def __init__(self) -> None:
         self._t0 = time.monotonic()
@@ -185,7 +185,7 @@ async def run(
 
 
 def missing(said: Said, ending: str) -> list[str]:
-    """What the conversation failed to show: a seed figure, or the ending in S5."""
+    """What the conversation failed to show: a figure of the walkthrough, or the ending in S5."""
     texts = " ".join(reply_text(reply) for _, reply in said.replies)
     problems = [f"no {figure!r} in any reply" for figure in FIGURES if figure not in texts]
     last = said.last

@@ -52,7 +52,7 @@ class ExternalCalls(Record):
 
 
 class Diagnostics(Record):
-    """What a component reports about handling one envelope (seed 000 §4.3)."""
+    """What a component reports about handling one envelope (time, memory, calls, confidence)."""
 
     avro_name: ClassVar[str] = "hermes.mcp.Diagnostics"
     processing_time_ms: Annotated[Double, Field(ge=0)] = 0.0
@@ -62,7 +62,7 @@ class Diagnostics(Record):
 
 
 class Envelope(Record):
-    """Every message on the bus (seed 000 §4.1); ``session_id`` is the Kafka key."""
+    """Every message on the bus; ``session_id`` is the Kafka key."""
 
     avro_name: ClassVar[str] = "hermes.mcp.Envelope"
     message_id: NonEmpty

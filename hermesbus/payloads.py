@@ -1,7 +1,7 @@
 """Payload models: the typed bodies of the protocol's own messages (``schemas/``).
 
-``Payload`` is ``{task, context, body}``: the task name and context of seed 000
-§4.1, plus one typed body record. Each body class names its Avro record in
+``Payload`` is ``{task, context, body}``: the task name, its context (small JSON
+values), and one typed body record. Each body class names its Avro record in
 ``avro_name``; tool arguments and results travel as JSON text validated by the
 tool's own JSON Schema.
 """
@@ -208,7 +208,7 @@ class Continue(Record):
 
 
 class ToolResults(Record):
-    """The dispatcher's one answer to a cycle of tool calls (seed 000 §4.2, one dispatch)."""
+    """The dispatcher's one answer to a cycle of tool calls (one dispatch per cycle)."""
 
     avro_name: ClassVar[str] = "hermes.mcp.ToolResults"
     results: tuple[ToolResult, ...] = ()

@@ -1,4 +1,4 @@
-"""The context snapshot the conversation attaches at each state transition (seed 000 §2)."""
+"""The context snapshot the conversation attaches at each state transition."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class ToolCallTrace(Record):
 
 
 class ContextSnapshot(Record):
-    """The conversation's snapshot at a state transition (seed 000 §2)."""
+    """The conversation's snapshot at a state transition."""
 
     avro_name: ClassVar[str] = "hermes.mcp.ContextSnapshot"
     state_id: NonEmpty

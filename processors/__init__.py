@@ -1,1 +1,1 @@
-"""The four processors (conversation, dispatcher, tool, memory) arrive with issue #4."""
+"""The four processors (conversation, dispatcher, tool, memory) and their ``protocol``."""

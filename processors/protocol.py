@@ -156,10 +156,10 @@ UNAVAILABLE: Final = 503
 TIMEOUT: Final = 504
 
 STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 30_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
-"""``metadata.timeout_ms`` the conversation sets per state (seed 000 §4.1: S1 5 s, S3 30 s).
+"""``metadata.timeout_ms`` the conversation sets per state (S1 5 s, S3 30 s).
 
 S2's call is the OCR pre-check of an upload, which the user is told takes about 30 s
-(§6.3): it gets S3's budget, not S1's."""
+("处理中，约 30 秒"): it gets S3's budget, not S1's."""
 
 
 def is_failure(status_code: int) -> bool:
@@ -273,7 +273,7 @@ class ProtocolPolicy:
 
 @dataclass(frozen=True, slots=True)
 class ToolHealth:
-    """A tool's latest health (seed 000 §3: latency, success rate, quota)."""
+    """A tool's latest health (latency, success rate, quota)."""
 
     tool: str
     latency_ms: float

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The run command: set up, check the envelope contract, then `hermesbus up --demo`:
 # the embedded broker (no Java, no servers), the topics, the four processors with the
-# demo tools, both expense-report conversations of seed 000 with their replies and
-# trace waterfalls, and serving until Ctrl-C.
+# demo tools, both expense-report conversations (processors/tool/demo/README.md) with
+# their replies and trace waterfalls, and serving until Ctrl-C.
 #
 #   deploy/local/run.sh [hermesbus up options, e.g. --once or --bootstrap HOST:PORT]
 set -euo pipefail

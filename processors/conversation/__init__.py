@@ -1,4 +1,4 @@
-"""The conversation processor: the S1-S5 state machine of seed 000 §2 over the bus.
+"""The conversation processor: the S1-S5 state machine over the bus.
 
 ``handle`` is the processor's handler (name ``conversation``, topic
 ``hermes.conversation.in``); ``build_ports`` gives its ports from the ``HERMES_LLM_*`` and

@@ -195,7 +195,7 @@ class Step:
         self.to_dispatcher(write, task="memory_write")
 
     def unfinished(self, confirmed_by: str, snapshot: Mapping[str, Any]) -> None:
-        """The S5 snapshot of an unfinished report: ``unfinished:<session>`` (brief)."""
+        """The S5 snapshot of an unfinished report: ``unfinished:<session>``."""
         value = {
             "label": UNFINISHED_LABEL,
             "snapshot": dict(snapshot),

@@ -75,7 +75,7 @@ def ask_clarification(step: Step, names: Sequence[str]) -> None:
 
 
 def lock_session(step: Step) -> None:
-    """S4 locks the validated report: materials change only through 修改 (seed 000 §2)."""
+    """S4 locks the validated report: materials change only through 修改."""
     step.update(locked=True)
 
 
@@ -93,7 +93,7 @@ def ask_confirm(step: Step) -> None:
 
 
 def ask_preference(step: Step, name: str, value: str) -> None:
-    """A repeated choice seen by memory: ask before anything is written (seed 000 §5.2); the
+    """A repeated choice seen by memory: ask before anything is written; the
     blur floor asked is the lowest confidence accepted now, and it is stored with the value."""
     floor = _lowest(step) if name == BLUR else texts.BLUR_FLOOR
     step.update(ask="preference", ask_pref={"name": name, "value": value, "floor": f"{floor}"})

@@ -1,4 +1,4 @@
-"""Messages (seed 001 §2.2) and the session history kept under a token budget (seed 001 §2.3).
+"""Messages (role, content type, parent) and the session history kept under a token budget.
 
 Recent messages stay verbatim; older ones are folded into a summary by a fixed rule (no
 model call, so a replay folds identically); key facts are pinned apart and never folded.

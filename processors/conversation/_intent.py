@@ -1,6 +1,6 @@
 """Intent parsing is a port: the Protocol, the Intent it returns, and the rule-based default.
 
-The rule parser knows the seed's sentences in Chinese and English and resolves relative
+The rule parser knows the walkthrough's sentences in Chinese and English and resolves relative
 dates ("上个月" / "last month" = the calendar month before ``now``) from the envelope's
 time, so it is deterministic; nothing here guesses beyond the listed phrases.
 """
@@ -70,7 +70,7 @@ class Intent(BaseModel):
 
 
 DEFAULT_TIMEZONE: Final = "Asia/Shanghai"
-"""The seed's users' zone: relative dates ("上个月") are counted on their calendar."""
+"""The demo company's zone: relative dates ("上个月") are counted on their calendar."""
 
 
 class IntentParser(Protocol):

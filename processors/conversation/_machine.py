@@ -1,4 +1,4 @@
-"""The S1-S5 state machine of seed 000 §2 as data, and the small interpreter that walks it.
+"""The S1-S5 conversation state machine as data, and the small interpreter that walks it.
 
 The table says, per state, what it does, how long it may wait and where a failure
 leaves to; the transitions say which trigger moves from which state
@@ -47,7 +47,7 @@ class Timeout:
 
 @dataclass(frozen=True, slots=True)
 class StateSpec:
-    """One row of seed 000 §2's table: the actions the state takes (names of ``ACTIONS``, a
+    """One row of the state table: the actions the state takes (names of ``ACTIONS``, a
     test checks each is implemented), its durable waits, and its exception exit."""
 
     id: str
@@ -55,7 +55,7 @@ class StateSpec:
     actions: tuple[str, ...]
     timeouts: tuple[Timeout, ...]
     exception_exit: str
-    """Where a failure in the state goes (the seed's 异常出口): the target of its
+    """Where a failure in the state goes (its 异常出口): the target of its
     ``tool_error`` trigger; the handler's failure path reads it from here."""
 
 
@@ -75,7 +75,7 @@ S4_IDLE: Final = Timeout("s4_idle", timedelta(minutes=10), "idle_expired")
 S4_GAVE_UP: Final = Timeout("s4_gave_up", timedelta(minutes=10), "gave_up")
 """S4's other wait: the "continue or give up?" question unanswered for 10 minutes."""
 
-# entered when (seed 000 §2 触发条件): S1 the first message of a session; S2 an expense
+# entered when (触发条件): S1 the first message of a session; S2 an expense
 # intent with materials missing; S3 all materials in; S3.1 validation over 30 s or failed,
 # an OCR confidence below 0.8, or an invalid symbol; S4 validated without a fatal error, or
 # the S2 wait expired / its OCR failed; S5 submitted, cancelled, gave up, expired, unclear,

@@ -120,7 +120,7 @@ _OUTCOMES: Final = {
 
 
 def summary_of(session: Session) -> str:
-    """The <= 50-character progress line of the snapshot (seed 000 §2)."""
+    """The <= 50-character progress line of the snapshot."""
     return _summary(session)[:SUMMARY_CHARS]
 
 

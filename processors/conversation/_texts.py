@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 LOW_CONFIDENCE: Final = 0.8
-"""Below this OCR confidence an invoice needs the user's review (seed 000 §2)."""
+"""Below this OCR confidence an invoice needs the user's review (S3.1)."""
 
 BLUR_FLOOR: Final = 0.70
 """The confidence floor of a blur preference stored without one (what was always asked)."""
@@ -140,7 +140,7 @@ def review_text(materials: Mapping[str, Any]) -> str:
 
 
 def confirm_text(materials: Mapping[str, Any], validation: Mapping[str, Any]) -> str:
-    """S4: the structured summary the user confirms (seed 000 §6.7)."""
+    """S4: the structured summary the user confirms."""
     invoices = materials.get("invoices") or []
     total = f"{amount(materials.get('total', 0))} {materials.get('currency', 'CNY')}"
     parts = [f"报销单已校验通过：含{len(invoices)}张发票，合计 {total}"]
@@ -198,7 +198,7 @@ def rejected_text(tool: str, code: int, error: str | None) -> str:
 
 
 def stale_note(tool: str, since: datetime | None) -> str:
-    """Seed 000 §3: "预算数据暂未更新，最新刷新时间为14:22"."""
+    """A cached answer, said so: "（预算数据暂未更新，最新刷新时间为14:22）"."""
     label = "预算" if tool == "finance_tool" else tool
     when = since.astimezone(UTC).astimezone(_CHINA).strftime("%H:%M") if since else "未知"
     return f"（{label}数据暂未更新，最新刷新时间为{when}）"

@@ -1,4 +1,4 @@
-"""The dispatcher processor (the "MCP" of seed 000 §4): contract, routing and cycles.
+"""The dispatcher processor (the "MCP", multi-component protocol): contract, routing and cycles.
 
 Every envelope between components passes here (topic ``hermes.dispatcher``). It checks
 the protocol (:data:`RULES`), routes by target, and runs each cycle of tool calls:

@@ -1,6 +1,6 @@
 """What the dispatcher does to a cycle: send a call, retry it, answer once, or fail fast.
 
-Seed 000 §4.2: a call leaves only after the cycle's memory context (memory first); the
+The call-order rules: a call leaves only after the cycle's memory context (memory first); the
 requester gets ONE answer per round — every result in call order, or one error report
 that names the failing component, its code and advice, after which the round's pending
 calls are cancelled and their late results dropped.

@@ -1,6 +1,6 @@
 """Tool choice from live health, and what the user is told about degraded or stale data.
 
-Seed 000 §3 / §6.2-6.3: an unhealthy tool answers with its fallback strategy and the
+An unhealthy tool answers with its fallback strategy and the
 user is told; a healthy but slow one is called normally and the user hears it takes
 about ``estimate_s`` seconds; stale results say since when.
 """

@@ -2,8 +2,8 @@
 
 Only a fresh result feeds memory — status 200, ``verified=True``, not ``stale`` and not a
 ``fallback`` answer: its ``facts`` become long-term edges verified by the tool at the
-result's time, its ``symbols`` short-term symbols of the session (seed 000 §5: long-term
-memory changes only on verification). A cached or fallback answer is old news stamped
+result's time, its ``symbols`` short-term symbols of the session (long-term memory
+changes only on a tool's verification). A cached or fallback answer is old news stamped
 with today's time: written, it could "win newest" and deprecate a newer edge. One result
 feeds at most :data:`MAX_FACTS` facts and :data:`MAX_SYMBOLS` symbols (bounded output).
 """

@@ -1,4 +1,4 @@
-"""The memory processor: three tiers of memory behind one handler (seed 000 §5, seed 001 §5).
+"""The memory processor: three tiers of memory behind one handler.
 
 - short-term: a symbol table per session (symbol -> entity, created, TTL, validator) in
   the session state; expired or invalid symbols come back in ``MemoryContext.invalid``;

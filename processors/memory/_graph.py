@@ -1,4 +1,4 @@
-"""Long-term memory: the entity graph, changed only by tool-verified facts (seed 000 §5.3).
+"""Long-term memory: the entity graph, changed only by tool-verified facts.
 
 A write ``"<subject>|<relation>|<object>"`` is accepted only from the dispatcher and only
 with ``verified_by``. Relations are single-valued per (subject, relation) unless listed

@@ -1,4 +1,4 @@
-"""Mid-term memory: confirmed preferences, repeated choices and budgeted items (seed 000 §5.2).
+"""Mid-term memory: confirmed preferences, repeated choices and budgeted items.
 
 Keys of a ``MemoryWrite(tier=mid_term)``: ``pref:<name>`` (needs ``confirmed_by``; kept
 as ``pref:{user_id}:{name}``), ``choice:<name>`` (an observation, counted per value over

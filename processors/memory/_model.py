@@ -51,7 +51,7 @@ class _Value(BaseModel):
 
 
 class Preference(_Value):
-    """A confirmed preference, stored as ``pref:{user_id}:{name}`` (seed 000 §5.2)."""
+    """A confirmed preference, stored as ``pref:{user_id}:{name}``."""
 
     user_id: str
     name: str

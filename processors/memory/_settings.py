@@ -30,11 +30,11 @@ class MemorySettings(BaseSettings):
     path: Path | None = None
     """``HERMES_MEMORY_PATH``; default ``$HERMES_HOME/memory.sqlite3``."""
     budget_items: Annotated[int, Field(ge=1)] = 100
-    """Mid-term items kept per user; a write over budget evicts (seed 001 §5.4)."""
+    """Mid-term items kept per user; a write over budget evicts."""
     conflict_window_s: Annotated[int, Field(ge=0)] = 300
-    """Two verifications of rival facts closer than this go to human review (seed 000 §5.3)."""
+    """Two verifications of rival facts closer than this go to human review."""
     choice_threshold: Annotated[int, Field(ge=1)] = 3
-    """Identical choices before a preference is proposed as a candidate (seed 000 §5.2)."""
+    """Identical choices before a preference is proposed as a candidate."""
     choice_history: Annotated[int, Field(ge=1)] = CHOICE_HISTORY
     """Choice observations kept per (user, name), the latest; older ones are pruned."""
     change_ledger: Annotated[int, Field(ge=1)] = CHANGE_LEDGER

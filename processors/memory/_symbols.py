@@ -5,7 +5,7 @@ so no store is needed. A ``MemoryWrite(tier=short_term)`` names its entity and v
 in ``value_json``: a JSON string is the entity checked by ``present``; an object
 ``{"entity": "...", "validator": "graph"}`` names another validator of the registry.
 Expired (by envelope time), failing and unknown symbols are reported as invalid so the
-asker clarifies (seed 000 §5.1).
+asker clarifies.
 """
 
 from __future__ import annotations

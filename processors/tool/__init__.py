@@ -1,4 +1,4 @@
-"""The tool processor (seed 000 §3, seed 001 §3): certified tools, isolated and verified.
+"""The tool processor: certified tools, isolated and verified.
 
 A :class:`ToolRegistry` admits a tool only with input/output JSON Schemas, a health
 probe, a verifier and a fallback strategy; :class:`ToolService` runs calls (python tools

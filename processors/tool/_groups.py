@@ -1,8 +1,8 @@
 """One consumer group per tool, so a cycle's calls to different tools run in parallel.
 
 A session's records run strictly in order within a consumer group; with one group for
-all tools, a cycle's ``trip_tool`` and ``rule_engine_tool`` calls (seed 000 §2, S3:
-parallel tool work) would run one after the other. Each dedicated group handles only
+all tools, a cycle's ``trip_tool`` and ``rule_engine_tool`` calls (S3's
+parallel validation) would run one after the other. Each dedicated group handles only
 its tool's calls; the ``tool`` group handles every tool without a group of its own (a
 tool registered while the stack runs).
 """

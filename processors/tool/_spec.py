@@ -1,4 +1,4 @@
-"""What a tool is: its kind, schemas, probe, verifier, fallback and limits (seed 000 §3).
+"""What a tool is: its kind, schemas, probe, verifier, fallback and limits.
 
 Every part the registry requires is optional here, so that the registry (not pydantic)
 refuses an incomplete spec with an :class:`~hermesbus.errors.AdmissionError` naming
@@ -71,7 +71,7 @@ class SignatureConfig(_Frozen):
 
 
 class Fallback(_Frozen):
-    """What answers when the tool is unhealthy or its call fails (seed 000 §3)."""
+    """What answers when the tool is unhealthy or its call fails."""
 
     strategy: Strategy
     stale_after_s: Annotated[float, Field(gt=0)] | None = None

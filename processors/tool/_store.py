@@ -14,7 +14,7 @@ __all__ = ["CallStats", "Probe", "StoredResult", "ToolStore"]
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """A probe's answer (seed 000 §3 ``/health``); ``checked_at_ms`` is wall-clock time."""
+    """A probe's answer (what ``/health`` says); ``checked_at_ms`` is wall-clock time."""
 
     latency_ms: float
     success_rate: float

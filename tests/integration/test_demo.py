@@ -1,4 +1,4 @@
-"""Both expense conversations of seed 000 through the four processors, on each real broker.
+"""Both expense-report conversations through the four processors, on each real broker.
 
 The stack is the one ``hermesbus up --demo`` runs (SQLite stores in a fresh HERMES_HOME,
 the demo tools in worker processes); only the topics are prefixed per test.
@@ -50,7 +50,7 @@ async def test_both_conversations_finish_with_the_seed_figures(running: Stack) -
             "conversation:S3.1",
             "conversation:S4",
             "conversation:S5",
-        ]  # the seed's path, one answer per user turn
+        ]  # the walkthrough's path, one answer per user turn
         notices = [r for _, r in said.replies if r.source == "mcp:dispatcher"]
         assert [reply_text(n) for n in notices] == [
             "ocr_tool 处理中，约 30 秒（processing, about 30 s）"

@@ -1,6 +1,6 @@
 """A new consumer group starts where another left off on a topic (a tool's own group).
 
-The start must hold after any sequence of stops, kills and restarts (issue #10, item 3):
+The start must hold after any sequence of stops, kills and restarts:
 a target group that had members but no offsets once wedged ``hermesbus up`` for good on
 the embedded broker.
 """

@@ -1,4 +1,4 @@
-"""The attacks of issue #10 item 1 against the running stack, on each real broker.
+"""Forged-source attacks against the running stack, on each real broker.
 
 Anyone who can produce to a topic tried to make the bus act on a ``source`` it merely
 claimed: a forged submission to the dispatcher, a forged verified edge to memory, a

@@ -105,7 +105,7 @@ def test_diagnostics_round_trips_through_avro(value: h.Diagnostics) -> None:
 
 
 def test_seed_envelope_fields_are_there() -> None:
-    """Seed 000 §4.1 names these fields; DESIGN.md adds the tracing and snapshot ones."""
+    """The protocol's message fields, with the tracing and snapshot ones."""
     fields = set(h.Envelope.model_fields)
     assert {
         "message_id",
@@ -133,7 +133,7 @@ def test_seed_envelope_fields_are_there() -> None:
 
 
 def test_the_seed_message_validates() -> None:
-    """The JSON example of seed 000 §4.1, as an app would send it."""
+    """The protocol's JSON example message, as an app would send it."""
     seed = json.loads(
         '{"message_id": "msg_abc123", "timestamp": 1715234567890, "source": "conversation:S2",'
         ' "target": "mcp:dispatcher", "payload": {"task": "validate_expense", "context":'

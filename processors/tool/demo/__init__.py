@@ -1,4 +1,4 @@
-"""The demo tools of the expense walkthrough (seed 000 §6) over DEMO FIXTURES.
+"""The demo tools of the expense-report walkthrough (``README.md`` here) over DEMO FIXTURES.
 
 ``os.environ.update(demo_keys())`` before the tool service starts (the demo specs pass
 only the private key to their workers, the processor verifies with the public one), then ``await

@@ -1,8 +1,8 @@
-"""DEMO FIXTURES: the made-up company of the expense-report walkthrough (seed 000 §6).
+"""DEMO FIXTURES: the made-up company of the expense-report walkthrough (``README.md``).
 
 Every constant here is demo data, deterministic and fictitious; nothing is read from a
 real HR, finance or OCR system. The figures are the ones every processor agrees on
-(``/tmp/issue4`` brief): 张三 of 采购部, budget 125,000 CNY, 3 invoices totalling 8,240.
+and the walkthrough shows: 张三 of 采购部, budget 125,000 CNY, 3 invoices totalling 8,240.
 """
 
 from __future__ import annotations

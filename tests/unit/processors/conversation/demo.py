@@ -1,4 +1,4 @@
-"""The demo's figures (brief / seed 000 §6) and a driver that feeds the handler envelopes.
+"""The expense-report walkthrough's figures and a driver that feeds the handler envelopes.
 
 The driver keeps the session state between envelopes as the runtime would, remembers
 the timers the handler armed, and builds the envelopes the dispatcher and the runtime

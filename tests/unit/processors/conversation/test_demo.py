@@ -1,4 +1,4 @@
-"""The seed's two conversations end to end, with the brief's figures in hand-built answers."""
+"""The walkthrough's two conversations end to end, with its figures in hand-built answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rule parser on every seed sentence, in Chinese and English, and relative dates."""
+"""The rule parser on every walkthrough sentence, in Chinese and English, and relative dates."""
 
 from __future__ import annotations
 

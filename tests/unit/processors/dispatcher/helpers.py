@@ -72,7 +72,7 @@ def call(
     backoff_ms: int = 100,
     **extra: Any,
 ) -> Envelope:
-    """The conversation's call of ``tool`` in ``cycle`` (as issue #4's conversation sends it)."""
+    """The conversation's call of ``tool`` in ``cycle`` (as the conversation sends it)."""
     context = {"cycle": cycle, "tools": tools, **extra.pop("context", {})}
     body = ToolCall(
         tool=tool,

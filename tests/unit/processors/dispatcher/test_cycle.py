@@ -177,7 +177,7 @@ async def test_a_second_answer_only_after_continue() -> None:
 
 
 async def test_slow_ocr_tells_the_user_and_calls_it_normally() -> None:
-    """Seed 000 §6.3: ocr_tool at 1200 ms is slow -> "处理中，约 30 秒" and a normal call."""
+    """The walkthrough's ocr_tool at 1200 ms is slow -> "处理中，约 30 秒" and a normal call."""
     ocr = ToolHealth(tool="ocr_tool", latency_ms=1200.0, success_rate=0.98)
     driver = Driver.with_health(ocr)
     files = {"files": [{"name": "photo-1.jpg", "uri": "demo://expense/photo-1.jpg"}]}

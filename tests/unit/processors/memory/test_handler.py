@@ -64,7 +64,7 @@ async def test_the_same_input_gives_the_same_outcome(session: Session) -> None:
 
 
 async def test_the_expense_walkthrough(session: Session) -> None:
-    """Seed 000 §6 through memory's eyes: S1 org/finance, S2 OCR, S3 trip, S4 submit."""
+    """The walkthrough through memory's eyes: S1 org/finance, S2 OCR, S3 trip, S4 submit."""
     await session.send(envelope(query(), message_id="q-check-budget", when=at(0)))
     org = await session.write(fact_write(ZHANG, "belongs_to", "dept:采购部", when=at(1)))
     await session.write(symbol("user_dept", "采购部"), when=at(1))
@@ -104,7 +104,7 @@ async def test_the_expense_walkthrough(session: Session) -> None:
 
 
 async def test_s5_keeps_the_unfinished_report_in_mid_term(session: Session) -> None:
-    """Seed 000 §2: "等等，住宿费超标了，先不提交" ends sess_789 in S5 with a snapshot."""
+    """Conversation B: "等等，住宿费超标了，先不提交" ends sess_789 in S5 with a snapshot."""
     s5 = ContextSnapshot(state_id="S5", entered_at=at(120), summary="用户暂不提交，已保存进度")
     forwarded = StateSnapshot(snapshot=s5, previous_state="S4", trigger="user_cancelled")
     await session.send(

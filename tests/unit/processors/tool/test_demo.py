@@ -1,4 +1,4 @@
-"""The demo tools reproduce the figures of seed 000 §6, signed with Ed25519 and verified."""
+"""The demo tools reproduce the walkthrough's figures, signed with Ed25519 and verified."""
 
 from __future__ import annotations
 
