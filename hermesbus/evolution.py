@@ -109,7 +109,7 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
             continue
         latest = versions[-1]
         base = latest
-        if latest.load() == current.expanded(name):
+        if _without_docs(latest.load()) == _without_docs(current.expanded(name)):
             base = versions[-2] if len(versions) > 1 else latest
         else:
             unfrozen.append(name)
@@ -127,6 +127,17 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
         tuple(frozen),
         tuple(tampered),
     )
+
+
+def _without_docs(schema: Any) -> Any:
+    """``schema`` without its ``doc`` strings: a doc changes neither the bytes nor how they
+    resolve, so editing one needs no new frozen version (everything else does: defaults,
+    aliases and order resolve data)."""
+    if isinstance(schema, dict):
+        return {key: _without_docs(value) for key, value in schema.items() if key != "doc"}
+    if isinstance(schema, list):
+        return [_without_docs(item) for item in schema]
+    return schema
 
 
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:

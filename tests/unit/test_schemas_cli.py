@@ -65,6 +65,39 @@ def test_a_breaking_edit_fails_and_names_the_field(schemas: Path) -> None:
     assert "BREAK hermes.mcp.Envelope" in output  # the envelope contains UserTurn
 
 
+def test_a_doc_edit_needs_no_new_version_but_a_default_does(schemas: Path) -> None:
+    """Docs change neither the bytes nor their resolution; a default changes resolution."""
+
+    def reword(schema: dict[str, Any]) -> None:
+        schema["doc"] = "Reworded."
+        schema["fields"][0]["doc"] = "Reworded too."
+
+    edit(schemas, ENVELOPE, reword)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 0, output
+    assert "UNFROZEN" not in output
+
+    def new_default(schema: dict[str, Any]) -> None:
+        field = next(f for f in schema["fields"] if "default" in f)
+        field["default"] = _another(field["default"])
+
+    edit(schemas, ENVELOPE, new_default)
+    code, output = run("schemas", "check", "--schemas", str(schemas))
+    assert code == 1
+    assert "UNFROZEN hermes.mcp.Envelope" in output
+
+
+def _another(default: Any) -> Any:
+    """A different default of the same type."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int | float):
+        return default + 1
+    if isinstance(default, str):
+        return default + "x"
+    return None if default is not None else "x"
+
+
 def test_a_compatible_edit_must_be_frozen_then_passes(schemas: Path) -> None:
     edit(schemas, ENVELOPE, add_tenant)
     code, output = run("schemas", "check", "--schemas", str(schemas))
