@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from hermesbus.codec import Codec, Framing, default_codec
 from hermesbus.config import HermesSettings
-from hermesbus.connectors.kafka import KafkaConfig, partition_of, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, kafka_reason, partition_of, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import (
     BrokerError,
@@ -154,7 +154,7 @@ class Client(Service):
             await producer.send_and_wait(topic, value, key=key, headers=list(headers))
         except KafkaError as exc:
             raise BrokerError(
-                f"cannot send {envelope.message_id} to {topic}: {type(exc).__name__}: {exc}"
+                f"cannot send {envelope.message_id} to {topic}: {kafka_reason(exc)}"
             ) from exc
 
     def check(self, envelope: Envelope) -> str:
@@ -250,7 +250,7 @@ class Client(Service):
         except KafkaError as exc:
             raise BrokerError(
                 f"no partitions for topic {topic} (is it created? `hermesbus topics apply`):"
-                f" {type(exc).__name__}: {exc}"
+                f" {kafka_reason(exc)}"
             ) from exc
         return partition_for_key(key, partitions)
 
@@ -307,7 +307,7 @@ class Replies(Service):
             await consumer.position(partition)
         except KafkaError as exc:
             await self.stop()
-            raise BrokerError(f"cannot read {self.topic}: {type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot read {self.topic}: {kafka_reason(exc)}") from exc
 
     async def stop(self) -> None:
         """Close the consumer; iteration ends."""
@@ -325,7 +325,7 @@ class Replies(Service):
         except ConsumerStoppedError as exc:
             raise StopAsyncIteration from exc
         except KafkaError as exc:
-            raise BrokerError(f"cannot read {self.topic}: {type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot read {self.topic}: {kafka_reason(exc)}") from exc
 
     def _decode(self, record: Any) -> Envelope | None:
         """The record's envelope if it is a reply of this session, else None (logged if bad)."""

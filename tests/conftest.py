@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from hermesbus.config import HOME_ENV
 from hermesbus.identity import KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
 from tests.services import (  # the service fixtures and the failure report, for every test
@@ -46,6 +47,13 @@ if not os.environ.get(KEYS_FILE_ENV):
     atexit.register(shutil.rmtree, _KEYS_DIR, ignore_errors=True)
     os.environ[KEYS_FILE_ENV] = str(Path(_KEYS_DIR) / "keys.json")
 TEST_KEYS = Keyring.ensure(IDENTITIES, Path(os.environ[KEYS_FILE_ENV]))
+
+# Nor does a test that sets no HERMES_HOME write to the user's own state folder: the run
+# gets one of its own (tests that need a fresh one set theirs).
+if not os.environ.get(HOME_ENV):
+    _HOME_DIR = tempfile.mkdtemp(prefix="hermesbus-home-")
+    atexit.register(shutil.rmtree, _HOME_DIR, ignore_errors=True)
+    os.environ[HOME_ENV] = _HOME_DIR
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100

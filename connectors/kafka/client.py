@@ -17,7 +17,7 @@ UNREACHABLE_HINT = (
 """What to check when no broker answers, for every message that says so."""
 
 
-def kafka_reason(exc: KafkaError) -> str:
+def kafka_reason(exc: BaseException) -> str:
     """The error's class and text, the class named once (aiokafka's text already holds it)."""
     text, name = str(exc), type(exc).__name__
     return text if text.startswith(name) else f"{name}: {text}"

@@ -33,8 +33,7 @@ from rich.markup import escape
 
 from hermesbus.broker import EmbeddedBroker, find_broker_binary
 from hermesbus.config import HOME_ENV, HermesSettings, default_home, state_home
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.connectors.kafka.client import UNREACHABLE_HINT, kafka_reason
+from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
 from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import HermesError
@@ -299,7 +298,7 @@ def _registry() -> Check:
         answer = httpx.get(f"{config.url}/subjects", auth=auth, timeout=config.timeout_s)
     except httpx.HTTPError as exc:
         fix = "start it, or fix HERMES_SCHEMA_REGISTRY_URL"
-        return Check("schema registry", "FAIL", f"{config.url}: {type(exc).__name__}: {exc}", fix)
+        return Check("schema registry", "FAIL", f"{config.url}: {kafka_reason(exc)}", fix)
     if answer.status_code >= 400:  # noqa: PLR2004
         fix = "check HERMES_SCHEMA_REGISTRY_USERNAME and _PASSWORD"
         return Check("schema registry", "FAIL", f"{config.url}: HTTP {answer.status_code}", fix)

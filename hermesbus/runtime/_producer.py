@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
 from aiokafka.errors import KafkaError
 
-from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, kafka_reason, start_or_close
 from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
@@ -171,9 +171,7 @@ def _retrieved(task: asyncio.Future[object]) -> None:
 
 
 def _broker_error(what: str, exc: Exception) -> BrokerError:
-    return BrokerError(
-        f"{what}: {type(exc).__name__}: {exc}", retriable=not isinstance(exc, _PERMANENT)
-    )
+    return BrokerError(f"{what}: {kafka_reason(exc)}", retriable=not isinstance(exc, _PERMANENT))
 
 
 async def _send(producer: AIOKafkaProducer, r: OutRecord) -> asyncio.Future[object]:

@@ -1,4 +1,4 @@
-"""Issue #11, item 2: ``hermesbus trace`` on a cluster without the catalog's topics.
+"""``hermesbus trace`` on a cluster without the catalog's topics.
 
 It used to end in aiokafka's CancelledError from ``consumer.stop()``, four times out
 of four; now it names the missing topics and exits 1, on a new broker and with a

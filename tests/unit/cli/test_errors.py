@@ -1,4 +1,4 @@
-"""Issue #11: every bad input gets a clear answer, run as a user runs it (a subprocess).
+"""Every bad input gets a clear answer, run as a user runs it (a subprocess).
 
 No test here needs a broker: "broker down" is a loopback port nobody listens on. Each
 asserts the exit code, that the message names the problem, and that no traceback is
