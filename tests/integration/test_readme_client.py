@@ -88,6 +88,7 @@ async def test_the_readme_client_example_runs_and_ends_its_conversation(
 
 
 async def test_a_user_outside_the_demo_company_is_told_why(running: Stack) -> None:
+    """A tool's 4xx (the caller's mistake) reaches the user as what was wrong, not "retry"."""
     outsider = "u_5e884898"
     assert outsider not in DEMO_USERS
     async with Client(bootstrap=running.bootstrap, topic_prefix=running.prefix) as app:
@@ -98,3 +99,25 @@ async def test_a_user_outside_the_demo_company_is_told_why(running: Stack) -> No
         f"org_tool 无法处理该请求（422）：user '{outsider}' is not in the demo directory。"
         "请检查输入。" + SAVED
     )
+
+
+async def test_from_a_shell_the_outsider_reads_the_reason_too(running: Stack) -> None:
+    """The same turn through ``hermesbus say --wait``, as a user tries the bus."""
+    argv = ("say", "sess_outsider_cli", "我要报上个月去深圳的差旅费", "--user", "u_5e884898")
+    options = ("--wait", "--bootstrap", running.bootstrap, "--prefix", running.prefix)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hermesbus.cli",
+        *argv,
+        *options,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(120):
+        out, err = await process.communicate()
+    said = out.decode() + err.decode()
+    assert process.returncode == 0, said
+    assert "is not in the demo directory" in said
+    assert "请检查输入" in said and "稍后重试" not in said
+    assert "Traceback" not in said
