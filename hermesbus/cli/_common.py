@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 
@@ -59,6 +60,33 @@ def problems(exc: ValidationError, hints: Mapping[str, str] | None = None) -> li
     return lines
 
 
+def _variables(title: str, lines: list[str]) -> list[str]:
+    """``lines`` with each field of a settings model named as its variable
+    (``session_timeout_ms: ...`` of RuntimeSettings: ``HERMES_RUNTIME_SESSION_TIMEOUT_MS: ...``)."""
+    model = _settings_models().get(title)
+    if model is None:
+        return lines
+    prefix = str(model.model_config.get("env_prefix", ""))
+    named = []
+    for line in lines:
+        field, _, rest = line.partition(":")
+        top = field.split(".", 1)[0]
+        known = top in model.model_fields
+        named.append(f"{prefix}{top}".upper() + field[len(top) :] + ":" + rest if known else line)
+    return named
+
+
+def _settings_models() -> dict[str, type[BaseSettings]]:
+    """Every settings model by name (they are all imported by the time a command runs)."""
+    found: dict[str, type[BaseSettings]] = {}
+    todo = list(BaseSettings.__subclasses__())
+    while todo:
+        model = todo.pop()
+        found.setdefault(model.__name__, model)
+        todo.extend(model.__subclasses__())
+    return found
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
@@ -77,8 +105,9 @@ def errors() -> Iterator[None]:
         raise fail(str(exc)) from exc
     except ValidationError as exc:
         _trace_if_debugging()
+        said = "; ".join(_variables(exc.title, problems(exc)))
         where = f"{exc.title}, from HERMES_* variables or flags"
-        raise fail(f"invalid setting ({where}): " + "; ".join(problems(exc))) from exc
+        raise fail(f"invalid setting ({where}): {said}") from exc
     except Exception as exc:
         _trace_if_debugging()
         what = f"{type(exc).__name__}: {exc}"

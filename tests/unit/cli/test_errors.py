@@ -36,7 +36,7 @@ def elsewhere(tmp_path: Path) -> Path:
     return folder
 
 
-# -- item 2: no traceback for any expected failure of any command --------------------------
+# -- no traceback for any expected failure of any command --------------------------
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,12 @@ def elsewhere(tmp_path: Path) -> Path:
         (
             ("topics", "apply", "--bootstrap", "127.0.0.1:9"),
             {"HERMES_KAFKA_SECURITY_PROTOCOL": "BOGUS"},
-            (1, "security_protocol: Input should be 'PLAINTEXT'"),
+            (1, "HERMES_KAFKA_SECURITY_PROTOCOL: Input should be 'PLAINTEXT'"),
+        ),
+        (
+            ("up", "--once"),
+            {"HERMES_RUNTIME_SESSION_TIMEOUT_MS": "abc"},
+            (1, "HERMES_RUNTIME_SESSION_TIMEOUT_MS: Input should be a valid integer"),
         ),
         (
             ("keys", "init"),
@@ -88,7 +93,7 @@ def test_hermes_debug_shows_the_traceback(home: Path, elsewhere: Path) -> None:
     assert "Traceback" in loud.err and "cannot write the keyring" in loud.err
 
 
-# -- item 4: a broker that is down, said once, with what to check ------------------------
+# -- a broker that is down, said once, with what to check ------------------------
 
 
 @pytest.mark.parametrize("command", [("topics", "apply"), ("trace", "t1")])
@@ -127,7 +132,7 @@ def test_schemas_check_against_a_folder_is_still_a_check(elsewhere: Path) -> Non
     assert "every schema is BACKWARD compatible" in ran.out
 
 
-# -- item 3: tools register says what is missing and how to pass it ----------------------
+# -- tools register says what is missing and how to pass it ----------------------
 
 
 def test_tools_register_without_arguments_says_how_to_give_a_tool(
@@ -173,7 +178,7 @@ def test_a_spec_file_that_is_not_a_mapping_is_refused_plainly(home: Path, elsewh
     assert f"{spec}: a tool spec is a mapping" in ran.err
 
 
-# -- item 5: where state lives, and reading it creates nothing ---------------------------
+# -- where state lives, and reading it creates nothing ---------------------------
 
 
 @pytest.mark.parametrize(
