@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +30,7 @@ from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
-from hermesbus.topics import Catalog, plan
+from hermesbus.topics import SESSION_KEY, Catalog, ExistingTopic, plan
 
 __all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack"]
 
@@ -222,15 +222,46 @@ def _handlers(
 
 
 async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> list[str]:
-    """Create the catalog's missing topics; ``say`` is told once the broker answered."""
+    """Create the catalog's missing topics; ``say`` is told once the broker answered.
+
+    Topics keyed by session must share one partition count (a session's partition
+    number, with its state and timers, is the same on every topic). Missing ones are
+    created with the count the existing ones have (``topics apply --partitions 24``
+    made them so); existing ones that disagree with each other are refused.
+    """
     catalog = Catalog.load().with_overrides(prefix=prefix)
     async with KafkaAdmin(kafka) as admin:
         if say is not None:
             say(f"broker up: Kafka at {kafka.bootstrap}")
-        topics = plan(catalog, await admin.describe(catalog.names()))
+        existing = await admin.describe(catalog.names())
+        counts = _session_partitions(catalog, existing)
+        if len(counts) > 1:
+            found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
+            raise ConfigError(
+                f"topics keyed by session have different partition counts ({found}): a "
+                "session would be on a different partition of each topic. Recreate the odd "
+                "ones with the same count (partition counts never change in place), or use "
+                "another --prefix; `hermesbus doctor` lists the drift"
+            )
+        if counts:
+            (wanted,) = set(counts.values())
+            catalog = Catalog.load().with_overrides(prefix=prefix, partitions=wanted)
+        topics = plan(catalog, existing)
         for drift in topics.drift:
             log.warning("topic drift: %s", drift)
         return await admin.create(topics.create)
+
+
+def _session_partitions(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> dict[str, int]:
+    """The partition count of each existing session-keyed topic, if they differ; else one."""
+    counts = {
+        spec.name: existing[spec.name].partitions
+        for spec in catalog
+        if spec.key == SESSION_KEY and spec.name in existing
+    }
+    if len(set(counts.values())) <= 1:
+        return dict(list(counts.items())[:1])
+    return counts
 
 
 async def _stop_all(processors: Sequence[Processor]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from dataclasses import asdict
 from typing import Annotated, ClassVar
 
 import typer
@@ -76,14 +77,15 @@ async def _up(
     """
     broker = None if kafka.bootstrap else EmbeddedBroker()
     finished: list[bool] = []  # the demo's outcome, once it has one
-    work = _run(kafka, broker, prefix, settings, finished, run_demo=run_demo, once=once)
+    up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
+    work = _run(kafka, broker, prefix, settings, finished, up, run_demo=run_demo, once=once)
     run = asyncio.create_task(work)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     signalled = asyncio.create_task(stop.wait())
-    watch = asyncio.create_task(_watch(broker, kafka))
+    watch = asyncio.create_task(_watch(broker, kafka, up))
     lost = None
     try:
         await asyncio.wait({run, signalled, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -109,6 +111,7 @@ async def _run(
     prefix: str,
     settings: RuntimeSettings,
     finished: list[bool],
+    up: asyncio.Event,
     *,
     run_demo: bool,
     once: bool,
@@ -128,6 +131,7 @@ async def _run(
             progress.status = status
             running = await exits.enter_async_context(started)
             progress.status = None
+        up.set()
         try:
             if run_demo:
                 finished.append(await _demo.run(running))
@@ -136,13 +140,15 @@ async def _run(
                 await asyncio.Event().wait()
         finally:
             for processor in running.processors:
-                err_console.print(f"{processor.name}: {processor.stats}", soft_wrap=True)
+                counts = ", ".join(f"{k}={v}" for k, v in asdict(processor.stats).items())
+                err_console.print(f"stopped {processor.name}: {counts}", soft_wrap=True)
 
 
-async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig) -> str:
+async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig, up: asyncio.Event) -> str:
     """Why the embedded broker died; a configured one is reported on while it is away."""
     if broker is not None:
         return await broker.died()
+    await up.wait()  # before, a broker that does not answer fails the start itself
     plaintext = kafka.security_protocol == "PLAINTEXT"  # else only TCP: no request before TLS/SASL
     await BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext).run()
 

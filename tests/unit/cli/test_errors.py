@@ -7,6 +7,7 @@ printed (``HERMES_DEBUG=1`` is the one way to get one).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,17 @@ def test_broker_down_names_the_address_and_what_to_check(
     assert "is the broker running, and is the address right?" in ran.err
     assert "HERMES_KAFKA_BOOTSTRAP" in ran.err and "--bootstrap" in ran.err
     assert not home.exists()  # neither command keeps state
+
+
+def test_up_on_a_broker_that_is_down_says_so_once(home: Path, elsewhere: Path) -> None:
+    """The start fails: no "the processors wait for it" report of the broker watch as well."""
+    address = f"127.0.0.1:{free_port()}"
+    env = clean_env(home, HERMES_KEYS_FILE=os.environ["HERMES_KEYS_FILE"])
+    ran = no_traceback(hermesbus("up", "--once", "--bootstrap", address, env=env, cwd=elsewhere))
+    assert ran.code == 1
+    assert f"cannot reach Kafka at {address}" in ran.err
+    assert "unreachable" not in ran.err and "wait" not in ran.err
+    assert ran.err.count("error:") == 1
 
 
 def test_schemas_check_against_an_unknown_revision_is_a_bad_argument(elsewhere: Path) -> None:
