@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +30,7 @@ from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
-from hermesbus.topics import SESSION_KEY, Catalog, ExistingTopic, plan
+from hermesbus.topics import Catalog, plan, session_partitions
 
 __all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack"]
 
@@ -234,7 +234,7 @@ async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> l
         if say is not None:
             say(f"broker up: Kafka at {kafka.bootstrap}")
         existing = await admin.describe(catalog.names())
-        counts = _session_partitions(catalog, existing)
+        counts = session_partitions(catalog, existing)
         if len(counts) > 1:
             found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
             raise ConfigError(
@@ -250,18 +250,6 @@ async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> l
         for drift in topics.drift:
             log.warning("topic drift: %s", drift)
         return await admin.create(topics.create)
-
-
-def _session_partitions(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> dict[str, int]:
-    """The partition count of each existing session-keyed topic, if they differ; else one."""
-    counts = {
-        spec.name: existing[spec.name].partitions
-        for spec in catalog
-        if spec.key == SESSION_KEY and spec.name in existing
-    }
-    if len(set(counts.values())) <= 1:
-        return dict(list(counts.items())[:1])
-    return counts
 
 
 async def _stop_all(processors: Sequence[Processor]) -> None:

@@ -1,7 +1,7 @@
 """The topic catalog (``catalog.yaml``) and the code that provisions it."""
 
 from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
-from .plan import Drift, ExistingTopic, TopicPlan, plan
+from .plan import Drift, ExistingTopic, TopicPlan, plan, session_partitions
 from .routes import (
     ALERTS,
     AUDIT,
@@ -30,5 +30,6 @@ __all__ = [
     "identity_of",
     "parse_retention",
     "plan",
+    "session_partitions",
     "topic_for",
 ]

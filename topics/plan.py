@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .catalog import Catalog, TopicSpec
+from .catalog import SESSION_KEY, Catalog, TopicSpec
 
-__all__ = ["Drift", "ExistingTopic", "TopicPlan", "plan"]
+__all__ = ["Drift", "ExistingTopic", "TopicPlan", "plan", "session_partitions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +79,17 @@ def _drift(spec: TopicSpec, actual: ExistingTopic) -> list[Drift]:
             if value != wanted:
                 found.append(Drift(spec.name, key, wanted, "unset" if value is None else value))
     return found
+
+
+def session_partitions(catalog: Catalog, existing: Mapping[str, ExistingTopic]) -> dict[str, int]:
+    """The partition count of the catalog's existing session-keyed topics: one of them
+    (``{name: count}``) when they all agree, every one when they differ, none when none
+    exists. They must agree: a session's partition number is the same on every topic."""
+    counts = {
+        spec.name: existing[spec.name].partitions
+        for spec in catalog
+        if spec.key == SESSION_KEY and spec.name in existing
+    }
+    if len(set(counts.values())) <= 1:
+        return dict(list(counts.items())[:1])
+    return counts

@@ -40,7 +40,7 @@ from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.tool import ToolService, ToolSettings
-from hermesbus.topics import Catalog, plan
+from hermesbus.topics import Catalog, plan, session_partitions
 
 from ._common import console, errors
 
@@ -254,7 +254,10 @@ async def _transactions(kafka: KafkaConfig) -> Check:
     try:
         await producer.start()
     except KafkaError as exc:
-        said = f"not supported ({type(exc).__name__}): `up --exactly-once` will refuse to start"
+        said = (
+            f"not supported (the broker refused a transactional producer: {kafka_reason(exc)});"
+            " `up --exactly-once` needs a broker with transactions"
+        )
         return Check("transactions", "ok", said)
     finally:
         await producer.stop()
@@ -262,26 +265,34 @@ async def _transactions(kafka: KafkaConfig) -> Check:
 
 
 async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
+    """The catalog's topics on the cluster: session topics must share one partition count
+    (any count: ``topics apply --partitions N``); other drift is a warning, as in ``up``."""
     catalog = Catalog.load().with_overrides(prefix=prefix)
+    names = catalog.names()
     try:
         async with KafkaAdmin(kafka) as admin:
-            topics = plan(catalog, await admin.describe(catalog.names()))
+            existing = await admin.describe(names)
     except HermesError as exc:
         return Check("topics", "FAIL", str(exc), "check the broker's ACLs: Describe on the topics")
-    names = catalog.names()
-    if topics.drift:
-        drift = "; ".join(str(item) for item in topics.drift)
-        fix = "partition counts never change in place: recreate the topic or fix the catalog"
-        return Check("topics", "FAIL", f"drift from topics/catalog.yaml: {drift}", fix)
+    counts = session_partitions(catalog, existing)
+    if len(counts) > 1:
+        found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
+        fix = "recreate the odd ones with one count (partition counts never change in place)"
+        return Check("topics", "FAIL", f"session topics disagree on partitions: {found}", fix)
+    for shared in counts.values():  # one: they agree
+        catalog = Catalog.load().with_overrides(prefix=prefix, partitions=shared)
+    topics = plan(catalog, existing)
     if topics.create:
         missing = ", ".join(spec.name for spec in topics.create)
-        fix = (
-            f"`hermesbus topics apply --bootstrap {kafka.bootstrap}` (or `up`, which creates them)"
-        )
-        return Check(
-            "topics", "warn", f"{len(topics.create)} of {len(names)} missing: {missing}", fix
-        )
-    return Check("topics", "ok", f"all {len(names)} as the catalog says (prefix {prefix!r})")
+        fix = f"`hermesbus topics apply --bootstrap {kafka.bootstrap}` (`up` creates them too)"
+        said = f"{len(topics.create)} of {len(names)} missing: {missing}"
+        return Check("topics", "warn", said, fix)
+    if topics.drift:
+        drift = "; ".join(str(item) for item in topics.drift)
+        fix = "`hermesbus topics apply` reports it; change the topic's configs or the catalog"
+        return Check("topics", "warn", f"drift from topics/catalog.yaml: {drift}", fix)
+    count = catalog.get(prefix + "hermes.conversation.in").partitions
+    return Check("topics", "ok", f"all {len(names)}, session topics with {count} partitions")
 
 
 def _registry() -> Check:

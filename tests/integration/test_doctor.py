@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from hermesbus.broker import free_port
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.topics import Catalog
 
 pytestmark = pytest.mark.kafka
 
@@ -125,4 +127,21 @@ def test_apache_kafka_with_keys_is_ready_and_has_transactions(
     assert applied.returncode == 0, applied.stdout + applied.stderr
     again = _run(*options, env=env, cwd=tmp_path)
     assert _statuses(again.stdout)["topics"] == "ok"
-    assert "all 8 as the catalog says" in again.stdout
+    assert "all 8, session topics with 6 partitions" in again.stdout
+
+
+async def test_session_topics_that_disagree_fail_the_topics_check(
+    embedded_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"doc-odd-{unique}."
+    catalog = Catalog.load().with_overrides(prefix=prefix)
+    async with KafkaAdmin(KafkaConfig(bootstrap=embedded_bootstrap)) as admin:
+        for name, count in (("hermes.conversation.in", 4), ("hermes.dispatcher", 6)):
+            spec = catalog.get(prefix + name).model_copy(update={"partitions": count})
+            await admin.create([spec])
+    env = _env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    options = ("doctor", "--bootstrap", embedded_bootstrap, "--prefix", prefix)
+    result = _run(*options, env=env, cwd=tmp_path)
+    assert result.returncode == 1
+    assert _statuses(result.stdout)["topics"] == "FAIL"
+    assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.stdout
