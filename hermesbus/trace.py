@@ -173,11 +173,18 @@ def spans(hops: Iterable[Hop]) -> list[Span]:
         if hop.envelope.causation_id:
             children.setdefault(hop.envelope.causation_id, []).append(hop)
     result, current = [], "-"
+    seen: set[tuple[str, str]] = set()
     for hop in hops:
         component = _PROCESSORS.get(hop.envelope.target.split(":", 1)[0])
         current = _state_of(hop.envelope, current)
         if component is None:
             continue  # a reply to the user, an audit record or an alert: not handled here
+        handled = (component, hop.envelope.message_id)
+        if handled in seen:  # sent again (or redelivered): the processor skips an applied id
+            at = hop.appended_ms
+            result.append(Span(component, current, _what(hop), at, at, "duplicate"))
+            continue
+        seen.add(handled)
         outputs = children.get(hop.envelope.message_id, [])
         end = max((o.appended_ms for o in outputs), default=hop.appended_ms)
         state = _moved(outputs) if component == "conversation" else None

@@ -29,12 +29,19 @@ def trace_command(
     ] = "",
 ) -> None:
     """Print the trace's spans: component, state, what it handled, a time bar, ms, outcome."""
+    if not trace_id.strip():
+        raise fail("no trace id: pass the trace_id of an envelope (Client.ask's reply has it)", 2)
     with errors():
         kafka = KafkaConfig()
         if bootstrap:
             kafka = kafka.model_copy(update={"bootstrap": bootstrap})
         hops = asyncio.run(collect(kafka, trace_id, session_id=session, prefix=prefix))
     if not hops:
-        raise fail(f"no envelope of trace {trace_id} on the topics")
+        where = f"session {session}'s partitions" if session else "the topics"
+        raise fail(
+            f"no envelope of trace {trace_id!r} on {where} at {kafka.bootstrap}"
+            f" (prefix {prefix!r}): check the id, --session and --prefix, and that the broker"
+            " is the bus's (the embedded broker keeps nothing once `up` stops)"
+        )
     for line in waterfall(spans(hops)):
         console.print(escape(line), soft_wrap=True)

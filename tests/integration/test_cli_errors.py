@@ -63,5 +63,6 @@ def test_trace_on_provisioned_topics_reads_them(broker: str, tmp_path: Path, uni
     assert applied.code == 0, applied.output
     code, out, err = _trace(broker, tmp_path, "--prefix", prefix)
     assert code == 1, out + err
-    assert "no envelope of trace trace_1 on the topics" in err
+    assert f"no envelope of trace 'trace_1' on the topics at {broker} (prefix '{prefix}')" in err
+    assert "check the id, --session and --prefix" in err
     assert "missing" not in err

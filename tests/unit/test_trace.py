@@ -76,6 +76,17 @@ def test_each_handled_envelope_is_a_span_until_its_last_output() -> None:
     assert found[4].outcome == "answered"  # its output is the cycle's one answer
 
 
+def test_an_envelope_sent_again_is_a_duplicate_not_a_negative_span() -> None:
+    """The same turn sent twice: the processor skipped the second copy (an applied id)."""
+    hops = _cycle()
+    again = replace(hops[0], offset=99, appended_ms=5000)  # after every output of the first
+    found = spans([*hops, again])
+    assert all(s.duration_ms >= 0 for s in found)
+    first, second = (s for s in found if s.what == "UserTurn check_budget")
+    assert (first.duration_ms, first.outcome) == (10, "ok")
+    assert (second.start_ms, second.duration_ms, second.outcome) == (5000, 0, "duplicate")
+
+
 def _outcome_of(component: str, hops: list[Hop]) -> str:
     (span,) = [s for s in spans(hops) if s.component == component and "ToolCall" in s.what]
     return span.outcome

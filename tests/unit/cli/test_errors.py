@@ -45,6 +45,7 @@ def elsewhere(tmp_path: Path) -> Path:
     [
         (("topics", "apply"), {}, (1, "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP")),
         (("trace", "t1"), {}, (1, "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP")),
+        (("trace", " "), {}, (2, "no trace id: pass the trace_id of an envelope")),
         (("topics", "list", "--catalog", "missing.yaml"), {}, (1, "cannot read the catalog")),
         (("topics", "apply", "--partitions", "0"), {}, (2, "Invalid value for '--partitions'")),
         (("broker", "--port", "0"), {}, (2, "Invalid value for '--port'")),
