@@ -22,7 +22,10 @@ def default_home() -> Path:
 
 
 def _absolute(home: Path) -> Path:
-    return home.expanduser().absolute()
+    home = home.expanduser().absolute()
+    if home.exists() and not home.is_dir():
+        raise ValueError(f"{home} is a file, not a folder: point {HOME_ENV} at a folder")
+    return home
 
 
 StateHome = Annotated[Path, AfterValidator(_absolute)]

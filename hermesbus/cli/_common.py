@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from hermesbus.errors import HermesError
 
-__all__ = ["console", "debug", "err_console", "errors", "fail", "problems"]
+__all__ = ["console", "debug", "err_console", "errors", "fail", "problems", "variables"]
 
 _WIDTH = None if sys.stdout.isatty() else 160  # pipes and CI logs get whole table rows
 console = Console(highlight=False, width=_WIDTH)
@@ -60,7 +60,7 @@ def problems(exc: ValidationError, hints: Mapping[str, str] | None = None) -> li
     return lines
 
 
-def _variables(title: str, lines: list[str]) -> list[str]:
+def variables(title: str, lines: list[str]) -> list[str]:
     """``lines`` with each field of a settings model named as its variable
     (``session_timeout_ms: ...`` of RuntimeSettings: ``HERMES_RUNTIME_SESSION_TIMEOUT_MS: ...``)."""
     model = _settings_models().get(title)
@@ -94,8 +94,9 @@ def _short(value: Any) -> str:
 
 @contextmanager
 def errors() -> Iterator[None]:
-    """Print a HermesError, an invalid setting or any other failure as one line and exit 1,
-    instead of a traceback; with ``HERMES_DEBUG=1`` the traceback is shown as well."""
+    """Print a HermesError, an invalid setting or any other failure as one line, instead of
+    a traceback, and exit 1 (2 for an invalid setting: a bad argument given by a variable);
+    with ``HERMES_DEBUG=1`` the traceback is shown as well."""
     try:
         yield
     except _TYPER:
@@ -105,9 +106,9 @@ def errors() -> Iterator[None]:
         raise fail(str(exc)) from exc
     except ValidationError as exc:
         _trace_if_debugging()
-        said = "; ".join(_variables(exc.title, problems(exc)))
+        said = "; ".join(variables(exc.title, problems(exc)))
         where = f"{exc.title}, from HERMES_* variables or flags"
-        raise fail(f"invalid setting ({where}): {said}") from exc
+        raise fail(f"invalid setting ({where}): {said}", 2) from exc
     except Exception as exc:
         _trace_if_debugging()
         what = f"{type(exc).__name__}: {exc}"

@@ -29,6 +29,7 @@ import typer
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import ApiVersionRequest
+from pydantic import ValidationError
 from rich.markup import escape
 
 from hermesbus.broker import EmbeddedBroker, find_broker_binary
@@ -42,7 +43,7 @@ from hermesbus.processors import protocol
 from hermesbus.processors.tool import ToolService, ToolSettings
 from hermesbus.topics import Catalog, plan, session_partitions
 
-from ._common import console, errors
+from ._common import console, errors, problems, variables
 
 __all__ = ["Check", "doctor_command"]
 
@@ -98,20 +99,32 @@ def doctor_command(
 
 async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
     embedded = not kafka.bootstrap
-    checks = [_python(), _state(), _keys(embedded=embedded)]
+    checks = [_python()]
+    checks += await _bounded("state", lambda: _now(_state()))
+    checks += await _bounded("signing keys", lambda: _now(_keys(embedded=embedded)))
     checks += await _bounded("broker", lambda: _broker(kafka, prefix))
-    checks.append(await asyncio.to_thread(_registry))
+    checks += await _bounded("schema registry", lambda: _now(_registry()))
     checks += await _bounded("tools", _tools)
     return checks
 
 
+async def _now(check: Check) -> list[Check]:
+    return [check]
+
+
 async def _bounded(name: str, check: Callable[[], Awaitable[list[Check]]]) -> list[Check]:
-    """``check()``, or one FAIL line if it takes longer than CHECK_TIMEOUT_S."""
+    """``check()``; one FAIL line if it takes longer than CHECK_TIMEOUT_S, or if its
+    settings or a backend fail it (the other checks still run)."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_S):
             return await check()
     except TimeoutError:
         return [Check(name, "FAIL", f"no answer within {CHECK_TIMEOUT_S:g} s")]
+    except ValidationError as exc:
+        said = "; ".join(variables(exc.title, problems(exc)))
+        return [Check(name, "FAIL", f"invalid setting: {said}", "set the variable it names right")]
+    except HermesError as exc:
+        return [Check(name, "FAIL", str(exc))]
 
 
 def _python() -> Check:

@@ -145,3 +145,17 @@ async def test_session_topics_that_disagree_fail_the_topics_check(
     assert result.returncode == 1
     assert _statuses(result.stdout)["topics"] == "FAIL"
     assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.stdout
+
+
+def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
+    broker_binary: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "afile"
+    home.write_text("")
+    result = _run("doctor", env=_env(home), cwd=tmp_path)
+    assert result.returncode == 1
+    statuses = _statuses(result.stdout)
+    assert statuses["state"] == "FAIL"
+    assert f"HERMES_HOME: {home} is a file, not a folder" in result.stdout
+    assert statuses["python"] == statuses["broker"] == "ok"  # checked all the same
+    assert "Traceback" not in result.stdout + result.stderr

@@ -37,6 +37,10 @@ def elsewhere(tmp_path: Path) -> Path:
     return folder
 
 
+A_FILE = str(Path(__file__).resolve())
+"""A HERMES_HOME that is a file, not a folder."""
+
+
 # -- no traceback for any expected failure of any command --------------------------
 
 
@@ -58,13 +62,15 @@ def elsewhere(tmp_path: Path) -> Path:
         (
             ("topics", "apply", "--bootstrap", "127.0.0.1:9"),
             {"HERMES_KAFKA_SECURITY_PROTOCOL": "BOGUS"},
-            (1, "HERMES_KAFKA_SECURITY_PROTOCOL: Input should be 'PLAINTEXT'"),
+            (2, "HERMES_KAFKA_SECURITY_PROTOCOL: Input should be 'PLAINTEXT'"),
         ),
         (
             ("up", "--once"),
             {"HERMES_RUNTIME_SESSION_TIMEOUT_MS": "abc"},
-            (1, "HERMES_RUNTIME_SESSION_TIMEOUT_MS: Input should be a valid integer"),
+            (2, "HERMES_RUNTIME_SESSION_TIMEOUT_MS: Input should be a valid integer"),
         ),
+        (("up", "--once"), {"HERMES_HOME": A_FILE}, (2, f"HERMES_HOME: {A_FILE} is a file")),
+        (("tools", "list"), {"HERMES_HOME": A_FILE}, (2, "is a file, not a folder")),
         (
             ("keys", "init"),
             {"HERMES_KEYS_FILE": "/proc/no-such-folder/keys.json"},
