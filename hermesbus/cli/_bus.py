@@ -1,17 +1,33 @@
-"""What ``say`` and ``send`` share: the broker to talk to, and a client started on it."""
+"""What ``say`` and ``send`` share: the broker to talk to, the key to sign with, the topics
+to write to checked on the broker, and a client started on it."""
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from pydantic import ValidationError
 
 from hermesbus.client import Client
-from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.errors import BrokerError
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.errors import BrokerError, ConfigError
+from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, Keyring
+from hermesbus.processors.protocol import IDENTITIES
 
-__all__ = ["CLIENT_NAME", "connect", "kafka_config", "one_line"]
+__all__ = [
+    "BAD_ARGUMENT",
+    "CLIENT_NAME",
+    "connect",
+    "kafka_config",
+    "missing_topics",
+    "one_line",
+    "signing_keys",
+    "unknown_identity",
+]
 
 CLIENT_NAME = "cli"
 """The app instance the shell speaks as: its envelopes come from ``app:cli``."""
+BAD_ARGUMENT = 2
+"""Exit code of ``say`` and ``send`` for a bad argument or input: nothing was sent."""
 _ERRORS_SHOWN = 4
 """A validation's errors named one by one; past these, only counted."""
 
@@ -29,16 +45,70 @@ def kafka_config(bootstrap: str | None) -> KafkaConfig:
     return kafka
 
 
-async def connect(client: Client) -> None:
-    """Start ``client``; a broker that cannot be reached is one plain BrokerError."""
-    try:
-        await client.start()
-    except BrokerError as exc:
-        cause = exc.__cause__ if exc.__cause__ is not None else exc
-        raise BrokerError(
-            f"no Kafka broker reachable at {client.config.bootstrap}: is the bus running? "
-            f"`hermesbus up` starts one and prints its address ({cause})"
-        ) from exc
+def unknown_identity(identity: str) -> str | None:
+    """Why ``identity`` is no identity of the bus, or None if it is one."""
+    if identity in IDENTITIES:
+        return None
+    return f"unknown identity {identity!r}: the bus's identities are {', '.join(IDENTITIES)}"
+
+
+def signing_keys(identity: str) -> Keyring:
+    """The keyring, which holds a key for ``identity``; else ConfigError saying which key.
+
+    Any new key signs, but only the one the bus holds is accepted: a key made for the
+    occasion (``hermesbus keys init`` in another HERMES_HOME) gets the records refused.
+    """
+    keys = Keyring.load()
+    if keys.has(identity):
+        return keys
+    variable = ENV_PREFIX + identity.upper().replace("-", "_")
+    raise ConfigError(
+        f"no signing key for identity {identity!r} in {keys.source}; it must be the key the "
+        "bus verifies with, or the bus refuses what is sent. For a bus `hermesbus up` started "
+        "on the embedded broker, use the same HERMES_HOME (its keys.json; `up` prints it as "
+        f"`signing keys: PATH`) or set {KEYS_FILE_ENV} to that file; for another cluster, the "
+        f"keyring file its processes share (or {variable}). `hermesbus keys init` makes new "
+        "keys: only for a new cluster whose processes will all share that file"
+    )
+
+
+async def missing_topics(kafka: KafkaConfig, topics: Collection[str]) -> list[str]:
+    """Those of ``topics`` the cluster lacks, asked of the admin client.
+
+    Its metadata request lists the cluster's topics, so it never makes the broker create
+    one (a producer's or consumer's request for a missing topic may, with the wrong
+    partition count).
+    """
+    async with KafkaAdmin(kafka) as admin:
+        existing = await admin.describe(sorted(topics))
+    return sorted(set(topics) - set(existing))
+
+
+async def connect(client: Client, topics: Collection[str]) -> None:
+    """Start ``client`` once every one of ``topics`` exists; else BrokerError naming them.
+
+    A broker that cannot be reached is one BrokerError saying what to check.
+    """
+    missing = await missing_topics(client.config, topics)
+    if missing:
+        raise BrokerError(_missing(missing, client.config.bootstrap, client.topic_prefix))
+    await client.start()
+
+
+def _missing(missing: list[str], bootstrap: str | None, prefix: str) -> str:
+    """Which topics are missing, that nothing was sent, and the two usual causes."""
+    flag = f" --prefix {prefix}" if prefix else ""
+    return (
+        f"{_topics(missing)} on {bootstrap} (prefix {prefix!r}); nothing was sent. "
+        "Another prefix? pass the bus's --prefix (or HERMES_TOPIC_PREFIX); a new broker? "
+        f"`hermesbus topics apply --bootstrap {bootstrap}{flag}` creates the topics"
+    )
+
+
+def _topics(names: list[str]) -> str:
+    if len(names) == 1:
+        return f"topic {names[0]} does not exist"
+    return f"topics {', '.join(names)} do not exist"
 
 
 def one_line(exc: ValidationError) -> str:

@@ -13,8 +13,10 @@ from hermesbus.client import Client, Replies
 from hermesbus.demo import DEMO_USER, reply_text
 from hermesbus.envelope import Envelope
 from hermesbus.errors import EncodeError
+from hermesbus.identity import APP
+from hermesbus.topics import CONVERSATION_OUT, DLQ
 
-from ._bus import CLIENT_NAME, connect, kafka_config, one_line
+from ._bus import BAD_ARGUMENT, CLIENT_NAME, connect, kafka_config, one_line, signing_keys
 from ._common import console, err_console, errors, fail
 
 __all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
@@ -55,40 +57,56 @@ def say_command(
     """Send TEXT as a user turn of SESSION from app:cli; print its message id, or its replies.
 
     With --wait (or --timeout), each reply of the turn is printed as it arrives, notices
-    too, until the conversation's answer; exit code 3 if none came in time. Exit code 1:
-    nothing was sent (no broker, no key, a bad argument).
+    too, until the conversation's answer; exit code 3 if none came in time. Exit code 2:
+    a bad argument (empty text or session), nothing sent; 1: nothing was sent (no broker,
+    no key, no such topic).
     """
+    if not text.strip():
+        raise fail(
+            "nothing to say: TEXT is empty or blank; give the words of the user's turn",
+            BAD_ARGUMENT,
+        )
     seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
     with errors():
         kafka = kafka_config(bootstrap)
-        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix)
-        turn = _turn(client, session, user, text)
+        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix, keys=signing_keys(APP))
+    turn = _turn(client, session, user, text)
+    with errors():
         answered = asyncio.run(_say(client, turn, seconds))
     if seconds is None:
         typer.echo(turn.message_id)
     elif not answered:
-        trace = f"hermesbus trace {turn.trace_id} --session {session}"
-        trace += f" --prefix {prefix}" if prefix else ""
-        raise fail(
-            f"no answer to the turn within {seconds:g} s: are the processors running? "
-            f"`{trace}` shows how far it got",
-            NO_ANSWER,
-        )
+        raise fail(_no_answer(turn, seconds, prefix), NO_ANSWER)
 
 
 def _turn(client: Client, session: str, user: str, text: str) -> Envelope:
-    """The user turn to send; a bad session, user or text is one line naming the field."""
+    """The user turn to send; a bad session, user or text is one line naming the field (exit 2)."""
     try:
         return client.turn(session, user, text)
     except EncodeError as exc:
-        if isinstance(exc.__cause__, ValidationError):
-            raise EncodeError(f"invalid turn: {one_line(exc.__cause__)}") from exc
-        raise
+        cause = exc.__cause__
+        said = one_line(cause) if isinstance(cause, ValidationError) else str(exc)
+        raise fail(f"invalid turn: {said}", BAD_ARGUMENT) from exc
+
+
+def _no_answer(turn: Envelope, seconds: float, prefix: str) -> str:
+    """The two usual causes of a silent bus, and how to tell them apart."""
+    trace = f"hermesbus trace {turn.trace_id} --session {turn.session_id}"
+    trace += f" --prefix {prefix}" if prefix else ""
+    return (
+        f"no answer to the turn within {seconds:g} s (trace {turn.trace_id}): are the "
+        "processors running? Or the bus refused the turn: signed with a key it does not know "
+        f"(not its keyring), it went to {prefix}{DLQ} as identity.unknown_key and the bus's "
+        f"log says so. `{trace}` shows how far it got"
+    )
 
 
 async def _say(client: Client, turn: Envelope, seconds: float | None) -> bool:
     """Send ``turn``; with ``seconds``, print its replies and say whether the answer came."""
-    await connect(client)
+    topics = [client.check(turn)]
+    if seconds is not None:
+        topics.append(client.topic_prefix + CONVERSATION_OUT)  # where the replies come from
+    await connect(client, topics)
     try:
         if seconds is None:
             await client.send(turn)

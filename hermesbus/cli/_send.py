@@ -24,13 +24,21 @@ from hermesbus.envelope import Envelope
 from hermesbus.errors import HermesError
 from hermesbus.identity import APP
 
-from ._bus import CLIENT_NAME, connect, kafka_config, one_line
+from ._bus import (
+    BAD_ARGUMENT,
+    CLIENT_NAME,
+    connect,
+    kafka_config,
+    one_line,
+    signing_keys,
+    unknown_identity,
+)
 from ._common import err_console, errors, fail
 
 __all__ = ["BAD_INPUT", "Line", "Problem", "check_lines", "parse_lines", "send_command"]
 
-BAD_INPUT = 2
-"""Exit code of ``send`` when a line is bad: nothing was sent."""
+BAD_INPUT = BAD_ARGUMENT
+"""Exit code of ``send`` when a line or ``--identity`` is bad: nothing was sent."""
 _SHOWN = 20
 """Bad lines named one by one; past these, only counted."""
 
@@ -111,12 +119,16 @@ def send_command(
 
     Every line is checked before any is sent; a bad one (not an envelope, a target no
     topic serves, a source this identity may not speak for) is named by its line number,
-    nothing is sent, and the exit code is 2. Ids of sent envelopes go to stdout, the count
-    to stderr.
+    nothing is sent, and the exit code is 2 (an unknown --identity too). Ids of sent
+    envelopes go to stdout, the count to stderr.
     """
+    unknown = unknown_identity(identity)
+    if unknown:
+        raise fail(unknown, BAD_INPUT)
     with errors():
         kafka = kafka_config(bootstrap)
-        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix, identity=identity)
+        keys = signing_keys(identity)
+        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix, identity=identity, keys=keys)
         lines = _read(file)
         good, bad = parse_lines(lines)
         bad += check_lines(client, good)
@@ -156,7 +168,7 @@ def _report(bad: list[Problem], total: int) -> None:
 
 async def _send(client: Client, lines: list[Line]) -> None:
     """Send in input order, each acknowledged before the next; print each id once it is."""
-    await connect(client)
+    await connect(client, {client.check(line.envelope) for line in lines})
     try:
         for done, line in enumerate(lines):
             try:

@@ -24,9 +24,11 @@ from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.demo import DEMO_USER
-from hermesbus.identity import SIGNATURE, Keyring, Verifier
+from hermesbus.headers import DLQ_ERROR_MESSAGE
+from hermesbus.identity import KEYS_FILE_ENV, SIGNATURE, Keyring, Verifier
+from hermesbus.processors.protocol import IDENTITIES
 from hermesbus.stack import Stack, stack
-from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ, Catalog
 from processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT
 from tests.builders import reply_to
 
@@ -43,9 +45,12 @@ class Ran:
     err: str
 
 
-async def hermesbus(*args: str, stdin: str | None = None, timeout: float = 120) -> Ran:
-    """``python -m hermesbus.cli ARGS`` without blocking the loop the stack runs in."""
-    env = {k: v for k, v in os.environ.items() if k not in _OURS}
+async def hermesbus(
+    *args: str, stdin: str | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> Ran:
+    """``python -m hermesbus.cli ARGS`` without blocking the loop the stack runs in; ``env``
+    over this process's environment."""
+    env = {k: v for k, v in os.environ.items() if k not in _OURS} | (env or {})
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -101,6 +106,13 @@ async def records(bootstrap: str, topic: str, count: int) -> list[Any]:
         return found
     finally:
         await consumer.stop()
+
+
+async def exists(bootstrap: str, *topics: str) -> list[str]:
+    """Those of ``topics`` on the cluster, as its full topic list has them."""
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        listed = set(await admin.client.list_topics())
+    return [topic for topic in topics if topic in listed]
 
 
 async def ends(bootstrap: str, topic: str) -> list[int]:
@@ -177,9 +189,73 @@ async def test_say_wait_without_processors_exits_3_naming_the_trace(
     )  # fmt: skip
     assert ran.code == NO_ANSWER
     assert ran.out == ""
-    assert "error: no answer to the turn within 1 s: are the processors running?" in ran.err
-    assert f"--session s-alone --prefix {prefix}" in ran.err
+    trace_id = ran.err.split("trace ", 1)[1].split(")", 1)[0]  # from the "sent ..." line
+    assert f"error: no answer to the turn within 1 s (trace {trace_id}): are the processors" in (
+        ran.err
+    )
+    assert f"it went to {prefix}{DLQ} as identity.unknown_key" in ran.err
+    assert f"`hermesbus trace {trace_id} --session s-alone --prefix {prefix}`" in ran.err
     assert "Traceback" not in ran.err
+
+
+@pytest.mark.slow
+async def test_say_signed_with_a_new_keyring_is_refused_and_the_timeout_says_so(
+    running: Stack, unique: str, tmp_path: Path
+) -> None:
+    """What `hermesbus keys init` in another HERMES_HOME leads to: the bus does not know the
+    key, dead-letters the turn, and say's timeout names that cause and the trace."""
+    other = tmp_path / "other-keys.json"
+    Keyring.ensure(IDENTITIES, other)
+    ran = await hermesbus(
+        "say", f"sess-{unique}", "hello", "--timeout", "5", "--bootstrap", running.bootstrap,
+        "--prefix", running.prefix, env={KEYS_FILE_ENV: str(other)},
+    )  # fmt: skip
+    assert ran.code == NO_ANSWER, ran.err
+    trace_id = ran.err.split("trace ", 1)[1].split(")", 1)[0]
+    assert f"(trace {trace_id}): are the processors running? Or the bus refused" in ran.err
+    assert f"it does not know (not its keyring), it went to {running.prefix}{DLQ}" in ran.err
+    assert "Traceback" not in ran.err
+    (letter,) = await records(running.bootstrap, running.prefix + DLQ, 1)
+    assert decode(letter.value).trace_id == trace_id
+    assert dict(letter.headers)[DLQ_ERROR_MESSAGE].startswith(b"identity.unknown_key")
+
+
+async def test_say_to_a_prefix_without_topics_sends_nothing_and_creates_nothing(
+    embedded_bootstrap: str, unique: str
+) -> None:
+    """The broker would auto-create the topic, with its default partition count."""
+    wrong = f"nope-{unique}."
+    topic = wrong + CONVERSATION_IN
+    ran = await hermesbus(
+        "say", "sess_p", "hi", "--bootstrap", embedded_bootstrap, "--prefix", wrong
+    )
+    assert ran.code == 1
+    assert ran.out == ""
+    assert f"error: topic {topic} does not exist on {embedded_bootstrap} (prefix {wrong!r})" in (
+        ran.err
+    )
+    assert "nothing was sent" in ran.err
+    assert "pass the bus's --prefix (or HERMES_TOPIC_PREFIX)" in ran.err
+    assert f"`hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix {wrong}`" in ran.err
+    assert "sent " not in ran.err
+    assert "Traceback" not in ran.err
+    assert await exists(embedded_bootstrap, topic) == []
+
+
+async def test_say_wait_needs_the_replies_topic_too(embedded_bootstrap: str, unique: str) -> None:
+    """Only the ingress topic exists: the turn is not sent, for no reply could be read."""
+    half = f"half-{unique}."
+    catalog = Catalog.load().with_overrides(prefix=half)
+    async with KafkaAdmin(KafkaConfig(bootstrap=embedded_bootstrap)) as admin:
+        await admin.create([catalog.get(half + CONVERSATION_IN)])
+    ran = await hermesbus(
+        "say", "s-half", "hi", "--wait", "--bootstrap", embedded_bootstrap, "--prefix", half
+    )
+    assert ran.code == 1
+    assert f"error: topic {half}{CONVERSATION_OUT} does not exist" in ran.err
+    assert "Traceback" not in ran.err
+    assert await ends(embedded_bootstrap, half + CONVERSATION_IN) == [0] * PARTITIONS
+    assert await exists(embedded_bootstrap, half + CONVERSATION_OUT) == []
 
 
 # -- send -----------------------------------------------------------------------------------
@@ -194,7 +270,7 @@ async def test_send_puts_each_line_on_its_topic_signed_and_keyed_by_session(
     ran = await hermesbus("send", str(path), "--bootstrap", embedded_bootstrap, "--prefix", prefix)
     assert ran.code == 0, ran.err
     assert ran.out == f"{turn.message_id}\n"
-    assert "sent 1 envelope" in ran.err
+    assert "sent 1 envelope\n" in ran.err
     (record,) = await records(embedded_bootstrap, prefix + CONVERSATION_IN, 1)
     assert record.key == b"s-send"
     assert record.partition == partition_for_key(b"s-send", range(PARTITIONS))
@@ -233,3 +309,22 @@ async def test_send_with_a_bad_line_exits_2_naming_it_and_sends_nothing(
     assert "Traceback" not in ran.err
     assert ran.out == ""
     assert await ends(embedded_bootstrap, prefix + CONVERSATION_IN) == [0] * PARTITIONS
+
+
+async def test_send_to_a_prefix_without_topics_sends_nothing_and_creates_nothing(
+    embedded_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    wrong = f"nope-{unique}."
+    answer = reply_to(app_client(embedded_bootstrap, wrong).turn("s-w", DEMO_USER, "hi"), "好的")
+    ran = await hermesbus(
+        "send", "--identity", "conversation", "--bootstrap", embedded_bootstrap,
+        "--prefix", wrong, stdin=answer.model_dump_json() + "\n",
+    )  # fmt: skip
+    assert ran.code == 1
+    assert ran.out == ""
+    assert f"error: topic {wrong}{CONVERSATION_OUT} does not exist on {embedded_bootstrap}" in (
+        ran.err
+    )
+    assert f"hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix {wrong}" in ran.err
+    assert "Traceback" not in ran.err
+    assert await exists(embedded_bootstrap, wrong + CONVERSATION_OUT) == []

@@ -1,5 +1,6 @@
 """``hermesbus say`` and ``send`` without a broker: every line of send's input checked, a bad
-one named and nothing sent; no key, no bootstrap or no broker is one plain line.
+one named and nothing sent; no key, no bootstrap, no broker, an unknown identity or no text
+is one plain line.
 
 tests/integration/test_say_send.py talks to a running stack and reads the records back.
 """
@@ -19,11 +20,25 @@ from hermesbus.broker import free_port
 from hermesbus.cli import app
 from hermesbus.cli._send import BAD_INPUT, Line, check_lines, parse_lines
 from hermesbus.client import Client
+from hermesbus.connectors.kafka import UNREACHABLE_HINT
 from hermesbus.demo import DEMO_START
 from hermesbus.identity import APP, KEYS_FILE_ENV
+from hermesbus.processors.protocol import IDENTITIES
 from tests.builders import reply_to
 
 runner = CliRunner()
+
+
+def hermesbus(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``python -m hermesbus.cli ARGS``, as a shell runs it, in this process's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "hermesbus.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _client(identity: str = APP) -> Client:
@@ -126,21 +141,15 @@ def test_a_missing_file_is_one_line() -> None:
 
 @pytest.mark.parametrize("command", ["send", "say"])
 def test_no_broker_is_said_plainly_without_a_traceback(command: str, tmp_path: Path) -> None:
+    """The same words as every other command that finds no broker."""
     port = free_port()
     path = tmp_path / "turn.jsonl"
     path.write_text(_turn().model_dump_json() + "\n", encoding="utf-8")
     args = [str(path)] if command == "send" else ["s-1", "hello"]
-    result = subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", command, *args, "--bootstrap", f"127.0.0.1:{port}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = hermesbus(command, *args, "--bootstrap", f"127.0.0.1:{port}")
     assert result.returncode == 1
-    assert f"error: no Kafka broker reachable at 127.0.0.1:{port}: is the bus running?" in (
-        result.stderr
-    )
+    assert f"error: cannot reach Kafka at 127.0.0.1:{port}: KafkaConnectionError" in result.stderr
+    assert result.stderr.rstrip().endswith(UNREACHABLE_HINT)
     assert "Traceback" not in result.stderr
     assert result.stdout == ""  # no message id: nothing was sent
 
@@ -149,20 +158,55 @@ def test_no_broker_is_said_plainly_without_a_traceback(command: str, tmp_path: P
 def test_without_a_key_or_a_bootstrap_nothing_is_sent_and_the_fix_is_named(
     command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The key must be the bus's: its HERMES_HOME or keyring file, not a new one."""
     line = _turn().model_dump_json()  # made while the test keyring is there
     monkeypatch.setenv(KEYS_FILE_ENV, str(tmp_path / "absent.json"))
     monkeypatch.delenv("HERMES_KEY_APP", raising=False)
-    keyless = runner.invoke(app, [*command, "--bootstrap", "127.0.0.1:1"], input=line)
-    assert keyless.exit_code == 1
-    assert "no signing key for identity 'app'" in keyless.output
-    assert "hermesbus keys init" in keyless.output
+    keyless = hermesbus(*command, "--bootstrap", "127.0.0.1:1", stdin=line)
+    assert keyless.returncode == 1
+    said = keyless.stderr
+    assert f"no signing key for identity 'app' in {tmp_path / 'absent.json'} (absent)" in said
+    assert "it must be the key the bus verifies with" in said
+    assert "use the same HERMES_HOME (its keys.json" in said
+    assert f"or set {KEYS_FILE_ENV} to that file" in said
+    assert "`hermesbus keys init` makes new keys: only for a new cluster" in said
+    assert "cannot reach Kafka" not in said  # refused before any connection
+    assert "Traceback" not in said
+    assert keyless.stdout == ""
     monkeypatch.delenv("HERMES_KAFKA_BOOTSTRAP", raising=False)
     nowhere = runner.invoke(app, command, input=line)
     assert nowhere.exit_code == 1
     assert "no Kafka broker given: pass --bootstrap HOST:PORT" in nowhere.output
 
 
-def test_a_bad_turn_names_the_field() -> None:
-    result = runner.invoke(app, ["say", "", "hello", "--bootstrap", "127.0.0.1:1"])
-    assert result.exit_code == 1
-    assert "invalid turn: session_id: String should have at least 1 character" in result.output
+def test_a_bad_turn_names_the_field_and_exits_2() -> None:
+    result = hermesbus("say", "", "hello", "--bootstrap", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2
+    assert (
+        "error: invalid turn: session_id: String should have at least 1 character" in result.stderr
+    )
+    assert "cannot reach Kafka" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["", "   ", " \n\t "])
+def test_say_refuses_an_empty_turn_before_connecting(text: str) -> None:
+    result = hermesbus("say", "s-1", text, "--bootstrap", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: nothing to say: TEXT is empty or blank")
+    assert "cannot reach Kafka" not in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_send_refuses_an_unknown_identity_naming_the_known_ones() -> None:
+    line = _turn().model_dump_json()
+    result = hermesbus(
+        "send", "--identity", "bogus", "--bootstrap", f"127.0.0.1:{free_port()}", stdin=line
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown identity 'bogus': the bus's identities are ")
+    assert ", ".join(IDENTITIES) in result.stderr
+    assert "no signing key" not in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
