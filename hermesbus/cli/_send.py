@@ -35,10 +35,23 @@ from ._bus import (
 )
 from ._common import err_console, errors, fail
 
-__all__ = ["BAD_INPUT", "Line", "Problem", "check_lines", "parse_lines", "send_command"]
+__all__ = [
+    "BAD_INPUT",
+    "RESEND_NOTE",
+    "Line",
+    "Problem",
+    "check_lines",
+    "parse_lines",
+    "send_command",
+]
 
 BAD_INPUT = BAD_ARGUMENT
 """Exit code of ``send`` when a line or ``--identity`` is bad: nothing was sent."""
+RESEND_NOTE = (
+    "note: a processor skips an envelope whose message_id it already applied in that "
+    "session, so sending the same lines again does nothing; give them new message ids"
+)
+"""Said on every send: the broker takes a re-sent file, the processors ignore it."""
 _SHOWN = 20
 """Bad lines named one by one; past these, only counted."""
 
@@ -138,6 +151,8 @@ def send_command(
     with errors():
         asyncio.run(_send(client, good))
     err_console.print(f"sent {len(good)} envelope{'' if len(good) == 1 else 's'}", soft_wrap=True)
+    if good:
+        err_console.print(RESEND_NOTE, soft_wrap=True)
 
 
 def _read(file: str) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from hermesbus.cli._say import NO_ANSWER
-from hermesbus.cli._send import BAD_INPUT
+from hermesbus.cli._send import BAD_INPUT, RESEND_NOTE
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
@@ -328,3 +328,23 @@ async def test_send_to_a_prefix_without_topics_sends_nothing_and_creates_nothing
     assert f"hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix {wrong}" in ran.err
     assert "Traceback" not in ran.err
     assert await exists(embedded_bootstrap, wrong + CONVERSATION_OUT) == []
+
+
+async def test_sending_a_file_twice_says_the_processors_skip_the_second(
+    embedded_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """The broker takes both copies; the note says the second will do nothing."""
+    turn = app_client(embedded_bootstrap, prefix).turn("s-twice", DEMO_USER, "hello")
+    path = tmp_path / "turns.jsonl"
+    path.write_text(turn.model_dump_json() + "\n", encoding="utf-8")
+    first = await hermesbus(
+        "send", str(path), "--bootstrap", embedded_bootstrap, "--prefix", prefix
+    )
+    again = await hermesbus(
+        "send", str(path), "--bootstrap", embedded_bootstrap, "--prefix", prefix
+    )
+    for ran in (first, again):
+        assert ran.code == 0, ran.err
+        assert ran.err.splitlines()[-2:] == ["sent 1 envelope", RESEND_NOTE]
+    copies = await records(embedded_bootstrap, prefix + CONVERSATION_IN, 2)
+    assert [decode(record.value).message_id for record in copies] == [turn.message_id] * 2
