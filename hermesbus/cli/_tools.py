@@ -58,6 +58,10 @@ def _load(path: Path) -> Any:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
 
 
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+"""What a YAML document that is not a mapping is, in words."""
+
+
 def _document(spec_file: Path | None) -> dict[str, Any]:
     """The spec file's mapping ({} without a file); anything but a mapping is refused."""
     if spec_file is None:
@@ -66,7 +70,7 @@ def _document(spec_file: Path | None) -> dict[str, Any]:
     if document is None:
         return {}
     if not isinstance(document, dict):
-        kind = type(document).__name__
+        kind = _KINDS.get(type(document), type(document).__name__)
         raise ConfigError(f"{spec_file}: a tool spec is a mapping (name:, kind:, ...), not {kind}")
     return dict(document)
 

@@ -194,7 +194,7 @@ def test_a_spec_file_that_is_not_a_mapping_is_refused_plainly(home: Path, elsewh
     ran = no_traceback(hermesbus("tools", "register", str(spec), env=clean_env(home),
                                  cwd=elsewhere))  # fmt: skip
     assert ran.code == 1
-    assert f"{spec}: a tool spec is a mapping" in ran.err
+    assert f"{spec}: a tool spec is a mapping (name:, kind:, ...), not a list" in ran.err
 
 
 # -- where state lives, and reading it creates nothing ---------------------------
