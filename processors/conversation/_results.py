@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 
 _TOOL_SUMMARY_CHARS: Final = 60
 _CALLER_ERRORS: Final = range(400, 500)
-"""HTTP's client-error class: the request was wrong, another try fails the same way."""
+"""HTTP's client-error class: the request was wrong, another try fails the same way..."""
+_TRANSIENT: Final = frozenset({408, 425, 429})
+"""... except a timeout, too early and too many requests: later, the same request may pass."""
 _LATER: Final = "请稍后重试或联系管理员"
 
 
@@ -128,7 +130,7 @@ def _fail_result(step: Step, failed: ToolResult | None, missing: Sequence[str]) 
         _fail(step, component, "missing", "no result", text)
         return
     component, code = protocol.tool_at(failed.tool), failed.status_code
-    if _CALLER_ERRORS.start <= code < _CALLER_ERRORS.stop:
+    if _CALLER_ERRORS.start <= code < _CALLER_ERRORS.stop and code not in _TRANSIENT:
         text = texts.rejected_text(failed.tool, code, failed.error)
     else:
         text = texts.error_text(component, str(code), _LATER)

@@ -185,14 +185,23 @@ def error_text(component: str, code: str, advice: str) -> str:
 
 
 _CHECK_INPUT: Final = "请检查输入"
-_REJECTED_ADVICE: Final = MappingProxyType({403: "请联系管理员", 404: "请联系管理员"})
-"""A tool refused to run (403) or is not registered (404): nothing the user typed is wrong."""
+_ADMIN: Final = "请联系管理员"
+_REJECTED_ADVICE: Final = MappingProxyType(
+    {401: _ADMIN, 403: _ADMIN, 404: _ADMIN, 407: _ADMIN, 409: _ADMIN}
+)
+"""Access refused (401, 403, 407), a tool not registered (404), a reused idempotency key
+(409): nothing the user typed is wrong."""
+REASON_SHOWN: Final = frozenset({400, 404, 422})
+"""The 4xx whose tool text is the request's fault and says which part: bad or unprocessable
+arguments, something not found. Any other 4xx text (an access refusal naming credentials or
+the module allow-list, an upstream body) stays in the logs and the session's problems."""
 
 
 def rejected_text(tool: str, code: int, error: str | None) -> str:
-    """A caller's mistake (a 4xx of ``tool``): what the tool said was wrong, and what to do
-    about it (never "retry later": the same request fails the same way)."""
-    reason = tool_reason(error)
+    """A caller's mistake (a 4xx of ``tool``): what was wrong where the tool's text may be
+    shown (REASON_SHOWN), and what to do about it (never "retry later": the same request
+    fails the same way; transient 4xx, 408 and 429, are not rejections)."""
+    reason = tool_reason(error) if code in REASON_SHOWN else ""
     why = f"：{reason}" if reason else ""
     return f"{tool} 无法处理该请求（{code}）{why}。{_REJECTED_ADVICE.get(code, _CHECK_INPUT)}。"
 

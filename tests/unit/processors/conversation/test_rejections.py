@@ -92,11 +92,28 @@ async def test_an_unsafe_4xx_error_is_not_shown_and_the_reply_is_still_a_4xx_rep
 
 
 @pytest.mark.parametrize(
-    ("code", "advice"),
-    [(400, "请检查输入"), (403, "请联系管理员"), (404, "请联系管理员"), (409, "请检查输入")],
+    ("code", "advice"), [(400, "请检查输入"), (404, "请联系管理员"), (422, "请检查输入")]
 )
-def test_each_4xx_says_what_to_do(code: int, advice: str) -> None:
+def test_a_4xx_of_the_request_says_what_was_wrong_and_what_to_do(code: int, advice: str) -> None:
     assert rejected_text("x_tool", code, "Refused: no").endswith(f"（{code}）：no。{advice}。")
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [(401, "请联系管理员"), (403, "请联系管理员"), (409, "请联系管理员"), (413, "请检查输入")],
+)
+def test_any_other_4xx_text_is_never_shown(code: int, advice: str) -> None:
+    """An access refusal may name a credential or the module allow-list: logs only."""
+    leak = "Unauthorized: invalid api key sk-live-12345abcdef"
+    assert rejected_text("x_tool", code, leak) == f"x_tool 无法处理该请求（{code}）。{advice}。"
+
+
+@pytest.mark.parametrize("code", [408, 429])
+async def test_a_transient_4xx_says_retry_later(code: int) -> None:
+    _, text = await _s1_answer(code, "Too Many Requests: slow down")
+    later = f"tool:org_tool 暂时无法完成请求（{code}）。建议：请稍后重试或联系管理员。"
+    assert text.startswith(later)
+    assert "slow down" not in text
 
 
 @pytest.mark.parametrize(
