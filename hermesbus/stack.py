@@ -115,7 +115,7 @@ async def stack(
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.keys = keys.source
         running.broker = broker
-        running.created = await _provision(kafka, prefix, None if embedded else say)
+        running.created = await _provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
@@ -221,8 +221,11 @@ def _handlers(
     ]
 
 
-async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> list[str]:
-    """Create the catalog's missing topics; ``say`` is told once the broker answered.
+async def _provision(
+    kafka: KafkaConfig, prefix: str, say: Progress, *, announce: bool
+) -> list[str]:
+    """Create the catalog's missing topics; ``say`` is told when the broker answered
+    (``announce``) and when the missing ones follow the existing ones' partition count.
 
     Topics keyed by session must share one partition count (a session's partition
     number, with its state and timers, is the same on every topic). Missing ones are
@@ -231,7 +234,7 @@ async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> l
     """
     catalog = Catalog.load().with_overrides(prefix=prefix)
     async with KafkaAdmin(kafka) as admin:
-        if say is not None:
+        if announce:  # a configured broker is up once it answered
             say(f"broker up: Kafka at {kafka.bootstrap}")
         existing = await admin.describe(catalog.names())
         counts = session_partitions(catalog, existing)
@@ -243,9 +246,14 @@ async def _provision(kafka: KafkaConfig, prefix: str, say: Progress | None) -> l
                 "ones with the same count (partition counts never change in place), or use "
                 "another --prefix; `hermesbus doctor` lists the drift"
             )
-        if counts:
-            (wanted,) = set(counts.values())
+        for name, wanted in counts.items():  # one: they agree
             catalog = Catalog.load().with_overrides(prefix=prefix, partitions=wanted)
+            default = Catalog.load().get(name.removeprefix(prefix)).partitions
+            if wanted != default and any(spec.name not in existing for spec in catalog):
+                say(
+                    f"topics: the existing session topics have {wanted} partitions ({name}; "
+                    f"the catalog says {default}): the missing ones get {wanted} too"
+                )
         topics = plan(catalog, existing)
         for drift in topics.drift:
             log.warning("topic drift: %s", drift)

@@ -21,7 +21,6 @@ __all__ = ["KafkaAdmin"]
 
 log = logging.getLogger(__name__)
 
-_UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
 
 
@@ -62,8 +61,8 @@ class KafkaAdmin(Service):
         configs = await self._configs(wanted)
         result = {}
         for topic in described:
-            if topic["error_code"] == _UNKNOWN_TOPIC:
-                continue
+            if topic["error_code"] != 0:  # unknown, or not described now (no leader yet):
+                continue  # treated as missing; creating one that exists is not an error
             partitions = topic["partitions"]
             replicas = max((len(p["replicas"]) for p in partitions), default=0)
             result[topic["topic"]] = ExistingTopic(

@@ -56,6 +56,8 @@ async def test_missing_topics_take_the_count_of_the_existing_ones(
     result = _up(broker, prefix, tmp_path / "home")
     assert result.returncode == 0, result.stderr
     assert "topics ready: 7 created" in result.stderr  # 7 session topics and alerts, less one
+    adopted = f"the existing session topics have 4 partitions ({prefix}hermes.conversation.in;"
+    assert adopted in result.stderr and "the missing ones get 4 too" in result.stderr
     counts = await _counts(broker, prefix)
     assert len(counts) == 7
     assert set(counts.values()) == {4}
