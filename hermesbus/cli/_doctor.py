@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import typer
@@ -40,6 +41,7 @@ from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
+from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService, ToolSettings
 from hermesbus.topics import Catalog, plan, session_partitions
 
@@ -49,8 +51,10 @@ __all__ = ["Check", "doctor_command"]
 
 Status = Literal["ok", "warn", "FAIL"]
 MIN_PYTHON = (3, 11)
-CHECK_TIMEOUT_S = 15.0
+CHECK_TIMEOUT_S = 30.0
 """The longest any one check may take (a broker that does not answer, a slow registry)."""
+TRANSACTIONS_TIMEOUT_S = 8.0
+"""The longest the transactions probe may take: a warning after it, not a broker failure."""
 _APIS = {0: "Produce", 1: "Fetch", 11: "JoinGroup", 22: "InitProducerId", 26: "EndTxn"}
 
 
@@ -103,13 +107,18 @@ async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
     checks += await _bounded("state", lambda: _now(_state()))
     checks += await _bounded("signing keys", lambda: _now(_keys(embedded=embedded)))
     checks += await _bounded("broker", lambda: _broker(kafka, prefix))
-    checks += await _bounded("schema registry", lambda: _now(_registry()))
+    checks += await _bounded("schema registry", lambda: _now_in_thread(_registry))
     checks += await _bounded("tools", _tools)
     return checks
 
 
 async def _now(check: Check) -> list[Check]:
     return [check]
+
+
+async def _now_in_thread(check: Callable[[], Check]) -> list[Check]:
+    """A blocking check, off the event loop, so the bound of ``_bounded`` holds."""
+    return [await asyncio.to_thread(check)]
 
 
 async def _bounded(name: str, check: Callable[[], Awaitable[list[Check]]]) -> list[Check]:
@@ -194,10 +203,10 @@ async def _embedded() -> list[Check]:
         async with EmbeddedBroker(home=folder, binary=binary) as broker:
             started = time.monotonic() - began
             speaks = await _speaks(broker.bootstrap)
-    except HermesError as exc:
-        return [Check("broker", "FAIL", f"the embedded broker ({binary}): {exc}", _LOGS)]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    except HermesError as exc:  # its folder is kept: the log says why
+        logs = f"its log is kept in {folder / 'broker'}"
+        return [Check("broker", "FAIL", f"the embedded broker ({binary}): {exc}", logs)]
+    shutil.rmtree(folder, ignore_errors=True)
     return [
         Check(
             "broker",
@@ -214,9 +223,6 @@ async def _embedded() -> list[Check]:
             "topics", "ok", "kept in the embedded broker's memory: `up` creates all at each start"
         ),
     ]
-
-
-_LOGS = "see the broker's log under $HERMES_HOME/broker/, or run `hermesbus broker`"
 
 
 def _tansu_version(binary: str) -> str:
@@ -265,7 +271,15 @@ async def _transactions(kafka: KafkaConfig) -> Check:
         transactional_id=f"hermesbus-doctor-{uuid.uuid4().hex[:12]}",
     )
     try:
-        await producer.start()
+        async with asyncio.timeout(TRANSACTIONS_TIMEOUT_S):
+            await producer.start()
+    except TimeoutError:
+        said = (
+            f"no answer to InitProducerId within {TRANSACTIONS_TIMEOUT_S:g} s (a new cluster "
+            "creating __transaction_state, or its replication factor above the broker count)"
+        )
+        fix = "transaction.state.log.replication.factor <= brokers; `up --exactly-once` waits"
+        return Check("transactions", "warn", said, fix)
     except KafkaError as exc:
         said = (
             f"not supported (the broker refused a transactional producer: {kafka_reason(exc)});"
@@ -297,7 +311,11 @@ async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
     topics = plan(catalog, existing)
     if topics.create:
         missing = ", ".join(spec.name for spec in topics.create)
-        fix = f"`hermesbus topics apply --bootstrap {kafka.bootstrap}` (`up` creates them too)"
+        options = f" --prefix {prefix}" if prefix else ""
+        if counts:
+            options += f" --partitions {next(iter(counts.values()))}"  # as the existing ones
+        command = f"hermesbus topics apply --bootstrap {kafka.bootstrap}{options}"
+        fix = f"`{command}` (`up` creates them too)"
         said = f"{len(topics.create)} of {len(names)} missing: {missing}"
         return Check("topics", "warn", said, fix)
     if topics.drift:
@@ -317,38 +335,64 @@ def _registry() -> Check:
             "not configured (HERMES_SCHEMA_REGISTRY_URL unset): envelopes use single-object "
             "framing, which needs none",
         )
+    url = _without_userinfo(config.url)
     auth = (config.username, config.password or "") if config.username else None
     try:
         answer = httpx.get(f"{config.url}/subjects", auth=auth, timeout=config.timeout_s)
+        subjects = answer.json() if answer.status_code < 400 else None  # noqa: PLR2004
     except httpx.HTTPError as exc:
         fix = "start it, or fix HERMES_SCHEMA_REGISTRY_URL"
-        return Check("schema registry", "FAIL", f"{config.url}: {kafka_reason(exc)}", fix)
-    if answer.status_code >= 400:  # noqa: PLR2004
-        fix = "check HERMES_SCHEMA_REGISTRY_USERNAME and _PASSWORD"
-        return Check("schema registry", "FAIL", f"{config.url}: HTTP {answer.status_code}", fix)
-    subjects = answer.json()
+        return Check("schema registry", "FAIL", f"{url}: {kafka_reason(exc)}", fix)
+    except ValueError:
+        fix = "HERMES_SCHEMA_REGISTRY_URL must be the registry's API root"
+        return Check("schema registry", "FAIL", f"{url}/subjects did not answer JSON", fix)
+    if subjects is None:
+        fix = "check HERMES_SCHEMA_REGISTRY_USERNAME and _PASSWORD, and the URL"
+        return Check("schema registry", "FAIL", f"{url}: HTTP {answer.status_code}", fix)
     count = len(subjects) if isinstance(subjects, list) else 0
-    return Check("schema registry", "ok", f"{config.url} answers ({count} subjects)")
+    return Check("schema registry", "ok", f"{url} answers ({count} subjects)")
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part: messages never carry a secret."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def _tools() -> list[Check]:
+    """Each registered tool probed now, judged by its own limits; nothing is saved, so a
+    running bus goes on reading its own probes."""
     settings = ToolSettings()
     if not settings.tools_path.exists():  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
     async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
-        probes = await tools.probe_all()
-        if not probes:
-            return [Check("tools", "ok", f"none registered in {settings.tools_path}")]
-        checks = []
-        for name, probe in sorted(probes.items()):
-            health = await tools.health(name)
-            if probe.error or health is None or not health.healthy:
-                said = f"unhealthy: {probe.error or 'over its latency or success limits'}"
-                fix = f"`hermesbus tools health`; its fallback answers meanwhile ({name})"
-                checks.append(Check(f"tool {name}", "warn", said, fix))
-                continue
-            slow = "; slow: users get a notice" if health.slow else ""
-            said = f"healthy: {health.latency_ms:.0f} ms, {health.success_rate:.0%} success{slow}"
-            checks.append(Check(f"tool {name}", "ok", said))
-        return checks
+        specs = {spec.name: spec for spec in await tools.store.list_specs()}
+        probes = await tools.probe_all(save=False)
+    if not probes:
+        return [Check("tools", "ok", f"none registered in {settings.tools_path}")]
+    checks = []
+    for name, probe in sorted(probes.items()):
+        spec = specs[name]
+        health = ToolHealth(
+            tool=name,
+            latency_ms=probe.latency_ms,
+            success_rate=probe.success_rate,
+            quota_remaining=probe.quota_remaining,
+            slow_after_ms=spec.slow_after_ms,
+            unhealthy_after_ms=spec.unhealthy_after_ms,
+            min_success_rate=spec.min_success_rate,
+        )
+        if probe.error or not health.healthy:
+            said = f"unhealthy: {probe.error or 'over its latency or success limits'}"
+            fix = f"`hermesbus tools health`; its fallback answers meanwhile ({name})"
+            checks.append(Check(f"tool {name}", "warn", said, fix))
+            continue
+        slow = "; slow: users get a notice" if health.slow else ""
+        said = f"healthy: {health.latency_ms:.0f} ms, {health.success_rate:.0%} success{slow}"
+        checks.append(Check(f"tool {name}", "ok", said))
+    return checks

@@ -343,13 +343,14 @@ class ToolService(Service):
 
     # -- probes -------------------------------------------------------------------------
 
-    async def probe_all(self) -> dict[str, Probe]:
-        """Run every registered tool's probe and store the answers (start, then ~every 10 s)."""
+    async def probe_all(self, *, save: bool = True) -> dict[str, Probe]:
+        """Run every registered tool's probe and store the answers (start, then ~every 10 s);
+        ``save=False`` only returns them (a check must not change what a running bus reads)."""
         specs = await self.store.list_specs()
-        probes = await asyncio.gather(*(self.probe(spec) for spec in specs))
+        probes = await asyncio.gather(*(self.probe(spec, save=save) for spec in specs))
         return {spec.name: probe for spec, probe in zip(specs, probes, strict=True)}
 
-    async def probe(self, spec: ToolSpec) -> Probe:
+    async def probe(self, spec: ToolSpec, *, save: bool = True) -> Probe:
         if refused := self.registry.runnable_problems(spec):
             execution = Execution(FORBIDDEN, error=refusal(spec, refused))
         else:
@@ -357,7 +358,8 @@ class ToolService(Service):
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:
             log.warning("tool %s: probe failed: %s", spec.name, probe.error)
-        await self.store.save_probe(spec.name, probe)
+        if save:
+            await self.store.save_probe(spec.name, probe)
         return probe
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -110,6 +113,8 @@ def test_a_configured_broker_without_keys_fails_on_the_keys(
     assert statuses["broker"] == "ok"
     assert statuses["topics"] == "warn"  # up creates missing topics: not a failure
     assert f"8 of 8 missing: doc-{unique}.hermes.conversation.in" in result.stdout
+    fix = f"`hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix doc-{unique}.`"
+    assert fix in result.stdout  # the command creates the topics doctor looked for
 
 
 def test_apache_kafka_with_keys_is_ready_and_has_transactions(
@@ -159,3 +164,58 @@ def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
     assert f"HERMES_HOME: {home} is a file, not a folder" in result.stdout
     assert statuses["python"] == statuses["broker"] == "ok"  # checked all the same
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def _probe_rows(home: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(home / "tools.sqlite3") as db:
+        return list(db.execute("SELECT * FROM probes ORDER BY tool"))
+
+
+def test_probing_the_tools_changes_nothing_a_running_bus_reads(
+    broker_binary: str, tmp_path: Path
+) -> None:
+    """doctor probes each tool live but keeps the answers to itself."""
+    home = tmp_path / "home"
+    env = _env(home)
+    up = _run("up", "--demo", "--once", env=env, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    before = _probe_rows(home)
+    assert len(before) == 5
+    result = _run("doctor", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert "tool ocr_tool" in result.stdout
+    assert _probe_rows(home) == before
+
+
+class _HtmlPage(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<html>login</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_a_registry_address_that_is_not_a_registry_fails_plainly(
+    broker_binary: str, tmp_path: Path
+) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _HtmlPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        url = f"http://user:s3cret@127.0.0.1:{port}"
+        result = _run("doctor", env=_env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url),
+                      cwd=tmp_path)  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 1
+    assert _statuses(result.stdout)["schema registry"] == "FAIL"
+    assert f"http://127.0.0.1:{port}/subjects did not answer JSON" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr
+    assert _statuses(result.stdout)["tools"] == "ok"  # the report went on
