@@ -16,7 +16,11 @@ from typing import Any, ClassVar
 from hermesbus.errors import StoreError
 from hermesbus.lifecycle import Service
 
-__all__ = ["SqliteFile"]
+__all__ = ["BUSY_TIMEOUT_MS", "SqliteFile"]
+
+BUSY_TIMEOUT_MS = 1_500
+"""How long a write waits for another process's lock by default. The wait blocks the event
+loop, heartbeats included, so it stays under the embedded broker's 2 s session timeout."""
 
 
 class SqliteFile(Service):
@@ -26,7 +30,7 @@ class SqliteFile(Service):
     what: ClassVar[str] = "store"
     """How errors name the store, e.g. ``state store``."""
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5_000) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = Path(path)
         self._timeout_s = busy_timeout_ms / 1000
         self._db: sqlite3.Connection | None = None

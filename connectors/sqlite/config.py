@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.config import StateHome, default_home
 
+from ._file import BUSY_TIMEOUT_MS
+
 __all__ = ["SqliteConfig"]
 
 
@@ -18,9 +20,10 @@ class SqliteConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMES_", frozen=True, extra="ignore")
 
     home: StateHome = Field(default_factory=default_home)
-    busy_timeout_ms: int = 5_000
-    """How long a write waits for another process's lock; it blocks the event loop, so it
-    stays well under the consumer session timeout (10 s)."""
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    """How long a write waits for another process's lock. It blocks the event loop, heart
+    beats included, so it stays under the shortest consumer session timeout (2 s on the
+    embedded broker); a longer lock is a store failure, retried without committing."""
 
     @property
     def path(self) -> Path:

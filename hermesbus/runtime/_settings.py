@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["EMBEDDED_GROUP_TIMINGS", "RuntimeSettings"]
@@ -51,9 +51,26 @@ class RuntimeSettings(BaseSettings):
         2 s. The broker and the processors share one machine there, so a short session
         costs nothing in false evictions.
         """
-        given = self.model_fields_set
-        update = {key: value for key, value in EMBEDDED_GROUP_TIMINGS.items() if key not in given}
-        return self.model_copy(update=update)
+        given = self.model_fields_set & set(EMBEDDED_GROUP_TIMINGS)
+        if given == set(EMBEDDED_GROUP_TIMINGS):
+            return self
+        if not given:
+            update = dict(EMBEDDED_GROUP_TIMINGS)
+        elif "session_timeout_ms" in given:  # a heartbeat that fits the session given
+            update = {"heartbeat_interval_ms": max(1, self.session_timeout_ms // 4)}
+        else:  # a session that fits the heartbeat given
+            update = {"session_timeout_ms": max(2_000, self.heartbeat_interval_ms * 4)}
+        return type(self).model_validate({**self.model_dump(), **update})
+
+    @model_validator(mode="after")
+    def _heartbeats_fit(self) -> RuntimeSettings:
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most a third"
+                f" of session_timeout_ms ({self.session_timeout_ms}): a member that misses a"
+                " few heartbeats would lose its partitions"
+            )
+        return self
 
 
 EMBEDDED_GROUP_TIMINGS = {"session_timeout_ms": 2_000, "heartbeat_interval_ms": 500}

@@ -49,7 +49,9 @@ class MemorySettings(BaseSettings):
     this is refused (``memory.future_verification``): no fact is verified in the future."""
     multi_valued: frozenset[str] = frozenset({"related_to", "responsible_for", "member_of"})
     """Relations a subject may hold to several objects; every other one is single-valued."""
-    busy_timeout_ms: Annotated[int, Field(ge=0)] = 5_000
+    busy_timeout_ms: Annotated[int, Field(ge=0)] = 1_500
+    """How long a write waits for another process's lock (it blocks the event loop: under
+    the embedded broker's 2 s session timeout, see SqliteConfig.busy_timeout_ms)."""
 
     @model_validator(mode="after")
     def _history_holds_a_habit(self) -> MemorySettings:
