@@ -119,7 +119,9 @@ async def stack(
         say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
-        # the first probes start the tools' workers while the groups join (tansu: >= 1 s)
+        # the first probes start the tools' workers while the groups join (tansu: >= 1 s);
+        # until they land, a dispatcher asking for a tool's health waits (no stale probe)
+        tools.probed.clear()
         probed = asyncio.create_task(_first_probes(tools, say))
         exits.push_async_callback(_cancelled, probed)
         intent = conversation.build_ports()
@@ -276,15 +278,24 @@ async def _probe(tools: tool.ToolService) -> None:
 
 
 async def _first_probes(tools: tool.ToolService, say: Progress) -> None:
-    await _probe(tools)
+    try:
+        await _probe(tools)
+    finally:
+        tools.probed.set()
     names = [spec.name for spec in await tools.store.list_specs()]
     say(f"tools ready: {', '.join(names) or 'none registered'}")
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it; its own failure is logged, not raised over the
+    error the stack may be unwinding for."""
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("the tools' first probes failed")
 
 
 async def _probing(tools: tool.ToolService) -> None:

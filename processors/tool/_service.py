@@ -97,6 +97,10 @@ class ToolService(Service):
         self._executors: dict[tuple[str, str], tuple[ToolSpec, Executor]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._started = False
+        self.probed = asyncio.Event()
+        """Set while the stored probes are this run's: ``health`` waits for it (a start
+        clears it until its first probes land, so no call is routed by an old probe)."""
+        self.probed.set()
 
     async def start(self) -> None:
         if self._started:
@@ -129,7 +133,9 @@ class ToolService(Service):
         return admitted
 
     async def health(self, tool: str) -> ToolHealth | None:
-        """:class:`~hermesbus.processors.protocol.HealthView` of the registered tools."""
+        """:class:`~hermesbus.processors.protocol.HealthView` of the registered tools (once
+        ``probed``)."""
+        await self.probed.wait()
         return await self.health_view.health(tool)
 
     def worker_pid(self, tool: str) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from hermesbus.processors.tool import RegistryHealth, ToolService
@@ -62,3 +63,24 @@ async def test_an_unprobed_tool_uses_its_observed_latency(tools: ToolService) ->
     assert health is not None
     assert health.checked_at_ms == 0 and health.success_rate == 1.0
     assert 0 < health.latency_ms < 1000
+
+
+async def test_probes_kept_to_themselves_change_no_stored_health(tools: ToolService) -> None:
+    """probe_all(save=False), as doctor runs it: a running bus reads what it stored."""
+    await tools.register(python_spec("dead", "echo", health=f"{SAMPLES}:broken_probe"))
+    probes = await tools.probe_all(save=False)
+    assert "probe down" in probes["dead"].error
+    assert await tools.store.get_probe("dead") is None
+
+
+async def test_health_waits_until_the_first_probes_of_a_start_landed(tools: ToolService) -> None:
+    """A start clears ``probed``: no call is routed by the previous run's probe meanwhile."""
+    await tools.register(python_spec("dead", "echo", health=f"{SAMPLES}:broken_probe"))
+    tools.probed.clear()
+    asked = asyncio.create_task(tools.health("dead"))
+    await asyncio.sleep(0.05)
+    assert not asked.done()
+    await tools.probe_all()
+    tools.probed.set()
+    health = await asyncio.wait_for(asked, 5)
+    assert health is not None and not health.healthy  # this run's probe, not none at all
