@@ -29,7 +29,7 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
     wait "$EMBEDDED_PID" 2>/dev/null || true
   fi
   ((status == 0)) || keep=(--keep-logs)
-  bash deploy/local/kafka.sh stop "${keep[@]}" >/dev/null 2>&1 || true
+  bash deploy/local/kafka.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true # bash 3.2: set -u
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
   if ((status == 0)); then
     rm -rf "$RUN_DIR"
@@ -87,7 +87,8 @@ for _ in $(seq 1 300); do # 30 s; the broker itself gives up after 15 s
 done
 missing="their tests skip"
 ci=${CI:-}
-[[ ${ci,,} =~ ^(1|true|yes)$ ]] && missing="their tests fail (CI=true)"
+ci=$(printf %s "$ci" | tr '[:upper:]' '[:lower:]') # not ${ci,,}: macOS has bash 3.2
+[[ $ci =~ ^(1|true|yes)$ ]] && missing="their tests fail (CI=true)"
 if [[ -n $line ]]; then
   export HERMES_TEST_EMBEDDED_BOOTSTRAP=${line#KAFKA_BOOTSTRAP=}
   export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/hermes/broker/tansu-${line##*:}.log" # hermesbus broker's
