@@ -14,7 +14,7 @@ from typing import Any
 
 from hermesbus.compat import Compatibility, Level, can_read, compare, named_types
 from hermesbus.errors import ConfigError, SchemaError
-from hermesbus.history import History, Version
+from hermesbus.history import History, Version, same_data
 from hermesbus.schemaset import SchemaSet
 
 __all__ = ["CheckReport", "Previous", "check", "previous_from", "unreadable"]
@@ -109,7 +109,7 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
             continue
         latest = versions[-1]
         base = latest
-        if _without_docs(latest.load()) == _without_docs(current.expanded(name)):
+        if same_data(latest.load(), current.expanded(name)):
             base = versions[-2] if len(versions) > 1 else latest
         else:
             unfrozen.append(name)
@@ -127,17 +127,6 @@ def _from_history(current: SchemaSet, history: History) -> Previous:
         tuple(frozen),
         tuple(tampered),
     )
-
-
-def _without_docs(schema: Any) -> Any:
-    """``schema`` without its ``doc`` strings: a doc changes neither the bytes nor how they
-    resolve, so editing one needs no new frozen version (everything else does: defaults,
-    aliases and order resolve data)."""
-    if isinstance(schema, dict):
-        return {key: _without_docs(value) for key, value in schema.items() if key != "doc"}
-    if isinstance(schema, list):
-        return [_without_docs(item) for item in schema]
-    return schema
 
 
 def _from_git(schemas_dir: Path, revision: str) -> SchemaSet:

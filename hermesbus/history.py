@@ -21,7 +21,7 @@ from typing import Any
 from hermesbus.errors import SchemaError
 from hermesbus.schemaset import SchemaSet
 
-__all__ = ["History", "Version"]
+__all__ = ["History", "Version", "same_data"]
 
 _VERSION_FILE = re.compile(r"^v(\d+)\.avsc$")
 
@@ -70,10 +70,11 @@ class History:
         return versions[-1] if versions else None
 
     def freeze(self, schemas: SchemaSet, name: str) -> Version | None:
-        """Record the current ``name`` as a new version unless it equals the latest."""
+        """Record the current ``name`` as a new version unless it reads and writes data as
+        the latest does (a changed ``doc`` alone is not a new version)."""
         current = schemas.expanded(name)
         latest = self.latest(name)
-        if latest is not None and latest.load() == current:
+        if latest is not None and same_data(latest.load(), current):
             return None
         number = latest.number + 1 if latest else 1
         path = self.folder / name / f"v{number}.avsc"
@@ -116,3 +117,26 @@ class History:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_SCHEMAS_IN = ("type", "items", "values", "fields")
+"""The keys of an Avro schema (or field) whose values are schemas (or fields) again."""
+
+
+def same_data(one: Any, other: Any) -> bool:
+    """True when two schemas differ at most in their ``doc`` strings: a doc changes neither
+    the bytes nor how they resolve, so it needs no new frozen version. Everything else
+    does: names, aliases, order, symbols and defaults (a default is data, compared whole)."""
+    return bool(_without_docs(one) == _without_docs(other))
+
+
+def _without_docs(schema: Any) -> Any:
+    if isinstance(schema, list):  # a union, or a record's fields
+        return [_without_docs(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _without_docs(value) if key in _SCHEMAS_IN else value
+        for key, value in schema.items()
+        if key != "doc"
+    }

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermesbus.cli import app
-from hermesbus.history import History
+from hermesbus.history import History, same_data
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
 
 FROZEN = len(History(SCHEMAS_DIR / "history").versions(ENVELOPE))
@@ -85,6 +85,23 @@ def test_a_doc_edit_needs_no_new_version_but_a_default_does(schemas: Path) -> No
     code, output = run("schemas", "check", "--schemas", str(schemas))
     assert code == 1
     assert "UNFROZEN hermes.mcp.Envelope" in output
+
+
+def test_a_default_that_holds_a_doc_key_is_data_not_a_doc() -> None:
+    """``doc`` is stripped where Avro defines it (types and fields), not inside defaults."""
+    field = {"name": "m", "type": {"type": "map", "values": "string"}}
+    one = {"type": "record", "name": "R", "fields": [{**field, "default": {"doc": "v1"}}]}
+    other = {"type": "record", "name": "R", "fields": [{**field, "default": {"doc": "v2"}}]}
+    assert not same_data(one, other)
+    reworded = {**one, "doc": "A record.", "fields": [{**one["fields"][0], "doc": "A map."}]}
+    assert same_data(one, reworded)
+
+
+def test_freeze_records_no_version_for_a_doc_edit(schemas: Path) -> None:
+    edit(schemas, ENVELOPE, lambda schema: schema.update(doc="Reworded."))
+    code, output = run("schemas", "freeze", "--schemas", str(schemas))
+    assert code == 0, output
+    assert not (schemas / "history" / ENVELOPE / f"v{FROZEN + 1}.avsc").exists()
 
 
 def _another(default: Any) -> Any:
