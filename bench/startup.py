@@ -204,6 +204,7 @@ async def apache_kafka(given: str | None, wanted: bool) -> AsyncIterator[tuple[s
     script = str(ROOT / "deploy" / "local" / "kafka.sh")
     code, out, err = await _command(bash, script, "start", env=env)
     if code != 0:
+        shutil.rmtree(run_dir, ignore_errors=True)
         yield None, f"skipped: deploy/local/kafka.sh start failed: {err.strip()[-300:]}"
         return
     try:

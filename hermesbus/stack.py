@@ -95,6 +95,7 @@ async def stack(
     say = progress or _quiet
     settings = settings or RuntimeSettings()
     async with contextlib.AsyncExitStack() as exits:
+        say(f"state: {state_home()}")  # first: the broker's log and the keys are kept there
         embedded = not kafka.bootstrap
         broker = (embedded_broker or EmbeddedBroker()) if embedded else None
         if broker is not None:
@@ -103,7 +104,6 @@ async def stack(
             settings = settings.for_embedded_broker()
             say(f"broker up: embedded (tansu, in memory) at {broker.bootstrap}")
         keys = keyring(create=embedded)
-        say(f"state: {state_home()}")
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states: StateStore = store if store is not None else await enter(SqliteStateStore())

@@ -20,7 +20,7 @@ UNREACHABLE_HINT = (
 def kafka_reason(exc: BaseException) -> str:
     """The error's class and text, the class named once (aiokafka's text already holds it)."""
     text, name = str(exc), type(exc).__name__
-    return text if text.startswith(name) else f"{name}: {text}"
+    return text if name in text else f"{name}: {text}"  # "[Error 3] UnknownTopic...Error"
 
 
 async def start_or_close(

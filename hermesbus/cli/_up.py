@@ -127,7 +127,7 @@ async def _run(
         progress=progress,
     )
     async with contextlib.AsyncExitStack() as exits:
-        with err_console.status("starting: the broker", spinner="dots") as status:
+        with err_console.status("starting", spinner="dots") as status:
             progress.status = status
             running = await exits.enter_async_context(started)
             progress.status = None
@@ -161,11 +161,11 @@ class _Progress:
     """Prints each start-up step with the seconds since ``up`` began; a spinner says what runs."""
 
     NEXT: ClassVar[dict[str, str]] = {
+        "state": "the broker",
         "broker up": "topics",
-        "state": "topics",
         "signing keys": "topics",
-        "topics ready": "tools",
-        "tools ready": "joining the consumer groups",
+        "topics ready": "the consumer groups and the tools",
+        "tools ready": "the consumer groups",
     }
 
     def __init__(self) -> None:
@@ -176,5 +176,5 @@ class _Progress:
         seconds = time.monotonic() - self.began
         err_console.print(f"[dim]{seconds:5.1f}s[/dim]  {escape(step)}", soft_wrap=True)
         if self.status is not None:
-            upcoming = self.NEXT.get(step.split(":", 1)[0], "joining the consumer groups")
+            upcoming = self.NEXT.get(step.split(":", 1)[0], "the consumer groups")
             self.status.update(f"starting: {upcoming}")
