@@ -43,7 +43,7 @@ def say_command(
     timeout: Annotated[
         float | None,
         typer.Option(
-            min=0.0,
+            min=0.1,
             help=f"Seconds --wait waits for the answer ({DEFAULT_WAIT_S:g}); implies --wait.",
         ),
     ] = None,

@@ -148,11 +148,13 @@ def send_command(
     if bad:
         _report(sorted(bad), total=sum(1 for text in lines if text.strip()))
         raise typer.Exit(BAD_INPUT)
+    if not good:  # nothing to send: no broker needed to say so
+        err_console.print("sent 0 envelopes: the input has no envelope", soft_wrap=True)
+        return
     with errors():
         asyncio.run(_send(client, good))
     err_console.print(f"sent {len(good)} envelope{'' if len(good) == 1 else 's'}", soft_wrap=True)
-    if good:
-        err_console.print(RESEND_NOTE, soft_wrap=True)
+    err_console.print(RESEND_NOTE, soft_wrap=True)
 
 
 def _read(file: str) -> list[str]:

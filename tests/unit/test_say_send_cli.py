@@ -210,3 +210,17 @@ def test_send_refuses_an_unknown_identity_naming_the_known_ones() -> None:
     assert "no signing key" not in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_send_of_blank_input_needs_no_broker() -> None:
+    result = hermesbus("send", "-", "--bootstrap", f"127.0.0.1:{free_port()}", stdin="\n  \n")
+    assert result.returncode == 0, result.stderr
+    assert "sent 0 envelopes: the input has no envelope" in result.stderr
+    assert "cannot reach Kafka" not in result.stderr
+
+
+def test_say_refuses_a_wait_of_no_time() -> None:
+    result = hermesbus("say", "s-1", "hello", "--timeout", "0", "--bootstrap", "127.0.0.1:9")
+    assert result.returncode == 2
+    assert "--timeout" in result.stderr
+    assert "Traceback" not in result.stderr
