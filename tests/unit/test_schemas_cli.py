@@ -89,12 +89,18 @@ def test_a_doc_edit_needs_no_new_version_but_a_default_does(schemas: Path) -> No
 
 def test_a_default_that_holds_a_doc_key_is_data_not_a_doc() -> None:
     """``doc`` is stripped where Avro defines it (types and fields), not inside defaults."""
-    field = {"name": "m", "type": {"type": "map", "values": "string"}}
-    one = {"type": "record", "name": "R", "fields": [{**field, "default": {"doc": "v1"}}]}
-    other = {"type": "record", "name": "R", "fields": [{**field, "default": {"doc": "v2"}}]}
-    assert not same_data(one, other)
-    reworded = {**one, "doc": "A record.", "fields": [{**one["fields"][0], "doc": "A map."}]}
-    assert same_data(one, reworded)
+
+    def record(default: dict[str, str], **docs: str) -> dict[str, Any]:
+        field = {"name": "m", "type": {"type": "map", "values": "string"}, "default": default}
+        if "field" in docs:
+            field["doc"] = docs["field"]
+        schema: dict[str, Any] = {"type": "record", "name": "R", "fields": [field]}
+        if "record" in docs:
+            schema["doc"] = docs["record"]
+        return schema
+
+    assert not same_data(record({"doc": "v1"}), record({"doc": "v2"}))
+    assert same_data(record({"doc": "v1"}), record({"doc": "v1"}, record="R.", field="A map."))
 
 
 def test_freeze_records_no_version_for_a_doc_edit(schemas: Path) -> None:
