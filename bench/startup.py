@@ -71,6 +71,7 @@ class Run:
     reply: str = ""
     round_trip: float | None = None
     error: str | None = None
+    demo_seen: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ async def _lines(
                 await seen.put(said)
         if text.startswith("hermes ") and run.demo_reply is None:
             run.demo_reply = at
+            run.demo_seen.set()
 
 
 async def _step(seen: asyncio.Queue[str], step: str) -> str:
@@ -138,6 +140,7 @@ async def once(broker: Broker, home: Path, keys: Path | None) -> Run:
             run.ask_reply = time.monotonic() - began
             run.reply = f"{answer.source}: {reply_text(answer)}"
             run.round_trip = await asyncio.to_thread(_round_trip, bootstrap)
+            await run.demo_seen.wait()  # the demo's own first reply, if it came later
     except (TimeoutError, HermesError) as exc:
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
