@@ -13,6 +13,8 @@ from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
 
+from ._common import kafka_with
+
 __all__ = [
     "BAD_ARGUMENT",
     "CLIENT_NAME",
@@ -34,9 +36,7 @@ _ERRORS_SHOWN = 4
 
 def kafka_config(bootstrap: str | None) -> KafkaConfig:
     """``HERMES_KAFKA_*`` with ``--bootstrap`` over it; BrokerError saying how to name one."""
-    kafka = KafkaConfig()
-    if bootstrap:
-        kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+    kafka = kafka_with(bootstrap)
     if not kafka.bootstrap:
         raise BrokerError(
             "no Kafka broker given: pass --bootstrap HOST:PORT or set HERMES_KAFKA_BOOTSTRAP "

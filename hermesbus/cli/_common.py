@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -18,9 +18,34 @@ from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 
+from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import HermesError
 
-__all__ = ["console", "debug", "err_console", "errors", "fail", "problems", "variables"]
+__all__ = [
+    "BootstrapOption",
+    "PrefixOption",
+    "ServingBootstrapOption",
+    "console",
+    "debug",
+    "err_console",
+    "errors",
+    "fail",
+    "kafka_with",
+    "problems",
+    "variables",
+]
+
+BootstrapOption = Annotated[
+    str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
+]
+ServingBootstrapOption = Annotated[
+    str | None,
+    typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."),
+]
+"""``--bootstrap`` of the commands that start the embedded broker when none is given."""
+PrefixOption = Annotated[
+    str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
+]
 
 _WIDTH = None if sys.stdout.isatty() else 160  # pipes and CI logs get whole table rows
 console = Console(highlight=False, width=_WIDTH)
@@ -30,6 +55,11 @@ _SHORT = 60
 _TRUE = {"1", "true", "yes", "on"}
 _WORDS = {"missing": "missing", "extra_forbidden": "unknown field"}
 _TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
+
+
+def kafka_with(bootstrap: str | None) -> KafkaConfig:
+    """``HERMES_KAFKA_*``, with ``--bootstrap`` over the bootstrap when it is given."""
+    return KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -45,7 +45,15 @@ from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService, ToolSettings
 from hermesbus.topics import Catalog, plan, session_partitions
 
-from ._common import console, errors, problems, variables
+from ._common import (
+    PrefixOption,
+    ServingBootstrapOption,
+    console,
+    errors,
+    kafka_with,
+    problems,
+    variables,
+)
 
 __all__ = ["Check", "doctor_command"]
 
@@ -69,21 +77,12 @@ class Check:
 
 
 def doctor_command(
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."
-        ),
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
-    ] = "",
+    bootstrap: ServingBootstrapOption = None,
+    prefix: PrefixOption = "",
 ) -> None:
     """Check Python, state, keys, the broker, topics, schema registry and tools; say each fix."""
     with errors():
-        kafka = KafkaConfig()
-        if bootstrap:
-            kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+        kafka = kafka_with(bootstrap)
         checks = asyncio.run(_doctor(kafka, prefix))
     width = max(len(check.name) for check in checks)
     for check in checks:

@@ -17,7 +17,7 @@ from hermesbus.identity import APP
 from hermesbus.topics import CONVERSATION_OUT, DLQ
 
 from ._bus import BAD_ARGUMENT, CLIENT_NAME, connect, kafka_config, one_line, signing_keys
-from ._common import console, err_console, errors, fail
+from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
 
 __all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
 
@@ -47,12 +47,8 @@ def say_command(
             help=f"Seconds --wait waits for the answer ({DEFAULT_WAIT_S:g}); implies --wait.",
         ),
     ] = None,
-    bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
-    ] = "",
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
 ) -> None:
     """Send TEXT as a user turn of SESSION from app:cli; print its message id, or its replies.
 

@@ -33,7 +33,7 @@ from ._bus import (
     signing_keys,
     unknown_identity,
 )
-from ._common import err_console, errors, fail
+from ._common import BootstrapOption, PrefixOption, err_console, errors, fail
 
 __all__ = [
     "BAD_INPUT",
@@ -121,12 +121,8 @@ def send_command(
         str,
         typer.Option(help="Sign as this identity (its key needed): an app sends only user turns."),
     ] = APP,
-    bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
-    ] = "",
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
 ) -> None:
     """Send each line's envelope to its target's topic, keyed by session, signed; print its id.
 

@@ -9,18 +9,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.topics import CATALOG_FILE, Catalog
 from hermesbus.topics.provision import ApplyResult, apply
 
-from ._common import console, errors
+from ._common import PrefixOption, console, errors, kafka_with
 
 app = typer.Typer(help="The topic catalog and its provisioning.", no_args_is_help=True)
 
 CatalogOption = Annotated[Path, typer.Option("--catalog", help="The catalog file.", dir_okay=False)]
-PrefixOption = Annotated[
-    str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix for every topic name.")
-]
 PartitionsOption = Annotated[
     int | None, typer.Option(min=1, help="Partitions of every session-keyed topic.")
 ]
@@ -80,7 +76,7 @@ def apply_command(
     """
     with errors():
         topics = _catalog(catalog, prefix, partitions, replication_factor)
-        config = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+        config = kafka_with(bootstrap)
         result = asyncio.run(apply(topics, config, dry_run=dry_run))
     _report(result, dry_run)
     if not result.ok:

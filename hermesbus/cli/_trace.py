@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.trace import collect, spans, waterfall
 
-from ._common import console, errors, fail
+from ._common import BootstrapOption, PrefixOption, console, errors, fail, kafka_with
 
 __all__ = ["trace_command"]
 
@@ -21,20 +20,14 @@ def trace_command(
     session: Annotated[
         str | None, typer.Option(help="Read only this session's partitions (faster).")
     ] = None,
-    bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP.")
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
-    ] = "",
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
 ) -> None:
     """Print the trace's spans: component, state, what it handled, a time bar, ms, outcome."""
     if not trace_id.strip():
         raise fail("no trace id: pass the trace_id of an envelope (Client.ask's reply has it)", 2)
     with errors():
-        kafka = KafkaConfig()
-        if bootstrap:
-            kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+        kafka = kafka_with(bootstrap)
         hops = asyncio.run(collect(kafka, trace_id, session_id=session, prefix=prefix))
     if not hops:
         where = f"session {session}'s partitions" if session else "the topics"

@@ -19,7 +19,7 @@ from hermesbus.runtime import RuntimeSettings
 from hermesbus.stack import stack
 
 from . import _demo
-from ._common import err_console, errors
+from ._common import PrefixOption, ServingBootstrapOption, err_console, errors, kafka_with
 
 __all__ = ["BROKER_LOST", "up_command"]
 
@@ -38,15 +38,8 @@ def up_command(
             "--once", help="Stop after the demo (exit 0 only if both finished) instead of serving."
         ),
     ] = False,
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."
-        ),
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
-    ] = "",
+    bootstrap: ServingBootstrapOption = None,
+    prefix: PrefixOption = "",
     exactly_once: Annotated[
         bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
     ] = False,
@@ -58,9 +51,7 @@ def up_command(
     away is waited for, and reported every 30 s until it is back.
     """
     with errors():
-        kafka = KafkaConfig()
-        if bootstrap:
-            kafka = kafka.model_copy(update={"bootstrap": bootstrap})
+        kafka = kafka_with(bootstrap)
         settings = RuntimeSettings(exactly_once=exactly_once)
         code = asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
     if code:
