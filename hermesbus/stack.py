@@ -30,7 +30,7 @@ from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
-from hermesbus.topics import Catalog, plan, session_partitions
+from hermesbus.topics import Catalog, plan, sized_by_existing
 
 __all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack"]
 
@@ -234,12 +234,12 @@ async def _provision(
     created with the count the existing ones have (``topics apply --partitions 24``
     made them so); existing ones that disagree with each other are refused.
     """
-    catalog = Catalog.load().with_overrides(prefix=prefix)
+    listed = Catalog.load().with_overrides(prefix=prefix)
     async with KafkaAdmin(kafka) as admin:
         if announce:  # a configured broker is up once it answered
             say(f"broker up: Kafka at {kafka.bootstrap}")
-        existing = await admin.describe(catalog.names())
-        counts = session_partitions(catalog, existing)
+        existing = await admin.describe(listed.names())
+        catalog, counts = sized_by_existing(listed, existing)
         if len(counts) > 1:
             found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
             raise ConfigError(
@@ -249,8 +249,7 @@ async def _provision(
                 "another --prefix; `hermesbus doctor` lists the drift"
             )
         for name, wanted in counts.items():  # one: they agree
-            catalog = Catalog.load().with_overrides(prefix=prefix, partitions=wanted)
-            default = Catalog.load().get(name.removeprefix(prefix)).partitions
+            default = listed.get(name).partitions
             if wanted != default and any(spec.name not in existing for spec in catalog):
                 say(
                     f"topics: the existing session topics have {wanted} partitions ({name}; "

@@ -30,7 +30,7 @@ from hermesbus.payloads import (
     ToolResult,
     ToolResults,
 )
-from hermesbus.topics import Catalog
+from hermesbus.topics import Catalog, apply_command
 
 __all__ = ["Hop", "Span", "collect", "spans", "waterfall"]
 
@@ -104,11 +104,10 @@ async def collect(
 def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) -> str:
     """Which topics the trace cannot read, and the two usual causes."""
     which = "none of the" if len(missing) == total else f"{len(missing)} of the"
-    apply = f" --prefix {prefix}" if prefix else ""
     return (
         f"cannot read the trace: {which} {total} topics of the catalog exist on {bootstrap} "
         f"(prefix {prefix!r}); missing: {', '.join(missing)}. "
-        f"A new broker? `hermesbus topics apply --bootstrap {bootstrap}{apply}` creates them; "
+        f"A new broker? `{apply_command(bootstrap, prefix)}` creates them; "
         "another prefix? pass --prefix (or HERMES_TOPIC_PREFIX)"
     )
 

@@ -1,7 +1,15 @@
 """The topic catalog (``catalog.yaml``) and the code that provisions it."""
 
 from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
-from .plan import Drift, ExistingTopic, TopicPlan, plan, session_partitions
+from .plan import (
+    Drift,
+    ExistingTopic,
+    TopicPlan,
+    apply_command,
+    plan,
+    session_partitions,
+    sized_by_existing,
+)
 from .routes import (
     ALERTS,
     AUDIT,
@@ -27,9 +35,11 @@ __all__ = [
     "ExistingTopic",
     "TopicPlan",
     "TopicSpec",
+    "apply_command",
     "identity_of",
     "parse_retention",
     "plan",
     "session_partitions",
+    "sized_by_existing",
     "topic_for",
 ]

@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 
 from .catalog import SESSION_KEY, Catalog, TopicSpec
 
-__all__ = ["Drift", "ExistingTopic", "TopicPlan", "plan", "session_partitions"]
+__all__ = [
+    "Drift",
+    "ExistingTopic",
+    "TopicPlan",
+    "apply_command",
+    "plan",
+    "session_partitions",
+    "sized_by_existing",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +101,23 @@ def session_partitions(catalog: Catalog, existing: Mapping[str, ExistingTopic]) 
     if len(set(counts.values())) <= 1:
         return dict(list(counts.items())[:1])
     return counts
+
+
+def sized_by_existing(
+    catalog: Catalog, existing: Mapping[str, ExistingTopic]
+) -> tuple[Catalog, dict[str, int]]:
+    """``catalog`` with its session topics sized as the existing ones, and their counts
+    (:func:`session_partitions`): when they differ, ``catalog`` is returned unchanged."""
+    counts = session_partitions(catalog, existing)
+    if len(counts) != 1:
+        return catalog, counts
+    (count,) = counts.values()
+    return catalog.with_overrides(partitions=count), counts
+
+
+def apply_command(bootstrap: str | None, prefix: str, partitions: int | None = None) -> str:
+    """The ``hermesbus topics apply`` that creates a catalog's missing topics there."""
+    options = f" --prefix {prefix}" if prefix else ""
+    if partitions is not None:
+        options += f" --partitions {partitions}"
+    return f"hermesbus topics apply --bootstrap {bootstrap}{options}"

@@ -12,6 +12,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
+from hermesbus.topics import apply_command
 
 from ._common import kafka_with
 
@@ -97,11 +98,10 @@ async def connect(client: Client, topics: Collection[str]) -> None:
 
 def _missing(missing: list[str], bootstrap: str | None, prefix: str) -> str:
     """Which topics are missing, that nothing was sent, and the two usual causes."""
-    flag = f" --prefix {prefix}" if prefix else ""
     return (
         f"{_topics(missing)} on {bootstrap} (prefix {prefix!r}); nothing was sent. "
         "Another prefix? pass the bus's --prefix (or HERMES_TOPIC_PREFIX); a new broker? "
-        f"`hermesbus topics apply --bootstrap {bootstrap}{flag}` creates the topics"
+        f"`{apply_command(bootstrap, prefix)}` creates the topics"
     )
 
 

@@ -43,7 +43,7 @@ from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService, ToolSettings
-from hermesbus.topics import Catalog, plan, session_partitions
+from hermesbus.topics import Catalog, apply_command, plan, sized_by_existing
 
 from ._common import (
     PrefixOption,
@@ -293,28 +293,23 @@ async def _transactions(kafka: KafkaConfig) -> Check:
 async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
     """The catalog's topics on the cluster: session topics must share one partition count
     (any count: ``topics apply --partitions N``); other drift is a warning, as in ``up``."""
-    catalog = Catalog.load().with_overrides(prefix=prefix)
-    names = catalog.names()
+    listed = Catalog.load().with_overrides(prefix=prefix)
+    names = listed.names()
     try:
         async with KafkaAdmin(kafka) as admin:
             existing = await admin.describe(names)
     except HermesError as exc:
         return Check("topics", "FAIL", str(exc), "check the broker's ACLs: Describe on the topics")
-    counts = session_partitions(catalog, existing)
+    catalog, counts = sized_by_existing(listed, existing)
     if len(counts) > 1:
         found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
         fix = "recreate the odd ones with one count (partition counts never change in place)"
         return Check("topics", "FAIL", f"session topics disagree on partitions: {found}", fix)
-    for shared in counts.values():  # one: they agree
-        catalog = Catalog.load().with_overrides(prefix=prefix, partitions=shared)
     topics = plan(catalog, existing)
     if topics.create:
         missing = ", ".join(spec.name for spec in topics.create)
-        options = f" --prefix {prefix}" if prefix else ""
-        if counts:
-            options += f" --partitions {next(iter(counts.values()))}"  # as the existing ones
-        command = f"hermesbus topics apply --bootstrap {kafka.bootstrap}{options}"
-        fix = f"`{command}` (`up` creates them too)"
+        sized = next(iter(counts.values()), None)  # as the existing ones, if any
+        fix = f"`{apply_command(kafka.bootstrap, prefix, sized)}` (`up` creates them too)"
         said = f"{len(topics.create)} of {len(names)} missing: {missing}"
         return Check("topics", "warn", said, fix)
     if topics.drift:
