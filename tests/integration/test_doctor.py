@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -16,6 +14,7 @@ from hermesbus.broker import free_port
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.topics import Catalog
+from tests.cli_process import Ran, clean_env, hermesbus
 
 pytestmark = pytest.mark.kafka
 
@@ -23,23 +22,8 @@ CHECKS = ("python", "state", "signing keys", "broker", "transactions", "topics")
 """The checks every run prints (schema registry and tools follow)."""
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
-    env["HERMES_HOME"] = str(home)
-    env.update(extra)
-    return env
-
-
-def _run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-        check=False,
-    )
+def _run(*args: str, env: dict[str, str], cwd: Path) -> Ran:
+    return hermesbus(*args, env=env, cwd=cwd, timeout=300)  # up --demo --once among them
 
 
 def _statuses(out: str) -> dict[str, str]:
@@ -55,84 +39,84 @@ def _statuses(out: str) -> dict[str, str]:
 
 def test_after_the_run_command_every_check_is_ok(broker_binary: str, tmp_path: Path) -> None:
     """The acceptance: the embedded default, after ``up --demo --once``, is ready."""
-    env = _env(tmp_path / "home")
+    env = clean_env(tmp_path / "home")
     up = _run("up", "--demo", "--once", env=env, cwd=tmp_path)
-    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.code == 0, up.out + up.err
     result = _run("doctor", env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    statuses = _statuses(result.stdout)
+    assert result.code == 0, result.out + result.err
+    statuses = _statuses(result.out)
     assert set(CHECKS) <= set(statuses)
     assert {f"tool {name}" for name in ("org_tool", "ocr_tool", "trip_tool")} <= set(statuses)
-    assert set(statuses.values()) == {"ok"}, result.stdout
-    assert f"state                  {tmp_path / 'home'} (HERMES_HOME)" in result.stdout
-    assert f"{tmp_path / 'home' / 'keys.json'}" in result.stdout
-    assert "doctor: ready" in result.stdout
+    assert set(statuses.values()) == {"ok"}, result.out
+    assert f"state                  {tmp_path / 'home'} (HERMES_HOME)" in result.out
+    assert f"{tmp_path / 'home' / 'keys.json'}" in result.out
+    assert "doctor: ready" in result.out
 
 
 def test_on_a_fresh_machine_it_creates_nothing(broker_binary: str, tmp_path: Path) -> None:
     home = tmp_path / "never-made"
-    result = _run("doctor", env=_env(home), cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert set(_statuses(result.stdout).values()) == {"ok"}
-    assert "not created yet" in result.stdout
-    assert "`hermesbus up` makes them" in result.stdout  # the keys, on the embedded broker
+    result = _run("doctor", env=clean_env(home), cwd=tmp_path)
+    assert result.code == 0, result.out + result.err
+    assert set(_statuses(result.out).values()) == {"ok"}
+    assert "not created yet" in result.out
+    assert "`hermesbus up` makes them" in result.out  # the keys, on the embedded broker
     assert not home.exists()
     assert not (tmp_path / ".hermes").exists()
 
 
 def test_an_unreachable_broker_fails_naming_it(tmp_path: Path) -> None:
     where = f"127.0.0.1:{free_port()}"
-    result = _run("doctor", "--bootstrap", where, env=_env(tmp_path / "home"), cwd=tmp_path)
-    assert result.returncode == 1
-    assert _statuses(result.stdout)["broker"] == "FAIL"
-    assert f"cannot reach Kafka at {where}" in result.stdout
-    assert "fix: start the broker, or fix the address" in result.stdout
-    assert "doctor: 2 to fix: signing keys, broker" in result.stdout  # no keys for a cluster
-    assert "Traceback" not in result.stdout + result.stderr
+    result = _run("doctor", "--bootstrap", where, env=clean_env(tmp_path / "home"), cwd=tmp_path)
+    assert result.code == 1
+    assert _statuses(result.out)["broker"] == "FAIL"
+    assert f"cannot reach Kafka at {where}" in result.out
+    assert "fix: start the broker, or fix the address" in result.out
+    assert "doctor: 2 to fix: signing keys, broker" in result.out  # no keys for a cluster
+    assert "Traceback" not in result.out + result.err
 
 
 def test_an_unreachable_schema_registry_fails(broker_binary: str, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    env = _env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url)
+    env = clean_env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url)
     result = _run("doctor", env=env, cwd=tmp_path)
-    assert result.returncode == 1
-    assert _statuses(result.stdout)["schema registry"] == "FAIL"
-    assert f"{url}: ConnectError" in result.stdout
-    assert "Traceback" not in result.stdout + result.stderr
+    assert result.code == 1
+    assert _statuses(result.out)["schema registry"] == "FAIL"
+    assert f"{url}: ConnectError" in result.out
+    assert "Traceback" not in result.out + result.err
 
 
 def test_a_configured_broker_without_keys_fails_on_the_keys(
     embedded_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
     options = ("doctor", "--bootstrap", embedded_bootstrap, "--prefix", f"doc-{unique}.")
-    result = _run(*options, env=_env(tmp_path / "home"), cwd=tmp_path)
-    assert result.returncode == 1
-    statuses = _statuses(result.stdout)
+    result = _run(*options, env=clean_env(tmp_path / "home"), cwd=tmp_path)
+    assert result.code == 1
+    statuses = _statuses(result.out)
     assert statuses["signing keys"] == "FAIL"
-    assert "run `hermesbus keys init`" in result.stdout
+    assert "run `hermesbus keys init`" in result.out
     assert statuses["broker"] == "ok"
     assert statuses["topics"] == "warn"  # up creates missing topics: not a failure
-    assert f"8 of 8 missing: doc-{unique}.hermes.conversation.in" in result.stdout
+    assert f"8 of 8 missing: doc-{unique}.hermes.conversation.in" in result.out
     fix = f"`hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix doc-{unique}.`"
-    assert fix in result.stdout  # the command creates the topics doctor looked for
+    assert fix in result.out  # the command creates the topics doctor looked for
 
 
 def test_apache_kafka_with_keys_is_ready_and_has_transactions(
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
-    env = _env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     options = ("doctor", "--bootstrap", kafka_bootstrap, "--prefix", f"doc-{unique}.")
     result = _run(*options, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    statuses = _statuses(result.stdout)
+    assert result.code == 0, result.out + result.err
+    statuses = _statuses(result.out)
     assert statuses["signing keys"] == statuses["broker"] == statuses["transactions"] == "ok"
-    assert "supported: `up --exactly-once` can run here" in result.stdout
+    assert "supported: `up --exactly-once` can run here" in result.out
     assert statuses["topics"] == "warn"
     applied = _run("topics", "apply", *options[1:], env=env, cwd=tmp_path)
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert applied.code == 0, applied.out + applied.err
     again = _run(*options, env=env, cwd=tmp_path)
-    assert _statuses(again.stdout)["topics"] == "ok"
-    assert "all 8, session topics with 6 partitions" in again.stdout
+    assert _statuses(again.out)["topics"] == "ok"
+    assert "all 8, session topics with 6 partitions" in again.out
 
 
 async def test_session_topics_that_disagree_fail_the_topics_check(
@@ -144,12 +128,12 @@ async def test_session_topics_that_disagree_fail_the_topics_check(
         for name, count in (("hermes.conversation.in", 4), ("hermes.dispatcher", 6)):
             spec = catalog.get(prefix + name).model_copy(update={"partitions": count})
             await admin.create([spec])
-    env = _env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     options = ("doctor", "--bootstrap", embedded_bootstrap, "--prefix", prefix)
     result = _run(*options, env=env, cwd=tmp_path)
-    assert result.returncode == 1
-    assert _statuses(result.stdout)["topics"] == "FAIL"
-    assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.stdout
+    assert result.code == 1
+    assert _statuses(result.out)["topics"] == "FAIL"
+    assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.out
 
 
 def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
@@ -157,13 +141,13 @@ def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
 ) -> None:
     home = tmp_path / "afile"
     home.write_text("")
-    result = _run("doctor", env=_env(home), cwd=tmp_path)
-    assert result.returncode == 1
-    statuses = _statuses(result.stdout)
+    result = _run("doctor", env=clean_env(home), cwd=tmp_path)
+    assert result.code == 1
+    statuses = _statuses(result.out)
     assert statuses["state"] == "FAIL"
-    assert f"HERMES_HOME: {home} is a file, not a folder" in result.stdout
+    assert f"HERMES_HOME: {home} is a file, not a folder" in result.out
     assert statuses["python"] == statuses["broker"] == "ok"  # checked all the same
-    assert "Traceback" not in result.stdout + result.stderr
+    assert "Traceback" not in result.out + result.err
 
 
 def _probe_rows(home: Path) -> list[tuple[object, ...]]:
@@ -176,14 +160,14 @@ def test_probing_the_tools_changes_nothing_a_running_bus_reads(
 ) -> None:
     """doctor probes each tool live but keeps the answers to itself."""
     home = tmp_path / "home"
-    env = _env(home)
+    env = clean_env(home)
     up = _run("up", "--demo", "--once", env=env, cwd=tmp_path)
-    assert up.returncode == 0, up.stderr
+    assert up.code == 0, up.err
     before = _probe_rows(home)
     assert len(before) == 5
     result = _run("doctor", env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout
-    assert "tool ocr_tool" in result.stdout
+    assert result.code == 0, result.out
+    assert "tool ocr_tool" in result.out
     assert _probe_rows(home) == before
 
 
@@ -209,13 +193,13 @@ def test_a_registry_address_that_is_not_a_registry_fails_plainly(
     try:
         port = server.server_address[1]
         url = f"http://user:s3cret@127.0.0.1:{port}"
-        result = _run("doctor", env=_env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url),
+        result = _run("doctor", env=clean_env(tmp_path / "home", HERMES_SCHEMA_REGISTRY_URL=url),
                       cwd=tmp_path)  # fmt: skip
     finally:
         server.shutdown()
         server.server_close()
-    assert result.returncode == 1
-    assert _statuses(result.stdout)["schema registry"] == "FAIL"
-    assert f"http://127.0.0.1:{port}/subjects did not answer JSON" in result.stdout
-    assert "s3cret" not in result.stdout + result.stderr
-    assert _statuses(result.stdout)["tools"] == "ok"  # the report went on
+    assert result.code == 1
+    assert _statuses(result.out)["schema registry"] == "FAIL"
+    assert f"http://127.0.0.1:{port}/subjects did not answer JSON" in result.out
+    assert "s3cret" not in result.out + result.err
+    assert _statuses(result.out)["tools"] == "ok"  # the report went on

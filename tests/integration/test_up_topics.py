@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,22 +10,15 @@ import pytest
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.topics import SESSION_KEY, Catalog
+from tests.cli_process import Ran, clean_env, hermesbus
 
 pytestmark = pytest.mark.kafka
 
 
-def _up(broker: str, prefix: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
-    env.update({"HERMES_HOME": str(home), KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+def _up(broker: str, prefix: str, home: Path) -> Ran:
+    env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     options = ("--once", "--bootstrap", broker, "--prefix", prefix)
-    return subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", "up", *options],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    return hermesbus("up", *options, env=env, cwd=home.parent, timeout=300)
 
 
 async def _make(broker: str, prefix: str, partitions: dict[str, int]) -> None:
@@ -54,10 +45,10 @@ async def test_missing_topics_take_the_count_of_the_existing_ones(
     prefix = f"adopt-{unique}."
     await _make(broker, prefix, {"hermes.conversation.in": 4})
     result = _up(broker, prefix, tmp_path / "home")
-    assert result.returncode == 0, result.stderr
-    assert "topics ready: 7 created" in result.stderr  # 7 session topics and alerts, less one
+    assert result.code == 0, result.err
+    assert "topics ready: 7 created" in result.err  # 7 session topics and alerts, less one
     adopted = f"the existing session topics have 4 partitions ({prefix}hermes.conversation.in;"
-    assert adopted in result.stderr and "the missing ones get 4 too" in result.stderr
+    assert adopted in result.err and "the missing ones get 4 too" in result.err
     counts = await _counts(broker, prefix)
     assert len(counts) == 7
     assert set(counts.values()) == {4}
@@ -69,8 +60,8 @@ async def test_session_topics_that_disagree_are_refused(
     prefix = f"odd-{unique}."
     await _make(broker, prefix, {"hermes.conversation.in": 4, "hermes.dispatcher": 6})
     result = _up(broker, prefix, tmp_path / "home")
-    assert result.returncode == 1
-    said = result.stderr
+    assert result.code == 1
+    said = result.err
     assert "topics keyed by session have different partition counts" in said
     assert f"{prefix}hermes.conversation.in=4" in said and f"{prefix}hermes.dispatcher=6" in said
     assert "Traceback" not in said
