@@ -14,12 +14,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 import hermesbus as h
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import Codec
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import ReplyTimeout
 from hermesbus.headers import traceparent
 from hermesbus.identity import SIGNATURE
-from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
 from tests.builders import reply_to
+from tests.integration.stacks import conversation_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -30,13 +30,7 @@ WAIT_S = 20.0
 @pytest.fixture
 async def prefix(broker: str, unique: str) -> str:
     """Fresh conversation topics (as the catalog declares them) under a unique prefix."""
-    name = f"c{unique}."
-    catalog = Catalog.load().with_overrides(prefix=name)
-    async with KafkaAdmin(KafkaConfig(bootstrap=broker)) as admin:
-        await admin.create(
-            [catalog.get(name + CONVERSATION_IN), catalog.get(name + CONVERSATION_OUT)]
-        )
-    return name
+    return await conversation_topics(broker, f"c{unique}.")
 
 
 @pytest.fixture

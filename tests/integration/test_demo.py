@@ -22,6 +22,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo import DEMO_USER, conversations, missing, reply_text, run, talk
 from hermesbus.stack import Stack, stack
 from hermesbus.trace import collect, spans
+from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -30,9 +31,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 async def running(
     broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Stack]:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
-    async with stack(kafka=KafkaConfig(bootstrap=broker), prefix=f"demo-{unique}.", demo=True) as s:
-        yield s
+    home = tmp_path / "home"
+    async with demo_stack(broker, f"demo-{unique}.", home, monkeypatch) as running:
+        yield running
 
 
 def _quiet(kind: str, item: object) -> None:

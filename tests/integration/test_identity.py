@@ -25,7 +25,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from hermesbus import Client, Envelope, Payload
 from hermesbus import headers as h
 from hermesbus.codec import decode, encode
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo import DEMO_USER
 from hermesbus.envelope import Metadata
 from hermesbus.errors import IdentityError
@@ -38,9 +37,10 @@ from hermesbus.payloads import (
     TrustLevel,
     Verification,
 )
-from hermesbus.stack import Stack, stack
+from hermesbus.stack import Stack
 from hermesbus.topics import ALERTS, DLQ
 from tests import signing
+from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -53,9 +53,9 @@ WAIT_S = 60.0
 async def running(
     broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Stack]:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
-    async with stack(kafka=KafkaConfig(bootstrap=broker), prefix=f"id-{unique}.", demo=True) as s:
-        yield s
+    home = tmp_path / "home"
+    async with demo_stack(broker, f"id-{unique}.", home, monkeypatch) as running:
+        yield running
 
 
 def submit(key: str) -> ToolCall:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Client, Reply
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.processors.conversation._texts import CANCELLED, SAVED
 from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT, DEMO_USERS
-from hermesbus.stack import Stack, stack
+from hermesbus.stack import Stack
+from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -43,10 +43,9 @@ def client_example() -> str:
 async def running(
     embedded_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Stack]:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
-    kafka = KafkaConfig(bootstrap=embedded_bootstrap)
-    async with stack(kafka=kafka, prefix=f"readme-{unique}.", demo=True) as s:
-        yield s
+    home = tmp_path / "home"
+    async with demo_stack(embedded_bootstrap, f"readme-{unique}.", home, monkeypatch) as running:
+        yield running
 
 
 async def _run_script(script: Path, running: Stack) -> tuple[int, str, str]:

@@ -27,10 +27,11 @@ from hermesbus.demo import DEMO_USER
 from hermesbus.headers import DLQ_ERROR_MESSAGE
 from hermesbus.identity import KEYS_FILE_ENV, SIGNATURE, Keyring, Verifier
 from hermesbus.processors.protocol import IDENTITIES
-from hermesbus.stack import Stack, stack
+from hermesbus.stack import Stack
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ, Catalog
 from processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT
 from tests.builders import reply_to
+from tests.integration.stacks import conversation_topics, demo_stack
 
 pytestmark = pytest.mark.kafka
 
@@ -74,22 +75,15 @@ _OURS = {"HERMES_KAFKA_BOOTSTRAP", "HERMES_TOPIC_PREFIX"}  # the tests pass them
 async def running(
     embedded_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Stack]:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
-    kafka = KafkaConfig(bootstrap=embedded_bootstrap)
-    async with stack(kafka=kafka, prefix=f"say-{unique}.", demo=True) as s:
-        yield s
+    home = tmp_path / "home"
+    async with demo_stack(embedded_bootstrap, f"say-{unique}.", home, monkeypatch) as running:
+        yield running
 
 
 @pytest.fixture
 async def prefix(embedded_bootstrap: str, unique: str) -> str:
     """Fresh conversation topics, as the catalog declares them, and no processor."""
-    name = f"send-{unique}."
-    catalog = Catalog.load().with_overrides(prefix=name)
-    async with KafkaAdmin(KafkaConfig(bootstrap=embedded_bootstrap)) as admin:
-        await admin.create(
-            [catalog.get(name + CONVERSATION_IN), catalog.get(name + CONVERSATION_OUT)]
-        )
-    return name
+    return await conversation_topics(embedded_bootstrap, f"send-{unique}.")
 
 
 async def records(bootstrap: str, topic: str, count: int) -> list[Any]:
