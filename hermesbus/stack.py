@@ -55,8 +55,6 @@ class Stack:
     created: list[str] = field(default_factory=list)
     processors: list[Processor] = field(default_factory=list)
     tool_names: list[str] = field(default_factory=list)
-    keys: str = ""
-    """Where the components' signing keys were read from."""
     broker: EmbeddedBroker | None = None
     """The embedded broker, when no broker is configured (``broker.died()`` says if it died)."""
 
@@ -113,7 +111,6 @@ async def stack(
         tools = await enter(tool.ToolService(SqliteToolStore()))
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
-        running.keys = keys.source
         running.broker = broker
         running.created = await _provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
@@ -192,7 +189,7 @@ def keyring(*, create: bool) -> Keyring:
     if create:
         return Keyring.ensure(protocol.IDENTITIES)
     keys = Keyring.load()
-    missing = [identity for identity in protocol.IDENTITIES if not keys.has(identity)]
+    missing = keys.lacking(protocol.IDENTITIES)
     if missing:
         raise ConfigError(
             f"no signing keys for {', '.join(missing)} in {keys.source}: run `hermesbus keys "

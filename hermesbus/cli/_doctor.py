@@ -166,7 +166,7 @@ def _keys(*, embedded: bool) -> Check:
         keys = Keyring.load()
     except HermesError as exc:
         return Check("signing keys", "FAIL", str(exc), "fix or remove the file, then keys init")
-    missing = [identity for identity in protocol.IDENTITIES if not keys.has(identity)]
+    missing = keys.lacking(protocol.IDENTITIES)
     if not missing:
         return Check(
             "signing keys", "ok", f"{len(protocol.IDENTITIES)} identities in {keys.source}"
@@ -201,7 +201,7 @@ async def _embedded() -> list[Check]:
     try:
         async with EmbeddedBroker(home=folder, binary=binary) as broker:
             started = time.monotonic() - began
-            speaks = await _speaks(broker.bootstrap)
+            speaks = await _speaks(KafkaConfig(bootstrap=broker.bootstrap))
     except HermesError as exc:  # its folder is kept: the log says why
         logs = f"its log is kept in {folder / 'broker'}"
         return [Check("broker", "FAIL", f"the embedded broker ({binary}): {exc}", logs)]
@@ -237,17 +237,17 @@ def _tansu_version(binary: str) -> str:
 async def _configured(kafka: KafkaConfig, prefix: str) -> list[Check]:
     where = str(kafka.bootstrap)
     try:
-        speaks = await _speaks(where, kafka)
+        speaks = await _speaks(kafka)
     except HermesError as exc:
         return [Check("broker", "FAIL", str(exc), "start the broker, or fix the address")]
     checks = [Check("broker", "ok", f"Kafka at {where}; {speaks}"), await _transactions(kafka)]
     return [*checks, await _topics(kafka, prefix)]
 
 
-async def _speaks(bootstrap: str, kafka: KafkaConfig | None = None) -> str:
+async def _speaks(kafka: KafkaConfig) -> str:
     """The Kafka protocol the broker speaks: the newest version of the APIs hermesbus uses."""
-    options = (kafka or KafkaConfig(bootstrap=bootstrap)).client_kwargs()
-    client = AIOKafkaClient(**options)
+    bootstrap = kafka.bootstrap
+    client = AIOKafkaClient(**kafka.client_kwargs())
     try:
         await client.bootstrap()
         answer = await client.send(client.get_random_node(), ApiVersionRequest())

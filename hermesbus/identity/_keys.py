@@ -126,6 +126,10 @@ class Keyring:
     def has(self, identity: str) -> bool:
         return identity in self._keys
 
+    def lacking(self, identities: Iterable[str]) -> list[str]:
+        """Those of ``identities`` (in their order) the keyring holds no key for."""
+        return [identity for identity in identities if identity not in self._keys]
+
     def kids(self, identity: str) -> tuple[str, ...]:
         """The live key ids of ``identity``, the signing one first."""
         return tuple(key.kid for key in self._keys.get(identity, ()))

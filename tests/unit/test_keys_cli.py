@@ -57,3 +57,9 @@ def test_a_broken_keyring_is_one_clear_line(path: Path) -> None:
     assert result.exit_code == 1
     assert f"the keyring {path} is not JSON" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_keyring_says_which_identities_it_lacks_in_their_order() -> None:
+    keys = Keyring({}).with_missing(["tool", "app"])
+    assert keys.lacking(["app", "conversation", "tool", "memory"]) == ["conversation", "memory"]
+    assert keys.lacking(["tool"]) == []
