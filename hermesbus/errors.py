@@ -15,6 +15,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     ├── CatalogError           the topic catalog is invalid
     ├── BrokerError            the Kafka cluster refused or failed a request
     ├── StoreError             a state store refused or failed a request
+    │   └── TraceIndexError    the trace index (SQLite, Elasticsearch) refused or failed
     ├── IdentityError          a record is unsigned, mis-signed, or its signer may not send it
     ├── ToolError              a tool failed, or cannot be used as registered
     │   ├── AdmissionError     the registry refuses a tool (no schema, probe, verifier, fallback)
@@ -43,6 +44,7 @@ __all__ = [
     "SchemaError",
     "StoreError",
     "ToolError",
+    "TraceIndexError",
     "VerificationError",
 ]
 
@@ -105,6 +107,18 @@ class BrokerError(HermesError):
 
 class StoreError(HermesError):
     """A state store (SQLite, Redis, ...) refused or failed a request."""
+
+
+class TraceIndexError(StoreError):
+    """The trace index refused or failed a request.
+
+    ``retriable`` is False when trying again cannot help (a document the index refuses,
+    a query it cannot run); True for an outage, which pauses the indexer in place.
+    """
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class IdentityError(HermesError):

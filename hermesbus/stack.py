@@ -20,19 +20,22 @@ from typing import Any
 
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.config import state_home
+from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import Keyring, keys_path
+from hermesbus.index import Indexer, TraceIndex
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan, sized_by_existing
 
-__all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack"]
+__all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack", "trace_index"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,8 @@ class Stack:
     tool_names: list[str] = field(default_factory=list)
     broker: EmbeddedBroker | None = None
     """The embedded broker, when no broker is configured (``broker.died()`` says if it died)."""
+    indexer: Indexer | None = None
+    """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
 
     def problems(self) -> list[str]:
         """Dead letters and contract violations so far, one line each (none: an empty list)."""
@@ -65,6 +70,8 @@ class Stack:
             for p in self.processors
             if p.stats.dead_letters
         ]
+        if self.indexer is not None and self.indexer.stats.refused:
+            found.append(f"indexer: {self.indexer.stats.refused} documents refused")
         if self.violations.total:
             found.append(self.violations.summary())
         return found
@@ -81,12 +88,14 @@ async def stack(
     clock: Callable[[], float] = time.time,
     embedded_broker: EmbeddedBroker | None = None,
     progress: Progress | None = None,
+    index: TraceIndex | None = None,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
     ``progress`` is told each step as it completes ("broker up", "topics ready",
-    "conversation joined", ...). On the embedded broker the processors' consumer groups
+    "conversation joined", ...). ``index``: the trace index the indexer writes (default:
+    :func:`trace_index`, from settings). On the embedded broker the processors' consumer groups
     use its group timings (``RuntimeSettings.for_embedded_broker``), unless set explicitly.
     """
     kafka = kafka or KafkaConfig()
@@ -128,7 +137,10 @@ async def stack(
         targets = [tool.group_name(name) for name in own]  # each starts where "tool" left off
         await hand_over_all(kafka, prefix + tool.TOPIC, tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
-        exits.push_async_callback(_stop_all, running.processors)
+        running.indexer = await _indexer(
+            exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say
+        )
+        exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
         for name, handler, topic, ports in _handlers(running, dict(intent), own):
             processor = Processor(
@@ -147,8 +159,10 @@ async def stack(
                 timers_gate=gate,
             )
             running.processors.append(processor)  # stopped by _stop_all, side by side
-        await asyncio.gather(*(p.start() for p in running.processors))  # joins in parallel
-        await _joined(running.processors, say)
+        await asyncio.gather(  # the groups join in parallel
+            *(p.start() for p in running.processors), running.indexer.start()
+        )
+        await _joined([*running.processors, running.indexer], say)
         await probed
         exits.callback(background(_probing(tools), "tool-health").cancel)
         gate.set()
@@ -164,7 +178,34 @@ def _quiet(_step: str) -> None:
     return None
 
 
-async def _joined(processors: Sequence[Processor], say: Progress) -> None:
+async def _indexer(
+    exits: contextlib.AsyncExitStack,
+    index: TraceIndex | None,
+    *,
+    kafka: KafkaConfig,
+    prefix: str,
+    settings: RuntimeSettings,
+    say: Progress,
+) -> Indexer:
+    """The trace index opened and its indexer made (started with the processors, stopped
+    after them, so their last outputs are indexed too)."""
+    traces = await exits.enter_async_context(index if index is not None else trace_index())
+    say(f"trace index: {traces.where}")
+    indexer = Indexer(traces, kafka=kafka, prefix=prefix, settings=settings)
+    exits.push_async_callback(indexer.stop)
+    return indexer
+
+
+def trace_index(*, install: bool = True) -> TraceIndex:
+    """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set, else SQLite under the state
+    folder. ``install``: put the data stream's templates (the read-only commands do not)."""
+    config = ElasticsearchConfig()
+    if config.url:
+        return ElasticsearchTraceIndex(config, install=install)
+    return SqliteTraceIndex()
+
+
+async def _joined(processors: Sequence[Processor | Indexer], say: Progress) -> None:
     """Wait (bounded) until every processor has its first assignment, saying each."""
 
     async def join(processor: Processor) -> None:

@@ -130,9 +130,10 @@ async def _run(
                 err_console.print("serving; Ctrl-C stops")
                 await asyncio.Event().wait()
         finally:
-            for processor in running.processors:
-                counts = ", ".join(f"{k}={v}" for k, v in asdict(processor.stats).items())
-                err_console.print(f"stopped {processor.name}: {counts}", soft_wrap=True)
+            parts = [*running.processors, *([running.indexer] if running.indexer else [])]
+            for part in parts:
+                counts = ", ".join(f"{k}={v}" for k, v in asdict(part.stats).items())
+                err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
 
 
 async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig, up: asyncio.Event) -> str:
@@ -155,7 +156,8 @@ class _Progress:
         "state": "the broker",
         "broker up": "topics",
         "signing keys": "topics",
-        "topics ready": "the consumer groups and the tools",
+        "topics ready": "the trace index",
+        "trace index": "the consumer groups and the tools",
         "tools ready": "the consumer groups",
     }
 

@@ -1,0 +1,216 @@
+"""The production trace index: one document per envelope in an Elasticsearch data stream.
+
+Writes are ``create`` operations with the record's place in the log as ``_id``
+(``async_streaming_bulk``; 429s retried with back-off), so a record indexed twice is
+stored once. Reads page with ``search_after`` in log order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hermesbus.errors import TraceIndexError
+from hermesbus.index import Document, Search, WriteResult
+from hermesbus.lifecycle import Service
+
+from . import templates
+from .client import connect, status_of, translated
+from .config import ElasticsearchConfig
+
+if TYPE_CHECKING:
+    from elasticsearch import AsyncElasticsearch
+
+__all__ = ["ElasticsearchTraceIndex"]
+
+_PAGE = 1_000
+_CONFLICT, _TOO_MANY, _SERVER = 409, 429, 500
+_ORDER = [
+    {"@timestamp": "asc"},
+    {"messaging.destination.name": "asc"},
+    {"messaging.kafka.destination.partition": "asc"},
+    {"messaging.kafka.message.offset": "asc"},
+]
+_UNSUPPORTED = (400, 404, 405, 410)
+"""How a server without a feature (lifecycle management) answers its API."""
+
+
+class ElasticsearchTraceIndex(Service):
+    """The :class:`~hermesbus.index.TraceIndex` on Elasticsearch (``HERMES_ELASTICSEARCH_URL``).
+
+    ``install``: put the templates (and the lifecycle policy where the server has index
+    lifecycle management) at start; the read-only commands pass False.
+    """
+
+    def __init__(self, config: ElasticsearchConfig | None = None, *, install: bool = True) -> None:
+        self.config = config or ElasticsearchConfig()
+        self.stream = self.config.data_stream
+        self.where = f"{self.config.url} ({self.stream})"
+        self._install = install
+        self._client: AsyncElasticsearch | None = None
+        self.lifecycle: bool | None = None
+        """Whether the server has index lifecycle management (known once installed)."""
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        self._client = connect(self.config)
+        if self._install:
+            try:
+                await self.install()
+            except BaseException:
+                await self.stop()
+                raise
+
+    async def stop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    @property
+    def client(self) -> AsyncElasticsearch:
+        if self._client is None:
+            raise TraceIndexError("the Elasticsearch trace index is not started", retriable=False)
+        return self._client
+
+    async def install(self) -> None:
+        """The lifecycle policy (where supported), component templates, index template."""
+        client = self.client
+        with translated("the index templates", self.config.url):
+            self.lifecycle = await self._put_policy()
+            for name, body in templates.component_templates(lifecycle=self.lifecycle).items():
+                await client.cluster.put_component_template(name=name, **body)
+            template = templates.index_template(self.config.template_pattern)
+            await client.indices.put_index_template(name="hermes-envelopes", **template)
+
+    async def _put_policy(self) -> bool:
+        from elasticsearch import ApiError  # noqa: PLC0415 - an optional extra
+
+        try:
+            await self.client.ilm.put_lifecycle(
+                name=templates.LIFECYCLE_POLICY, policy=templates.lifecycle_policy()
+            )
+        except ApiError as exc:
+            if status_of(exc) in _UNSUPPORTED:
+                return False  # no lifecycle module on this server: the stream just grows
+            raise
+        return True
+
+    async def write(self, docs: Sequence[Document]) -> WriteResult:
+        from elasticsearch.helpers import async_streaming_bulk  # noqa: PLC0415
+
+        result, later = WriteResult(), 0
+        actions = [{"_op_type": "create", "_index": self.stream, **doc} for doc in docs]
+        with translated("a bulk write", self.config.url):
+            async for _ok, item in async_streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=500,
+                max_retries=self.config.bulk_max_retries,
+                initial_backoff=0.2,
+                max_backoff=5.0,
+                raise_on_error=False,
+            ):
+                later += _sort(item["create"], result)
+        if later:
+            raise TraceIndexError(
+                f"Elasticsearch at {self.config.url} did not store {later} of {len(docs)} "
+                "documents for now (429 or 5xx after retries)"
+            )
+        return result
+
+    async def refresh(self) -> None:
+        """Make what was written searchable now (the indexer does it when it stops)."""
+        with translated("a refresh", self.config.url):
+            await self.client.indices.refresh(index=self.stream, ignore_unavailable=True)
+
+    async def by_trace(self, trace_id: str) -> list[Document]:
+        return await self._all({"term": {"trace.id": trace_id}})
+
+    async def by_session(self, session_id: str) -> list[Document]:
+        return await self._all({"term": {"gen_ai.conversation.id": session_id}})
+
+    async def search(self, query: Search) -> list[Document]:
+        return await self._all(_query(query), limit=query.limit)
+
+    async def appended(self, message_ids: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(message_ids), 500):
+            chunk = list(message_ids[start : start + 500])
+            async for doc in self._pages({"terms": {"event.id": chunk}}, limit=None):
+                at = doc["hermes"]["kafka"]["timestamp_ms"]
+                found[doc["event"]["id"]] = min(at, found.get(doc["event"]["id"], at))
+        return found
+
+    async def count(self) -> int:
+        with translated("a count", self.config.url):
+            reply = await self.client.count(index=self.stream, ignore_unavailable=True)
+        return int(reply["count"])
+
+    async def _all(self, query: dict[str, Any], limit: int | None = None) -> list[Document]:
+        return [doc async for doc in self._pages(query, limit=limit)]
+
+    async def _pages(self, query: dict[str, Any], *, limit: int | None) -> AsyncIterator[Document]:
+        after: list[Any] | None = None
+        left = limit
+        while left is None or left > 0:
+            size = _PAGE if left is None else min(_PAGE, left)
+            extra = {"search_after": after} if after is not None else {}
+            with translated("a search", self.config.url):
+                reply = await self.client.search(
+                    index=self.stream,
+                    query=query,
+                    sort=_ORDER,
+                    size=size,
+                    ignore_unavailable=True,
+                    allow_no_indices=True,
+                    **extra,
+                )
+            hits = reply["hits"]["hits"]
+            for hit in hits:
+                yield {"_id": hit["_id"], **hit["_source"]}
+            if len(hits) < size:
+                return
+            after = hits[-1]["sort"]
+            left = None if left is None else left - len(hits)
+
+
+def _sort(item: dict[str, Any], result: WriteResult) -> int:
+    """File one bulk item's answer; 1 when it must be tried again later."""
+    status = int(item.get("status", 0))
+    doc = str(item.get("_id"))
+    if status < _CONFLICT and "error" not in item:
+        result.stored.append(doc)
+    elif status == _CONFLICT:
+        result.existing.append(doc)  # created before: the id is the record's place in the log
+    elif status == _TOO_MANY or status >= _SERVER or status == 0:
+        return 1
+    else:
+        error = item.get("error") or {}
+        reason = error.get("reason") if isinstance(error, dict) else str(error)
+        kind = error.get("type") if isinstance(error, dict) else "error"
+        result.refused[doc] = f"{status} {kind}: {reason}"
+    return 0
+
+
+def _query(query: Search) -> dict[str, Any]:
+    terms = {
+        "service.name": query.component,
+        "event.outcome": query.outcome,
+        "gen_ai.conversation.id": query.session_id,
+        "trace.id": query.trace_id,
+        "messaging.destination.name": query.topic,
+        "event.action": query.action,
+    }
+    filters: list[dict[str, Any]] = [
+        {"term": {field: value}} for field, value in terms.items() if value is not None
+    ]
+    span = {"gte": query.since_ms, "lt": query.until_ms}
+    span = {k: v for k, v in span.items() if v is not None}
+    if span:
+        filters.append({"range": {"@timestamp": {**span, "format": "epoch_millis"}}})
+    must: list[dict[str, Any]] = []
+    if query.text:
+        fields = ["message", "hermes.payload_text", "error.message"]
+        must.append({"multi_match": {"query": query.text, "type": "phrase", "fields": fields}})
+    return {"bool": {"filter": filters, "must": must}}

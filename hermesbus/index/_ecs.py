@@ -1,0 +1,265 @@
+"""One record of the log as one Elastic Common Schema document.
+
+The fields Kibana filters on are ECS (``trace.id``, ``span.id``, ``event.*``,
+``service.name``), OpenTelemetry's messaging and gen_ai names where ECS has none
+(``messaging.destination.name``, ``messaging.kafka.message.key``,
+``gen_ai.conversation.id``); what is hermesbus's own is under ``hermes.*``. The raw
+bytes and headers are kept (not indexed), so the index is also the archive.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from hermesbus.codec import Codec
+from hermesbus.envelope import Envelope
+from hermesbus.errors import HermesError
+from hermesbus.headers import (
+    DLQ_ERROR_CLASS,
+    DLQ_ERROR_MESSAGE,
+    DLQ_ORIGIN_OFFSET,
+    DLQ_ORIGIN_PARTITION,
+    DLQ_ORIGIN_TOPIC,
+    DLQ_PROCESSOR,
+    MESSAGE_ID,
+    TRACE_ID,
+    header,
+)
+from hermesbus.payloads import ErrorReport, ToolResult
+
+from ._model import ArchivedRecord, Document
+
+__all__ = ["DocumentSettings", "decode", "document", "iso_ms", "refused_document"]
+
+_REDACTED = "[redacted]"
+_COMPONENTS = {"mcp": "dispatcher"}
+"""``service.name`` is the processor's name: the dispatcher signs as ``mcp:dispatcher``."""
+_FAILED_STATUS = 400
+_NS_PER_MS = 1_000_000
+
+
+class DocumentSettings(BaseModel, frozen=True):
+    """What a document keeps of the payload: sensitive field names are redacted (at any
+    depth, also inside tool arguments and results), and a payload larger than
+    ``payload_max_bytes`` as JSON is kept only as its truncated text."""
+
+    redact: frozenset[str] = frozenset(
+        {"password", "passwd", "secret", "token", "api_key", "authorization", "card_number"}
+    )
+    payload_max_bytes: int = 16_384
+    dlq_topic: str = "hermes.dlq"
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC with milliseconds (``2026-12-02T10:00:00.000Z``)."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def decode(record: ArchivedRecord, codec: Codec) -> Envelope | HermesError:
+    """The record's envelope, or why it has none."""
+    try:
+        return codec.decode(record.value)
+    except HermesError as exc:
+        return exc
+
+
+def document(
+    record: ArchivedRecord,
+    decoded: Envelope | HermesError,
+    settings: DocumentSettings,
+    cause_ms: Mapping[str, int] | None = None,
+) -> Document:
+    """The document of one record; one that does not decode keeps its bytes and the error.
+
+    ``cause_ms`` maps message ids to their log time: an envelope whose cause is there gets
+    ``event.duration``, the time from its cause's append to its own (how the waterfall
+    measures the component that emitted it).
+    """
+    doc = _coordinates(record)
+    if isinstance(decoded, HermesError):
+        exc = decoded
+        doc["event"] |= {"action": "undecodable", "outcome": "failure"}
+        doc["error"] = {"type": type(exc).__name__, "message": str(exc)}
+        doc["trace"] = {"id": header(list(record.headers), TRACE_ID)}
+        doc["event"]["id"] = header(list(record.headers), MESSAGE_ID)
+        doc["message"] = f"undecodable record: {exc}"
+    else:
+        _envelope(doc, decoded, settings, cause_ms or {}, record.timestamp_ms)
+    if record.topic == settings.dlq_topic:
+        _dead_letter(doc, record.headers)
+    return doc
+
+
+def refused_document(record: ArchivedRecord, reason: str) -> Document:
+    """What is kept of a record whose document the index refused: its place, ids, bytes."""
+    doc = _coordinates(record)
+    doc["event"] |= {
+        "action": "index_refused",
+        "outcome": "failure",
+        "id": header(list(record.headers), MESSAGE_ID),
+    }
+    doc["trace"] = {"id": header(list(record.headers), TRACE_ID)}
+    doc["error"] = {"type": "index_refused", "message": reason}
+    doc["message"] = f"the index refused this record's document: {reason}"
+    return doc
+
+
+def _coordinates(record: ArchivedRecord) -> Document:
+    key = record.key.decode("utf-8", "replace") if record.key is not None else None
+    headers = [{"key": k, "value": base64.b64encode(v).decode()} for k, v in record.headers]
+    return {
+        "_id": record.id,
+        "@timestamp": iso_ms(record.timestamp_ms),
+        "event": {"kind": "event", "dataset": "hermes.envelopes"},
+        "messaging": {
+            "destination": {"name": record.topic},
+            "kafka": {
+                "message": {"key": key, "offset": record.offset},
+                "destination": {"partition": record.partition},
+            },
+        },
+        "hermes": {
+            "raw": base64.b64encode(record.value).decode(),
+            "kafka": {"timestamp_ms": record.timestamp_ms, "headers": headers},
+        },
+    }
+
+
+def _envelope(
+    doc: Document,
+    envelope: Envelope,
+    settings: DocumentSettings,
+    cause_ms: Mapping[str, int],
+    appended_ms: int,
+) -> None:
+    body = envelope.payload.body
+    action = type(body).__name__ if body is not None else "none"
+    component, _, instance = envelope.source.partition(":")
+    event = doc["event"]
+    event |= {
+        "id": envelope.message_id,
+        "action": action,
+        "outcome": _outcome(envelope),
+        "created": envelope.timestamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
+    cause = cause_ms.get(envelope.causation_id or "")
+    if cause is not None and appended_ms >= cause:
+        event["duration"] = (appended_ms - cause) * _NS_PER_MS
+    doc["trace"] = {"id": envelope.trace_id}
+    doc["span"] = {"id": envelope.span_id or envelope.message_id}
+    if envelope.parent_span_id:
+        doc["parent"] = {"id": envelope.parent_span_id}
+    doc["service"] = {"name": _COMPONENTS.get(component, component), "node": {"name": instance}}
+    doc["gen_ai"] = {"conversation": {"id": envelope.session_id}}
+    doc["user"] = {"id": envelope.user_id}
+    state = envelope.snapshot.state_id if envelope.snapshot is not None else None
+    doc["labels"] = {
+        "priority": envelope.metadata.priority.value,
+        "attempt": str(envelope.metadata.attempt),
+    } | ({"state": state} if state else {})
+    doc["message"] = f"{envelope.source} → {envelope.target} {action} {envelope.payload.task}"
+    hermes = doc["hermes"]
+    hermes |= {
+        "source": envelope.source,
+        "target": envelope.target,
+        "causation_id": envelope.causation_id,
+        "task": envelope.payload.task,
+    }
+    if envelope.diagnostics is not None:
+        hermes["diagnostics"] = _diagnostics(envelope)
+    _payload(hermes, envelope, settings)
+    if isinstance(body, ErrorReport):
+        doc["error"] = {"type": body.code, "message": body.message}
+    elif isinstance(body, ToolResult) and body.status_code >= _FAILED_STATUS:
+        doc["error"] = {"type": str(body.status_code), "message": body.error or ""}
+
+
+def _outcome(envelope: Envelope) -> str:
+    body = envelope.payload.body
+    if isinstance(body, ErrorReport):
+        return "failure"
+    if isinstance(body, ToolResult) and body.status_code >= _FAILED_STATUS:
+        return "failure"
+    return "success"
+
+
+def _diagnostics(envelope: Envelope) -> dict[str, Any]:
+    d = envelope.diagnostics
+    if d is None:
+        return {}
+    return {
+        "processing_time_ms": d.processing_time_ms,
+        "memory_used_kb": d.memory_used_kb,
+        "external_calls": d.external_calls.count,
+        "external_avg_latency_ms": d.external_calls.avg_latency_ms,
+        "confidence_score": d.confidence_score,
+    }
+
+
+def _payload(hermes: Document, envelope: Envelope, settings: DocumentSettings) -> None:
+    """The payload as JSON (``*_json`` strings opened), redacted; over the cap, text only."""
+    payload = envelope.payload
+    body = payload.body
+    fields = body.model_dump(mode="json") if body is not None else {}
+    value = {"task": payload.task, "context": payload.model_dump(mode="json")["context"]}
+    value["body"] = {name: _opened(name, v) for name, v in fields.items()}
+    value = _redacted(value, settings.redact)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    size = len(text.encode())
+    if size > settings.payload_max_bytes:
+        cut = text.encode()[: settings.payload_max_bytes].decode("utf-8", "ignore")
+        hermes["payload_text"] = cut
+        hermes["payload_truncated"] = size
+        return
+    hermes["payload"] = value
+    hermes["payload_text"] = text
+
+
+def _opened(name: str, value: Any) -> Any:
+    if name.endswith("_json") and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _redacted(value: Any, names: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _REDACTED if k.lower() in names else _redacted(v, names) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_redacted(v, names) for v in value]
+    return value
+
+
+def _dead_letter(doc: Document, headers: Iterable[tuple[str, bytes]]) -> None:
+    """A dead letter: its origin and error, and a failure whatever its envelope said."""
+    found = list(headers)
+    origin = {
+        "topic": header(found, DLQ_ORIGIN_TOPIC),
+        "partition": _int(header(found, DLQ_ORIGIN_PARTITION)),
+        "offset": _int(header(found, DLQ_ORIGIN_OFFSET)),
+        "processor": header(found, DLQ_PROCESSOR),
+    }
+    doc["hermes"]["dlq"] = origin
+    doc["event"]["outcome"] = "failure"
+    doc["event"]["kind"] = "alert"
+    doc["error"] = {
+        "type": header(found, DLQ_ERROR_CLASS),
+        "message": header(found, DLQ_ERROR_MESSAGE),
+    }
+    what = doc.get("message", "")
+    doc["message"] = f"dead letter from {origin['topic']} ({origin['processor']}): {what}"
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None

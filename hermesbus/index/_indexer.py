@@ -1,0 +1,286 @@
+"""The indexer: its own consumer group over every hermes topic, writing the trace index.
+
+One loop: fetch a batch, turn each record into a document, write the batch, and only
+once the index acknowledged every document commit the batch's offsets. An outage of
+the index is retried in place with back-off (nothing is fetched or committed meanwhile),
+so the indexer pauses and catches up afterwards. Document ids are the records' places
+in the log, so a batch written twice (after a crash or a rebalance) is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from hermesbus.codec import Codec, default_codec
+from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.envelope import Envelope
+from hermesbus.errors import HermesError, TraceIndexError
+from hermesbus.lifecycle import Service, background
+from hermesbus.runtime import RuntimeSettings
+from hermesbus.runtime._effects import dead_letter
+from hermesbus.runtime._producer import CLOSE_TIMEOUT_S, Producer, close_within
+from hermesbus.runtime._rebalance import Rebalance
+from hermesbus.topics import DLQ, Catalog
+
+from ._ecs import DocumentSettings, decode, document, refused_document
+from ._model import ArchivedRecord, Document, TraceIndex, WriteResult
+
+__all__ = ["Indexer", "IndexerStats"]
+
+log = logging.getLogger(__name__)
+
+NAME = "indexer"
+_CAUSES = 50_000
+"""Log times of recent message ids kept in memory, for ``event.duration``."""
+_MAX_PAUSE_S = 10.0
+_REPORT_EVERY_S = 30.0
+
+
+@dataclass
+class IndexerStats:
+    """What the indexer did (printed by ``hermesbus up`` on exit)."""
+
+    indexed: int = 0
+    existing: int = 0
+    """Documents already stored (a batch written again after a crash or rebalance)."""
+    undecodable: int = 0
+    refused: int = 0
+    """Documents the index refused: dead-lettered with the reason, a stripped copy kept."""
+    outages: int = 0
+    """Times a write failed and was retried in place."""
+
+
+class Indexer(Service):
+    """Indexes every record of the catalog's topics (dead letters included) into ``index``."""
+
+    def __init__(
+        self,
+        index: TraceIndex,
+        *,
+        kafka: KafkaConfig,
+        prefix: str = "",
+        settings: RuntimeSettings | None = None,
+        codec: Codec | None = None,
+        group_id: str = NAME,
+        documents: DocumentSettings | None = None,
+    ) -> None:
+        self.name = group_id
+        self.index = index
+        self.stats = IndexerStats()
+        self.joined = asyncio.Event()
+        self._kafka = kafka
+        self._settings = settings or RuntimeSettings()
+        self._codec = codec or default_codec()
+        self._prefix = prefix
+        self._topics = Catalog.load().with_overrides(prefix=prefix).names()
+        self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
+        self._causes: OrderedDict[str, int] = OrderedDict()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: Producer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.caught_up = asyncio.Event()
+        """Set whenever a fetch returned nothing: everything appended so far is indexed."""
+
+    async def start(self) -> None:
+        """Join the group and start indexing; safe to call twice."""
+        if self._consumer is not None:
+            return
+        settings = self._settings
+        producer = Producer(self._kafka, self.name)  # dead letters of refused documents
+        await producer.start()
+        consumer = AIOKafkaConsumer(
+            **self._kafka.client_kwargs(),
+            group_id=self.name,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=settings.max_poll_records,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        )
+        consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
+        try:
+            await start_or_close(consumer.start, consumer.stop, "indexer: cannot reach Kafka")
+        except HermesError:
+            await producer.stop()
+            raise
+        self._consumer, self._producer, self._stopping = consumer, producer, False
+        self._task = background(self._run(consumer), f"{self.name}-loop")
+
+    async def stop(self) -> None:
+        """Index what the topics hold by now and commit it (bounded), leave the group.
+
+        Called after the processors stopped, so their last outputs are indexed too; an
+        index still away when the bound passes leaves the rest uncommitted, for the next
+        start to index.
+        """
+        consumer, producer, task = self._consumer, self._producer, self._task
+        if consumer is None or producer is None or task is None:
+            return
+        self._stopping = True
+        await asyncio.wait({task}, timeout=self._settings.revoke_timeout_ms / 1000)
+        task.cancel()  # an index still away: what was not stored is not committed
+        await asyncio.gather(task, return_exceptions=True)
+        refresh = getattr(self.index, "refresh", None)
+        if refresh is not None:  # searchable at once for the commands run next
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await refresh()
+            except (TimeoutError, HermesError) as exc:
+                log.warning("indexer: the last refresh failed: %s", exc)
+        self._consumer = self._producer = self._task = None
+        await close_within(consumer.stop, "indexer: the consumer")
+        await producer.stop()
+
+    def _adopt(self, _assigned: Sequence[TopicPartition]) -> None:
+        self.joined.set()
+
+    async def _release(self, _revoked: Sequence[TopicPartition]) -> None:
+        return None  # each batch is committed once stored: nothing is held between batches
+
+    async def _run(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                batch = await consumer.getmany(timeout_ms=200)
+            except KafkaError as exc:
+                log.warning("indexer: fetch failed (retrying): %s", exc)
+                await asyncio.sleep(self._settings.infra_retry_ms / 1000)
+                continue
+            if not batch:
+                self.caught_up.set()
+                if self._stopping:
+                    return  # drained: everything appended before the stop is indexed
+                continue
+            self.caught_up.clear()
+            records = [_archived(r) for rs in batch.values() for r in rs]
+            await self._index(records)
+            await self._commit(consumer, batch)
+
+    async def _index(self, records: Sequence[ArchivedRecord]) -> None:
+        """Write the documents of ``records`` until the index has them all."""
+        decoded = [decode(record, self._codec) for record in records]
+        causes = await self._cause_times(records, decoded)
+        docs = [self._document(r, d, causes) for r, d in zip(records, decoded, strict=True)]
+        result = await self._written(docs)
+        self.stats.indexed += len(result.stored)
+        self.stats.existing += len(result.existing)
+        self.stats.undecodable += sum(isinstance(d, HermesError) for d in decoded)
+        if result.refused:
+            await self._refused(records, result.refused)
+
+    def _document(
+        self, record: ArchivedRecord, decoded: Envelope | HermesError, causes: dict[str, int]
+    ) -> Document:
+        try:
+            return document(record, decoded, self._documents, causes)
+        except Exception as exc:  # a bug must not stop the indexer: keep what can be kept
+            log.exception("indexer: no document for %s", record.id)
+            return refused_document(record, f"no document could be made: {exc!r}")
+
+    async def _cause_times(
+        self, records: Sequence[ArchivedRecord], decoded: Sequence[Envelope | HermesError]
+    ) -> dict[str, int]:
+        """Log times of the batch's messages and of their causes (memory, else the index)."""
+        for record, envelope in zip(records, decoded, strict=True):
+            if isinstance(envelope, Envelope):
+                self._causes.setdefault(envelope.message_id, record.timestamp_ms)
+        while len(self._causes) > _CAUSES:
+            self._causes.popitem(last=False)
+        wanted = {e.causation_id for e in decoded if isinstance(e, Envelope) and e.causation_id}
+        missing = sorted(wanted - self._causes.keys())
+        found = dict(self._causes)
+        if missing:
+            try:
+                found |= await self.index.appended(missing)
+            except TraceIndexError as exc:  # only durations are lost: the write will tell
+                log.debug("indexer: cause times not read: %s", exc)
+        return found
+
+    async def _written(self, docs: Sequence[Document]) -> WriteResult:
+        """``index.write``, retried in place with back-off while the index is away."""
+        pause = self._settings.infra_retry_ms / 1000
+        failing_since: float | None = None
+        reported = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                result = await self.index.write(docs)
+            except TraceIndexError as exc:
+                now = loop.time()
+                if failing_since is None:
+                    failing_since = now
+                    self.stats.outages += 1
+                if now - reported >= _REPORT_EVERY_S:
+                    log.warning("indexer paused, nothing committed past the stored: %s", exc)
+                    reported = now
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _MAX_PAUSE_S)
+                continue
+            if failing_since is not None:
+                log.warning(
+                    "indexer: %s answers again after %.1f s; catching up",
+                    self.index.where,
+                    loop.time() - failing_since,
+                )
+            return result
+
+    async def _refused(self, records: Sequence[ArchivedRecord], refused: dict[str, str]) -> None:
+        """Dead-letter each refused record with the reason, and keep a stripped copy."""
+        by_id = {record.id: record for record in records}
+        stripped = []
+        for doc_id, reason in refused.items():
+            record = by_id[doc_id]
+            log.error("indexer: the index refused %s: %s", doc_id, reason)
+            self.stats.refused += 1
+            stripped.append(refused_document(record, reason))
+            if record.topic == self._documents.dlq_topic:
+                continue  # a dead letter is not dead-lettered again: logged and counted
+            error = TraceIndexError(f"the trace index refused the document: {reason}")
+            letter = dead_letter(
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                key=record.key,
+                value=record.value,
+                headers=record.headers,
+                error=error,
+                processor=self.name,
+                attempt=1,
+                dlq_topic=self._documents.dlq_topic,
+            )
+            if self._producer is not None:
+                await self._producer.send_all([letter])
+        again = await self._written(stripped)
+        for doc_id, reason in again.refused.items():
+            log.error("indexer: even the stripped copy of %s was refused: %s", doc_id, reason)
+
+    async def _commit(
+        self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[ConsumerRecord]]
+    ) -> None:
+        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+        try:
+            async with asyncio.timeout(self._kafka.request_timeout_ms / 1000):
+                await consumer.commit(offsets)
+        except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
+            log.warning("indexer: commit failed (the batch is stored): %s", exc)
+
+
+def _archived(record: ConsumerRecord) -> ArchivedRecord:
+    headers = tuple((k, bytes(v)) for k, v in (record.headers or ()))
+    return ArchivedRecord(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp,
+        key=record.key,
+        value=record.value or b"",
+        headers=headers,
+    )
