@@ -48,6 +48,8 @@ class HermesSettings(BaseSettings):
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
     schema_registry_timeout_s: float = 10.0
+    kibana_url: str | None = None
+    """``trace`` and ``session`` print a Discover link into this Kibana when it is set."""
 
 
 def state_home(settings: HermesSettings | None = None) -> Path:

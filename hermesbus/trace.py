@@ -21,6 +21,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, st
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
+from hermesbus.index import Document, archived
 from hermesbus.payloads import (
     ErrorReport,
     MemoryWrite,
@@ -32,7 +33,7 @@ from hermesbus.payloads import (
 )
 from hermesbus.topics import Catalog, apply_command
 
-__all__ = ["Hop", "Span", "collect", "spans", "waterfall"]
+__all__ = ["Hop", "Span", "collect", "hops_of", "spans", "waterfall"]
 
 _PROCESSORS = {"conversation": "conversation", "mcp": "dispatcher", "dispatcher": "dispatcher"}
 _PROCESSORS |= {"tool": "tool", "memory": "memory"}
@@ -98,6 +99,23 @@ async def collect(
         raise BrokerError(f"trace {trace_id}: {kafka_reason(exc)}") from exc
     finally:
         await consumer.stop()
+    return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
+
+
+def hops_of(docs: Iterable[Document], codec: Codec, *, dlq_topic: str) -> list[Hop]:
+    """The hops of the trace index's documents: the same picture ``collect`` reads from
+    the topics (dead letters and undecodable records are not hops; ``trace`` lists them)."""
+    hops = []
+    for doc in docs:
+        record = archived(doc)
+        if record.topic == dlq_topic:
+            continue
+        try:
+            envelope = codec.decode(record.value)
+        except HermesError:
+            continue
+        at = record.timestamp_ms
+        hops.append(Hop(envelope, record.topic, record.partition, record.offset, at))
     return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
 
 

@@ -8,13 +8,13 @@ import typer
 
 from ._broker import broker_command
 from ._doctor import doctor_command
+from ._index import search_command, session_command, trace_command
 from ._keys import app as keys_app
 from ._say import say_command
 from ._schemas import app as schemas_app
 from ._send import send_command
 from ._tools import app as tools_app
 from ._topics import app as topics_app
-from ._trace import trace_command
 from ._up import up_command
 
 __all__ = ["app", "main"]
@@ -32,6 +32,8 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(keys_app, name="keys")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
+app.command("session")(session_command)
+app.command("search")(search_command)
 app.command("doctor")(doctor_command)
 app.command("say")(say_command)
 app.command("send")(send_command)

@@ -1,0 +1,291 @@
+"""``hermesbus trace``, ``session`` and ``search``: the trace index read back.
+
+The index is Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set, else the SQLite
+file under the state folder; both answer with the same documents, so the waterfall
+is the same from either. ``trace --from-log`` reads the topics instead (no index needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from hermesbus.codec import default_codec
+from hermesbus.config import HermesSettings
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.index import Document, Search, TraceIndex, iso_ms
+from hermesbus.stack import trace_index
+from hermesbus.topics import DLQ
+from hermesbus.trace import Hop, collect, hops_of, spans, waterfall
+
+from ._common import BootstrapOption, PrefixOption, console, errors, fail, kafka_with
+
+__all__ = ["parse_when", "search_command", "session_command", "trace_command"]
+
+T = TypeVar("T")
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
+_UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_RELATIVE = re.compile(r"^-?(\d+)([smhd])$")
+
+
+def trace_command(
+    trace_id: Annotated[str, typer.Argument(help="The trace to draw (envelope trace_id).")],
+    from_log: Annotated[
+        bool,
+        typer.Option("--from-log", help="Read the topics instead of the trace index."),
+    ] = False,
+    session: Annotated[
+        str | None, typer.Option(help="With --from-log: read only this session's partitions.")
+    ] = None,
+    as_json: JsonOption = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+) -> None:
+    """Print the trace's spans: component, state, what it handled, a time bar, ms, outcome."""
+    if not trace_id.strip():
+        raise fail("no trace id: pass the trace_id of an envelope (Client.ask's reply has it)", 2)
+    with errors():
+        if from_log:
+            kafka = kafka_with(bootstrap)
+            found = asyncio.run(collect(kafka, trace_id, session_id=session, prefix=prefix))
+            docs: list[Document] = []
+            where = f"the topics at {kafka.bootstrap} (prefix {prefix!r})"
+        else:
+            docs, where = _ask(lambda index: index.by_trace(trace_id))
+            found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
+    if not found and not docs:
+        raise fail(
+            f"no envelope of trace {trace_id!r} in {where}: check the id, and that the "
+            "indexer ran (`hermesbus up` runs it)"
+            + ("" if from_log else "; --from-log reads the topics instead")
+        )
+    if as_json:
+        _print_json({"trace_id": trace_id, "index": where, **_answer(found, docs)})
+        return
+    _draw(found)
+    _dead_letters(docs)
+    link = _kibana(f'trace.id:"{trace_id}"', docs)
+    if link:
+        console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
+
+
+def session_command(
+    session_id: Annotated[str, typer.Argument(help="The session (the Kafka key).")],
+    as_json: JsonOption = False,
+    prefix: PrefixOption = "",
+) -> None:
+    """Every trace of a session from the trace index, each as a waterfall, in log order."""
+    if not session_id.strip():
+        raise fail("no session id: pass the session_id of a conversation", 2)
+    with errors():
+        docs, where = _ask(lambda index: index.by_session(session_id))
+        found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
+    if not docs:
+        raise fail(f"no envelope of session {session_id!r} in {where}: check the id")
+    if as_json:
+        _print_json({"session_id": session_id, "index": where, **_answer(found, docs)})
+        return
+    traces: dict[str, list[Hop]] = {}
+    for hop in found:
+        traces.setdefault(hop.envelope.trace_id, []).append(hop)
+    console.print(f"session {escape(session_id)}: {len(docs)} envelopes, {len(traces)} traces")
+    for trace_id, hops in traces.items():
+        console.rule(f"trace {escape(trace_id)}")
+        _draw(hops)
+    _dead_letters(docs)
+    link = _kibana(f'gen_ai.conversation.id:"{session_id}"', docs)
+    if link:
+        console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
+
+
+def search_command(
+    component: Annotated[
+        str | None, typer.Option(help="conversation, dispatcher, tool, memory or app.")
+    ] = None,
+    outcome: Annotated[str | None, typer.Option(help="success or failure.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="-1h, -15m, -2d, an ISO time or epoch ms.")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Like --since; the end, excluded.")] = None,
+    text: Annotated[
+        str | None, typer.Option(help="Words in the summary, payload or error.")
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    trace: Annotated[str | None, typer.Option(help="Only this trace.")] = None,
+    action: Annotated[
+        str | None, typer.Option(help="Body type: ToolCall, ErrorReport, undecodable...")
+    ] = None,
+    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Envelopes that match every filter, oldest first, with the sessions they touch.
+
+    ``hermesbus search --outcome failure --since -1h``: which sessions failed in the last
+    hour, at which component.
+    """
+    with errors():
+        now = int(time.time() * 1000)
+        query = Search(
+            component=component,
+            outcome=outcome,
+            since_ms=parse_when(since, now, "--since"),
+            until_ms=parse_when(until, now, "--until"),
+            text=text,
+            session_id=session,
+            trace_id=trace,
+            action=action,
+            topic=topic,
+            limit=limit,
+        )
+        docs, where = _ask(lambda index: index.search(query))
+    if as_json:
+        _print_json({"index": where, "documents": [_row(doc) for doc in docs]})
+        return
+    if not docs:
+        console.print(f"nothing matches in {escape(where)}")
+        return
+    _table(docs)
+    _sessions(docs)
+
+
+def parse_when(value: str | None, now_ms: int, option: str) -> int | None:
+    """``-1h``/``1h`` (before now), an ISO 8601 time (UTC unless it says), or epoch ms."""
+    if value is None:
+        return None
+    text = value.strip()
+    relative = _RELATIVE.match(text)
+    if relative:
+        return now_ms - int(relative.group(1)) * _UNITS[relative.group(2)]
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise fail(f"{option} {value!r}: use -1h, -15m, -2d, an ISO time or epoch ms", 2) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
+    return int(moment.timestamp() * 1000)
+
+
+def _ask(question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
+    """Open the configured index read-only, ask, close; a missing SQLite file is no index."""
+    index = trace_index(install=False)
+    if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():
+        raise fail(
+            f"no trace index at {index.where}: `hermesbus up` indexes every envelope there "
+            f"(HERMES_HOME={HermesSettings().home}); set HERMES_ELASTICSEARCH_URL to read "
+            "Elasticsearch instead"
+        )
+
+    async def run() -> T:
+        async with index:
+            return await question(index)
+
+    return asyncio.run(run()), index.where
+
+
+def _draw(hops: Sequence[Hop]) -> None:
+    for line in waterfall(spans(hops)):
+        console.print(escape(line), soft_wrap=True, highlight=False)
+
+
+def _dead_letters(docs: Sequence[Document]) -> None:
+    letters = [doc for doc in docs if "dlq" in doc.get("hermes", {})]
+    letters += [doc for doc in docs if doc["event"].get("action") == "undecodable"]
+    for doc in letters:
+        error = doc.get("error") or {}
+        console.print(
+            f"[red]{escape(doc['event'].get('action', '?'))}[/red] {escape(doc['_id'])}: "
+            f"{escape(str(error.get('type')))}: {escape(str(error.get('message')))}",
+            soft_wrap=True,
+        )
+
+
+def _answer(found: Sequence[Hop], docs: Sequence[Document]) -> dict[str, Any]:
+    return {
+        "spans": [
+            {
+                "component": s.component,
+                "state": s.state,
+                "what": s.what,
+                "start_ms": s.start_ms,
+                "end_ms": s.end_ms,
+                "duration_ms": s.duration_ms,
+                "outcome": s.outcome,
+            }
+            for s in spans(found)
+        ],
+        "documents": [_row(doc) for doc in docs],
+    }
+
+
+def _row(doc: Document) -> dict[str, Any]:
+    """A document without its raw bytes and headers (``tail`` and replay read those)."""
+    hermes = {k: v for k, v in doc.get("hermes", {}).items() if k not in ("raw", "kafka")}
+    return {k: v for k, v in doc.items() if k != "hermes"} | {"hermes": hermes}
+
+
+def _print_json(value: dict[str, Any]) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False, indent=1))
+
+
+def _table(docs: Sequence[Document]) -> None:
+    table = Table("time", "component", "action", "outcome", "session", "trace", "what")
+    for doc in docs:
+        error = (doc.get("error") or {}).get("message")
+        outcome = doc["event"].get("outcome", "")
+        table.add_row(
+            doc["@timestamp"],
+            (doc.get("service") or {}).get("name", "-"),
+            doc["event"].get("action", ""),
+            f"[red]{outcome}[/red]" if outcome == "failure" else outcome,
+            escape(str((doc.get("gen_ai") or {}).get("conversation", {}).get("id", "-"))),
+            escape(str((doc.get("trace") or {}).get("id", "-"))),
+            escape(str(error or doc.get("message", ""))),
+        )
+    console.print(table)
+
+
+def _sessions(docs: Sequence[Document]) -> None:
+    """``N envelopes in M sessions: s1 (dispatcher x2, tool)``: where each session was hit."""
+    seen: dict[str, dict[str, int]] = {}
+    for doc in docs:
+        session = (doc.get("gen_ai") or {}).get("conversation", {}).get("id") or "-"
+        component = (doc.get("service") or {}).get("name") or "-"
+        counts = seen.setdefault(session, {})
+        counts[component] = counts.get(component, 0) + 1
+    parts = [
+        f"{session} ({', '.join(f'{c} x{n}' if n > 1 else c for c, n in counts.items())})"
+        for session, counts in seen.items()
+    ]
+    console.print(
+        escape(f"{len(docs)} envelopes in {len(seen)} sessions: " + "; ".join(parts)),
+        soft_wrap=True,
+    )
+
+
+def _kibana(kuery: str, docs: Sequence[Document]) -> str | None:
+    """The Discover link for ``kuery`` over the documents' time, when HERMES_KIBANA_URL is set."""
+    base = HermesSettings().kibana_url
+    if not base or not docs:
+        return None
+    times = [doc["hermes"]["kafka"]["timestamp_ms"] for doc in docs]
+    start, end = iso_ms(min(times) - 60_000), iso_ms(max(times) + 60_000)
+    rison = kuery.replace("!", "!!").replace("'", "!'")
+    state = (
+        f"_g=(time:(from:'{start}',to:'{end}'))&_a=(dataSource:(dataViewId:'hermes-envelopes',"
+        f"type:dataView),query:(language:kuery,query:'{rison}'))"
+    )
+    return f"{base.rstrip('/')}/app/discover#/?{urllib.parse.quote(state, safe='=&():,')}"
