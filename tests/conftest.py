@@ -23,6 +23,7 @@ from hermesbus.processors.protocol import IDENTITIES
 from tests.services import (  # the service fixtures and the failure report, for every test
     broker,
     broker_binary,
+    elasticsearch_url,
     embedded_bootstrap,
     in_ci,
     kafka_bootstrap,
@@ -33,6 +34,7 @@ from tests.services import (  # the service fixtures and the failure report, for
 __all__ = [
     "broker",
     "broker_binary",
+    "elasticsearch_url",
     "embedded_bootstrap",
     "kafka_bootstrap",
     "pytest_runtest_makereport",

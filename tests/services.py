@@ -26,6 +26,7 @@ from hermesbus.broker import find_broker_binary, metadata_probe
 from hermesbus.errors import BrokerError
 
 __all__ = [
+    "ELASTICSEARCH",
     "EMBEDDED",
     "KAFKA",
     "SCHEMA_REGISTRY",
@@ -33,6 +34,7 @@ __all__ = [
     "Service",
     "broker",
     "broker_binary",
+    "elasticsearch_url",
     "embedded_bootstrap",
     "in_ci",
     "kafka_bootstrap",
@@ -148,8 +150,21 @@ SCHEMA_REGISTRY = Service(
     "deploy/local/test.sh starts Apicurio Registry with deploy/local/schema-registry.sh",
     _url_answers,
 )
-SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY)
-_SERVICE_FIXTURES = {"kafka_bootstrap", "embedded_bootstrap", "broker", "schema_registry_url"}
+ELASTICSEARCH = Service(
+    "Elasticsearch",
+    "HERMES_TEST_ELASTICSEARCH_URL",
+    "HERMES_TEST_ELASTICSEARCH_LOG",
+    "deploy/local/test.sh starts Elasticsearch with deploy/local/elasticsearch.sh",
+    _url_answers,
+)
+SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY, ELASTICSEARCH)
+_SERVICE_FIXTURES = {
+    "kafka_bootstrap",
+    "embedded_bootstrap",
+    "broker",
+    "schema_registry_url",
+    "elasticsearch_url",
+}
 
 
 @pytest.fixture(scope="session")
@@ -186,6 +201,12 @@ def broker_binary() -> str:
 def schema_registry_url() -> str:
     """URL of the real schema registry the test command started."""
     return SCHEMA_REGISTRY.address()
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_url() -> str:
+    """URL of the real Elasticsearch the test command started (security off, loopback)."""
+    return ELASTICSEARCH.address()
 
 
 def _uses_services(item: pytest.Item) -> bool:

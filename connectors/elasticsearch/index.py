@@ -100,7 +100,15 @@ class ElasticsearchTraceIndex(Service):
         from elasticsearch.helpers import async_streaming_bulk  # noqa: PLC0415
 
         result, later = WriteResult(), 0
-        actions = [{"_op_type": "create", "_index": self.stream, **doc} for doc in docs]
+        actions = [  # _source explicit: the helper would take a top-level "parent" as metadata
+            {
+                "_op_type": "create",
+                "_index": self.stream,
+                "_id": doc["_id"],
+                "_source": {k: v for k, v in doc.items() if k != "_id"},
+            }
+            for doc in docs
+        ]
         with translated("a bulk write", self.config.url):
             async for _ok, item in async_streaming_bulk(
                 self.client,

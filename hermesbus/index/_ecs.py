@@ -100,6 +100,9 @@ def document(
 def refused_document(record: ArchivedRecord, reason: str) -> Document:
     """What is kept of a record whose document the index refused: its place, ids, bytes."""
     doc = _coordinates(record)
+    if record.key is not None:  # the key may be what was refused: kept, not indexed
+        doc["messaging"]["kafka"]["message"]["key"] = None
+        doc["hermes"]["kafka"]["key"] = base64.b64encode(record.key).decode()
     doc["event"] |= {
         "action": "index_refused",
         "outcome": "failure",

@@ -214,6 +214,8 @@ class Indexer(Service):
             try:
                 result = await self.index.write(docs)
             except TraceIndexError as exc:
+                if not exc.retriable:  # the request, not the index: find the documents at fault
+                    return await self._one_by_one(docs, exc)
                 now = loop.time()
                 if failing_since is None:
                     failing_since = now
@@ -231,6 +233,19 @@ class Indexer(Service):
                     loop.time() - failing_since,
                 )
             return result
+
+    async def _one_by_one(self, docs: Sequence[Document], error: TraceIndexError) -> WriteResult:
+        """A batch refused as a whole: each document alone, so only the bad ones are refused."""
+        if len(docs) == 1:
+            return WriteResult(refused={docs[0]["_id"]: str(error)})
+        log.warning("indexer: a batch was refused (%s); writing it one by one", error)
+        result = WriteResult()
+        for doc in docs:
+            one = await self._written([doc])
+            result.stored += one.stored
+            result.existing += one.existing
+            result.refused |= one.refused
+        return result
 
     async def _refused(self, records: Sequence[ArchivedRecord], refused: dict[str, str]) -> None:
         """Dead-letter each refused record with the reason, and keep a stripped copy."""

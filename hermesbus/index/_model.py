@@ -49,12 +49,13 @@ def archived(doc: Mapping[str, Any]) -> ArchivedRecord:
     kafka = hermes["kafka"]
     messaging = doc["messaging"]
     key = messaging["kafka"]["message"].get("key")
+    stored = kafka.get("key")  # a refused document keeps its key here, not indexed
     return ArchivedRecord(
         topic=messaging["destination"]["name"],
         partition=int(messaging["kafka"]["destination"]["partition"]),
         offset=int(messaging["kafka"]["message"]["offset"]),
         timestamp_ms=int(kafka["timestamp_ms"]),
-        key=key.encode() if key is not None else None,
+        key=base64.b64decode(stored) if stored else key.encode() if key is not None else None,
         value=base64.b64decode(hermes.get("raw") or ""),
         headers=tuple((h["key"], base64.b64decode(h["value"])) for h in kafka.get("headers", ())),
     )

@@ -1,0 +1,166 @@
+"""One suite for every TraceIndex: the same documents in, the same answers out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from hermesbus import Envelope, Payload
+from hermesbus.codec import default_codec
+from hermesbus.index import (
+    ArchivedRecord,
+    DocumentSettings,
+    Search,
+    TraceIndex,
+    archived,
+    decode,
+    document,
+)
+from hermesbus.payloads import ErrorReport, ToolCall
+from tests.builders import T0, reply_to, turn
+
+from .conftest import searchable
+
+T0_MS = int(T0.timestamp() * 1000)
+SETTINGS = DocumentSettings()
+
+
+def _record(envelope: Envelope, topic: str, offset: int, at_ms: int, value: bytes | None = None):
+    return ArchivedRecord(
+        topic=topic,
+        partition=0,
+        offset=offset,
+        timestamp_ms=at_ms,
+        key=envelope.session_id.encode(),
+        value=value if value is not None else default_codec().encode(envelope),
+        headers=(("trace_id", envelope.trace_id.encode()), ("x", b"\x00\x01")),
+    )
+
+
+def _docs(records: list[ArchivedRecord]) -> list[dict]:
+    codec = default_codec()
+    return [document(r, decode(r, codec), SETTINGS) for r in records]
+
+
+def _story() -> list[ArchivedRecord]:
+    """Two sessions: t1 answered, t2 failed at the dispatcher; plus one record of garbage."""
+    first = turn(message_id="m1", trace_id="t1", session_id="s1")
+    call = Envelope(
+        message_id="c1",
+        timestamp=T0,
+        source="conversation:S2",
+        target="mcp:dispatcher",
+        session_id="s1",
+        user_id="u1",
+        trace_id="t1",
+        causation_id="m1",
+        span_id="span-c1",
+        parent_span_id="span-m1",
+        payload=Payload(
+            task="ocr_precheck",
+            body=ToolCall(tool="ocr_tool", arguments_json='{"password": "x"}', idempotency_key="k"),
+        ),
+    )
+    second = turn(message_id="m2", trace_id="t2", session_id="s2")
+    failed = Envelope(
+        message_id="e2",
+        timestamp=T0 + timedelta(seconds=2),
+        source="mcp:dispatcher",
+        target="conversation:S2",
+        session_id="s2",
+        user_id="u1",
+        trace_id="t2",
+        causation_id="m2",
+        payload=Payload(
+            task="invoice approval",
+            body=ErrorReport(component="tool:ocr_tool", code="timeout", message="ocr timed out"),
+        ),
+    )
+    return [
+        _record(first, "hermes.conversation.in", 0, T0_MS),
+        _record(call, "hermes.dispatcher", 0, T0_MS + 10),
+        _record(second, "hermes.conversation.in", 1, T0_MS + 1000),
+        _record(reply_to(first, "好的，请上传发票"), "hermes.conversation.out", 0, T0_MS + 20),
+        _record(failed, "hermes.conversation.in", 2, T0_MS + 2000),
+        _record(second, "hermes.conversation.in", 3, T0_MS + 3000, value=b"\xc3\x01garbage"),
+    ]
+
+
+async def _filled(index: TraceIndex) -> list[ArchivedRecord]:
+    records = _story()
+    result = await index.write(_docs(records))
+    assert sorted(result.stored) == sorted(r.id for r in records)
+    assert not result.existing and not result.refused
+    await searchable(index)
+    return records
+
+
+def _ids(docs: list[dict]) -> list[str]:
+    return [doc["_id"] for doc in docs]
+
+
+async def test_a_trace_comes_back_in_log_order_with_its_raw_records(trace_index: TraceIndex):
+    records = await _filled(trace_index)
+    docs = await trace_index.by_trace("t1")
+    assert _ids(docs) == [records[0].id, records[1].id, records[3].id]
+    assert docs[1]["parent"] == {"id": "span-m1"} and docs[1]["span"] == {"id": "span-c1"}
+    assert [archived(doc) for doc in docs] == [records[0], records[1], records[3]]
+
+
+async def test_a_session_holds_its_undecodable_record_too(trace_index: TraceIndex):
+    records = await _filled(trace_index)
+    docs = await trace_index.by_session("s2")
+    assert _ids(docs) == [records[2].id, records[4].id]  # garbage has no session: not here
+    garbage = await trace_index.search(Search(action="undecodable"))
+    assert _ids(garbage) == [records[5].id]
+    assert garbage[0]["trace"]["id"] == "t2"  # from the trace_id header
+    assert archived(garbage[0]).value == b"\xc3\x01garbage"
+
+
+async def test_writing_again_stores_nothing_twice(trace_index: TraceIndex):
+    records = await _filled(trace_index)
+    again = await trace_index.write(_docs(records[:3]))
+    assert not again.stored and sorted(again.existing) == sorted(r.id for r in records[:3])
+    await searchable(trace_index)
+    assert await trace_index.count() == len(records)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (Search(outcome="failure"), [4, 5]),
+        (Search(component="dispatcher", outcome="failure"), [4]),
+        (Search(component="conversation"), [1, 3]),
+        (Search(since_ms=T0_MS + 20, until_ms=T0_MS + 2000), [3, 2]),
+        (Search(text="ocr timed out"), [4]),
+        (Search(text="请上传发票"), [3]),
+        (Search(session_id="s1", action="ToolCall"), [1]),
+        (Search(topic="hermes.conversation.in", limit=2), [0, 2]),
+        (Search(trace_id="nope"), []),
+    ],
+)
+async def test_search_answers_the_on_call_questions(
+    trace_index: TraceIndex, query: Search, expected: list[int]
+):
+    records = await _filled(trace_index)
+    assert _ids(await trace_index.search(query)) == [records[i].id for i in expected]
+
+
+async def test_log_times_of_message_ids(trace_index: TraceIndex):
+    await _filled(trace_index)
+    found = await trace_index.appended(["m1", "c1", "e2", "unknown"])
+    assert found == {"m1": T0_MS, "c1": T0_MS + 10, "e2": T0_MS + 2000}
+
+
+async def test_secrets_are_redacted_in_the_stored_payload(trace_index: TraceIndex):
+    await _filled(trace_index)
+    (call,) = await trace_index.search(Search(action="ToolCall"))
+    assert call["hermes"]["payload"]["body"]["arguments_json"] == {"password": "[redacted]"}
+    assert "x" not in call["hermes"]["payload_text"].split('"password": ')[1][:14]
+
+
+async def test_an_empty_index_answers_nothing(trace_index: TraceIndex):
+    assert await trace_index.by_trace("t1") == []
+    assert await trace_index.search(Search()) == []
+    assert await trace_index.count() == 0
