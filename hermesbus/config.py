@@ -50,6 +50,8 @@ class HermesSettings(BaseSettings):
     schema_registry_timeout_s: float = 10.0
     kibana_url: str | None = None
     """``trace`` and ``session`` print a Discover link into this Kibana when it is set."""
+    kibana_api_key: SecretStr | None = None
+    """For ``kibana import``, if Kibana needs one (only from the environment)."""
 
 
 def state_home(settings: HermesSettings | None = None) -> Path:

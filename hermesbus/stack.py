@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.config import state_home
@@ -205,10 +205,15 @@ def trace_index(*, install: bool = True) -> TraceIndex:
     return SqliteTraceIndex()
 
 
-async def _joined(processors: Sequence[Processor | Indexer], say: Progress) -> None:
+class _Joining(Protocol):
+    name: str
+    joined: asyncio.Event
+
+
+async def _joined(processors: Sequence[_Joining], say: Progress) -> None:
     """Wait (bounded) until every processor has its first assignment, saying each."""
 
-    async def join(processor: Processor) -> None:
+    async def join(processor: _Joining) -> None:
         await processor.joined.wait()
         say(f"{processor.name} joined")
 

@@ -163,7 +163,6 @@ class ElasticsearchTraceIndex(Service):
         left = limit
         while left is None or left > 0:
             size = _PAGE if left is None else min(_PAGE, left)
-            extra = {"search_after": after} if after is not None else {}
             with translated("a search", self.config.url):
                 reply = await self.client.search(
                     index=self.stream,
@@ -172,7 +171,7 @@ class ElasticsearchTraceIndex(Service):
                     size=size,
                     ignore_unavailable=True,
                     allow_no_indices=True,
-                    **extra,
+                    search_after=after,
                 )
             hits = reply["hits"]["hits"]
             for hit in hits:

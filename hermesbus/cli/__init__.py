@@ -10,6 +10,7 @@ from ._broker import broker_command
 from ._doctor import doctor_command
 from ._index import search_command, session_command, trace_command
 from ._keys import app as keys_app
+from ._kibana import app as kibana_app
 from ._say import say_command
 from ._schemas import app as schemas_app
 from ._send import send_command
@@ -30,6 +31,7 @@ app.add_typer(schemas_app, name="schemas")
 app.add_typer(topics_app, name="topics")
 app.add_typer(tools_app, name="tools")
 app.add_typer(keys_app, name="keys")
+app.add_typer(kibana_app, name="kibana")
 app.command("up")(up_command)
 app.command("trace")(trace_command)
 app.command("session")(session_command)

@@ -15,7 +15,8 @@ from rich.status import Status
 
 from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.runtime import RuntimeSettings
+from hermesbus.index import Indexer
+from hermesbus.runtime import Processor, RuntimeSettings
 from hermesbus.stack import stack
 
 from . import _demo
@@ -130,7 +131,8 @@ async def _run(
                 err_console.print("serving; Ctrl-C stops")
                 await asyncio.Event().wait()
         finally:
-            parts = [*running.processors, *([running.indexer] if running.indexer else [])]
+            parts: list[Processor | Indexer] = [*running.processors]
+            parts += [running.indexer] if running.indexer else []
             for part in parts:
                 counts = ", ".join(f"{k}={v}" for k, v in asdict(part.stats).items())
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)

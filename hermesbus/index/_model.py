@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
 
 __all__ = [
     "ArchivedRecord",
@@ -103,6 +104,12 @@ class TraceIndex(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
     async def write(self, docs: Sequence[Document]) -> WriteResult:
         """Store documents by their ``_id``; one already stored is left as it is.

@@ -23,7 +23,7 @@ TOPICS = [spec.name for spec in Catalog.load() if spec.value_schema]
 def _trace(bootstrap: str, tmp_path: Path, *options: str) -> tuple[int, str, str]:
     home = tmp_path / "home"
     ran = hermesbus(
-        "trace", "trace_1", "--bootstrap", bootstrap, *options,
+        "trace", "trace_1", "--from-log", "--bootstrap", bootstrap, *options,
         env=clean_env(home), cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert "Traceback" not in ran.output and "CancelledError" not in ran.output, ran.output

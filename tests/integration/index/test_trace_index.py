@@ -10,6 +10,7 @@ from hermesbus import Envelope, Payload
 from hermesbus.codec import default_codec
 from hermesbus.index import (
     ArchivedRecord,
+    Document,
     DocumentSettings,
     Search,
     TraceIndex,
@@ -26,7 +27,9 @@ T0_MS = int(T0.timestamp() * 1000)
 SETTINGS = DocumentSettings()
 
 
-def _record(envelope: Envelope, topic: str, offset: int, at_ms: int, value: bytes | None = None):
+def _record(
+    envelope: Envelope, topic: str, offset: int, at_ms: int, value: bytes | None = None
+) -> ArchivedRecord:
     return ArchivedRecord(
         topic=topic,
         partition=0,
@@ -38,7 +41,7 @@ def _record(envelope: Envelope, topic: str, offset: int, at_ms: int, value: byte
     )
 
 
-def _docs(records: list[ArchivedRecord]) -> list[dict]:
+def _docs(records: list[ArchivedRecord]) -> list[Document]:
     codec = default_codec()
     return [document(r, decode(r, codec), SETTINGS) for r in records]
 
@@ -96,11 +99,13 @@ async def _filled(index: TraceIndex) -> list[ArchivedRecord]:
     return records
 
 
-def _ids(docs: list[dict]) -> list[str]:
+def _ids(docs: list[Document]) -> list[str]:
     return [doc["_id"] for doc in docs]
 
 
-async def test_a_trace_comes_back_in_log_order_with_its_raw_records(trace_index: TraceIndex):
+async def test_a_trace_comes_back_in_log_order_with_its_raw_records(
+    trace_index: TraceIndex,
+) -> None:
     records = await _filled(trace_index)
     docs = await trace_index.by_trace("t1")
     assert _ids(docs) == [records[0].id, records[1].id, records[3].id]
@@ -108,7 +113,7 @@ async def test_a_trace_comes_back_in_log_order_with_its_raw_records(trace_index:
     assert [archived(doc) for doc in docs] == [records[0], records[1], records[3]]
 
 
-async def test_a_session_holds_its_undecodable_record_too(trace_index: TraceIndex):
+async def test_a_session_holds_its_undecodable_record_too(trace_index: TraceIndex) -> None:
     records = await _filled(trace_index)
     docs = await trace_index.by_session("s2")
     assert _ids(docs) == [records[2].id, records[4].id]  # garbage has no session: not here
@@ -118,7 +123,7 @@ async def test_a_session_holds_its_undecodable_record_too(trace_index: TraceInde
     assert archived(garbage[0]).value == b"\xc3\x01garbage"
 
 
-async def test_writing_again_stores_nothing_twice(trace_index: TraceIndex):
+async def test_writing_again_stores_nothing_twice(trace_index: TraceIndex) -> None:
     records = await _filled(trace_index)
     again = await trace_index.write(_docs(records[:3]))
     assert not again.stored and sorted(again.existing) == sorted(r.id for r in records[:3])
@@ -142,25 +147,25 @@ async def test_writing_again_stores_nothing_twice(trace_index: TraceIndex):
 )
 async def test_search_answers_the_on_call_questions(
     trace_index: TraceIndex, query: Search, expected: list[int]
-):
+) -> None:
     records = await _filled(trace_index)
     assert _ids(await trace_index.search(query)) == [records[i].id for i in expected]
 
 
-async def test_log_times_of_message_ids(trace_index: TraceIndex):
+async def test_log_times_of_message_ids(trace_index: TraceIndex) -> None:
     await _filled(trace_index)
     found = await trace_index.appended(["m1", "c1", "e2", "unknown"])
     assert found == {"m1": T0_MS, "c1": T0_MS + 10, "e2": T0_MS + 2000}
 
 
-async def test_secrets_are_redacted_in_the_stored_payload(trace_index: TraceIndex):
+async def test_secrets_are_redacted_in_the_stored_payload(trace_index: TraceIndex) -> None:
     await _filled(trace_index)
     (call,) = await trace_index.search(Search(action="ToolCall"))
     assert call["hermes"]["payload"]["body"]["arguments_json"] == {"password": "[redacted]"}
     assert "x" not in call["hermes"]["payload_text"].split('"password": ')[1][:14]
 
 
-async def test_an_empty_index_answers_nothing(trace_index: TraceIndex):
+async def test_an_empty_index_answers_nothing(trace_index: TraceIndex) -> None:
     assert await trace_index.by_trace("t1") == []
     assert await trace_index.search(Search()) == []
     assert await trace_index.count() == 0

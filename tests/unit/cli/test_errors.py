@@ -48,7 +48,10 @@ A_FILE = str(Path(__file__).resolve())
     ("args", "extra", "expected"),
     [
         (("topics", "apply"), {}, (1, "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP")),
-        (("trace", "t1"), {}, (1, "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP")),
+        (("trace", "t1", "--from-log"), {}, (1, "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP")),
+        (("trace", "t1"), {}, (1, "no trace index at ")),
+        (("session", "s1"), {}, (1, "no trace index at ")),
+        (("search", "--since", "yesterday"), {}, (2, "--since 'yesterday': use -1h")),
         (("trace", " "), {}, (2, "no trace id: pass the trace_id of an envelope")),
         (("topics", "list", "--catalog", "missing.yaml"), {}, (1, "cannot read the catalog")),
         (("topics", "apply", "--partitions", "0"), {}, (2, "Invalid value for '--partitions'")),
@@ -104,7 +107,7 @@ def test_hermes_debug_shows_the_traceback(home: Path, elsewhere: Path) -> None:
 # -- a broker that is down, said once, with what to check ------------------------
 
 
-@pytest.mark.parametrize("command", [("topics", "apply"), ("trace", "t1")])
+@pytest.mark.parametrize("command", [("topics", "apply"), ("trace", "t1", "--from-log")])
 def test_broker_down_names_the_address_and_what_to_check(
     home: Path, elsewhere: Path, command: tuple[str, ...]
 ) -> None:
