@@ -65,11 +65,7 @@ def trace_command(
             docs, where = _ask(lambda index: index.by_trace(trace_id))
             found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
     if not found and not docs:
-        raise fail(
-            f"no envelope of trace {trace_id!r} in {where}: check the id, and that the "
-            "indexer ran (`hermesbus up` runs it)"
-            + ("" if from_log else "; --from-log reads the topics instead")
-        )
+        raise fail(_not_found(trace_id, where, from_log=from_log))
     if as_json:
         _print_json({"trace_id": trace_id, "index": where, **_answer(found, docs)})
         return
@@ -78,6 +74,19 @@ def trace_command(
     link = _kibana(f'trace.id:"{trace_id}"', docs)
     if link:
         console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
+
+
+def _not_found(trace_id: str, where: str, *, from_log: bool) -> str:
+    if from_log:
+        return (
+            f"no envelope of trace {trace_id!r} on {where}: check the id, --session and "
+            "--prefix, and that the broker is the bus's (the embedded broker keeps nothing "
+            "once `up` stops; the trace index does: drop --from-log)"
+        )
+    return (
+        f"no envelope of trace {trace_id!r} in the trace index at {where}: check the id, and "
+        "that the indexer ran (`hermesbus up` runs it); --from-log reads the topics instead"
+    )
 
 
 def session_command(

@@ -1,0 +1,128 @@
+"""One record as one ECS document: fields, outcomes, durations, dead letters, redaction."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from hermesbus import Envelope, Payload
+from hermesbus.codec import default_codec
+from hermesbus.index import (
+    ArchivedRecord,
+    Document,
+    DocumentSettings,
+    archived,
+    decode,
+    document,
+    refused_document,
+)
+from hermesbus.payloads import ToolResult
+from tests.builders import T0, reply_to, turn
+
+T0_MS = int(T0.timestamp() * 1000)
+
+
+def _record(
+    envelope: Envelope | None, *, topic: str = "hermes.conversation.in", **extra: Any
+) -> ArchivedRecord:
+    value = default_codec().encode(envelope) if envelope is not None else b"\x00garbage"
+    fields: dict[str, Any] = {
+        "topic": topic,
+        "partition": 3,
+        "offset": 41,
+        "timestamp_ms": T0_MS + 25,
+        "key": b"s1",
+        "value": value,
+        "headers": (("trace_id", b"t1"), ("message_id", b"m1")),
+    } | extra
+    return ArchivedRecord(**fields)
+
+
+def _doc(
+    record: ArchivedRecord,
+    settings: DocumentSettings | None = None,
+    causes: dict[str, int] | None = None,
+) -> Document:
+    return document(record, decode(record, default_codec()), settings or DocumentSettings(), causes)
+
+
+def test_an_envelope_becomes_an_ecs_document_that_keeps_the_record() -> None:
+    reply = reply_to(turn(), "好的")
+    record = _record(reply, topic="hermes.conversation.out")
+    doc = _doc(record, causes={"m1": T0_MS + 5})
+    assert doc["_id"] == "hermes.conversation.out/3/41"
+    assert doc["@timestamp"] == "2024-05-16T09:30:00.025Z"
+    assert doc["trace"] == {"id": "t1"} and doc["event"]["id"] == reply.message_id
+    assert doc["event"]["action"] == "Reply" and doc["event"]["outcome"] == "success"
+    assert doc["event"]["duration"] == 20 * 1_000_000  # from its cause's append, in ns
+    assert doc["service"] == {"name": "conversation", "node": {"name": "S1"}}
+    assert doc["gen_ai"] == {"conversation": {"id": "s1"}}
+    assert doc["messaging"]["kafka"] == {
+        "message": {"key": "s1", "offset": 41},
+        "destination": {"partition": 3},
+    }
+    assert doc["hermes"]["payload"]["body"]["text"] == "好的"
+    assert archived(doc) == record  # the index is the archive
+
+
+def test_the_dispatcher_is_named_dispatcher_and_a_failed_tool_result_is_a_failure() -> None:
+    result = turn(
+        source="mcp:dispatcher",
+        payload=Payload(body=ToolResult(tool="ocr_tool", status_code=504, error="timed out")),
+    )
+    doc = _doc(_record(result))
+    assert doc["service"]["name"] == "dispatcher"
+    assert doc["event"]["outcome"] == "failure"
+    assert doc["error"] == {"type": "504", "message": "timed out"}
+    assert "duration" not in doc["event"]  # its cause is unknown
+
+
+def test_an_undecodable_record_keeps_its_bytes_the_error_and_the_header_ids() -> None:
+    doc = _doc(_record(None))
+    assert doc["event"]["action"] == "undecodable" and doc["event"]["outcome"] == "failure"
+    assert doc["trace"] == {"id": "t1"} and doc["event"]["id"] == "m1"
+    assert doc["error"]["type"] == "DecodeError"
+    assert base64.b64decode(doc["hermes"]["raw"]) == b"\x00garbage"
+
+
+def test_a_dead_letter_names_its_origin_and_is_a_failure() -> None:
+    headers = (
+        ("trace_id", b"t1"),
+        ("hermes.origin.topic", b"hermes.tool"),
+        ("hermes.origin.partition", b"2"),
+        ("hermes.origin.offset", b"7"),
+        ("hermes.processor", b"tool"),
+        ("hermes.error.class", b"hermesbus.errors.ContractError"),
+        ("hermes.error.message", b"no such tool"),
+    )
+    doc = _doc(_record(turn(), topic="hermes.dlq", headers=headers))
+    assert doc["hermes"]["dlq"] == {
+        "topic": "hermes.tool",
+        "partition": 2,
+        "offset": 7,
+        "processor": "tool",
+    }
+    assert doc["event"]["outcome"] == "failure"
+    assert doc["error"] == {"type": "hermesbus.errors.ContractError", "message": "no such tool"}
+
+
+def test_secrets_are_redacted_and_a_large_payload_is_kept_as_text_only() -> None:
+    secret = turn(payload=Payload(task="login", context={"token": "abc", "who": "me"}))
+    doc = _doc(_record(secret))
+    assert doc["hermes"]["payload"]["context"] == {"token": "[redacted]", "who": "me"}
+    assert "abc" not in doc["hermes"]["payload_text"]
+    small = DocumentSettings(payload_max_bytes=40)
+    capped = _doc(_record(secret), small)
+    assert "payload" not in capped["hermes"]
+    assert len(capped["hermes"]["payload_text"].encode()) <= 40
+    assert capped["hermes"]["payload_truncated"] > 40
+
+
+def test_a_refused_document_keeps_the_record_but_indexes_no_key() -> None:
+    record = _record(turn(), key=b"k" * 40_000)
+    doc = refused_document(record, "400 immense term")
+    assert doc["messaging"]["kafka"]["message"]["key"] is None
+    assert (
+        doc["event"]["action"] == "index_refused" and doc["error"]["message"] == "400 immense term"
+    )
+    assert archived(doc) == record
