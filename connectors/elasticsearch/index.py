@@ -1,6 +1,6 @@
 """The production trace index: one document per envelope in an Elasticsearch data stream.
 
-Writes are ``create`` operations with the record's place in the log as ``_id``
+Writes are ``create`` operations with the record's place in the log (and time) as ``_id``
 (``async_streaming_bulk``; 429s retried with back-off), so a record indexed twice is
 stored once. Reads page with ``search_after`` in log order.
 """

@@ -4,7 +4,8 @@ One loop: fetch a batch, turn each record into a document, write the batch, and 
 once the index acknowledged every document commit the batch's offsets. An outage of
 the index is retried in place with back-off (nothing is fetched or committed meanwhile),
 so the indexer pauses and catches up afterwards. Document ids are the records' places
-in the log, so a batch written twice (after a crash or a rebalance) is stored once.
+in the log and times, so a batch written twice (after a crash or a rebalance) is stored
+once.
 """
 
 from __future__ import annotations
@@ -161,7 +162,13 @@ class Indexer(Service):
                 continue
             self.caught_up.clear()
             records = [_archived(r) for rs in batch.values() for r in rs]
-            await self._index(records)
+            while True:  # the batch is committed only once it is all stored
+                try:
+                    await self._index(records)
+                    break
+                except HermesError as exc:  # e.g. the dead-letter topic refused a write
+                    log.warning("indexer: batch not indexed, trying again: %s", exc)
+                    await asyncio.sleep(self._settings.infra_retry_ms / 1000)
             await self._commit(consumer, batch)
 
     async def _index(self, records: Sequence[ArchivedRecord]) -> None:
@@ -195,8 +202,8 @@ class Indexer(Service):
         while len(self._causes) > _CAUSES:
             self._causes.popitem(last=False)
         wanted = {e.causation_id for e in decoded if isinstance(e, Envelope) and e.causation_id}
-        missing = sorted(wanted - self._causes.keys())
-        found = dict(self._causes)
+        found = {cause: at for cause in wanted if (at := self._causes.get(cause)) is not None}
+        missing = sorted(wanted - found.keys())
         if missing:
             try:
                 found |= await self.index.appended(missing)
@@ -274,6 +281,7 @@ class Indexer(Service):
             if self._producer is not None:
                 await self._producer.send_all([letter])
         again = await self._written(stripped)
+        self.stats.indexed += len(again.stored)
         for doc_id, reason in again.refused.items():
             log.error("indexer: even the stripped copy of %s was refused: %s", doc_id, reason)
 

@@ -22,9 +22,14 @@ Document = dict[str, Any]
 """One envelope as an Elastic Common Schema document (see ``hermesbus.index.document``)."""
 
 
-def doc_id(topic: str, partition: int, offset: int) -> str:
-    """The document id: the record's place in the log, so re-indexing it changes nothing."""
-    return f"{topic}/{partition}/{offset}"
+def doc_id(topic: str, partition: int, offset: int, timestamp_ms: int) -> str:
+    """The document id: the record's place in the log and its time, ``topic/p/offset@ms``.
+
+    Re-indexing a record changes nothing (it has the same place and time). The time is
+    there because a place alone is not unique for ever: the embedded broker's log starts
+    at offset 0 on every ``up``, and so does a topic deleted and created again.
+    """
+    return f"{topic}/{partition}/{offset}@{timestamp_ms}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ class ArchivedRecord:
 
     @property
     def id(self) -> str:
-        return doc_id(self.topic, self.partition, self.offset)
+        return doc_id(self.topic, self.partition, self.offset, self.timestamp_ms)
 
 
 def archived(doc: Mapping[str, Any]) -> ArchivedRecord:

@@ -55,7 +55,11 @@ async def _log_ids(bootstrap: str, prefix: str) -> set[str]:
         while quiet < 3:
             batch = await consumer.getmany(timeout_ms=500)
             quiet = 0 if batch else quiet + 1
-            found |= {doc_id(r.topic, r.partition, r.offset) for rs in batch.values() for r in rs}
+            found |= {
+                doc_id(r.topic, r.partition, r.offset, r.timestamp)
+                for rs in batch.values()
+                for r in rs
+            }
         return found
     finally:
         await consumer.stop()
@@ -64,6 +68,13 @@ async def _log_ids(bootstrap: str, prefix: str) -> set[str]:
 async def _all_ids(index: TraceIndex) -> list[str]:
     """Every document id in ``index`` (an id twice if it was stored twice)."""
     return [doc["_id"] for doc in await index.search(Search(limit=10_000))]
+
+
+def _place(document_id: str) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a document id (``topic/p/offset@ms``)."""
+    place = document_id.rsplit("@", 1)[0]
+    topic, partition, offset = place.rsplit("/", 2)
+    return topic, int(partition), int(offset)
 
 
 async def _drawn(index: TraceIndex, trace_id: str, prefix: str) -> list[str]:
@@ -152,11 +163,11 @@ async def _nothing_committed_past_the_stored(
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id="indexer")
     await consumer.start()
     try:
-        stored = set(await _all_ids(es))
+        stored = {_place(i) for i in await _all_ids(es)}
         for name in names:
             for partition in consumer.partitions_for_topic(name) or ():
                 committed = await consumer.committed(TopicPartition(name, partition)) or 0
-                below = {doc_id(name, partition, o) for o in range(committed)}
+                below = {(name, partition, o) for o in range(committed)}
                 assert below <= stored
     finally:
         await consumer.stop()

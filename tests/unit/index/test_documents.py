@@ -50,7 +50,7 @@ def test_an_envelope_becomes_an_ecs_document_that_keeps_the_record() -> None:
     reply = reply_to(turn(), "好的")
     record = _record(reply, topic="hermes.conversation.out")
     doc = _doc(record, causes={"m1": T0_MS + 5})
-    assert doc["_id"] == "hermes.conversation.out/3/41"
+    assert doc["_id"] == f"hermes.conversation.out/3/41@{T0_MS + 25}"
     assert doc["@timestamp"] == "2024-05-16T09:30:00.025Z"
     assert doc["trace"] == {"id": "t1"} and doc["event"]["id"] == reply.message_id
     assert doc["event"]["action"] == "Reply" and doc["event"]["outcome"] == "success"
