@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from hermesbus.index import Document, Search, WriteResult
 
 from ._file import SqliteFile
@@ -57,12 +59,17 @@ class SqliteTraceIndex(SqliteFile):
 
     async def write(self, docs: Sequence[Document]) -> WriteResult:
         rows = [_row(doc) for doc in docs]
-        result = WriteResult()
+        ids = [row[0] for row in rows]
         with self._write() as db:
-            for row in rows:  # one statement each: rowcount tells new from already stored
-                stored = db.execute(_INSERT, row).rowcount
-                (result.stored if stored else result.existing).append(row[0])
-        return result
+            there = set()
+            for start in range(0, len(ids), 500):  # which are stored already, then one insert
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"SELECT id FROM envelopes WHERE id IN ({marks})"  # noqa: S608 - marks
+                there |= {found for (found,) in db.execute(sql, chunk)}
+            db.executemany(_INSERT, [row for row in rows if row[0] not in there])
+        stored = [i for i in ids if i not in there]
+        return WriteResult(stored=stored, existing=[i for i in ids if i in there])
 
     async def by_trace(self, trace_id: str) -> list[Document]:
         return self._docs(_BY_TRACE, [trace_id])
@@ -114,7 +121,7 @@ def _row(doc: Document) -> tuple[Any, ...]:
         doc["event"].get("action"),
         doc["event"].get("outcome"),
         text,
-        json.dumps(doc, ensure_ascii=False),
+        orjson.dumps(doc).decode(),
     )
 
 

@@ -10,11 +10,11 @@ bytes and headers are kept (not indexed), so the index is also the archive.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from hermesbus.codec import Codec
@@ -54,6 +54,11 @@ class DocumentSettings(BaseModel, frozen=True):
     )
     payload_max_bytes: int = 16_384
     dlq_topic: str = "hermes.dlq"
+
+    @property
+    def redact_bytes(self) -> tuple[bytes, ...]:
+        """The redacted names as lowercase bytes, to look for in the payload's JSON first."""
+        return tuple(name.lower().encode() for name in self.redact)
 
 
 def iso_ms(ms: int) -> str:
@@ -211,25 +216,27 @@ def _payload(hermes: Document, envelope: Envelope, settings: DocumentSettings) -
     payload = envelope.payload
     body = payload.body
     fields = body.model_dump(mode="json") if body is not None else {}
-    value = {"task": payload.task, "context": payload.model_dump(mode="json")["context"]}
+    context = payload.model_dump(mode="json", include={"context"})["context"]
+    value = {"task": payload.task, "context": context}
     value["body"] = {name: _opened(name, v) for name, v in fields.items()}
-    value = _redacted(value, settings.redact)
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    size = len(text.encode())
-    if size > settings.payload_max_bytes:
-        cut = text.encode()[: settings.payload_max_bytes].decode("utf-8", "ignore")
-        hermes["payload_text"] = cut
-        hermes["payload_truncated"] = size
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    lowered = data.lower()
+    if any(name in lowered for name in settings.redact_bytes):  # the rare case: walk it
+        value = _redacted(value, settings.redact)
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    if len(data) > settings.payload_max_bytes:
+        hermes["payload_text"] = data[: settings.payload_max_bytes].decode("utf-8", "ignore")
+        hermes["payload_truncated"] = len(data)
         return
     hermes["payload"] = value
-    hermes["payload_text"] = text
+    hermes["payload_text"] = data.decode()
 
 
 def _opened(name: str, value: Any) -> Any:
     if name.endswith("_json") and isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
             return value
     return value
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,7 +41,17 @@ NAME = "indexer"
 _CAUSES = 50_000
 """Log times of recent message ids kept in memory, for ``event.duration``."""
 _MAX_PAUSE_S = 10.0
+_IN_FLIGHT = 2
+"""Batches written to the index at once (Elasticsearch indexes them in parallel)."""
 _REPORT_EVERY_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Storing:
+    """A batch being stored: the write, and the records to commit once it is done."""
+
+    task: asyncio.Task[None]
+    batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
 
 
 @dataclass
@@ -86,6 +96,10 @@ class Indexer(Service):
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._committer: asyncio.Task[None] | None = None
+        self._done_to: dict[TopicPartition, int] = {}
+        """Per partition, the offset after the last record stored: what may be committed."""
+        self._committed: dict[TopicPartition, int] = {}
         self._stopping = False
         self.caught_up = asyncio.Event()
         """Set whenever a fetch returned nothing: everything appended so far is indexed."""
@@ -115,6 +129,7 @@ class Indexer(Service):
             raise
         self._consumer, self._producer, self._stopping = consumer, producer, False
         self._task = background(self._run(consumer), f"{self.name}-loop")
+        self._committer = background(self._commit_loop(consumer), f"{self.name}-commit")
 
     async def stop(self) -> None:
         """Index what the topics hold by now and commit it (bounded), leave the group.
@@ -129,7 +144,11 @@ class Indexer(Service):
         self._stopping = True
         await asyncio.wait({task}, timeout=self._settings.revoke_timeout_ms / 1000)
         task.cancel()  # an index still away: what was not stored is not committed
-        await asyncio.gather(task, return_exceptions=True)
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.cancel()
+        await asyncio.gather(task, *([committer] if committer else []), return_exceptions=True)
+        await self._commit(consumer)  # the last stored batches
         refresh = getattr(self.index, "refresh", None)
         if refresh is not None:  # searchable at once for the commands run next
             try:
@@ -144,44 +163,84 @@ class Indexer(Service):
     def _adopt(self, _assigned: Sequence[TopicPartition]) -> None:
         self.joined.set()
 
-    async def _release(self, _revoked: Sequence[TopicPartition]) -> None:
-        return None  # each batch is committed once stored: nothing is held between batches
+    async def _release(self, revoked: Sequence[TopicPartition]) -> None:
+        """Commit what is stored of the revoked partitions, then forget them."""
+        if self._consumer is not None:
+            await self._commit(self._consumer)
+        for tp in revoked:
+            self._done_to.pop(tp, None)
+            self._committed.pop(tp, None)
 
     async def _run(self, consumer: AIOKafkaConsumer) -> None:
+        """Fetch, make documents, store, commit. Up to ``_IN_FLIGHT`` batches are being
+        stored while the next is fetched and made into documents; they finish (and become
+        committable) in order."""
+        storing: deque[_Storing] = deque()
+        try:
+            while True:
+                batch = await self._fetch(consumer)
+                if not batch:
+                    while storing:
+                        await self._finish(storing.popleft())
+                    self.caught_up.set()
+                    if self._stopping:
+                        return  # drained: everything appended before the stop is indexed
+                    continue
+                self.caught_up.clear()
+                records = [_archived(r) for rs in batch.values() for r in rs]
+                decoded = [decode(record, self._codec) for record in records]
+                causes = await self._cause_times(records, decoded)
+                docs = [self._document(r, d, causes) for r, d in zip(records, decoded, strict=True)]
+                while len(storing) >= _IN_FLIGHT:
+                    await self._finish(storing.popleft())
+                work = self._stored(records, decoded, docs)
+                storing.append(_Storing(asyncio.create_task(work), batch))
+                await asyncio.sleep(0)  # the write starts now (a fetch of buffered records
+                # does not yield), so the index works while the next batch is prepared
+        finally:
+            for left in storing:  # not stored, so not committed: indexed again next time
+                left.task.cancel()
+            await asyncio.gather(*(left.task for left in storing), return_exceptions=True)
+
+    async def _fetch(
+        self, consumer: AIOKafkaConsumer
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        try:
+            batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+            batch = await consumer.getmany(timeout_ms=200)
+        except KafkaError as exc:
+            log.warning("indexer: fetch failed (retrying): %s", exc)
+            await asyncio.sleep(self._settings.infra_retry_ms / 1000)
+            return {}
+        return batch
+
+    async def _finish(self, storing: _Storing) -> None:
+        """Wait for the batch to be stored; its offsets may then be committed."""
+        await storing.task
+        owned = self._consumer.assignment() if self._consumer is not None else set()
+        for tp, records in storing.batch.items():
+            if records and tp in owned:  # a revoked one is the new owner's to commit
+                self._done_to[tp] = records[-1].offset + 1
+
+    async def _stored(
+        self,
+        records: Sequence[ArchivedRecord],
+        decoded: Sequence[Envelope | HermesError],
+        docs: Sequence[Document],
+    ) -> None:
+        """Write the documents until the index has them all (the batch may then commit)."""
         while True:
             try:
-                batch = await consumer.getmany(timeout_ms=200)
-            except KafkaError as exc:
-                log.warning("indexer: fetch failed (retrying): %s", exc)
+                result = await self._written(docs)
+                if result.refused:
+                    await self._refused(records, result.refused)
+                break
+            except HermesError as exc:  # e.g. the dead-letter topic refused a write
+                log.warning("indexer: batch not indexed, trying again: %s", exc)
                 await asyncio.sleep(self._settings.infra_retry_ms / 1000)
-                continue
-            if not batch:
-                self.caught_up.set()
-                if self._stopping:
-                    return  # drained: everything appended before the stop is indexed
-                continue
-            self.caught_up.clear()
-            records = [_archived(r) for rs in batch.values() for r in rs]
-            while True:  # the batch is committed only once it is all stored
-                try:
-                    await self._index(records)
-                    break
-                except HermesError as exc:  # e.g. the dead-letter topic refused a write
-                    log.warning("indexer: batch not indexed, trying again: %s", exc)
-                    await asyncio.sleep(self._settings.infra_retry_ms / 1000)
-            await self._commit(consumer, batch)
-
-    async def _index(self, records: Sequence[ArchivedRecord]) -> None:
-        """Write the documents of ``records`` until the index has them all."""
-        decoded = [decode(record, self._codec) for record in records]
-        causes = await self._cause_times(records, decoded)
-        docs = [self._document(r, d, causes) for r, d in zip(records, decoded, strict=True)]
-        result = await self._written(docs)
         self.stats.indexed += len(result.stored)
         self.stats.existing += len(result.existing)
         self.stats.undecodable += sum(isinstance(d, HermesError) for d in decoded)
-        if result.refused:
-            await self._refused(records, result.refused)
 
     def _document(
         self, record: ArchivedRecord, decoded: Envelope | HermesError, causes: dict[str, int]
@@ -285,15 +344,24 @@ class Indexer(Service):
         for doc_id, reason in again.refused.items():
             log.error("indexer: even the stripped copy of %s was refused: %s", doc_id, reason)
 
-    async def _commit(
-        self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[ConsumerRecord]]
-    ) -> None:
-        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+    async def _commit_loop(self, consumer: AIOKafkaConsumer) -> None:
+        """Commit what is stored every ``commit_interval_ms`` (a commit per batch would put a
+        broker round trip between every two batches)."""
+        while True:
+            await asyncio.sleep(self._settings.commit_interval_ms / 1000)
+            await self._commit(consumer)
+
+    async def _commit(self, consumer: AIOKafkaConsumer) -> None:
+        offsets = {tp: o for tp, o in self._done_to.items() if o > self._committed.get(tp, -1)}
+        if not offsets:
+            return
         try:
             async with asyncio.timeout(self._kafka.request_timeout_ms / 1000):
                 await consumer.commit(offsets)
         except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
             log.warning("indexer: commit failed (the batch is stored): %s", exc)
+            return
+        self._committed.update(offsets)
 
 
 def _archived(record: ConsumerRecord) -> ArchivedRecord:

@@ -162,7 +162,7 @@ async def test_secrets_are_redacted_in_the_stored_payload(trace_index: TraceInde
     await _filled(trace_index)
     (call,) = await trace_index.search(Search(action="ToolCall"))
     assert call["hermes"]["payload"]["body"]["arguments_json"] == {"password": "[redacted]"}
-    assert "x" not in call["hermes"]["payload_text"].split('"password": ')[1][:14]
+    assert '"password":"[redacted]"' in call["hermes"]["payload_text"]
 
 
 async def test_an_empty_index_answers_nothing(trace_index: TraceIndex) -> None:
