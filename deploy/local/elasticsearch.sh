@@ -12,7 +12,9 @@
 #
 # Environment: HERMES_ES_VERSION (default below), HERMES_ES_CACHE (the zip's folder),
 # HERMES_ES_RUN_DIR (pid and address files), HERMES_ES_HEAP (1g), HERMES_ES_START_TIMEOUT
-# (120 s), HERMES_ES_USER (the user it runs as under root: hermesbus-es).
+# (120 s), HERMES_ES_USER (the user it runs as under root: hermesbus-es), ES_JAVA_HOME
+# (default: the java on PATH). 9.x needs Java 21+: the trace index's suite passed against
+# HERMES_ES_VERSION=9.2.4 with ES_JAVA_HOME=/usr/lib/jvm/temurin-25-jdk-amd64 too.
 #
 # That distribution has only the transport, security, core and apm modules: no
 # lifecycle (ILM), no ingest pipelines, no analysis-common, no GET/DELETE _data_stream.
