@@ -7,6 +7,7 @@ stored once. Reads page with ``search_after`` in log order.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
 __all__ = ["ElasticsearchTraceIndex"]
+
+log = logging.getLogger(__name__)
 
 _PAGE = 1_000
 _CONFLICT, _TOO_MANY, _SERVER = 409, 429, 500
@@ -50,6 +53,7 @@ class ElasticsearchTraceIndex(Service):
         self._client: AsyncElasticsearch | None = None
         self.lifecycle: bool | None = None
         """Whether the server has index lifecycle management (known once installed)."""
+        self._installed = not install
 
     async def start(self) -> None:
         if self._client is not None:
@@ -58,6 +62,11 @@ class ElasticsearchTraceIndex(Service):
         if self._install:
             try:
                 await self.install()
+            except TraceIndexError as exc:
+                if not exc.retriable:  # a refusal (a bad key, say) is a setting to fix
+                    await self.stop()
+                    raise
+                log.warning("%s; the templates go in before the first write", exc)
             except BaseException:
                 await self.stop()
                 raise
@@ -82,6 +91,7 @@ class ElasticsearchTraceIndex(Service):
                 await client.cluster.put_component_template(name=name, **body)
             template = templates.index_template(self.config.template_pattern)
             await client.indices.put_index_template(name="hermes-envelopes", **template)
+        self._installed = True
 
     async def _put_policy(self) -> bool:
         from elasticsearch import ApiError  # noqa: PLC0415 - an optional extra
@@ -99,6 +109,8 @@ class ElasticsearchTraceIndex(Service):
     async def write(self, docs: Sequence[Document]) -> WriteResult:
         from elasticsearch.helpers import async_streaming_bulk  # noqa: PLC0415
 
+        if not self._installed:  # Elasticsearch was away at start: no stream without them
+            await self.install()
         result, later = WriteResult(), 0
         actions = [  # _source explicit: the helper would take a top-level "parent" as metadata
             {

@@ -89,7 +89,6 @@ class Indexer(Service):
         self._kafka = kafka
         self._settings = settings or RuntimeSettings()
         self._codec = codec or default_codec()
-        self._prefix = prefix
         self._topics = Catalog.load().with_overrides(prefix=prefix).names()
         self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
         self._causes: OrderedDict[str, int] = OrderedDict()
@@ -355,8 +354,10 @@ class Indexer(Service):
         offsets = {tp: o for tp, o in self._done_to.items() if o > self._committed.get(tp, -1)}
         if not offsets:
             return
+        # aiokafka waits for a lost coordinator for ever: bound it, the last one tightly
+        timeout_s = CLOSE_TIMEOUT_S if self._stopping else self._kafka.request_timeout_ms / 1000
         try:
-            async with asyncio.timeout(self._kafka.request_timeout_ms / 1000):
+            async with asyncio.timeout(timeout_s):
                 await consumer.commit(offsets)
         except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
             log.warning("indexer: commit failed (the batch is stored): %s", exc)

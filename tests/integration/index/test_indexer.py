@@ -11,6 +11,7 @@ import asyncio
 import os
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -18,13 +19,23 @@ from aiokafka import AIOKafkaProducer
 from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.errors import TraceIndexError
 from hermesbus.headers import DLQ_ERROR_MESSAGE, DLQ_ORIGIN_TOPIC, envelope_headers, header
-from hermesbus.index import Indexer, Search, archived
+from hermesbus.index import (
+    ArchivedRecord,
+    DocumentSettings,
+    Indexer,
+    Search,
+    archived,
+    decode,
+    document,
+)
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, DLQ, Catalog
 from tests.builders import turn
 
 from .conftest import es_config
+from .proxy import Relay
 
 pytestmark = [pytest.mark.kafka, pytest.mark.elasticsearch]
 
@@ -78,3 +89,47 @@ async def test_undecodable_and_refused_records_are_kept_and_dead_lettered(
     headers = list(archived(letter).headers)
     assert header(headers, DLQ_ORIGIN_TOPIC) == prefix + CONVERSATION_IN
     assert "the trace index refused the document" in (header(headers, DLQ_ERROR_MESSAGE) or "")
+
+
+async def test_an_elasticsearch_away_at_start_gets_its_templates_before_the_first_write(
+    elasticsearch_url: str, unique: str
+) -> None:
+    """``up`` starts while Elasticsearch is away; the data stream is made with our mappings."""
+    target = urlsplit(elasticsearch_url)
+    relay = Relay(target.hostname or "127.0.0.1", target.port or 9200)
+    await relay.start()
+    url = relay.url
+    await relay.stop()  # away
+    index = ElasticsearchTraceIndex(es_config(url, unique))
+    async with index:  # starts anyway: the indexer will wait for it
+        doc = _docs([_one()])[0]
+        with pytest.raises(TraceIndexError) as refused:
+            await index.write([doc])
+        assert refused.value.retriable
+        await relay.start()  # back, on the same port
+        try:
+            assert (await index.write([doc])).stored == [doc["_id"]]
+            mapping = await index.client.indices.get_mapping(index=index.stream)
+        finally:
+            await relay.stop()
+    (backing,) = mapping.body.values()
+    assert backing["mappings"]["dynamic"] == "false"  # the template's, not the built-in logs one
+    assert backing["mappings"]["properties"]["trace"]["properties"]["id"]["type"] == "keyword"
+
+
+def _one() -> ArchivedRecord:
+    env = turn()
+    return ArchivedRecord(
+        topic="hermes.conversation.in",
+        partition=0,
+        offset=0,
+        timestamp_ms=1_700_000_000_000,
+        key=b"s1",
+        value=default_codec().encode(env),
+        headers=tuple(envelope_headers(env)),
+    )
+
+
+def _docs(records: list[ArchivedRecord]) -> list[dict[str, Any]]:
+    codec = default_codec()
+    return [document(r, decode(r, codec), DocumentSettings()) for r in records]
