@@ -42,9 +42,11 @@ from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import (
     ElasticsearchConfig,
     ElasticsearchTraceIndex,
+    bulk_actions,
     connect,
 )
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.sqlite.index import _INSERT as SQLITE_INSERT
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.index import _row as sqlite_row
 from hermesbus.headers import envelope_headers
@@ -155,11 +157,7 @@ async def indexer_rate(kafka: KafkaConfig, prefix: str, index: object, count: in
 
 
 async def raw_bulk(url: str, stream: str, docs: list[Document]) -> float:
-    actions = [
-        {"_op_type": "create", "_index": stream, "_id": d["_id"],
-         "_source": {k: v for k, v in d.items() if k != "_id"}}
-        for d in docs
-    ]  # fmt: skip
+    actions = bulk_actions(stream, docs)
     async with connect(ElasticsearchConfig(url=url, request_timeout_s=60)) as es:  # ours
         began = time.perf_counter()
         async for ok, item in async_streaming_bulk(es, actions, chunk_size=500):
@@ -174,12 +172,7 @@ def raw_executemany(path: Path, docs: list[Document]) -> float:
     began = time.perf_counter()
     rows = [sqlite_row(d) for d in docs]
     db.execute("BEGIN IMMEDIATE")
-    db.executemany(
-        "INSERT OR IGNORE INTO envelopes (id, ts_ms, topic, partition, offset, trace_id, "
-        "session_id, message_id, service, action, outcome, text, doc) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
+    db.executemany(SQLITE_INSERT, rows)
     db.execute("COMMIT")
     took = time.perf_counter() - began
     db.close()
@@ -289,15 +282,7 @@ async def hand_rolled(kafka: KafkaConfig, prefix: str, url: str, count: int) -> 
                             tuple((k, bytes(v)) for k, v in r.headers),
                         )
                         docs.append(document(record, decode(record, codec), settings, {}))
-                actions = [
-                    {
-                        "_op_type": "create",
-                        "_index": stream,
-                        "_id": d["_id"],
-                        "_source": {k: v for k, v in d.items() if k != "_id"},
-                    }
-                    for d in docs
-                ]
+                actions = bulk_actions(stream, docs)
                 async for ok, item in async_streaming_bulk(es, actions, chunk_size=500):
                     if not ok:
                         raise RuntimeError(item)

@@ -4,7 +4,7 @@ data stream, with its index template, component templates and lifecycle policy).
 from .client import INSTALL_HINT, connect
 from .config import ElasticsearchConfig
 from .errors import ConfigError, TraceIndexError
-from .index import ElasticsearchTraceIndex
+from .index import ElasticsearchTraceIndex, bulk_actions
 
 __all__ = [
     "INSTALL_HINT",
@@ -12,5 +12,6 @@ __all__ = [
     "ElasticsearchConfig",
     "ElasticsearchTraceIndex",
     "TraceIndexError",
+    "bulk_actions",
     "connect",
 ]

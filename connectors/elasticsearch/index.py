@@ -22,7 +22,7 @@ from .config import ElasticsearchConfig
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-__all__ = ["ElasticsearchTraceIndex"]
+__all__ = ["ElasticsearchTraceIndex", "bulk_actions"]
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +112,7 @@ class ElasticsearchTraceIndex(Service):
         if not self._installed:  # Elasticsearch was away at start: no stream without them
             await self.install()
         result, later = WriteResult(), 0
-        actions = [  # _source explicit: the helper would take a top-level "parent" as metadata
-            {
-                "_op_type": "create",
-                "_index": self.stream,
-                "_id": doc["_id"],
-                "_source": {k: v for k, v in doc.items() if k != "_id"},
-            }
-            for doc in docs
-        ]
+        actions = bulk_actions(self.stream, docs)
         with translated("a bulk write", self.config.url):
             async for _ok, item in async_streaming_bulk(
                 self.client,
@@ -192,6 +184,20 @@ class ElasticsearchTraceIndex(Service):
                 return
             after = hits[-1]["sort"]
             left = None if left is None else left - len(hits)
+
+
+def bulk_actions(stream: str, docs: Sequence[Document]) -> list[dict[str, Any]]:
+    """``create`` actions for ``async_streaming_bulk``. ``_source`` is explicit: the helper
+    would otherwise take the ECS top-level field ``parent`` for bulk metadata."""
+    return [
+        {
+            "_op_type": "create",
+            "_index": stream,
+            "_id": doc["_id"],
+            "_source": {k: v for k, v in doc.items() if k != "_id"},
+        }
+        for doc in docs
+    ]
 
 
 def _sort(item: dict[str, Any], result: WriteResult) -> int:

@@ -100,8 +100,6 @@ class Indexer(Service):
         """Per partition, the offset after the last record stored: what may be committed."""
         self._committed: dict[TopicPartition, int] = {}
         self._stopping = False
-        self.caught_up = asyncio.Event()
-        """Set whenever a fetch returned nothing: everything appended so far is indexed."""
 
     async def start(self) -> None:
         """Join the group and start indexing; safe to call twice."""
@@ -181,11 +179,9 @@ class Indexer(Service):
                 if not batch:
                     while storing:
                         await self._finish(storing.popleft())
-                    self.caught_up.set()
                     if self._stopping:
                         return  # drained: everything appended before the stop is indexed
                     continue
-                self.caught_up.clear()
                 records = [_archived(r) for rs in batch.values() for r in rs]
                 decoded = [decode(record, self._codec) for record in records]
                 causes = await self._cause_times(records, decoded)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus import Envelope
+from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import TraceIndex
+from hermesbus.index import ArchivedRecord, Document, DocumentSettings, TraceIndex, decode, document
 
 
 def es_config(url: str, unique: str) -> ElasticsearchConfig:
@@ -29,6 +31,27 @@ async def trace_index(
         index = ElasticsearchTraceIndex(es_config(url, unique))
     async with index:
         yield index
+
+
+def record_of(
+    envelope: Envelope, topic: str, offset: int, at_ms: int, value: bytes | None = None
+) -> ArchivedRecord:
+    """``envelope`` (or ``value`` instead of its bytes) at that place and time of the log."""
+    return ArchivedRecord(
+        topic=topic,
+        partition=0,
+        offset=offset,
+        timestamp_ms=at_ms,
+        key=envelope.session_id.encode(),
+        value=value if value is not None else default_codec().encode(envelope),
+        headers=(("trace_id", envelope.trace_id.encode()), ("x", b"\x00\x01")),
+    )
+
+
+def documents_of(records: list[ArchivedRecord]) -> list[Document]:
+    """The documents the indexer makes of ``records``."""
+    codec = default_codec()
+    return [document(r, decode(r, codec), DocumentSettings()) for r in records]
 
 
 async def searchable(index: TraceIndex) -> None:

@@ -147,12 +147,24 @@ async def test_an_elasticsearch_outage_mid_demo_loses_nothing_and_stores_nothing
             await _nothing_committed_past_the_stored(kafka, prefix, direct)
         await relay.start()  # the same port: Elasticsearch is back
         await demo
+        async with asyncio.timeout(60):  # it catches up (its back-off may still be seconds)
+            await _caught_up_with_log(embedded_bootstrap, prefix, elasticsearch_url, unique)
     await relay.stop()
     in_log = await _log_ids(embedded_bootstrap, prefix)
     async with ElasticsearchTraceIndex(es_config(elasticsearch_url, unique)) as es:
         stored = await _all_ids(es)
         assert len(stored) == len(set(stored)) == await es.count()
         assert set(stored) == in_log
+
+
+async def _caught_up_with_log(bootstrap: str, prefix: str, url: str, unique: str) -> None:
+    """Until every record on the log is a stored document."""
+    async with ElasticsearchTraceIndex(es_config(url, unique), install=False) as es:
+        while True:
+            await es.refresh()
+            if await _log_ids(bootstrap, prefix) <= set(await _all_ids(es)):
+                return
+            await asyncio.sleep(0.5)
 
 
 async def _nothing_committed_past_the_stored(

@@ -22,19 +22,15 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import TraceIndexError
 from hermesbus.headers import DLQ_ERROR_MESSAGE, DLQ_ORIGIN_TOPIC, envelope_headers, header
 from hermesbus.index import (
-    ArchivedRecord,
-    DocumentSettings,
     Indexer,
     Search,
     archived,
-    decode,
-    document,
 )
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, DLQ, Catalog
 from tests.builders import turn
 
-from .conftest import es_config
+from .conftest import documents_of, es_config, record_of
 from .proxy import Relay
 
 pytestmark = [pytest.mark.kafka, pytest.mark.elasticsearch]
@@ -102,7 +98,7 @@ async def test_an_elasticsearch_away_at_start_gets_its_templates_before_the_firs
     await relay.stop()  # away
     index = ElasticsearchTraceIndex(es_config(url, unique))
     async with index:  # starts anyway: the indexer will wait for it
-        doc = _docs([_one()])[0]
+        doc = documents_of([record_of(turn(), "hermes.conversation.in", 0, 1_700_000_000_000)])[0]
         with pytest.raises(TraceIndexError) as refused:
             await index.write([doc])
         assert refused.value.retriable
@@ -115,21 +111,3 @@ async def test_an_elasticsearch_away_at_start_gets_its_templates_before_the_firs
     (backing,) = mapping.body.values()
     assert backing["mappings"]["dynamic"] == "false"  # the template's, not the built-in logs one
     assert backing["mappings"]["properties"]["trace"]["properties"]["id"]["type"] == "keyword"
-
-
-def _one() -> ArchivedRecord:
-    env = turn()
-    return ArchivedRecord(
-        topic="hermes.conversation.in",
-        partition=0,
-        offset=0,
-        timestamp_ms=1_700_000_000_000,
-        key=b"s1",
-        value=default_codec().encode(env),
-        headers=tuple(envelope_headers(env)),
-    )
-
-
-def _docs(records: list[ArchivedRecord]) -> list[dict[str, Any]]:
-    codec = default_codec()
-    return [document(r, decode(r, codec), DocumentSettings()) for r in records]

@@ -7,43 +7,19 @@ from datetime import timedelta
 import pytest
 
 from hermesbus import Envelope, Payload
-from hermesbus.codec import default_codec
 from hermesbus.index import (
     ArchivedRecord,
     Document,
-    DocumentSettings,
     Search,
     TraceIndex,
     archived,
-    decode,
-    document,
 )
 from hermesbus.payloads import ErrorReport, ToolCall
 from tests.builders import T0, reply_to, turn
 
-from .conftest import searchable
+from .conftest import documents_of, record_of, searchable
 
 T0_MS = int(T0.timestamp() * 1000)
-SETTINGS = DocumentSettings()
-
-
-def _record(
-    envelope: Envelope, topic: str, offset: int, at_ms: int, value: bytes | None = None
-) -> ArchivedRecord:
-    return ArchivedRecord(
-        topic=topic,
-        partition=0,
-        offset=offset,
-        timestamp_ms=at_ms,
-        key=envelope.session_id.encode(),
-        value=value if value is not None else default_codec().encode(envelope),
-        headers=(("trace_id", envelope.trace_id.encode()), ("x", b"\x00\x01")),
-    )
-
-
-def _docs(records: list[ArchivedRecord]) -> list[Document]:
-    codec = default_codec()
-    return [document(r, decode(r, codec), SETTINGS) for r in records]
 
 
 def _story() -> list[ArchivedRecord]:
@@ -81,18 +57,18 @@ def _story() -> list[ArchivedRecord]:
         ),
     )
     return [
-        _record(first, "hermes.conversation.in", 0, T0_MS),
-        _record(call, "hermes.dispatcher", 0, T0_MS + 10),
-        _record(second, "hermes.conversation.in", 1, T0_MS + 1000),
-        _record(reply_to(first, "好的，请上传发票"), "hermes.conversation.out", 0, T0_MS + 20),
-        _record(failed, "hermes.conversation.in", 2, T0_MS + 2000),
-        _record(second, "hermes.conversation.in", 3, T0_MS + 3000, value=b"\xc3\x01garbage"),
+        record_of(first, "hermes.conversation.in", 0, T0_MS),
+        record_of(call, "hermes.dispatcher", 0, T0_MS + 10),
+        record_of(second, "hermes.conversation.in", 1, T0_MS + 1000),
+        record_of(reply_to(first, "好的，请上传发票"), "hermes.conversation.out", 0, T0_MS + 20),
+        record_of(failed, "hermes.conversation.in", 2, T0_MS + 2000),
+        record_of(second, "hermes.conversation.in", 3, T0_MS + 3000, value=b"\xc3\x01garbage"),
     ]
 
 
 async def _filled(index: TraceIndex) -> list[ArchivedRecord]:
     records = _story()
-    result = await index.write(_docs(records))
+    result = await index.write(documents_of(records))
     assert sorted(result.stored) == sorted(r.id for r in records)
     assert not result.existing and not result.refused
     await searchable(index)
@@ -125,7 +101,7 @@ async def test_a_session_holds_its_undecodable_record_too(trace_index: TraceInde
 
 async def test_writing_again_stores_nothing_twice(trace_index: TraceIndex) -> None:
     records = await _filled(trace_index)
-    again = await trace_index.write(_docs(records[:3]))
+    again = await trace_index.write(documents_of(records[:3]))
     assert not again.stored and sorted(again.existing) == sorted(r.id for r in records[:3])
     await searchable(trace_index)
     assert await trace_index.count() == len(records)
