@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -59,6 +60,7 @@ from hermesbus.index import (
     decode,
     document,
 )
+from hermesbus.lifecycle import tune_collector
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import DLQ, Catalog
 from hermesbus.trace import collect, hops_of, spans, waterfall
@@ -157,9 +159,10 @@ async def indexer_rate(kafka: KafkaConfig, prefix: str, index: object, count: in
 
 
 async def raw_bulk(url: str, stream: str, docs: list[Document]) -> float:
-    actions = bulk_actions(stream, docs)
+    """The documents made beforehand, written as the index writes them (its actions)."""
     async with connect(ElasticsearchConfig(url=url, request_timeout_s=60)) as es:  # ours
         began = time.perf_counter()
+        actions = bulk_actions(stream, docs)
         async for ok, item in async_streaming_bulk(es, actions, chunk_size=500):
             if not ok:
                 raise RuntimeError(item)
@@ -325,20 +328,23 @@ async def part_a(
     prefix = f"bench-a-{uuid.uuid4().hex[:8]}."
     await provisioned(kafka, prefix)
     await produce(kafka, prefix + TOPIC, count)
-    docs = documents(count, prefix + TOPIC)
     best: dict[str, float] = {}
 
     def keep(name: str, rate: float) -> None:
         best[name] = max(best.get(name, 0.0), rate)
 
     for n in range(rounds):
+        tag = uuid.uuid4().hex[:8]
+        docs = documents(count, prefix + TOPIC)
         keep("sqlite raw", raw_executemany(work / f"raw{n}.sqlite3", docs))
+        if es_url:
+            keep("es raw", await raw_bulk(es_url, f"logs-hermes.envelopes-raw{tag}", docs))
+        del docs  # the baselines' documents would otherwise be live while the indexer runs:
+        gc.collect()  # each of its collections would scan them, which up's indexer never does
         async with SqliteTraceIndex(work / f"indexer{n}.sqlite3") as sqlite:
             keep("sqlite", await indexer_rate(kafka, prefix, sqlite, count))
         keep("none", await indexer_rate(kafka, prefix, NoIndex(), count))
         if es_url:
-            tag = uuid.uuid4().hex[:8]
-            keep("es raw", await raw_bulk(es_url, f"logs-hermes.envelopes-raw{tag}", docs))
             config = ElasticsearchConfig(url=es_url, data_stream=f"logs-hermes.envelopes-b{tag}")
             async with ElasticsearchTraceIndex(config) as es:
                 keep("es", await indexer_rate(kafka, prefix, es, count))
@@ -401,6 +407,7 @@ async def main() -> int:
     parser.add_argument("--es", default=os.environ.get("HERMES_ELASTICSEARCH_URL"))
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
+    tune_collector()  # as hermesbus up does, for the baselines and the indexer alike
     async with kafka_broker(args.bootstrap) as (bootstrap, how), elasticsearch(args.es) as es:
         es_url, es_how = es
         print(f"broker: {bootstrap} ({how}); Elasticsearch: {es_url or '-'} ({es_how})")

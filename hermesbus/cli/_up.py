@@ -16,6 +16,7 @@ from rich.status import Status
 from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.index import Indexer
+from hermesbus.lifecycle import tune_collector
 from hermesbus.runtime import Processor, RuntimeSettings
 from hermesbus.stack import stack
 
@@ -123,6 +124,7 @@ async def _run(
             progress.status = status
             running = await exits.enter_async_context(started)
             progress.status = None
+        tune_collector()  # start-up is done: what it built stays, collections become rare
         up.set()
         try:
             if run_demo:
