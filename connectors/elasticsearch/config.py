@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,18 @@ class ElasticsearchConfig(BaseSettings):
                 f"e.g. logs-hermes.envelopes-default; got {value!r}"
             )
         return value
+
+    @property
+    def shown_url(self) -> str:
+        """The URL for messages: without a ``user:password@`` part, never printed."""
+        if not self.url:
+            return ""
+        parts = urlsplit(self.url)
+        if parts.username is None and parts.password is None:
+            return self.url
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
 
     @property
     def template_pattern(self) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from hermesbus.errors import TraceIndexError
@@ -22,7 +24,7 @@ from .config import ElasticsearchConfig
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-__all__ = ["ElasticsearchTraceIndex", "bulk_actions"]
+__all__ = ["ElasticsearchTraceIndex", "ServerState", "bulk_actions"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,20 @@ _UNSUPPORTED = (400, 404, 405, 410)
 """How a server without a feature (lifecycle management) answers its API."""
 
 
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    """What ``hermesbus doctor`` reports of the index's server (read, never changed)."""
+
+    health: str
+    """The cluster's status: green, yellow (replicas unassigned, as on one node) or red."""
+    documents: int
+    templates: tuple[tuple[str, int], ...]
+    """The index templates whose patterns match the data stream, with their priorities,
+    highest first: the first is the one a new backing index gets."""
+    lifecycle: bool
+    """Whether the server has index lifecycle management."""
+
+
 class ElasticsearchTraceIndex(Service):
     """The :class:`~hermesbus.index.TraceIndex` on Elasticsearch (``HERMES_ELASTICSEARCH_URL``).
 
@@ -48,7 +64,7 @@ class ElasticsearchTraceIndex(Service):
     def __init__(self, config: ElasticsearchConfig | None = None, *, install: bool = True) -> None:
         self.config = config or ElasticsearchConfig()
         self.stream = self.config.data_stream
-        self.where = f"{self.config.url} ({self.stream})"
+        self.where = f"{self.config.shown_url} ({self.stream})"
         self._install = install
         self._client: AsyncElasticsearch | None = None
         self.lifecycle: bool | None = None
@@ -85,12 +101,12 @@ class ElasticsearchTraceIndex(Service):
     async def install(self) -> None:
         """The lifecycle policy (where supported), component templates, index template."""
         client = self.client
-        with translated("the index templates", self.config.url):
+        with translated("the index templates", self.config.shown_url):
             self.lifecycle = await self._put_policy()
             for name, body in templates.component_templates(lifecycle=self.lifecycle).items():
                 await client.cluster.put_component_template(name=name, **body)
             template = templates.index_template(self.config.template_pattern)
-            await client.indices.put_index_template(name="hermes-envelopes", **template)
+            await client.indices.put_index_template(name=templates.INDEX_TEMPLATE, **template)
         self._installed = True
 
     async def _put_policy(self) -> bool:
@@ -113,7 +129,7 @@ class ElasticsearchTraceIndex(Service):
             await self.install()
         result, later = WriteResult(), 0
         actions = bulk_actions(self.stream, docs)
-        with translated("a bulk write", self.config.url):
+        with translated("a bulk write", self.config.shown_url):
             async for _ok, item in async_streaming_bulk(
                 self.client,
                 actions,
@@ -126,14 +142,14 @@ class ElasticsearchTraceIndex(Service):
                 later += _sort(item["create"], result)
         if later:
             raise TraceIndexError(
-                f"Elasticsearch at {self.config.url} did not store {later} of {len(docs)} "
+                f"Elasticsearch at {self.config.shown_url} did not store {later} of {len(docs)} "
                 "documents for now (429 or 5xx after retries)"
             )
         return result
 
     async def refresh(self) -> None:
         """Make what was written searchable now (the indexer does it when it stops)."""
-        with translated("a refresh", self.config.url):
+        with translated("a refresh", self.config.shown_url):
             await self.client.indices.refresh(index=self.stream, ignore_unavailable=True)
 
     async def by_trace(self, trace_id: str) -> list[Document]:
@@ -155,9 +171,29 @@ class ElasticsearchTraceIndex(Service):
         return found
 
     async def count(self) -> int:
-        with translated("a count", self.config.url):
+        with translated("a count", self.config.shown_url):
             reply = await self.client.count(index=self.stream, ignore_unavailable=True)
         return int(reply["count"])
+
+    async def state(self) -> ServerState:
+        """The cluster's health, the stream's documents, the index template that applies to
+        the stream and whether lifecycle management exists; read-only."""
+        from elasticsearch import ApiError  # noqa: PLC0415 - an optional extra
+
+        client = self.client
+        with translated("a health check", self.config.shown_url):
+            health = await client.cluster.health()
+            documents = await self.count()
+            listed = await client.indices.get_index_template()
+            try:
+                await client.ilm.get_lifecycle()
+                lifecycle = True
+            except ApiError as exc:
+                if status_of(exc) not in _UNSUPPORTED:
+                    raise
+                lifecycle = False
+        matching = _matching(listed.get("index_templates", []), self.stream)
+        return ServerState(str(health["status"]), documents, matching, lifecycle)
 
     async def _all(self, query: dict[str, Any], limit: int | None = None) -> list[Document]:
         return [doc async for doc in self._pages(query, limit=limit)]
@@ -167,7 +203,7 @@ class ElasticsearchTraceIndex(Service):
         left = limit
         while left is None or left > 0:
             size = _PAGE if left is None else min(_PAGE, left)
-            with translated("a search", self.config.url):
+            with translated("a search", self.config.shown_url):
                 reply = await self.client.search(
                     index=self.stream,
                     query=query,
@@ -198,6 +234,17 @@ def bulk_actions(stream: str, docs: Sequence[Document]) -> list[dict[str, Any]]:
         }
         for doc in docs
     ]
+
+
+def _matching(templates: Sequence[dict[str, Any]], stream: str) -> tuple[tuple[str, int], ...]:
+    """The composable templates whose patterns match ``stream``, highest priority first (a new
+    backing index gets the first; Elasticsearch refuses two of one priority that overlap)."""
+    matching = [
+        (str(found["name"]), int(found["index_template"].get("priority") or 0))
+        for found in templates
+        if any(fnmatchcase(stream, p) for p in found["index_template"]["index_patterns"])
+    ]
+    return tuple(sorted(matching, key=lambda item: -item[1]))
 
 
 def _sort(item: dict[str, Any], result: WriteResult) -> int:

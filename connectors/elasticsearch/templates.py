@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "INDEX_TEMPLATE",
     "LIFECYCLE_POLICY",
     "PRIORITY",
     "component_templates",
@@ -22,6 +23,7 @@ __all__ = [
 PRIORITY = 250
 LIFECYCLE_POLICY = "hermes-envelopes"
 _NAME = "hermes-envelopes"
+INDEX_TEMPLATE = _NAME
 
 _KEYWORD = {"type": "keyword"}
 _LONG = {"type": "long"}

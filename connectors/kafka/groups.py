@@ -36,7 +36,7 @@ from .admin import KafkaAdmin
 from .client import kafka_reason, start_or_close
 from .config import KafkaConfig
 
-__all__ = ["MEMBER_WAIT_S", "committed", "hand_over", "hand_over_all"]
+__all__ = ["MEMBER_WAIT_S", "behind", "committed", "hand_over", "hand_over_all"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,29 @@ async def committed(kafka: KafkaConfig, group_id: str, topic: str) -> dict[int, 
     answers; the admin client's request is not understood by the embedded one.
     """
     return await _committed(kafka, group_id, topic, await _partitions(kafka, topic))
+
+
+async def behind(
+    kafka: KafkaConfig, group_id: str, partitions: Mapping[str, int]
+) -> tuple[dict[TopicPartition, int], bool]:
+    """How many records of each partition (topic -> count) ``group_id`` has not committed,
+    and whether it committed any of them; a partition it never committed counts from the
+    first record the broker still holds."""
+    parts = [TopicPartition(t, p) for t, count in partitions.items() for p in range(count)]
+    if not parts:
+        return {}, False
+    consumer = await _outsider(kafka, group_id)
+    try:
+        done = {tp: await consumer.committed(tp) for tp in parts}
+        starts = await consumer.beginning_offsets(parts)
+        ends = await consumer.end_offsets(parts)
+    except KafkaError as exc:
+        raise BrokerError(f"cannot read the offsets of group {group_id}: {exc}") from exc
+    finally:
+        await consumer.stop()
+    held = {tp: o for tp, o in done.items() if o is not None and o >= 0}
+    lag = {tp: max(0, end - max(held.get(tp, 0), starts[tp])) for tp, end in ends.items()}
+    return lag, bool(held)
 
 
 async def hand_over(

@@ -2,7 +2,8 @@
 
 Checks, in order: Python, where state lives, the signing keys, the broker (reachable, the
 Kafka protocol it speaks, transactions), the topics against the catalog, the schema
-registry (if configured) and the registered tools with a live health probe. Without a
+registry (if configured), the trace index (and, on a configured broker, how far the
+indexer is behind) and the registered tools with a live health probe. Without a
 configured broker the embedded one is started for the check, in a folder of its own,
 and stopped. Read-only: doctor creates no state folder, key or topic.
 
@@ -20,9 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -45,6 +44,7 @@ from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService, ToolSettings
 from hermesbus.topics import Catalog, apply_command, plan, sized_by_existing
 
+from ._check import Check
 from ._common import (
     PrefixOption,
     ServingBootstrapOption,
@@ -54,26 +54,16 @@ from ._common import (
     problems,
     variables,
 )
+from ._doctor_index import indexing_check, trace_index_check
 
 __all__ = ["Check", "doctor_command"]
 
-Status = Literal["ok", "warn", "FAIL"]
 MIN_PYTHON = (3, 11)
 CHECK_TIMEOUT_S = 30.0
 """The longest any one check may take (a broker that does not answer, a slow registry)."""
 TRANSACTIONS_TIMEOUT_S = 8.0
 """The longest the transactions probe may take: a warning after it, not a broker failure."""
 _APIS = {0: "Produce", 1: "Fetch", 11: "JoinGroup", 22: "InitProducerId", 26: "EndTxn"}
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One line of the report: what was checked, how it went, and the fix when not ok."""
-
-    name: str
-    status: Status
-    said: str
-    fix: str = ""
 
 
 def doctor_command(
@@ -107,6 +97,10 @@ async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
     checks += await _bounded("signing keys", lambda: _now(_keys(embedded=embedded)))
     checks += await _bounded("broker", lambda: _broker(kafka, prefix))
     checks += await _bounded("schema registry", lambda: _now_in_thread(_registry))
+    checks += await _bounded("trace index", trace_index_check)
+    broker_ok = any(check.name == "broker" and check.status == "ok" for check in checks)
+    if not embedded and broker_ok:  # the embedded broker doctor starts holds no records
+        checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
     checks += await _bounded("tools", _tools)
     return checks
 

@@ -6,10 +6,11 @@ record; :class:`Indexer` is the consumer group that writes every topic into an i
 """
 
 from ._ecs import DocumentSettings, decode, document, iso_ms, refused_document
-from ._indexer import Indexer, IndexerStats
+from ._indexer import INDEXER_GROUP, Indexer, IndexerStats
 from ._model import ArchivedRecord, Document, Search, TraceIndex, WriteResult, archived, doc_id
 
 __all__ = [
+    "INDEXER_GROUP",
     "ArchivedRecord",
     "Document",
     "DocumentSettings",

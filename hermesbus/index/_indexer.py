@@ -33,11 +33,13 @@ from hermesbus.topics import DLQ, Catalog
 from ._ecs import DocumentSettings, decode, document, refused_document
 from ._model import ArchivedRecord, Document, TraceIndex, WriteResult
 
-__all__ = ["Indexer", "IndexerStats"]
+__all__ = ["INDEXER_GROUP", "Indexer", "IndexerStats"]
 
 log = logging.getLogger(__name__)
 
 NAME = "indexer"
+INDEXER_GROUP = NAME
+"""The indexer's consumer group (``hermesbus doctor`` reads how far behind it is)."""
 _CAUSES = 50_000
 """Log times of recent message ids kept in memory, for ``event.duration``."""
 _MAX_PAUSE_S = 10.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -18,8 +19,8 @@ from tests.cli_process import Ran, clean_env, hermesbus
 
 pytestmark = pytest.mark.kafka
 
-CHECKS = ("python", "state", "signing keys", "broker", "transactions", "topics")
-"""The checks every run prints (schema registry and tools follow)."""
+CHECKS = ("python", "state", "signing keys", "broker", "transactions", "topics", "trace index")
+"""The checks every run prints (the schema registry and tools too)."""
 
 
 def _run(*args: str, env: dict[str, str], cwd: Path) -> Ran:
@@ -50,6 +51,10 @@ def test_after_the_run_command_every_check_is_ok(broker_binary: str, tmp_path: P
     assert set(statuses.values()) == {"ok"}, result.out
     assert f"state                  {tmp_path / 'home'} (HERMES_HOME)" in result.out
     assert f"{tmp_path / 'home' / 'keys.json'}" in result.out
+    indexed = re.search(
+        r"index\.sqlite3 \(HERMES_ELASTICSEARCH_URL unset\): ([\d,]+) envelopes", result.out
+    )
+    assert indexed is not None and int(indexed[1].replace(",", "")) > 0, result.out  # the demo's
     assert "doctor: ready" in result.out
 
 

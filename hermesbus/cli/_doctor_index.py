@@ -1,0 +1,112 @@
+"""``hermesbus doctor``'s trace index checks: the index answers with the right template, and
+how far the indexer is behind the topics. Read-only, like the other checks."""
+
+from __future__ import annotations
+
+from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
+from hermesbus.connectors.elasticsearch.templates import INDEX_TEMPLATE
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka.groups import behind
+from hermesbus.connectors.sqlite import SqliteConfig
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.errors import StoreError
+from hermesbus.index import INDEXER_GROUP
+from hermesbus.topics import Catalog
+
+from ._check import Check
+
+__all__ = ["BEHIND_WARN", "indexing_check", "trace_index_check"]
+
+NAME = "trace index"
+BEHIND_WARN = 10_000
+"""Records not yet indexed above which ``indexing`` warns (below, it is the usual wake)."""
+_SHOWN_TOPICS = 3
+
+
+async def trace_index_check() -> list[Check]:
+    """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set (as ``up`` chooses), else SQLite."""
+    config = ElasticsearchConfig()
+    if config.url:
+        return [await _elasticsearch(config)]
+    return [await _sqlite(SqliteConfig())]
+
+
+async def _elasticsearch(config: ElasticsearchConfig) -> Check:
+    where = f"Elasticsearch at {config.shown_url} ({config.data_stream})"
+    try:
+        async with ElasticsearchTraceIndex(config, install=False) as index:
+            state = await index.state()
+    except StoreError as exc:
+        fix = "start it, or fix HERMES_ELASTICSEARCH_URL (and HERMES_ELASTICSEARCH_API_KEY)"
+        return Check(NAME, "FAIL", str(exc), fix)
+    if state.health == "red":
+        said = f"{where}: the cluster is red (a primary shard is unassigned)"
+        fix = "GET _cluster/allocation/explain says which shard and why"
+        return Check(NAME, "FAIL", said, fix)
+    ours = dict(state.templates).get(INDEX_TEMPLATE)
+    if ours is None:
+        said = f"{where}: the index template {INDEX_TEMPLATE} is not installed yet"
+        return Check(NAME, "warn", said, "`hermesbus up` installs it before the first write")
+    winner, priority = state.templates[0]
+    if winner != INDEX_TEMPLATE:
+        said = (
+            f"{where}: the index template {winner} (priority {priority}) wins over "
+            f"{INDEX_TEMPLATE} (priority {ours}): its mappings would apply to new indices"
+        )
+        fix = f"give {winner} a priority below {ours}, or patterns that leave the stream out"
+        return Check(NAME, "FAIL", said, fix)
+    lifecycle = (
+        "lifecycle management on: a new backing index daily, deleted after 30 days"
+        if state.lifecycle
+        else "no lifecycle management on this server: the stream grows until deleted"
+    )
+    said = (
+        f"{where}: {state.documents:,} envelopes, cluster {state.health}; index template "
+        f"{INDEX_TEMPLATE} (priority {ours}); {lifecycle}"
+    )
+    return Check(NAME, "ok", said)
+
+
+async def _sqlite(config: SqliteConfig) -> Check:
+    index = SqliteTraceIndex(config=config)
+    path, why = index.path, "HERMES_ELASTICSEARCH_URL unset"
+    if not path.exists():  # doctor creates nothing
+        return Check(NAME, "ok", f"SQLite {path} ({why}); not created yet: `hermesbus up` does")
+    try:
+        async with index:
+            count = await index.count()
+    except StoreError as exc:
+        return Check(NAME, "FAIL", str(exc), f"move {path} away; `hermesbus up` makes a new one")
+    return Check(NAME, "ok", f"SQLite {path} ({why}): {count:,} envelopes")
+
+
+async def indexing_check(kafka: KafkaConfig, prefix: str) -> list[Check]:
+    """The indexer group's committed offsets against the ends of the catalog's topics."""
+    names = Catalog.load().with_overrides(prefix=prefix).names()
+    async with KafkaAdmin(kafka) as admin:
+        existing = await admin.describe(names)
+        if not existing:
+            return [Check("indexing", "ok", "no topics yet: nothing to index")]
+    partitions = {name: topic.partitions for name, topic in existing.items()}
+    lag, committed = await behind(kafka, INDEXER_GROUP, partitions)
+    total = sum(lag.values())
+    group = f"the indexer (group {INDEXER_GROUP})"
+    if total == 0:
+        said = f"{group} has indexed every record of the {len(existing)} topics"
+        return [Check("indexing", "ok", said)]
+    by_topic: dict[str, int] = {}
+    for tp, waiting in lag.items():
+        by_topic[tp.topic] = by_topic.get(tp.topic, 0) + waiting
+    worst = sorted(by_topic.items(), key=lambda item: -item[1])[:_SHOWN_TOPICS]
+    where = ", ".join(f"{topic} {waiting:,}" for topic, waiting in worst if waiting)
+    if not committed:
+        said = f"{group} has indexed nothing yet: {total:,} records wait ({where})"
+        return [Check("indexing", "warn", said, "`hermesbus up` runs the indexer")]
+    said = f"{group} is {total:,} records behind ({where})"
+    if total > BEHIND_WARN:
+        fix = (
+            "is `hermesbus up` running and the index answering? while the index is away, "
+            "its log says 'indexer paused'"
+        )
+        return [Check("indexing", "warn", said, fix)]
+    return [Check("indexing", "ok", said)]
