@@ -330,8 +330,11 @@ async def part_a(
     await produce(kafka, prefix + TOPIC, count)
     best: dict[str, float] = {}
 
+    this: dict[str, float] = {}
+
     def keep(name: str, rate: float) -> None:
         best[name] = max(best.get(name, 0.0), rate)
+        this[name] = rate
 
     for n in range(rounds):
         tag = uuid.uuid4().hex[:8]
@@ -349,6 +352,8 @@ async def part_a(
             async with ElasticsearchTraceIndex(config) as es:
                 keep("es", await indexer_rate(kafka, prefix, es, count))
             keep("es hand", await hand_rolled(kafka, prefix, es_url, count))
+            print(f"  round {n + 1}: Elasticsearch raw {this['es raw']:,.0f}/s, indexer "
+                  f"{this['es']:,.0f}/s ({this['es'] / this['es raw']:.2f})")  # fmt: skip
     row("indexer, no index (consume, decode, document)", best["none"], "env/s")
     row("SQLite: raw executemany (baseline)", best["sqlite raw"], "env/s")
     row("SQLite: indexer", best["sqlite"], "env/s", best["sqlite"] / best["sqlite raw"])

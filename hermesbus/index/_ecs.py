@@ -10,13 +10,14 @@ bytes and headers are kept (not indexed), so the index is also the archive.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
@@ -57,10 +58,18 @@ class DocumentSettings(BaseModel, frozen=True):
     payload_max_bytes: int = 16_384
     dlq_topic: str = "hermes.dlq"
 
+    @field_validator("redact")
+    @classmethod
+    def _lowercase(cls, names: frozenset[str]) -> frozenset[str]:
+        """Names match keys whatever their case: ``API_Key`` redacts ``api_key`` too."""
+        return frozenset(name.lower() for name in names)
+
     @cached_property
-    def redact_bytes(self) -> tuple[bytes, ...]:
-        """The redacted names as lowercase bytes, to look for in the payload's JSON first."""
-        return tuple(name.lower().encode() for name in self.redact)
+    def redact_keys(self) -> re.Pattern[bytes]:
+        """A key of a redacted name in compact, lowercased JSON (``"token":``): looked for in
+        the payload's JSON first, so only a payload that has one is walked."""
+        names = sorted(re.escape(orjson.dumps(name)[1:-1]) for name in self.redact)
+        return re.compile(b'"(?:' + b"|".join(names) + b')":')
 
 
 def iso_ms(ms: int) -> str:
@@ -227,12 +236,9 @@ def _payload(hermes: Document, envelope: Envelope, settings: DocumentSettings) -
     # context values are JSON values already (booleans, numbers, strings, lists of strings)
     value = {"task": payload.task, "context": dict(payload.context), "body": fields}
     data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    lowered = data.lower()
-    for term in settings.redact_bytes:
-        if term in lowered:  # the rare case: walk it
-            value = _redacted(value, settings.redact)
-            data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-            break
+    if settings.redact_keys.search(data.lower()):  # the rare case: walk it
+        value = _redacted(value, settings.redact)
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     if len(data) > settings.payload_max_bytes:
         hermes["payload_text"] = data[: settings.payload_max_bytes].decode("utf-8", "ignore")
         hermes["payload_truncated"] = len(data)

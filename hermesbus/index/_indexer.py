@@ -364,13 +364,8 @@ class Indexer(Service):
 
 
 def _archived(record: ConsumerRecord) -> ArchivedRecord:
-    headers = tuple((k, bytes(v)) for k, v in (record.headers or ()))
+    headers = tuple([(k, v if type(v) is bytes else bytes(v)) for k, v in record.headers or ()])
+    value = record.value or b""
     return ArchivedRecord(
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        timestamp_ms=record.timestamp,
-        key=record.key,
-        value=record.value or b"",
-        headers=headers,
+        record.topic, record.partition, record.offset, record.timestamp, record.key, value, headers
     )

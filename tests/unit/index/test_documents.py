@@ -16,7 +16,7 @@ from hermesbus.index import (
     document,
     refused_document,
 )
-from hermesbus.payloads import ToolResult
+from hermesbus.payloads import ToolCall, ToolResult
 from tests.builders import T0, reply_to, turn
 
 T0_MS = int(T0.timestamp() * 1000)
@@ -116,6 +116,19 @@ def test_secrets_are_redacted_and_a_large_payload_is_kept_as_text_only() -> None
     assert "payload" not in capped["hermes"]
     assert len(capped["hermes"]["payload_text"].encode()) <= 40
     assert capped["hermes"]["payload_truncated"] > 40
+
+
+def test_redaction_matches_keys_whatever_their_case_at_any_depth() -> None:
+    arguments = '{"user": "ann", "Auth": {"API_KEY": "k-123"}, "note": "api_key is a word here"}'
+    call = turn(payload=Payload(task="t", body=ToolCall(tool="x", arguments_json=arguments,
+                                                         idempotency_key="i")))  # fmt: skip
+    doc = _doc(_record(call), DocumentSettings(redact=frozenset({"Api_Key"})))
+    opened = doc["hermes"]["payload"]["body"]["arguments_json"]
+    assert opened["Auth"] == {"API_KEY": "[redacted]"}
+    assert opened["user"] == "ann" and opened["note"] == "api_key is a word here"
+    assert "k-123" not in doc["hermes"]["payload_text"]
+    plain = _doc(_record(call), DocumentSettings(redact=frozenset({"password"})))
+    assert plain["hermes"]["payload"]["body"]["arguments_json"]["Auth"] == {"API_KEY": "k-123"}
 
 
 def test_a_refused_document_keeps_the_record_but_indexes_no_key() -> None:
