@@ -152,9 +152,13 @@ class ElasticsearchTraceIndex(Service):
             )
         return result
 
-    def _create(self, doc: Document) -> tuple[dict[str, Any], bytes]:
+    def _create(
+        self, doc: bytes | str | Document
+    ) -> tuple[dict[str, Any], bytes | Document | None]:
         """One document's bulk lines: ``create`` by its id, its body serialized once here
         (the helper passes bytes through; ``_id`` is metadata, not a field)."""
+        if not isinstance(doc, dict):  # the helper's type allows raw lines; write gives none
+            raise TypeError(f"a document is a dict, not {type(doc).__name__}")
         source = orjson.dumps({k: v for k, v in doc.items() if k != "_id"})
         return {"create": {"_index": self.stream, "_id": doc["_id"]}}, source
 
