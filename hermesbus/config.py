@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import platformdirs
 from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["HOME_ENV", "HermesSettings", "StateHome", "default_home", "state_home"]
+__all__ = [
+    "HOME_ENV",
+    "HermesSettings",
+    "StateHome",
+    "default_home",
+    "state_home",
+    "without_userinfo",
+]
 
 HOME_ENV = "HERMES_HOME"
 """The variable that names the state folder; unset, the per-user data folder is used."""
@@ -58,3 +66,13 @@ def state_home(settings: HermesSettings | None = None) -> Path:
     """Where state lives, as an absolute path (for messages: ``doctor``, ``up``, and the
     read-only commands that find no state). Looking never creates the folder."""
     return (settings or HermesSettings()).home
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part: messages never carry a secret."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))

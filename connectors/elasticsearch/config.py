@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hermesbus.config import without_userinfo
 
 __all__ = ["ElasticsearchConfig"]
 
@@ -43,14 +44,7 @@ class ElasticsearchConfig(BaseSettings):
     @property
     def shown_url(self) -> str:
         """The URL for messages: without a ``user:password@`` part, never printed."""
-        if not self.url:
-            return ""
-        parts = urlsplit(self.url)
-        if parts.username is None and parts.password is None:
-            return self.url
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit(parts._replace(netloc=netloc))
+        return without_userinfo(self.url) if self.url else ""
 
     @property
     def template_pattern(self) -> str:

@@ -44,7 +44,6 @@ app.command("send")(send_command)
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # we report its failures once
-    logging.getLogger("elastic_transport").setLevel(
-        logging.CRITICAL
-    )  # its retries: a traceback each
+    # elastic_transport logs a traceback per retry: the index reports its failures once
+    logging.getLogger("elastic_transport").setLevel(logging.CRITICAL)
     app()

@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import typer
@@ -33,7 +32,13 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from hermesbus.broker import EmbeddedBroker, find_broker_binary
-from hermesbus.config import HOME_ENV, HermesSettings, default_home, state_home
+from hermesbus.config import (
+    HOME_ENV,
+    HermesSettings,
+    default_home,
+    state_home,
+    without_userinfo,
+)
 from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
 from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
@@ -323,7 +328,7 @@ def _registry() -> Check:
             "not configured (HERMES_SCHEMA_REGISTRY_URL unset): envelopes use single-object "
             "framing, which needs none",
         )
-    url = _without_userinfo(config.url)
+    url = without_userinfo(config.url)
     auth = (config.username, config.password or "") if config.username else None
     try:
         answer = httpx.get(f"{config.url}/subjects", auth=auth, timeout=config.timeout_s)
@@ -339,16 +344,6 @@ def _registry() -> Check:
         return Check("schema registry", "FAIL", f"{url}: HTTP {answer.status_code}", fix)
     count = len(subjects) if isinstance(subjects, list) else 0
     return Check("schema registry", "ok", f"{url} answers ({count} subjects)")
-
-
-def _without_userinfo(url: str) -> str:
-    """``url`` without a ``user:password@`` part: messages never carry a secret."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def _tools() -> list[Check]:
