@@ -149,16 +149,18 @@ async def _read(
     consumer.assign(parts)
     await consumer.seek_to_beginning(*parts)
     ends = await consumer.end_offsets(parts)
-    left = {tp for tp in parts if ends[tp] > 0}
+    # tansu can answer an end one short (its last record not counted): read up to one
+    # record further, and a partition is done once a fetch finds nothing more
+    left = set(parts)
     hops: list[Hop] = []
     while left:
         batch = await consumer.getmany(*left, timeout_ms=500)
         for tp, records in batch.items():
             hops += [h for r in records if (h := _hop(r, trace, codec)) is not None]
-            if records and records[-1].offset + 1 >= ends[tp]:
+            if records and records[-1].offset + 1 >= ends[tp] + 1:
                 left.discard(tp)
         for tp in list(left):
-            if await consumer.position(tp) >= ends[tp]:
+            if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
                 left.discard(tp)
         await asyncio.sleep(0)
     return hops
