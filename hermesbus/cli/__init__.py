@@ -14,6 +14,7 @@ from ._kibana import app as kibana_app
 from ._say import say_command
 from ._schemas import app as schemas_app
 from ._send import send_command
+from ._tail import tail_command
 from ._tools import app as tools_app
 from ._topics import app as topics_app
 from ._up import up_command
@@ -36,6 +37,7 @@ app.command("up")(up_command)
 app.command("trace")(trace_command)
 app.command("session")(session_command)
 app.command("search")(search_command)
+app.command("tail")(tail_command)
 app.command("doctor")(doctor_command)
 app.command("say")(say_command)
 app.command("send")(send_command)

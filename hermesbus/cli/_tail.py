@@ -1,0 +1,120 @@
+"""``hermesbus tail``: the topics' records, decoded, as lines or JSON (no group, no commit)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import Annotated
+
+import orjson
+import typer
+from rich.markup import escape
+
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.index import iso_ms
+from hermesbus.tail import Filters, Position, Tailed, position, tail
+from hermesbus.topics import Catalog
+
+from ._common import BootstrapOption, PrefixOption, console, errors, fail, kafka_with
+
+__all__ = ["tail_command"]
+
+_WHERE = "beginning, end, OFFSET, @EPOCH_MS or -DURATION (-15m, -2h, -1d)"
+
+
+def tail_command(
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(help="A topic to read (repeatable; the prefix is added). Default: all."),
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session (its partitions).")] = None,
+    trace: Annotated[str | None, typer.Option(help="Only this trace.")] = None,
+    component: Annotated[
+        str | None,
+        typer.Option(help="Only what this component sent: conversation, dispatcher, tool, ..."),
+    ] = None,
+    start: Annotated[str, typer.Option("--from", help=f"Where to start: {_WHERE}.")] = "beginning",
+    end: Annotated[
+        str | None,
+        typer.Option("--to", help=f"Where to stop, excluded: {_WHERE}. Default: the end now."),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep listing new records (Ctrl-C stops).")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per line: topic, partition, offset, timestamp, key, "
+            "headers, envelope (or error).",
+        ),
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+) -> None:
+    """List the records of the bus's topics, decoded (either framing), in log order.
+
+    Reads by plain assignment: no consumer group is joined and no offset is committed,
+    so no processor is disturbed. An undecodable record is listed with the reason.
+    """
+    try:
+        first = position(start)
+        last = position(end) if end is not None else None
+    except ValueError as exc:
+        raise fail(f"--from/--to: {exc}", 2) from None
+    names = (
+        [prefix + name for name in topic]
+        if topic
+        else Catalog.load().with_overrides(prefix=prefix).names()
+    )
+    filters = Filters(session=session, trace=trace, component=component)
+    with errors(), contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            _print(kafka_with(bootstrap), names, first, last, follow, filters, as_json, not topic)
+        )
+
+
+async def _print(
+    kafka: KafkaConfig,
+    names: list[str],
+    first: Position,
+    last: Position | None,
+    follow: bool,
+    filters: Filters,
+    as_json: bool,
+    missing_ok: bool,
+) -> None:
+    listed = 0
+    async for tailed in tail(
+        kafka,
+        names,
+        start=first,
+        end=last,
+        follow=follow,
+        filters=filters,
+        missing_ok=missing_ok,
+    ):
+        listed += 1
+        if as_json:
+            sys.stdout.buffer.write(orjson.dumps(tailed.as_json()) + b"\n")
+            sys.stdout.buffer.flush()
+        else:
+            console.print(_line(tailed), soft_wrap=True)
+    if not listed and not as_json:
+        console.print("nothing in that slice (check --from/--to, the filters and --prefix)")
+
+
+def _line(tailed: Tailed) -> str:
+    where = f"{tailed.topic}/{tailed.partition}@{tailed.offset}"
+    at = iso_ms(tailed.timestamp_ms)
+    envelope = tailed.envelope
+    if envelope is None:
+        return f"{at} {escape(where)}  [red]undecodable[/red]: {escape(tailed.error or '')}"
+    body = envelope.payload.body
+    kind = type(body).__name__ if body is not None else "-"
+    return (
+        f"{at} {escape(where)}  {escape(envelope.source)} → {escape(envelope.target)}  "
+        f"{kind} {escape(envelope.payload.task)}  session {escape(envelope.session_id)} "
+        f"trace {escape(envelope.trace_id)} id {escape(envelope.message_id)}"
+    )

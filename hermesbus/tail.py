@@ -1,0 +1,320 @@
+"""The log as it is, record by record: what ``hermesbus tail`` prints.
+
+Reads topics by plain assignment (no consumer group: no processor's offsets are read,
+moved or committed), from a start to an end given as the beginning, the end, an offset,
+an append time or a time before now, and decodes each record in either framing. A
+record that does not decode is listed with the reason, never skipped. Without
+``follow`` the slice is read up to the ends the topics had when it started and listed
+in log order (by append time, then topic, partition and offset); with ``follow`` new
+records are listed as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from hermesbus.client import partition_for_key
+from hermesbus.codec import Codec, default_codec
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
+from hermesbus.envelope import Envelope
+from hermesbus.errors import BrokerError, HermesError
+from hermesbus.headers import TRACE_ID, header
+
+__all__ = ["Filters", "Position", "Tailed", "position", "tail"]
+
+_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_BEFORE = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
+_COMPONENTS = {"mcp": "dispatcher"}
+"""The dispatcher signs as ``mcp:dispatcher``: ``--component dispatcher`` finds it too."""
+_POLL_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a slice starts or ends in each partition: ``beginning``, ``end``, an
+    ``offset`` (the same in every partition) or a ``time`` (epoch ms: the first record
+    appended at or after it)."""
+
+    kind: Literal["beginning", "end", "offset", "time"]
+    value: int = 0
+
+
+def position(text: str, now_ms: int | None = None) -> Position:
+    """``beginning``, ``end``, ``OFFSET``, ``@EPOCH_MS`` or ``-DURATION`` (``-15m``: that
+    long before now). A ValueError says what is accepted."""
+    value = text.strip().lower()
+    if value in ("beginning", "end"):
+        return Position(value)  # type: ignore[arg-type]
+    if value.isdigit():
+        return Position("offset", int(value))
+    if value.startswith("@") and value[1:].isdigit():
+        return Position("time", int(value[1:]))
+    before = _BEFORE.match(value)
+    if before:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return Position("time", now - int(before.group(1)) * _UNITS[before.group(2)])
+    raise ValueError(
+        f"{text!r} is not a position: use beginning, end, an offset (42), an append time "
+        "in epoch ms (@1764669600000) or a time before now (-15m, -2h, -1d, -30s)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tailed:
+    """One record: where it is in the log, its key and headers, and its envelope (or why
+    it has none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    envelope: Envelope | None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """One JSON object: coordinates, headers (text, or base64 when not UTF-8), the key
+        and the envelope as its JSON (or null, with ``error``)."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp_ms,
+            "key": _text(self.key) if self.key is not None else None,
+            "headers": [{"key": k, **_header_value(v)} for k, v in self.headers],
+            "envelope": self.envelope.model_dump(mode="json") if self.envelope else None,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which records are listed: of one session, one trace, one component (its source)."""
+
+    session: str | None = None
+    trace: str | None = None
+    component: str | None = None
+
+    def keeps(self, tailed: Tailed) -> bool:
+        envelope = tailed.envelope
+        if envelope is None:  # undecodable: its key is the session, a header the trace
+            session = _text(tailed.key) if tailed.key is not None else None
+            trace = header(list(tailed.headers), TRACE_ID)
+            return (
+                self.component is None
+                and self.session in (None, session)
+                and self.trace in (None, trace)
+            )
+        if self.session is not None and envelope.session_id != self.session:
+            return False
+        if self.trace is not None and envelope.trace_id != self.trace:
+            return False
+        if self.component is None:
+            return True
+        source = envelope.source
+        component = source.partition(":")[0]
+        return self.component in (source, component, _COMPONENTS.get(component))
+
+
+async def tail(
+    kafka: KafkaConfig,
+    topics: Sequence[str],
+    *,
+    start: Position,
+    end: Position | None = None,
+    follow: bool = False,
+    filters: Filters | None = None,
+    codec: Codec | None = None,
+    missing_ok: bool = False,
+) -> AsyncIterator[Tailed]:
+    """The records of ``topics`` from ``start`` to ``end`` (excluded) that ``filters``
+    keeps. With a session filter only its partition of each topic is read (a session is
+    on the same partition number of every topic). A missing topic is a BrokerError,
+    unless ``missing_ok`` (then only those that exist are read; none is still an error)."""
+    codec, filters = codec or default_codec(), filters or Filters()
+    async with KafkaAdmin(kafka) as admin:
+        counts = {name: t.partitions for name, t in (await admin.describe(list(topics))).items()}
+    missing = [name for name in topics if name not in counts]
+    if missing and not (missing_ok and counts):
+        raise BrokerError(
+            f"no topic {', '.join(missing)} on {kafka.bootstrap}: "
+            "`hermesbus topics list` shows what exists (another --prefix?)",
+            retriable=False,
+        )
+    parts = _partitions(counts, filters.session)
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    await start_or_close(consumer.start, consumer.stop, f"tail: cannot reach {kafka.bootstrap}")
+    try:
+        consumer.assign(parts)
+        firsts, stops, at_end = await _bounds(consumer, parts, start, end, follow=follow)
+        for tp, at in firsts.items():
+            consumer.seek(tp, at)
+        times = (
+            start.value if start.kind == "time" else None,
+            end.value if end is not None and end.kind == "time" else None,
+        )
+        reading = _read(consumer, firsts, stops, codec, filters, times=times, at_end=at_end)
+        if follow:
+            async for batch in reading:
+                for tailed in batch:
+                    yield tailed
+            return
+        found = [tailed async for batch in reading for tailed in batch]
+        for tailed in sorted(found, key=_log_order):
+            yield tailed
+    except KafkaError as exc:
+        raise BrokerError(f"tail: {kafka_reason(exc)}") from exc
+    finally:
+        await consumer.stop()
+
+
+def _log_order(tailed: Tailed) -> tuple[int, str, int, int]:
+    return tailed.timestamp_ms, tailed.topic, tailed.partition, tailed.offset
+
+
+async def _bounds(
+    consumer: AIOKafkaConsumer,
+    parts: list[TopicPartition],
+    start: Position,
+    end: Position | None,
+    *,
+    follow: bool,
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int | None], set[TopicPartition]]:
+    """Per partition, the first offset to read and the one to stop before (None: never),
+    and the partitions whose stop is their end."""
+    if not parts:
+        return {}, {}, set()
+    beginnings = await consumer.beginning_offsets(parts)
+    ends = await consumer.end_offsets(parts)
+    firsts = await _offsets(consumer, parts, start, beginnings, ends)
+    stops: dict[TopicPartition, int | None]
+    if end is not None:
+        stops = dict(await _offsets(consumer, parts, end, beginnings, ends))
+    elif follow:
+        stops = dict.fromkeys(parts)
+    else:
+        stops = dict(ends)
+    # tansu can answer a partition's end one short (its last record not counted): a stop
+    # at the end reads one record further, ending early once a fetch finds nothing more
+    at_end = {tp for tp, stop in stops.items() if stop is not None and stop == ends[tp]}
+    return firsts, stops, at_end
+
+
+async def _offsets(
+    consumer: AIOKafkaConsumer,
+    parts: list[TopicPartition],
+    where: Position,
+    beginnings: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+) -> dict[TopicPartition, int]:
+    if where.kind == "beginning":
+        return dict(beginnings)
+    if where.kind == "end":
+        return dict(ends)
+    if where.kind == "offset":
+        return {tp: min(max(where.value, beginnings[tp]), ends[tp]) for tp in parts}
+    found = await consumer.offsets_for_times(dict.fromkeys(parts, where.value))
+    # no record at or after the time: the end. Kafka answers None; tansu answers an
+    # earlier record (offset 0 with timestamp -1, or the last one): so the time decides
+    return {
+        tp: at.offset if at is not None and at.timestamp >= where.value else ends[tp]
+        for tp, at in found.items()
+    }
+
+
+async def _read(
+    consumer: AIOKafkaConsumer,
+    firsts: Mapping[TopicPartition, int],
+    stops: Mapping[TopicPartition, int | None],
+    codec: Codec,
+    filters: Filters,
+    *,
+    times: tuple[int | None, int | None],
+    at_end: set[TopicPartition],
+) -> AsyncIterator[list[Tailed]]:
+    """Batches of kept records until every partition reached its stop (or for ever).
+
+    ``times``: a time range's bounds, checked on each record's own time too, because
+    tansu's offset for a time can be a millisecond off (it rounds the record's time)."""
+    after, before = times
+    stops = {
+        tp: stop + 1 if tp in at_end and stop is not None else stop for tp, stop in stops.items()
+    }
+    left = {tp for tp, at in firsts.items() if (stop := stops[tp]) is None or at < stop}
+    while left:
+        batch = await consumer.getmany(*left, timeout_ms=_POLL_MS)
+        kept = []
+        for tp, records in batch.items():
+            stop = stops[tp]
+            for record in records:
+                if stop is not None and record.offset >= stop:
+                    left.discard(tp)
+                    break
+                if (after is not None and record.timestamp < after) or (
+                    before is not None and record.timestamp >= before
+                ):
+                    continue
+                tailed = _tailed(record, codec)
+                if filters.keeps(tailed):
+                    kept.append(tailed)
+        if kept:
+            yield sorted(kept, key=_log_order)
+        for tp in list(left):
+            stop = stops[tp]
+            if stop is None:
+                continue
+            if tp in at_end and not batch.get(tp):  # nothing more: its true end reached
+                stop -= 1
+            if await consumer.position(tp) >= stop:
+                left.discard(tp)
+        await asyncio.sleep(0)
+
+
+def _tailed(record: ConsumerRecord[bytes, bytes], codec: Codec) -> Tailed:
+    headers = tuple((k, bytes(v)) for k, v in record.headers or ())
+    envelope, error = None, None
+    try:
+        envelope = codec.decode(record.value or b"")
+    except HermesError as exc:
+        error = str(exc)
+    return Tailed(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.key,
+        headers,
+        envelope,
+        error,
+    )
+
+
+def _partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
+    parts = []
+    for topic, count in counts.items():
+        numbers = list(range(count))
+        if session_id is not None and numbers:
+            numbers = [partition_for_key(session_id.encode(), numbers)]
+        parts += [TopicPartition(topic, n) for n in numbers]
+    return parts
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _header_value(value: bytes) -> dict[str, str]:
+    try:
+        return {"value": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode("ascii")}
