@@ -21,6 +21,8 @@ from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo import DEMO_USER, conversations, missing, reply_text, run, talk
 from hermesbus.stack import Stack, stack
+from hermesbus.tail import Filters, Position, tail
+from hermesbus.topics import Catalog
 from hermesbus.trace import collect, spans
 from tests.integration.stacks import demo_stack
 
@@ -106,6 +108,29 @@ async def test_each_trace_has_spans_of_all_four_processors(running: Stack) -> No
     assert moves == ["∅→S1", "S1→S2", "S2→S2", "S2→S3", "S3→S3.1", "S3.1→S4", "S4→S5"]
     ocr = [s for s in found if s.component == "tool" and "ocr_tool" in s.what]
     assert len(ocr) == 1 and ocr[0].duration_ms >= 900  # the fixture OCR is honestly slow
+
+
+async def test_tail_lists_every_envelope_of_a_demo_session_in_log_order(running: Stack) -> None:
+    """What ``hermesbus tail --session`` prints: every envelope the topics hold for the
+    session (read here by a consumer until the topics are quiet), each once, in log order."""
+    submitted, _ = await run(running.bootstrap, running.prefix, _quiet)
+    session = submitted.conversation.session_id
+    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    catalog = Catalog.load()
+    names = catalog.with_overrides(prefix=running.prefix).names()
+    found = tail(kafka, names, start=Position("beginning"), filters=Filters(session=session))
+    listed = [t async for t in found]
+    expected: set[str] = set()
+    for spec in catalog:
+        if spec.value_schema:
+            read = await _read_all(running, spec.name)
+            expected |= {e.message_id for e in read if e.session_id == session}
+    assert all(t.envelope is not None for t in listed)
+    ids = [t.envelope.message_id for t in listed if t.envelope is not None]
+    assert len(ids) == len(set(ids)) == len(expected) > 20
+    assert set(ids) == expected
+    order = [(t.timestamp_ms, t.topic, t.partition, t.offset) for t in listed]
+    assert order == sorted(order)
 
 
 async def test_the_s2_wait_times_out_by_the_runtime_clock(
