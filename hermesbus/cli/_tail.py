@@ -69,7 +69,8 @@ def tail_command(
         else Catalog.load().with_overrides(prefix=prefix).names()
     )
     filters = Filters(session=session, trace=trace, component=component)
-    with errors(), contextlib.suppress(KeyboardInterrupt):
+    # Ctrl-C ends a --follow; a closed pipe (| head) ends any: both quietly
+    with errors(), contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         asyncio.run(
             _print(kafka_with(bootstrap), names, first, last, follow, filters, as_json, not topic)
         )
