@@ -22,12 +22,12 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
+from hermesbus.trace import partitions
 
 __all__ = ["Filters", "Position", "Tailed", "position", "tail"]
 
@@ -151,7 +151,7 @@ async def tail(
             "`hermesbus topics list` shows what exists (another --prefix?)",
             retriable=False,
         )
-    parts = _partitions(counts, filters.session)
+    parts = partitions(counts, filters.session)
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
     await start_or_close(consumer.start, consumer.stop, f"tail: cannot reach {kafka.bootstrap}")
     try:
@@ -297,16 +297,6 @@ def _tailed(record: ConsumerRecord[bytes, bytes], codec: Codec) -> Tailed:
         envelope,
         error,
     )
-
-
-def _partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
-    parts = []
-    for topic, count in counts.items():
-        numbers = list(range(count))
-        if session_id is not None and numbers:
-            numbers = [partition_for_key(session_id.encode(), numbers)]
-        parts += [TopicPartition(topic, n) for n in numbers]
-    return parts
 
 
 def _text(data: bytes) -> str:

@@ -33,7 +33,7 @@ from hermesbus.payloads import (
 )
 from hermesbus.topics import Catalog, apply_command
 
-__all__ = ["Hop", "Span", "collect", "hops_of", "spans", "waterfall"]
+__all__ = ["Hop", "Span", "collect", "hops_of", "partitions", "spans", "waterfall"]
 
 _PROCESSORS = {"conversation": "conversation", "mcp": "dispatcher", "dispatcher": "dispatcher"}
 _PROCESSORS |= {"tool": "tool", "memory": "memory"}
@@ -94,7 +94,7 @@ async def collect(
     where = f"trace: cannot reach Kafka at {kafka.bootstrap}"
     await start_or_close(consumer.start, consumer.stop, where)
     try:
-        hops = await _read(consumer, _partitions(counts, session_id), trace_id, codec)
+        hops = await _read(consumer, partitions(counts, session_id), trace_id, codec)
     except KafkaError as exc:
         raise BrokerError(f"trace {trace_id}: {kafka_reason(exc)}") from exc
     finally:
@@ -130,7 +130,7 @@ def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) ->
     )
 
 
-def _partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
+def partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
     """Every partition, or the session's one of each topic (co-partitioned by key)."""
     parts = []
     for topic, count in counts.items():
