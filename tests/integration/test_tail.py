@@ -67,6 +67,16 @@ async def _provisioned(bootstrap: str, prefix: str) -> None:
         await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
 
 
+async def _logged(broker: str, unique: str) -> tuple[str, list[tuple[str, Envelope | bytes, str]]]:
+    """The catalog's topics under a fresh prefix, with ``_history`` appended: the prefix
+    and the history."""
+    prefix = f"tail-{unique}."
+    await _provisioned(broker, prefix)
+    history = _history()
+    await _produce(broker, prefix, history)
+    return prefix, history
+
+
 def _tail(*args: str, tmp_path: Path) -> Ran:
     env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     return hermesbus("tail", *args, env=env, cwd=tmp_path, timeout=120)
@@ -84,10 +94,7 @@ def _ids(ran: Ran) -> list[str]:
 async def test_tail_lists_a_session_in_log_order_with_every_field(
     broker: str, unique: str, tmp_path: Path
 ) -> None:
-    prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
-    history = _history()
-    await _produce(broker, prefix, history)
+    prefix, history = await _logged(broker, unique)
     options = ("--bootstrap", broker, "--prefix", prefix)
     ran = await asyncio.to_thread(_tail, "--session", "s1", "--json", *options, tmp_path=tmp_path)
     expected = [item.message_id if isinstance(item, Envelope) else None
@@ -127,10 +134,7 @@ async def test_tail_lists_a_session_in_log_order_with_every_field(
 async def test_tail_reads_slices_by_offset_and_time_and_joins_no_group(
     broker: str, unique: str, tmp_path: Path
 ) -> None:
-    prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
-    history = _history()
-    await _produce(broker, prefix, history)
+    prefix, _ = await _logged(broker, unique)
     kafka = KafkaConfig(bootstrap=broker)
     topics = [prefix + IN]
 
