@@ -5,13 +5,14 @@ consumer group with per-session order, effectively-once effects, durable timers,
 retries and dead letters. :class:`StateStore` is the port for session state.
 """
 
-from ._model import Handler, HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+from ._model import Effects, Handler, HandlerInput, Outcome, SessionState, TimerRequest, derive_id
 from ._offsets import OffsetTracker
 from ._runtime import Processor, ProcessorStats
 from ._settings import RuntimeSettings
 from ._store import OutRecord, StateChange, StateStore, StoredTimer
 
 __all__ = [
+    "Effects",
     "Handler",
     "HandlerInput",
     "OffsetTracker",

@@ -26,9 +26,11 @@ __all__ = [
     "RETRY_PREFIX",
     "Sign",
     "dead_letter",
+    "emitted",
     "identity_alert",
     "outputs",
     "retry_timer",
+    "timer_fired",
     "timers",
 ]
 
@@ -59,15 +61,48 @@ def outputs(
 ) -> tuple[OutRecord, ...]:
     """The emitted envelopes with ids derived from the input id and their index."""
     records = []
-    for index, envelope in enumerate(outcome.emit):
-        final = envelope.model_copy(
+    for final in emitted(source, outcome):
+        records.append(_record(codec, sign, final, topic_for(final.target, prefix), None))
+    return tuple(records)
+
+
+def emitted(source: Envelope, outcome: Outcome) -> tuple[Envelope, ...]:
+    """The envelopes as they go out: ids derived from ``source``'s id and their index,
+    causation ``source`` unless the handler named one (the same on every replay)."""
+    return tuple(
+        envelope.model_copy(
             update={
                 "message_id": derive_id(source.message_id, "out", index),
                 "causation_id": envelope.causation_id or source.message_id,
             }
         )
-        records.append(_record(codec, sign, final, topic_for(final.target, prefix), None))
-    return tuple(records)
+        for index, envelope in enumerate(outcome.emit)
+    )
+
+
+def timer_fired(processor: str, source: Envelope, request: TimerRequest) -> Envelope:
+    """The ``timer_fired`` envelope ``request`` (set while handling ``source``) sends: to
+    ``source``'s target, dated ``due_at``, its id derived from ``source`` and the purpose."""
+    timer_id = derive_id(source.message_id, "timer", request.purpose)
+    return Envelope(
+        message_id=timer_id,
+        timestamp=request.due_at,
+        source=f"{processor}:timer",
+        target=source.target,
+        session_id=source.session_id,
+        user_id=source.user_id,
+        trace_id=source.trace_id,
+        causation_id=source.message_id,
+        payload=Payload(
+            task="timer",
+            body=TimerFired(
+                timer_id=timer_id,
+                due_at=request.due_at,
+                purpose=request.purpose,
+                data_json=request.data_json,
+            ),
+        ),
+    )
 
 
 def timers(
@@ -90,30 +125,13 @@ def timers(
     """
     result = []
     for request in requests:
-        timer_id = derive_id(source.message_id, "timer", request.purpose)
-        fired = Envelope(
-            message_id=timer_id,
-            timestamp=request.due_at,
-            source=f"{processor}:timer",
-            target=source.target,
-            session_id=source.session_id,
-            user_id=source.user_id,
-            trace_id=source.trace_id,
-            causation_id=source.message_id,
-            payload=Payload(
-                task="timer",
-                body=TimerFired(
-                    timer_id=timer_id,
-                    due_at=request.due_at,
-                    purpose=request.purpose,
-                    data_json=request.data_json,
-                ),
-            ),
-        )
+        fired = timer_fired(processor, source, request)
         record = _record(codec, sign, fired, topic, partition)
         due_ms = now_ms + max(0, epoch_ms(fired.timestamp) - epoch_ms(source.timestamp))
         result.append(
-            StoredTimer(timer_id, processor, source.session_id, request.purpose, due_ms, record)
+            StoredTimer(
+                fired.message_id, processor, source.session_id, request.purpose, due_ms, record
+            )
         )
     return tuple(result)
 

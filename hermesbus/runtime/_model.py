@@ -12,6 +12,7 @@ from typing import Any
 from hermesbus.envelope import Envelope
 
 __all__ = [
+    "Effects",
     "Handler",
     "HandlerInput",
     "Outcome",
@@ -87,3 +88,68 @@ class Outcome:
 
 Handler = Callable[[HandlerInput], Awaitable[Outcome]]
 """``async (HandlerInput) -> Outcome``."""
+
+
+class Effects:
+    """What one handler call accumulates, in order: envelopes to emit, timers to set and
+    timer purposes to cancel; :meth:`outcome` turns them into the :class:`Outcome`.
+
+    Processors build their own helpers on it (the conversation's ``Step``, the
+    dispatcher's ``Effects``), so every handler collects its effects the same way.
+    """
+
+    __slots__ = ("_cancelled", "_timers", "emitted", "source")
+
+    def __init__(self, source: Envelope) -> None:
+        self.source = source
+        """The input envelope: emitted envelopes take their ids and time from it."""
+        self.emitted: list[Envelope] = []
+        self._timers: dict[str, TimerRequest] = {}
+        self._cancelled: list[str] = []
+
+    @property
+    def index(self) -> int:
+        """The index the next emitted envelope gets (its id is derived from it)."""
+        return len(self.emitted)
+
+    def emit(self, envelope: Envelope) -> Envelope:
+        self.emitted.append(envelope)
+        return envelope
+
+    def schedule(self, request: TimerRequest) -> None:
+        """Set a timer; one of the same purpose set earlier in this call is replaced, and
+        a cancellation of the purpose in this call is withdrawn."""
+        if request.purpose in self._cancelled:
+            self._cancelled.remove(request.purpose)
+        self._timers.pop(request.purpose, None)
+        self._timers[request.purpose] = request
+
+    def forget(self, purpose: str) -> None:
+        """Drop a timer set in this call (a timer saved earlier stays; see :meth:`cancel`)."""
+        self._timers.pop(purpose, None)
+
+    def cancel(self, purpose: str) -> None:
+        """Cancel the purpose: a timer set in this call, and one saved earlier."""
+        self._timers.pop(purpose, None)
+        if purpose not in self._cancelled:
+            self._cancelled.append(purpose)
+
+    @property
+    def timers(self) -> tuple[TimerRequest, ...]:
+        return tuple(self._timers.values())
+
+    @property
+    def cancelled(self) -> tuple[str, ...]:
+        return tuple(self._cancelled)
+
+    def pending(self) -> tuple[str, ...]:
+        """Purposes of the timers set in this call."""
+        return tuple(self._timers)
+
+    def outcome(self, state: Mapping[str, Any] | None) -> Outcome:
+        return Outcome(
+            emit=tuple(self.emitted),
+            state=state,
+            timers=self.timers,
+            cancel=self.cancelled,
+        )

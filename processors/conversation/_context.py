@@ -25,7 +25,7 @@ from hermesbus.payloads import (
     ToolCall,
 )
 from hermesbus.processors import protocol
-from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
+from hermesbus.runtime import Effects, HandlerInput, Outcome, TimerRequest, derive_id
 
 from ._history import Message, new_message
 from ._machine import MACHINE
@@ -56,9 +56,8 @@ class Step:
         self.inp = inp
         self.env = inp.envelope
         self.session = session
-        self.emitted: list[Envelope] = []
-        self.timers: dict[str, TimerRequest] = {}
-        self.cancels: list[str] = []
+        self.effects = Effects(inp.envelope)
+        """The envelopes, timers and cancellations so far (the runtime's collector)."""
 
     # -- state ------------------------------------------------------------------------
 
@@ -112,19 +111,18 @@ class Step:
         timeout = MACHINE.timeout(state, purpose)
         token = derive_id(self.env.message_id, "timer", purpose)
         data = canonical_json({"state": state, "token": token})
-        self.timers[purpose] = TimerRequest(self.env.timestamp + timeout.after, purpose, data)
-        if purpose in self.cancels:
-            self.cancels.remove(purpose)
+        self.effects.schedule(TimerRequest(self.env.timestamp + timeout.after, purpose, data))
         self.update(timers={**self.session.timers, purpose: token})
 
     def disarm(self, purpose: str) -> None:
-        self.timers.pop(purpose, None)
-        if purpose in self.session.timers:
-            self.cancels.append(purpose)
+        if purpose not in self.session.timers:
+            self.effects.forget(purpose)
+        else:
+            self.effects.cancel(purpose)
             self.update(timers={k: v for k, v in self.session.timers.items() if k != purpose})
 
     def disarm_all(self) -> None:
-        for purpose in (*self.session.timers, *self.timers):
+        for purpose in (*self.session.timers, *self.effects.pending()):
             self.disarm(purpose)
 
     # -- envelopes --------------------------------------------------------------------
@@ -132,7 +130,7 @@ class Step:
     def _envelope(self, target: str, body: Body, task: str, **fields: Any) -> Envelope:
         envelope = protocol.answer(
             self.env,
-            len(self.emitted),
+            self.effects.index,
             source=protocol.conversation_at(self.session.state or "S1"),
             target=target,
             body=body,
@@ -140,8 +138,7 @@ class Step:
             context=fields.pop("context", {}),
             **fields,
         )
-        self.emitted.append(envelope)
-        return envelope
+        return self.effects.emit(envelope)
 
     def to_dispatcher(
         self, body: Body, *, task: str, context: Mapping[str, ContextValue] | None = None
@@ -261,9 +258,4 @@ class Step:
         self.update(history=self.session.history.add(message, self.session.facts))
 
     def outcome(self) -> Outcome:
-        return Outcome(
-            emit=tuple(self.emitted),
-            state=self.session.model_dump(mode="json"),
-            timers=tuple(self.timers.values()),
-            cancel=tuple(self.cancels),
-        )
+        return self.effects.outcome(self.session.model_dump(mode="json"))

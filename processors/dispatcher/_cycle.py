@@ -91,7 +91,7 @@ def _start_round(
     )
     state.cycles[cid] = cycle
     query_memory(fx, cid, cycle, envelope.payload.context)
-    fx.schedule(budget, deadline_purpose(cid), {CYCLE: cid, "round": cycle.round})
+    fx.arm(budget, deadline_purpose(cid), {CYCLE: cid, "round": cycle.round})
     return cycle
 
 

@@ -144,7 +144,7 @@ def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str, status_code: 
     if call.attempt >= policy.max_attempts or fx.now_ms + backoff >= (cycle.deadline_ms or 0):
         return False
     data = {CYCLE: cid, "tool": tool, "round": cycle.round, "attempt": call.attempt + 1}
-    fx.schedule(backoff, retry_purpose(cid, tool), data)
+    fx.arm(backoff, retry_purpose(cid, tool), data)
     call.status = CallStatus.RETRYING
     return True
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from hermesbus import runtime
 from hermesbus._types import epoch_ms
 from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
 from hermesbus.payloads import Body, ContextValue
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, answer
-from hermesbus.runtime import Outcome, TimerRequest
+from hermesbus.runtime import TimerRequest
 from hermesbus.snapshot import ContextSnapshot
 
 __all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics"]
@@ -34,14 +34,10 @@ def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) ->
     )
 
 
-@dataclass(slots=True)
-class Effects:
-    """The envelopes, timers and cancellations of one handler call, in order."""
+class Effects(runtime.Effects):
+    """The dispatcher's envelopes, timers and cancellations of one handler call, in order."""
 
-    source: Envelope
-    emitted: list[Envelope] = field(default_factory=list)
-    timers: list[TimerRequest] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)
+    __slots__ = ()
 
     @property
     def now_ms(self) -> int:
@@ -60,10 +56,9 @@ class Effects:
         diag: Diagnostics | None = None,
     ) -> Envelope:
         """Emit ``body`` from the dispatcher to ``target``."""
-        src, index = self.source, len(self.emitted)
         envelope = answer(
-            src,
-            index,
+            self.source,
+            self.index,
             source=DISPATCHER_ADDRESS,
             target=target,
             body=body,
@@ -74,26 +69,9 @@ class Effects:
             snapshot=snapshot,
             diagnostics=diag or diagnostics(0),
         )
-        self.emitted.append(envelope)
-        return envelope
+        return self.emit(envelope)
 
-    def schedule(self, after_ms: int, purpose: str, data: Mapping[str, Any]) -> None:
+    def arm(self, after_ms: int, purpose: str, data: Mapping[str, Any]) -> None:
         """A durable timer ``after_ms`` after the input's time; replaces one of that purpose."""
-        if purpose in self.cancelled:
-            self.cancelled.remove(purpose)
-        self.timers = [t for t in self.timers if t.purpose != purpose]
         due = self.source.timestamp + timedelta(milliseconds=after_ms)
-        self.timers.append(TimerRequest(due, purpose, json.dumps(dict(data), sort_keys=True)))
-
-    def cancel(self, purpose: str) -> None:
-        self.timers = [t for t in self.timers if t.purpose != purpose]
-        if purpose not in self.cancelled:
-            self.cancelled.append(purpose)
-
-    def outcome(self, state: Mapping[str, Any]) -> Outcome:
-        return Outcome(
-            emit=tuple(self.emitted),
-            state=state,
-            timers=tuple(self.timers),
-            cancel=tuple(self.cancelled),
-        )
+        self.schedule(TimerRequest(due, purpose, json.dumps(dict(data), sort_keys=True)))
