@@ -22,14 +22,14 @@ from hermesbus import (
     Payload,
     Reply,
     StateSnapshot,
-    TimerFired,
     ToolCall,
     ToolResult,
     ToolResults,
     UserTurn,
 )
-from hermesbus.processors.conversation import handle
-from hermesbus.runtime import HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+from hermesbus.processors.conversation import NAME, TOPIC, handle
+from hermesbus.runtime import Outcome, SessionState
+from hermesbus.testing import Armed, Harness
 
 T0 = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
 USER = "u_xyz789"
@@ -148,16 +148,32 @@ def writes(outcome: Outcome) -> list[MemoryWrite]:
 
 @dataclass
 class Driver:
-    """Feeds one session's envelopes to the handler, carrying state and timers along."""
+    """Feeds one session's envelopes to the handler through :class:`Harness` (state and
+    timers carried as the runtime carries them), and builds the envelopes others send."""
 
     session: str = "sess_456"
     ports: dict[str, Any] = field(default_factory=dict)
-    state: SessionState = field(default_factory=SessionState)
     now: datetime = T0
-    armed: dict[str, tuple[Envelope, TimerRequest]] = field(default_factory=dict)
     calls: list[Envelope] = field(default_factory=list)
     count: int = 0
     path: list[tuple[str | None, str]] = field(default_factory=list)
+    harness: Harness = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.harness = Harness().processor(NAME, handle, [TOPIC], ports=self.ports)
+
+    @property
+    def state(self) -> SessionState:
+        return self.harness.state(NAME, self.session)
+
+    @state.setter
+    def state(self, state: SessionState) -> None:
+        self.harness.seed(NAME, self.session, state.data)
+
+    @property
+    def armed(self) -> dict[str, Armed]:
+        """The session's armed timers by purpose."""
+        return {a.purpose: a for a in self.harness.timers(NAME, self.session)}
 
     def _id(self, kind: str) -> str:
         self.count += 1
@@ -178,15 +194,7 @@ class Driver:
         return Envelope(**{**values, **fields})
 
     async def send(self, envelope: Envelope) -> Outcome:
-        inp = HandlerInput(envelope, self.state, "conversation", self.ports)
-        outcome = await handle(inp)
-        if outcome.state is not None:
-            applied = (*self.state.applied, envelope.message_id)
-            self.state = SessionState(self.state.version + 1, outcome.state, applied)
-        for purpose in outcome.cancel:
-            self.armed.pop(purpose, None)
-        for timer in outcome.timers:
-            self.armed[timer.purpose] = (envelope, timer)
+        outcome = (await self.harness.handle(NAME, envelope)).outcome
         calls = [e for e in outcome.emit if isinstance(e.payload.body, ToolCall)]
         if calls:
             self.calls = calls
@@ -250,20 +258,9 @@ class Driver:
 
     def fire(self, purpose: str) -> Envelope:
         """The TimerFired the runtime sends when ``purpose`` is due (time moves to due_at)."""
-        source, request = self.armed[purpose]
-        timer_id = derive_id(source.message_id, "timer", purpose)
-        self.now = request.due_at
-        body = TimerFired(
-            timer_id=timer_id, due_at=request.due_at, purpose=purpose, data_json=request.data_json
-        )
-        return self._envelope(
-            body,
-            message_id=timer_id,
-            timestamp=request.due_at,
-            source="conversation:timer",
-            target=source.target,
-            payload=Payload(task="timer", body=body),
-        )
+        armed = self.armed[purpose]
+        self.now = armed.due_at
+        return armed.envelope
 
     def later(self, **delta: float) -> None:
         self.now += timedelta(**delta)

@@ -55,7 +55,7 @@ async def test_a_finished_session_starts_over_at_s1() -> None:
 async def test_s2_wait_of_5_minutes_asks_whether_the_user_gave_up() -> None:
     d = Driver()
     await to_s2(d)
-    assert d.armed["s2_wait"][1].due_at == datetime(2024, 6, 3, 9, 5, tzinfo=UTC)
+    assert d.armed["s2_wait"].due_at == datetime(2024, 6, 3, 9, 5, tzinfo=UTC)
     out = await d.send(d.fire("s2_wait"))
     assert moves(out) == [("S2", "S4")]
     reply = the_reply(out)

@@ -16,14 +16,21 @@ from hermesbus import (
     Metadata,
     Payload,
     RetryPolicy,
-    TimerFired,
     ToolCall,
     ToolResult,
 )
 from hermesbus.payloads import Body, ErrorReport, ToolResults
-from hermesbus.processors.dispatcher import StaticHealth, Violations, dispatcher_ports, handle
+from hermesbus.processors.dispatcher import (
+    NAME,
+    TOPIC,
+    StaticHealth,
+    Violations,
+    dispatcher_ports,
+    handle,
+)
 from hermesbus.processors.protocol import STATE_TIMEOUT_MS, ToolHealth
-from hermesbus.runtime import HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+from hermesbus.runtime import Outcome, SessionState, derive_id
+from hermesbus.testing import Armed, Harness
 
 T0 = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
 USER_ID = "u_xyz789"
@@ -152,54 +159,42 @@ def cont(cycle: str = CYCLE, state: str = "S1", message_id: str = "continue-1") 
 
 @dataclass
 class Driver:
-    """Runs the handler envelope by envelope, keeping state and the durable timers."""
+    """Runs the handler envelope by envelope through :class:`Harness`, which keeps the
+    state and the durable timers as the runtime does."""
 
     health: StaticHealth = field(default_factory=StaticHealth)
     counter: Violations = field(default_factory=Violations)
-    state: SessionState = field(default_factory=SessionState)
-    timers: dict[str, tuple[TimerRequest, Envelope]] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
+    session: str = SESSION
+    harness: Harness = field(init=False)
+
+    def __post_init__(self) -> None:
+        ports = dispatcher_ports(self.health, self.counter)
+        self.harness = Harness().processor(NAME, handle, [TOPIC], ports=ports)
 
     @classmethod
     def with_health(cls, *entries: ToolHealth) -> Driver:
         return cls(health=StaticHealth(entries))
 
+    @property
+    def state(self) -> SessionState:
+        """The state of the session last sent."""
+        return self.harness.state(NAME, self.session)
+
+    @property
+    def timers(self) -> dict[str, Armed]:
+        """Armed timers by purpose."""
+        return {armed.purpose: armed for armed in self.harness.timers(NAME)}
+
     async def send(self, env: Envelope) -> tuple[Envelope, ...]:
-        ports = dispatcher_ports(self.health, self.counter)
-        outcome = await handle(HandlerInput(env, self.state, "dispatcher", ports))
-        self.outcomes.append(outcome)
-        if outcome.state is not None:
-            json.dumps(outcome.state)  # saved with json.dumps by the runtime
-            self.state = SessionState(self.state.version + 1, outcome.state)
-        for purpose in outcome.cancel:
-            self.timers.pop(purpose, None)
-        for timer in outcome.timers:
-            self.timers[timer.purpose] = (timer, env)
-        return outcome.emit
+        self.session = env.session_id
+        handled = await self.harness.handle(NAME, env)
+        self.outcomes.append(handled.outcome)
+        return handled.emitted
 
     def fired(self, purpose: str) -> Envelope:
-        """The ``timer_fired`` envelope the runtime would send for a pending timer."""
-        timer, setter = self.timers.pop(purpose)
-        timer_id = derive_id(setter.message_id, "timer", purpose)
-        return Envelope(
-            message_id=timer_id,
-            timestamp=timer.due_at,
-            source="dispatcher:timer",
-            target=setter.target,
-            session_id=setter.session_id,
-            user_id=setter.user_id,
-            trace_id=setter.trace_id,
-            causation_id=setter.message_id,
-            payload=Payload(
-                task="timer",
-                body=TimerFired(
-                    timer_id=timer_id,
-                    due_at=timer.due_at,
-                    purpose=purpose,
-                    data_json=timer.data_json,
-                ),
-            ),
-        )
+        """The ``timer_fired`` envelope the runtime sends for a pending timer (disarmed)."""
+        return self.harness.take(purpose).envelope
 
     async def fire(self, purpose: str) -> tuple[Envelope, ...]:
         return await self.send(self.fired(purpose))

@@ -49,7 +49,8 @@ async def test_a_cycle_that_closes_frees_its_place() -> None:
     refused = await d.send(call("org_tool", ONE, cycle="late"))
     assert [e.payload.body.code for e in refused] == ["violation.open_cycles"] * 2  # type: ignore[union-attr]
     assert answers(await d.send(result_for(out, 200, {})))  # c0 answered: one place free
-    again = await d.send(call("org_tool", ONE, cycle="late"))
+    # a new envelope: the refused one's id is applied, so its redelivery would be skipped
+    again = await d.send(call("org_tool", ONE, cycle="late", message_id="call-late-again"))
     assert kinds(again) == [("memory:context", "MemoryQuery")]
 
 

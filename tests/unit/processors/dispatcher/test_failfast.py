@@ -125,7 +125,7 @@ async def test_retry_with_backoff_then_success() -> None:
     d = driver()
     org_out, finance_out = await open_cycle(d)
     assert await d.send(result_for(org_out, 503)) == ()
-    timer, _ = d.timers[f"retry:{CYCLE}:org_tool"]
+    timer = d.timers[f"retry:{CYCLE}:org_tool"].request
     assert timer.due_at == T0 + timedelta(milliseconds=100)  # backoff_ms * 2**(1-1)
     assert json.loads(timer.data_json) == {
         "attempt": 2,

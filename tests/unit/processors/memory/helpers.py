@@ -14,6 +14,7 @@ from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenc
 from hermesbus.payloads import MemoryTier, MemoryWrite, TrustLevel, Verification
 from hermesbus.processors.memory import (
     NAME,
+    TOPIC,
     GraphStore,
     MemorySettings,
     MemoryStores,
@@ -21,6 +22,7 @@ from hermesbus.processors.memory import (
     handle,
 )
 from hermesbus.runtime import HandlerInput, Outcome, SessionState
+from hermesbus.testing import Harness
 
 T0 = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
 """The demo app dates its turns 2024-06-03."""
@@ -101,21 +103,28 @@ def stores_for(tmp: Path, impl: str = "sqlite", **settings: Any) -> MemoryStores
 
 
 class Session:
-    """Feeds envelopes to the handler in order, carrying the state like the runtime does."""
+    """Feeds envelopes to the handler in order through :class:`Harness`, which carries the
+    state like the runtime does (saved as JSON)."""
 
     def __init__(self, stores: MemoryStores) -> None:
         self.stores = stores
-        self.state = SessionState()
+        self.harness = Harness().processor(NAME, handle, [TOPIC], ports={NAME: stores})
         self._count = 0
+        self.session = SESSION
+
+    @property
+    def state(self) -> SessionState:
+        """The state of the session last sent."""
+        return self.harness.state(NAME, self.session)
 
     async def send(self, env: Envelope) -> Outcome:
-        inp = HandlerInput(env, self.state, NAME, ports={NAME: self.stores})
-        outcome = await handle(inp)
-        if outcome.state is not None:
-            # the runtime saves the state with json.dumps: prove it is JSON
-            data = json.loads(json.dumps(outcome.state))
-            self.state = SessionState(self.state.version + 1, data, (env.message_id,))
-        return outcome
+        self.session = env.session_id
+        return (await self.harness.handle(NAME, env)).outcome
+
+    async def unsaved(self, env: Envelope, state: SessionState) -> Outcome:
+        """``env`` run again on ``state``, as after a crash between the stores' writes and
+        the state's save (the runtime redelivers it; the harness would skip it as applied)."""
+        return await handle(HandlerInput(env, state, NAME, ports={NAME: self.stores}))
 
     async def write(
         self, write: MemoryWrite, *, when: datetime | None = None, **fields: Any

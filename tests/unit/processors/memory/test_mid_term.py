@@ -22,7 +22,8 @@ def mid(key: str, value: object, **fields: object) -> MemoryWrite:
 
 async def ask(session: Session, *names: str, seconds: float = 0) -> MemoryContext:
     query = MemoryQuery(preferences=names)
-    outcome = await session.send(envelope(query, message_id=f"q{seconds}", when=at(seconds)))
+    asked = f"q{seconds}-{len(session.harness.handled)}"  # a new envelope each time
+    outcome = await session.send(envelope(query, message_id=asked, when=at(seconds)))
     (answer,) = outcome.emit
     assert isinstance(answer.payload.body, MemoryContext)
     return answer.payload.body
