@@ -1,0 +1,157 @@
+"""Ports that answer from a script or a recording instead of live tools and live health.
+
+For :class:`hermesbus.testing.Harness` and for shadow replay (``hermesbus replay
+--shadow``), where no tool may run and nothing may be asked of the world:
+
+* :class:`ScriptedTools` (a ``ToolPort``): each tool answers what the script says, and
+  every call is kept, so a test can say what a tool returns and check what it was asked.
+* :class:`RecordedTools` (a ``ToolPort``) and :class:`RecordedHealth` (a ``HealthView``):
+  answer what the log says was answered for the envelope being replayed. Before each
+  envelope, :meth:`cue` them with what the processor emitted for it then; a call or a
+  health question the recording has no answer for gets a clear "not recorded" answer,
+  which the replay then shows as a divergence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hermesbus.envelope import Envelope
+from hermesbus.payloads import ErrorReport, ToolCall, ToolResult
+from hermesbus.processors.protocol import (
+    ALERTS,
+    NOT_REGISTERED,
+    OK,
+    ToolHealth,
+    component_of,
+    tool_at,
+)
+from hermesbus.processors.tool import CallReport
+
+__all__ = ["RecordedHealth", "RecordedTools", "ScriptedTools", "health_of"]
+
+Script = Mapping[str, Any] | Callable[[ToolCall], ToolResult | Mapping[str, Any]]
+"""A tool's answer: its result JSON (a mapping), or a function of the call returning a
+``ToolResult`` or the result JSON."""
+_NOT_RECORDED = 599
+"""The status of a call the recording has no answer for (no real tool answers 599)."""
+
+
+@dataclass
+class ScriptedTools:
+    """Tools that answer from ``script`` (tool name -> :data:`Script`); unknown tools get
+    404. ``calls`` keeps every call, in order, with whether the fallback was asked for."""
+
+    script: dict[str, Script] = field(default_factory=dict)
+    steps: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    """Verification steps each tool reports (default: ``scripted``)."""
+    calls: list[tuple[ToolCall, bool]] = field(default_factory=list)
+
+    async def call(
+        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+    ) -> CallReport:
+        self.calls.append((call, fallback))
+        answer = self.script.get(call.tool)
+        if answer is None:
+            message = f"{call.tool} is not in the script ({sorted(self.script)})"
+            return CallReport(ToolResult(tool=call.tool, status_code=NOT_REGISTERED, error=message))
+        made = answer(call) if callable(answer) else answer
+        if isinstance(made, ToolResult):
+            return CallReport(made)
+        steps = tuple(self.steps.get(call.tool, ("scripted",)))
+        result = ToolResult(
+            tool=call.tool,
+            status_code=OK,
+            result_json=json.dumps(dict(made), ensure_ascii=False, sort_keys=True),
+            verified=True,
+            verification_steps=steps,
+        )
+        return CallReport(result)
+
+    def asked(self, tool: str) -> list[dict[str, Any]]:
+        """The arguments of every call of ``tool``, in order."""
+        return [json.loads(c.arguments_json) for c, _ in self.calls if c.tool == tool]
+
+
+class RecordedTools:
+    """The tool processor's port in a replay: each call answers the ``ToolResult`` the
+    tool processor emitted for the envelope being replayed (and its alert, if any)."""
+
+    def __init__(self) -> None:
+        self._results: dict[str, ToolResult] = {}
+        self._alerts: dict[str, str] = {}
+
+    def cue(self, recorded: Iterable[Envelope]) -> None:
+        """What the tool processor emitted then for the envelope about to be replayed."""
+        self._results.clear()
+        self._alerts.clear()
+        for envelope in recorded:
+            body = envelope.payload.body
+            if isinstance(body, ToolResult):
+                self._results[body.tool] = body
+            elif isinstance(body, ErrorReport) and envelope.target == ALERTS:
+                self._alerts[body.component] = body.message
+
+    async def call(
+        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+    ) -> CallReport:
+        result = self._results.get(call.tool)
+        if result is None:
+            message = f"no recorded result of {call.tool} for this envelope: replay calls no tool"
+            return CallReport(ToolResult(tool=call.tool, status_code=_NOT_RECORDED, error=message))
+        return CallReport(result, alert=self._alerts.get(tool_at(call.tool)))
+
+
+class RecordedHealth:
+    """The dispatcher's ``HealthView`` in a replay: each tool is as healthy as the
+    dispatcher found it then (the ``health`` it wrote on the call it dispatched)."""
+
+    def __init__(self) -> None:
+        self._health: dict[str, ToolHealth] = {}
+
+    def cue(self, recorded: Iterable[Envelope]) -> None:
+        """What the dispatcher emitted then for the envelope about to be replayed."""
+        self._health.clear()
+        for envelope in recorded:
+            health = health_of(envelope)
+            if health is not None:
+                self._health[health.tool] = health
+
+    async def health(self, tool: str) -> ToolHealth | None:
+        return self._health.get(tool)
+
+
+def health_of(dispatched: Envelope) -> ToolHealth | None:
+    """The tool health that makes the dispatcher decide as it did on ``dispatched`` (a call
+    it sent to ``tool:<name>``, whose context says ``health`` and ``health_latency_ms``);
+    None for any other envelope, or when the dispatcher did not know the tool's health."""
+    body = dispatched.payload.body
+    context = dispatched.payload.context
+    verdict = context.get("health")
+    if not isinstance(body, ToolCall) or component_of(dispatched.target) != "tool":
+        return None
+    if verdict not in ("ok", "slow", "unhealthy"):
+        return None
+    latency = context.get("health_latency_ms")
+    latency_ms = float(latency) if isinstance(latency, int | float) else 0.0
+    if verdict == "unhealthy":
+        return ToolHealth(body.tool, latency_ms=latency_ms, success_rate=0.0)
+    if verdict == "slow":  # healthy and over its slow threshold, whatever that was then
+        return ToolHealth(
+            body.tool,
+            latency_ms,
+            1.0,
+            slow_after_ms=latency_ms - 1.0,
+            unhealthy_after_ms=latency_ms + 1.0,
+        )
+    return ToolHealth(
+        body.tool,
+        latency_ms,
+        1.0,
+        slow_after_ms=max(latency_ms, 1_000.0),
+        unhealthy_after_ms=max(latency_ms, 2_000.0),
+    )

@@ -1,0 +1,271 @@
+"""hermesbus.testing.Harness: handlers in memory, as the runtime runs them.
+
+First small handlers of our own (state, ids, timers, duplicates, routing, policy), then
+the four real processors together on the walkthrough's first turns, with scripted tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
+from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
+from hermesbus.errors import ConfigError
+from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
+from hermesbus.processors.dispatcher import StaticHealth
+from hermesbus.processors.recorded import ScriptedTools
+from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
+from hermesbus.runtime._effects import timer_fired
+from hermesbus.testing import Harness
+
+from .processors.conversation.demo import FINANCE, ORG, STEPS
+
+T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
+IN = "hermes.conversation.in"
+OUT = "hermes.conversation.out"
+
+
+def turn(text: str, message_id: str = "m1", *, at: datetime = T0, session: str = "s1") -> Envelope:
+    return Envelope(
+        message_id=message_id,
+        timestamp=at,
+        source="app:web",
+        target="conversation:in",
+        session_id=session,
+        user_id="u1",
+        trace_id=f"trace-{message_id}",
+        payload=Payload(body=UserTurn(text=text)),
+    )
+
+
+async def counter(inp: HandlerInput) -> Outcome:
+    """Counts turns, answers each, waits 5 minutes for the next (a timer cancels on 'stop')."""
+    body = inp.envelope.payload.body
+    if isinstance(body, TimerFired):
+        reply = Reply(text=f"still there? ({body.purpose})")
+        return Outcome(emit=(_reply(inp, reply),), state={**inp.state.data, "nudged": True})
+    assert isinstance(body, UserTurn)
+    turns = int(inp.state.data.get("turns", 0)) + 1
+    if body.text == "stop":
+        return Outcome(state={"turns": turns}, cancel=("wait",))
+    wait = TimerRequest(inp.envelope.timestamp + timedelta(minutes=5), "wait")
+    reply = _reply(inp, Reply(text=f"turn {turns}"))
+    return Outcome(emit=(reply,), state={"turns": turns}, timers=(wait,))
+
+
+def _reply(inp: HandlerInput, reply: Reply) -> Envelope:
+    return inp.envelope.model_copy(
+        update={"source": "conversation:S1", "target": "user:app", "payload": Payload(body=reply)}
+    )
+
+
+def texts(harness: Harness) -> list[str]:
+    return [
+        s.envelope.payload.body.text
+        for s in harness.sent
+        if isinstance(s.envelope.payload.body, Reply)
+    ]
+
+
+async def test_state_is_carried_and_outputs_get_the_runtimes_ids() -> None:
+    harness = Harness().processor("conversation", counter, [IN])
+    (first,) = await harness.send(turn("hi", "m1"))
+    (second,) = await harness.send(turn("again", "m2"))
+    assert (first.state.data, second.state.data) == ({"turns": 1}, {"turns": 2})
+    assert (first.state.version, second.state.version) == (1, 2)
+    assert second.state.applied == ("m1", "m2")
+    (reply,) = second.emitted
+    assert reply.message_id == derive_id("m2", "out", 0) and reply.causation_id == "m2"
+    assert [(s.topic, s.envelope.message_id) for s in harness.sent] == [
+        (OUT, derive_id("m1", "out", 0)),
+        (OUT, derive_id("m2", "out", 0)),
+    ]
+    assert texts(harness) == ["turn 1", "turn 2"]
+
+
+async def test_a_redelivered_envelope_is_skipped_as_the_runtime_skips_it() -> None:
+    harness = Harness().processor("conversation", counter, [IN])
+    await harness.send(turn("hi", "m1"))
+    (again,) = await harness.send(turn("hi", "m1"))
+    assert again.duplicate and again.emitted == ()
+    assert harness.state("conversation", "s1").data == {"turns": 1}
+
+
+async def test_timers_fire_when_the_clock_reaches_them_and_a_new_one_replaces_the_old() -> None:
+    harness = Harness().processor("conversation", counter, [IN])
+    await harness.send(turn("hi", "m1"))
+    await harness.send(turn("again", "m2", at=T0 + timedelta(minutes=2)))
+    (armed,) = harness.timers()  # one per session and purpose: m2's replaced m1's
+    assert armed.due_at == T0 + timedelta(minutes=7)
+    assert armed.envelope == timer_fired("conversation", turn("again", "m2"), armed.request)
+    assert await harness.advance(minutes=4) == []  # 6 minutes after T0: not yet
+    (fired,) = await harness.advance(minutes=1)
+    assert fired.envelope.message_id == derive_id("m2", "timer", "wait")
+    assert texts(harness)[-1] == "still there? (wait)"
+    assert harness.timers() == [] and harness.now == T0 + timedelta(minutes=7)
+
+
+async def test_a_cancelled_timer_never_fires() -> None:
+    harness = Harness().processor("conversation", counter, [IN])
+    await harness.send(turn("hi", "m1"))
+    await harness.send(turn("stop", "m2"))
+    assert harness.timers() == [] and await harness.advance(hours=1) == []
+    with pytest.raises(ConfigError, match="no timer 'wait' is armed"):
+        await harness.fire("wait")
+
+
+async def test_sessions_keep_their_own_state() -> None:
+    harness = Harness().processor("conversation", counter, [IN])
+    await harness.send(turn("a", "m1", session="s1"))
+    await harness.send(turn("b", "m2", session="s2", at=T0 + timedelta(minutes=1)))
+    await harness.send(turn("c", "m3", session="s1", at=T0 + timedelta(minutes=2)))
+    assert harness.state("conversation", "s1").data == {"turns": 2}
+    assert harness.state("conversation", "s2").data == {"turns": 1}
+    assert [a.session_id for a in harness.timers()] == ["s2", "s1"]  # soonest first
+
+
+async def test_state_that_json_cannot_hold_fails_as_it_would_in_production() -> None:
+    async def keeps_a_set(inp: HandlerInput) -> Outcome:
+        return Outcome(state={"seen": {inp.envelope.message_id}})
+
+    harness = Harness().processor("conversation", keeps_a_set, [IN])
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        await harness.send(turn("hi"))
+
+
+async def test_emitted_envelopes_reach_the_processors_of_their_topics_until_quiet() -> None:
+    async def relay(inp: HandlerInput) -> Outcome:
+        """The dispatcher's part: pass the turn's text on to the user."""
+        text = inp.envelope.payload.body.text  # type: ignore[union-attr]
+        out = inp.envelope.model_copy(
+            update={
+                "source": "mcp:dispatcher",
+                "target": "user:app",
+                "payload": Payload(body=Reply(text=text.upper())),
+            }
+        )
+        return Outcome(emit=(out,))
+
+    async def ask(inp: HandlerInput) -> Outcome:
+        out = inp.envelope.model_copy(
+            update={"source": "conversation:S1", "target": "mcp:dispatcher"}
+        )
+        return Outcome(emit=(out,))
+
+    harness = (
+        Harness()
+        .processor("conversation", ask, [IN])
+        .processor("dispatcher", relay, [protocol.DISPATCHER_TOPIC])
+    )
+    handled = await harness.send(turn("hi"))
+    assert [(h.processor, h.topic) for h in handled] == [
+        ("conversation", IN),
+        ("dispatcher", protocol.DISPATCHER_TOPIC),
+    ]
+    assert texts(harness) == ["HI"] and harness.sent[0].topic == OUT
+
+
+async def test_the_write_policy_refuses_what_a_runtime_would_dead_letter() -> None:
+    harness = Harness(policy=protocol.ProtocolPolicy()).processor("conversation", counter, [IN])
+    forged = turn("hi").model_copy(update={"source": "tool:org_tool"})
+    assert await harness.send(forged) == []
+    (refused,) = harness.refused
+    assert refused.topic == IN and "'tool' may not write hermes.conversation.in" in refused.reason
+
+
+async def test_a_loop_between_processors_is_stopped_with_an_error() -> None:
+    async def echo(inp: HandlerInput) -> Outcome:
+        again = inp.envelope.model_copy(update={"message_id": inp.envelope.message_id + "'"})
+        return Outcome(emit=(again,))
+
+    harness = Harness().processor("conversation", echo, [IN])
+    with pytest.raises(ConfigError, match="a loop"):
+        await harness.send(turn("hi"))
+
+
+async def test_a_prefix_names_the_topics_as_up_does() -> None:
+    harness = Harness(prefix="sandbox.").processor("conversation", counter, [IN])
+    (handled,) = await harness.send(turn("hi"))
+    assert handled.topic == "sandbox." + IN
+    assert [s.topic for s in harness.sent] == ["sandbox." + OUT]
+
+
+# -- the four processors on the walkthrough's first turns ---------------------------------
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[memory.MemoryStores]:
+    db = tmp_path / "memory.sqlite3"
+    settings = memory.MemorySettings(home=tmp_path)
+    graph, preferences = SqliteGraphStore(db), SqlitePreferenceStore(db)
+    async with memory.MemoryStores(settings, preferences=preferences, graph=graph) as opened:
+        yield opened
+
+
+def bus(stores: memory.MemoryStores, tools: ScriptedTools) -> Harness:
+    healthy = StaticHealth(
+        protocol.ToolHealth(name, latency_ms=20.0, success_rate=1.0)
+        for name in ("org_tool", "finance_tool")
+    )
+    return (
+        Harness(policy=protocol.ProtocolPolicy())
+        .processor(conversation.NAME, conversation.handle, [conversation.TOPIC])
+        .processor(
+            dispatcher.NAME,
+            dispatcher.handle,
+            [dispatcher.TOPIC],
+            ports=dispatcher.dispatcher_ports(healthy),
+        )
+        .processor(memory.NAME, memory.handle, [memory.TOPIC], ports={memory.NAME: stores})
+        .processor(
+            tool.NAME,
+            tool.serving(["org_tool", "finance_tool"]),
+            [tool.TOPIC],
+            ports={tool.PORT: tools},
+        )
+    )
+
+
+async def test_the_four_processors_answer_the_first_turn_with_the_budget(
+    stores: memory.MemoryStores,
+) -> None:
+    tools = ScriptedTools({"org_tool": ORG, "finance_tool": FINANCE}, steps=STEPS)
+    harness = bus(stores, tools)
+    handled = await harness.send(turn("我要报上个月去深圳的差旅费", "turn-1", session="sess_456"))
+    assert harness.refused == []
+    path = [(h.processor, type(h.envelope.payload.body).__name__) for h in handled]
+    assert path == [  # breadth first, as the protocol says (processors/protocol.py)
+        ("conversation", "UserTurn"),
+        ("dispatcher", "StateSnapshot"),  # None -> S1
+        ("dispatcher", "ToolCall"),  # org_tool
+        ("dispatcher", "ToolCall"),  # finance_tool
+        ("memory", "StateSnapshot"),  # forwarded
+        ("memory", "MemoryQuery"),  # memory first
+        ("dispatcher", "MemoryContext"),
+        ("tool", "ToolCall"),
+        ("tool", "ToolCall"),
+        ("dispatcher", "ToolResult"),
+        ("dispatcher", "ToolResult"),
+        ("memory", "MemoryWrite"),  # org_tool's verified fact
+        ("memory", "MemoryWrite"),  # and its symbol
+        ("conversation", "ToolResults"),  # the cycle's one answer
+        ("dispatcher", "StateSnapshot"),  # S1 -> S2
+        ("memory", "StateSnapshot"),
+    ]
+    assert [c.tool for c, _ in tools.calls] == ["org_tool", "finance_tool"]
+    assert tools.asked("finance_tool") == [{"action": "budget", "user_id": "u1"}]
+    (budget,) = texts(harness)
+    assert "采购部" in budget and "125,000 CNY" in budget
+    assert harness.state("conversation", "sess_456").data["state"] == "S2"
+    # the walk remembered the user's department (a short-term symbol from org_tool)
+    assert "user_dept" in harness.state("memory", "sess_456").data["symbols"]
+    # S2 waits 5 minutes for the invoices, then asks whether the user gave up
+    (wait,) = harness.timers(conversation.NAME)
+    fired = await harness.advance(minutes=5)
+    assert fired[0].envelope.message_id == wait.envelope.message_id
+    assert harness.state("conversation", "sess_456").data["state"] == "S4"
+    assert len(texts(harness)) == 2
