@@ -53,8 +53,8 @@ async def counter(inp: HandlerInput) -> Outcome:
     if body.text == "stop":
         return Outcome(state={"turns": turns}, cancel=("wait",))
     wait = TimerRequest(inp.envelope.timestamp + timedelta(minutes=5), "wait")
-    reply = _reply(inp, Reply(text=f"turn {turns}"))
-    return Outcome(emit=(reply,), state={"turns": turns}, timers=(wait,))
+    answer = _reply(inp, Reply(text=f"turn {turns}"))
+    return Outcome(emit=(answer,), state={"turns": turns}, timers=(wait,))
 
 
 def _reply(inp: HandlerInput, reply: Reply) -> Envelope:
