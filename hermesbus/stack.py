@@ -12,11 +12,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Protocol
 
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.config import state_home
@@ -31,11 +34,22 @@ from hermesbus.identity import Keyring, keys_path
 from hermesbus.index import Indexer, TraceIndex
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
+from hermesbus.processors.recorded import RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
+from hermesbus.replay import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog, plan, sized_by_existing
 
-__all__ = ["PROBE_INTERVAL_S", "Progress", "Stack", "keyring", "stack", "trace_index"]
+__all__ = [
+    "PROBE_INTERVAL_S",
+    "REPLAYABLE",
+    "Progress",
+    "Stack",
+    "keyring",
+    "shadows",
+    "stack",
+    "trace_index",
+]
 
 log = logging.getLogger(__name__)
 
@@ -344,3 +358,69 @@ async def _probing(tools: tool.ToolService) -> None:
     while True:
         await asyncio.sleep(PROBE_INTERVAL_S)
         await _probe(tools)
+
+
+REPLAYABLE: Final = MappingProxyType(
+    {
+        conversation.NAME: conversation.TOPIC,
+        dispatcher.NAME: dispatcher.TOPIC,
+        tool.NAME: tool.TOPIC,
+        memory.NAME: memory.TOPIC,
+    }
+)
+"""The processors ``replay --shadow`` can run (and the topic each consumes), in the order
+they are replayed."""
+
+
+@asynccontextmanager
+async def shadows(
+    names: Sequence[str] = tuple(REPLAYABLE), *, prefix: str = ""
+) -> AsyncIterator[list[Shadow]]:
+    """The processors ``names`` wired for a shadow replay: nothing live, nothing kept.
+
+    The conversation reads turns with the rule parser (a configured LLM is not called);
+    the dispatcher sees the tool health it recorded; the tool processor answers each
+    call with the result it recorded; memory writes into stores in a temporary folder,
+    removed afterwards (its state spans sessions, so it is fed every session's inputs).
+    """
+    unknown = [name for name in names if name not in REPLAYABLE]
+    if unknown:
+        raise ConfigError(
+            f"no processor {', '.join(unknown)} to replay (processors: {', '.join(REPLAYABLE)})"
+        )
+    with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
+        home = Path(folder)
+        settings = memory.MemorySettings(home=home, path=home / "memory.sqlite3")
+        async with memory.MemoryStores(settings) as stores:
+            health, tools = RecordedHealth(), RecordedTools()
+            parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
+            every = {
+                conversation.NAME: Shadow(
+                    conversation.NAME,
+                    conversation.handle,
+                    (prefix + conversation.TOPIC,),
+                    {conversation.INTENT_PORT: parser},
+                ),
+                dispatcher.NAME: Shadow(
+                    dispatcher.NAME,
+                    dispatcher.handle,
+                    (prefix + dispatcher.TOPIC,),
+                    dispatcher.dispatcher_ports(health),
+                    cue=health.cue,
+                ),
+                tool.NAME: Shadow(
+                    tool.NAME,
+                    tool.handle,
+                    (prefix + tool.TOPIC,),
+                    {tool.PORT: tools},
+                    cue=tools.cue,
+                ),
+                memory.NAME: Shadow(
+                    memory.NAME,
+                    memory.handle,
+                    (prefix + memory.TOPIC,),
+                    {memory.NAME: stores},
+                    sessions="all",
+                ),
+            }
+            yield [every[name] for name in REPLAYABLE if name in names]

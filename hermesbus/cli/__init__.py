@@ -11,6 +11,7 @@ from ._doctor import doctor_command
 from ._index import search_command, session_command, trace_command
 from ._keys import app as keys_app
 from ._kibana import app as kibana_app
+from ._replay import replay_command
 from ._say import say_command
 from ._schemas import app as schemas_app
 from ._send import send_command
@@ -38,6 +39,7 @@ app.command("trace")(trace_command)
 app.command("session")(session_command)
 app.command("search")(search_command)
 app.command("tail")(tail_command)
+app.command("replay")(replay_command)
 app.command("doctor")(doctor_command)
 app.command("say")(say_command)
 app.command("send")(send_command)

@@ -40,7 +40,7 @@ async def run(running: Stack) -> bool:
     kafka = KafkaConfig(bootstrap=running.bootstrap)
     for conversation_said, ending in zip(said, ENDINGS, strict=True):
         started = conversation_said.conversation
-        console.rule(escape(f"trace {started.trace_id}"))
+        console.rule(escape(f"session {started.session_id} · trace {started.trace_id}"))
         hops = await collect(
             kafka, started.trace_id, session_id=started.session_id, prefix=running.prefix
         )
@@ -54,6 +54,8 @@ async def run(running: Stack) -> bool:
     console.print(
         "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
     )
+    sessions = " ".join(f"--session {s.conversation.session_id}" for s in said)
+    console.print(escape(f"replay them: hermesbus replay {sessions} --shadow"), soft_wrap=True)
     return finished
 
 

@@ -1,0 +1,345 @@
+"""``hermesbus replay --shadow``: today's processors over a recorded slice, compared."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.errors import BrokerError, ConfigError
+from hermesbus.processors.protocol import ProtocolPolicy
+from hermesbus.replay import (
+    Recording,
+    ShadowReport,
+    from_archive,
+    from_broker,
+    sessions_of_trace,
+    shadow,
+)
+from hermesbus.stack import REPLAYABLE, shadows, trace_index
+from hermesbus.trace import Hop
+
+from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
+from ._index import parse_when
+
+__all__ = ["replay_command"]
+
+_SHOW_PROGRESS_FROM = 500
+"""Inputs from which a replay shows a progress bar (on a terminal)."""
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """Which inputs are compared: a trace, a time range, offsets of one partition."""
+
+    trace: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    offsets: tuple[tuple[str, int, int, int], ...] = ()
+
+    def keeps(self, hop: Hop) -> bool:
+        if self.trace is not None and hop.envelope.trace_id != self.trace:
+            return False
+        if self.since_ms is not None and hop.appended_ms < self.since_ms:
+            return False
+        if self.until_ms is not None and hop.appended_ms >= self.until_ms:
+            return False
+        if self.offsets:
+            return any(
+                hop.topic == topic and hop.partition == part and first <= hop.offset <= last
+                for topic, part, first, last in self.offsets
+            )
+        return True
+
+
+def replay_command(
+    session: Annotated[
+        list[str] | None, typer.Option(help="Replay this session (repeatable).")
+    ] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="Compare only this trace (its sessions are replayed).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--from", help="Compare from this log time: -15m, -2h, ISO time, epoch ms."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--to", help="Compare up to this log time (excluded).")
+    ] = None,
+    offsets: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Compare only TOPIC:PARTITION:FIRST-LAST (offsets, inclusive; repeatable)."
+        ),
+    ] = None,
+    shadow_mode: Annotated[
+        bool,
+        typer.Option(
+            "--shadow",
+            help="Re-run the processors' current code on what they consumed and compare "
+            "what they emit with what they emitted then (no tool runs, nothing is written).",
+        ),
+    ] = False,
+    processor: Annotated[
+        list[str] | None,
+        typer.Option(help=f"Only this processor (repeatable): {', '.join(REPLAYABLE)}."),
+    ] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            help="Where to read: broker, archive (the trace index) or auto (the broker when "
+            "one is configured and has the records, else the archive)."
+        ),
+    ] = "auto",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be read and run; run nothing.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document, for scripts.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+) -> None:
+    """Replay a slice of the log: a session, a trace, a time range or offsets.
+
+    Every session concerned is replayed from its first envelope, so each processor has
+    the state it had before the slice; only the slice is compared. Exit 0: no
+    divergence; 1: the first divergence is printed (envelope, field path, recorded and
+    replayed values).
+    """
+    if not shadow_mode:
+        raise fail("say how to replay: --shadow (re-run and compare, writing nothing)", 2)
+    if source not in ("auto", "broker", "archive"):
+        raise fail(f"--source {source!r}: use broker, archive or auto", 2)
+    if not session and trace is None and since is None and not offsets:
+        raise fail("choose a slice: --session, --trace, --from/--to or --offsets", 2)
+    now = int(time.time() * 1000)  # what -15m counts back from
+    chosen = _Slice(
+        trace=trace,
+        since_ms=parse_when(since, now, "--from"),
+        until_ms=parse_when(until, now, "--to"),
+        offsets=tuple(_offsets(text) for text in offsets or ()),
+    )
+    names = tuple(processor or REPLAYABLE)
+    with errors():
+        recording, sessions = asyncio.run(
+            _read(source, bootstrap, prefix, list(session or ()), chosen, names)
+        )
+        if not any(hop.envelope.session_id in sessions for hop in recording.hops):
+            raise fail(_nothing(sessions, chosen, recording.source))
+        if dry_run:
+            _dry_run(recording, sessions, names, chosen, prefix, as_json)
+            return
+        report = asyncio.run(_shadow(recording, sessions, names, chosen, prefix))
+    _print(report, recording, sessions, as_json)
+    if report.diverged:
+        raise typer.Exit(1)
+
+
+def _nothing(sessions: Sequence[str], chosen: _Slice, where: str) -> str:
+    what = f"session {', '.join(sessions)}" if sessions else f"trace {chosen.trace}"
+    return (
+        f"no envelope of {what} in {where}: check the id and --prefix (the embedded broker "
+        "keeps nothing once `up` stops; the trace index does)"
+    )
+
+
+def _offsets(text: str) -> tuple[str, int, int, int]:
+    try:
+        topic, part, span = text.rsplit(":", 2)
+        first, _, last = span.partition("-")
+        return topic, int(part), int(first), int(last or first)
+    except ValueError:
+        raise fail(f"--offsets {text!r}: use TOPIC:PARTITION:FIRST-LAST", 2) from None
+
+
+async def _read(
+    source: str,
+    bootstrap: str | None,
+    prefix: str,
+    sessions: list[str],
+    chosen: _Slice,
+    names: Sequence[str],
+) -> tuple[Recording, list[str]]:
+    """The recording from the broker or the archive, and the sessions to replay."""
+    across = [prefix + "hermes.memory"] if "memory" in names else []
+    kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    if source != "archive" and kafka.bootstrap:
+        try:
+            if chosen.trace is not None:
+                sessions = [*sessions, *await sessions_of_trace(kafka, chosen.trace, prefix=prefix)]
+            if sessions:
+                recording = await from_broker(
+                    kafka, sessions, prefix=prefix, every_session_of=across
+                )
+                if source == "broker" or any(
+                    h.envelope.session_id in sessions for h in recording.hops
+                ):
+                    return recording, sessions
+            err_console.print(
+                f"Kafka at {kafka.bootstrap} has no record of the slice: reading the trace "
+                "index's archive",
+                soft_wrap=True,
+            )
+        except BrokerError as exc:
+            if source == "broker":
+                raise
+            err_console.print(f"the broker is unreachable ({exc}): reading the trace index")
+    elif source == "broker":
+        raise ConfigError(
+            "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
+        )
+    return await _from_index(prefix, sessions, chosen, across)
+
+
+async def _from_index(
+    prefix: str, sessions: list[str], chosen: _Slice, across: list[str]
+) -> tuple[Recording, list[str]]:
+    index = trace_index(install=False)
+    if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
+        raise ConfigError(
+            f"no trace index at {index.where} and no broker with the records: `hermesbus up` "
+            "indexes every envelope there; --bootstrap reads a broker instead"
+        )
+    async with index:
+        if chosen.trace is not None:
+            docs = await index.by_trace(chosen.trace)
+            sessions += [found for doc in docs if (found := _session_of(doc))]
+        sessions = list(dict.fromkeys(sessions))
+        return await from_archive(index, sessions, prefix=prefix, every_session_of=across), sessions
+
+
+def _exists(path: str) -> bool:
+    return Path(path).exists()
+
+
+def _session_of(doc: dict[str, Any]) -> str | None:
+    """The session of an index document (``gen_ai.conversation.id``; refused ones have none)."""
+    conversation = doc.get("gen_ai", {}).get("conversation", {})
+    found = conversation.get("id")
+    return found if isinstance(found, str) and found else None
+
+
+async def _shadow(
+    recording: Recording, sessions: list[str], names: Sequence[str], chosen: _Slice, prefix: str
+) -> ShadowReport:
+    async with shadows(names, prefix=prefix) as wired:
+        with _progress() as tick:
+            return await shadow(
+                recording,
+                wired,
+                selected=chosen.keeps,
+                sessions=sessions,
+                policy=ProtocolPolicy(),
+                prefix=prefix,
+                progress=tick,
+            )
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr for long replays on a terminal; nothing otherwise."""
+    if not err_console.is_terminal:
+        yield lambda done, total: None
+        return
+    bar = Progress(
+        "replaying",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    )
+    task = None
+    with bar:
+
+        def tick(done: int, total: int) -> None:
+            nonlocal task
+            if total < _SHOW_PROGRESS_FROM:
+                return
+            if task is None:
+                task = bar.add_task("replay", total=total)
+            bar.update(task, completed=done)
+
+        yield tick
+
+
+def _dry_run(
+    recording: Recording,
+    sessions: list[str],
+    names: Sequence[str],
+    chosen: _Slice,
+    prefix: str,
+    as_json: bool,
+) -> None:
+    per: dict[str, dict[str, int]] = {}
+    for name in names:
+        topic = prefix + REPLAYABLE[name]
+        inputs = [h for h in recording.hops if h.topic == topic]
+        mine = [h for h in inputs if h.envelope.session_id in sessions]
+        per[name] = {
+            "inputs": len(inputs if name == "memory" else mine),
+            "compared": sum(1 for h in mine if chosen.keeps(h)),
+        }
+    answer = {
+        "source": recording.source,
+        "sessions": sessions,
+        "records": len(recording),
+        "processors": per,
+        "writes": "nothing: a shadow replay writes no topic and no store "
+        "(memory's stores are in a temporary folder)",
+    }
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        return
+    console.print(
+        f"would read {len(recording)} envelopes from {escape(recording.source)}", soft_wrap=True
+    )
+    console.print(f"sessions: {escape(', '.join(sessions)) or 'none'}", soft_wrap=True)
+    for name, counts in per.items():
+        console.print(f"  {name}: run {counts['inputs']} inputs, compare {counts['compared']}")
+    console.print(f"would write {answer['writes']}")
+
+
+def _print(report: ShadowReport, recording: Recording, sessions: list[str], as_json: bool) -> None:
+    if as_json:
+        answer = {
+            "source": recording.source,
+            "sessions": sessions,
+            "replayed": report.replayed,
+            "compared": report.compared,
+            "outputs": report.outputs,
+            "divergences": [d.as_json() for d in report.divergences],
+        }
+        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        return
+    ran = ", ".join(
+        f"{name} {report.compared[name]}/{report.replayed[name]}" for name in report.replayed
+    )
+    console.print(
+        f"replayed {len(sessions)} session(s) from {escape(recording.source)}: inputs "
+        f"compared/run: {ran}; {report.outputs} outputs compared",
+        soft_wrap=True,
+    )
+    if not report.diverged:
+        console.print("no divergence")
+        return
+    first, *others = report.divergences
+    for line in first.lines():
+        console.print(escape(line), soft_wrap=True)
+    for other in others:
+        console.print(
+            escape(f"also: {other.lines()[0]}, field {other.path or '-'}"), soft_wrap=True
+        )
