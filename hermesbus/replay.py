@@ -42,6 +42,7 @@ __all__ = [
     "Shadow",
     "ShadowReport",
     "catalog_topics",
+    "consumed_order",
     "dead_places",
     "difference",
     "from_archive",
@@ -259,14 +260,35 @@ async def shadow(
 
 
 def _inputs(recording: Recording, spec: Shadow, sessions: set[str]) -> list[Hop]:
+    """What ``spec`` consumed, in the order it consumed it: each partition in offset order
+    (record times are the producers' clocks, so two producers' records on a partition
+    may be timed out of offset order), partitions interleaved by time."""
     topics = set(spec.topics)
-    return [
+    mine = [
         hop
         for hop in recording.hops
         if hop.topic in topics
         and (spec.sessions == "all" or hop.envelope.session_id in sessions)
         and (hop.topic, hop.partition, hop.offset) not in recording.dead
     ]
+    return consumed_order(mine)
+
+
+def consumed_order(hops: Iterable[Hop]) -> list[Hop]:
+    """``hops`` with each partition in offset order, the partitions merged by time: the
+    next hop is always the earliest-timed head of a partition."""
+    queues: dict[tuple[str, int], list[Hop]] = {}
+    for hop in sorted(hops, key=lambda hop: (hop.topic, hop.partition, hop.offset)):
+        queues.setdefault((hop.topic, hop.partition), []).append(hop)
+    heads = {place: 0 for place in queues}
+    ordered: list[Hop] = []
+    while heads:
+        place = min(heads, key=lambda p: (queues[p][heads[p]].appended_ms, p))
+        ordered.append(queues[place][heads[place]])
+        heads[place] += 1
+        if heads[place] == len(queues[place]):
+            del heads[place]
+    return ordered
 
 
 def _refused(policy: WritePolicy | None, prefix: str, hop: Hop) -> bool:
