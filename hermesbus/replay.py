@@ -28,9 +28,9 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.envelope import Envelope
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import WritePolicy
-from hermesbus.index import Document, Search, TraceIndex, archived
+from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.runtime import Handler, derive_id
-from hermesbus.tail import Filters, Position, Tailed, tail
+from hermesbus.tail import Filters, Position, tail
 from hermesbus.testing import Harness
 from hermesbus.topics import DLQ, Catalog
 from hermesbus.trace import Hop
@@ -45,8 +45,11 @@ __all__ = [
     "consumed_order",
     "dead_places",
     "difference",
+    "documents",
     "from_archive",
     "from_broker",
+    "recording_of",
+    "records_from_broker",
     "sessions_of_trace",
     "shadow",
 ]
@@ -382,27 +385,54 @@ async def from_broker(
     its end (plain assignment: no group joined, nothing committed), and every record of
     the topics ``every_session_of`` (prefixed names), for processors whose state spans
     sessions."""
-    codec = codec or default_codec()
-    found: dict[Place, Tailed] = {}
+    records = await records_from_broker(
+        kafka, sessions, prefix=prefix, every_session_of=every_session_of
+    )
+    return recording_of(records, f"Kafka at {kafka.bootstrap}", prefix=prefix, codec=codec)
+
+
+async def records_from_broker(
+    kafka: KafkaConfig,
+    sessions: Sequence[str],
+    *,
+    prefix: str = "",
+    every_session_of: Sequence[str] = (),
+) -> list[ArchivedRecord]:
+    """The records :func:`from_broker` reads, as the broker has them."""
+    found: dict[Place, ArchivedRecord] = {}
     everything = catalog_topics(prefix)
     reads = [(everything, Filters(session=s)) for s in sessions]
     reads += [([topic], Filters()) for topic in every_session_of]
     for topics, filters in reads:
         start, end = Position("beginning"), Position("end")
-        async for tailed in tail(
-            kafka, topics, start=start, end=end, filters=filters, codec=codec, missing_ok=True
-        ):
-            found[tailed.topic, tailed.partition, tailed.offset] = tailed
+        async for t in tail(kafka, topics, start=start, end=end, filters=filters, missing_ok=True):
+            record = ArchivedRecord(
+                t.topic, t.partition, t.offset, t.timestamp_ms, t.key, t.value, t.headers
+            )
+            found[t.topic, t.partition, t.offset] = record
+    return list(found.values())
+
+
+def recording_of(
+    records: Iterable[ArchivedRecord], source: str, *, prefix: str = "", codec: Codec | None = None
+) -> Recording:
+    """The records decoded: envelopes with their places, and the places dead letters name
+    (an undecodable record ran no handler then, so it is left out)."""
+    codec = codec or default_codec()
     hops, dead = [], []
-    for tailed in found.values():
-        if tailed.topic == prefix + DLQ:
-            place = dead_places(tailed.headers)
+    for record in records:
+        if record.topic == prefix + DLQ:
+            place = dead_places(record.headers)
             if place is not None:
                 dead.append(place)
-        elif tailed.envelope is not None:
-            at = tailed.timestamp_ms
-            hops.append(Hop(tailed.envelope, tailed.topic, tailed.partition, tailed.offset, at))
-    return Recording.of(hops, f"Kafka at {kafka.bootstrap}", dead)
+            continue
+        try:
+            envelope = codec.decode(record.value)
+        except HermesError:
+            continue
+        at = record.timestamp_ms
+        hops.append(Hop(envelope, record.topic, record.partition, record.offset, at))
+    return Recording.of(hops, source, dead)
 
 
 async def sessions_of_trace(kafka: KafkaConfig, trace_id: str, *, prefix: str = "") -> list[str]:
@@ -432,7 +462,15 @@ async def from_archive(
 ) -> Recording:
     """The same from the trace index, which keeps every record's bytes, headers and
     place: what replay reads when the broker no longer has the records."""
-    codec = codec or default_codec()
+    docs = await documents(index, sessions, every_session_of=every_session_of)
+    records = [archived(doc) for doc in docs]
+    return recording_of(records, f"trace index {index.where}", prefix=prefix, codec=codec)
+
+
+async def documents(
+    index: TraceIndex, sessions: Sequence[str], *, every_session_of: Sequence[str] = ()
+) -> list[Document]:
+    """The index documents of ``sessions``, and of every record of ``every_session_of``."""
     docs: dict[str, Document] = {}
     for session in sessions:
         docs |= {doc["_id"]: doc for doc in await index.by_session(session)}
@@ -444,18 +482,4 @@ async def from_archive(
                 "to rebuild its stores for a replay; leave it out (--processor)"
             )
         docs |= {doc["_id"]: doc for doc in every}
-    hops, dead = [], []
-    for doc in docs.values():
-        record = archived(doc)
-        if record.topic == prefix + DLQ:
-            place = dead_places(record.headers)
-            if place is not None:
-                dead.append(place)
-            continue
-        try:
-            envelope = codec.decode(record.value)
-        except HermesError:
-            continue  # undecodable then too: it ran no handler
-        at = record.timestamp_ms
-        hops.append(Hop(envelope, record.topic, record.partition, record.offset, at))
-    return Recording.of(hops, f"trace index {index.where}", dead)
+    return list(docs.values())

@@ -81,6 +81,8 @@ class Tailed:
     headers: tuple[tuple[str, bytes], ...]
     envelope: Envelope | None
     error: str | None = None
+    value: bytes = b""
+    """The record's bytes as the broker has them."""
 
     def as_json(self) -> dict[str, Any]:
         """One JSON object: coordinates, headers (text, or base64 when not UTF-8), the key
@@ -296,6 +298,7 @@ def _tailed(record: ConsumerRecord[bytes, bytes], codec: Codec) -> Tailed:
         headers,
         envelope,
         error,
+        record.value or b"",
     )
 
 

@@ -8,6 +8,7 @@ import typer
 
 from ._broker import broker_command
 from ._doctor import doctor_command
+from ._export import export_command
 from ._index import search_command, session_command, trace_command
 from ._keys import app as keys_app
 from ._kibana import app as kibana_app
@@ -40,6 +41,7 @@ app.command("session")(session_command)
 app.command("search")(search_command)
 app.command("tail")(tail_command)
 app.command("replay")(replay_command)
+app.command("export")(export_command)
 app.command("doctor")(doctor_command)
 app.command("say")(say_command)
 app.command("send")(send_command)

@@ -16,15 +16,18 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+from hermesbus.bundle import read_bundle
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
+from hermesbus.index import ArchivedRecord, Document, archived
 from hermesbus.processors.protocol import ProtocolPolicy
 from hermesbus.replay import (
     Recording,
     ShadowReport,
-    from_archive,
-    from_broker,
+    documents,
+    recording_of,
+    records_from_broker,
     sessions_of_trace,
     shadow,
 )
@@ -34,7 +37,7 @@ from hermesbus.trace import Hop
 from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
 from ._index import parse_when
 
-__all__ = ["replay_command"]
+__all__ = ["read_sessions", "replay_command"]
 
 _SHOW_PROGRESS_FROM = 500
 """Inputs from which a replay shows a progress bar (on a terminal)."""
@@ -103,6 +106,10 @@ def replay_command(
             "one is configured and has the records, else the archive)."
         ),
     ] = "auto",
+    bundle: Annotated[
+        Path | None,
+        typer.Option(help="Replay an exported bundle (`hermesbus export`): no broker needed."),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be read and run; run nothing.")
     ] = False,
@@ -123,8 +130,12 @@ def replay_command(
         raise fail("say how to replay: --shadow (re-run and compare, writing nothing)", 2)
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
-    if not session and trace is None and since is None and not offsets:
-        raise fail("choose a slice: --session, --trace, --from/--to or --offsets", 2)
+    if not session and trace is None and bundle is None:
+        raise fail(
+            "choose what to replay: --session, --trace or --bundle (--from/--to and "
+            "--offsets narrow what is compared)",
+            2,
+        )
     now = int(time.time() * 1000)  # what -15m counts back from
     chosen = _Slice(
         trace=trace,
@@ -134,9 +145,16 @@ def replay_command(
     )
     names = tuple(processor or REPLAYABLE)
     with errors():
-        recording, sessions = asyncio.run(
-            _read(source, bootstrap, prefix, list(session or ()), chosen, names)
-        )
+        if bundle is not None:
+            opened = read_bundle(bundle)
+            recording, prefix = opened.recording(), opened.prefix
+            sessions = [*opened.sessions, *(session or ())]
+        else:
+            across = [prefix + REPLAYABLE["memory"]] if "memory" in names else []
+            found = asyncio.run(
+                read_sessions(source, bootstrap, prefix, list(session or ()), trace, across)
+            )
+            recording, sessions = found.recording(prefix), found.sessions
         if not any(hop.envelope.session_id in sessions for hop in recording.hops):
             raise fail(_nothing(sessions, chosen, recording.source))
         if dry_run:
@@ -165,32 +183,38 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
         raise fail(f"--offsets {text!r}: use TOPIC:PARTITION:FIRST-LAST", 2) from None
 
 
-async def _read(
+@dataclass(frozen=True)
+class _Read:
+    """What a slice's sessions hold, as the broker or the archive has it."""
+
+    records: list[ArchivedRecord]
+    documents: list[Document]
+    where: str
+    sessions: list[str]
+
+    def recording(self, prefix: str) -> Recording:
+        return recording_of(self.records, self.where, prefix=prefix)
+
+
+async def read_sessions(
     source: str,
     bootstrap: str | None,
     prefix: str,
     sessions: list[str],
-    chosen: _Slice,
-    names: Sequence[str],
-) -> tuple[Recording, list[str]]:
-    """The recording from the broker or the archive, and the sessions to replay."""
-    across = [prefix + "hermes.memory"] if "memory" in names else []
+    trace: str | None,
+    across: list[str],
+) -> _Read:
+    """The sessions' records (and a trace's sessions') from the broker, or from the trace
+    index's archive when no broker is configured, it has none of them or is down."""
     kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
     if source != "archive" and kafka.bootstrap:
         try:
-            if chosen.trace is not None:
-                sessions = [*sessions, *await sessions_of_trace(kafka, chosen.trace, prefix=prefix)]
-            if sessions:
-                recording = await from_broker(
-                    kafka, sessions, prefix=prefix, every_session_of=across
-                )
-                if source == "broker" or any(
-                    h.envelope.session_id in sessions for h in recording.hops
-                ):
-                    return recording, sessions
+            return await _from_broker(
+                kafka, prefix, sessions, trace, across, strict=source == "broker"
+            )
+        except LookupError:
             err_console.print(
-                f"Kafka at {kafka.bootstrap} has no record of the slice: reading the trace "
-                "index's archive",
+                f"Kafka at {kafka.bootstrap} has none of it: reading the trace index's archive",
                 soft_wrap=True,
             )
         except BrokerError as exc:
@@ -201,12 +225,35 @@ async def _read(
         raise ConfigError(
             "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
         )
-    return await _from_index(prefix, sessions, chosen, across)
+    return await _from_index(prefix, sessions, trace, across)
+
+
+async def _from_broker(
+    kafka: KafkaConfig,
+    prefix: str,
+    sessions: list[str],
+    trace: str | None,
+    across: list[str],
+    *,
+    strict: bool,
+) -> _Read:
+    """LookupError: the broker holds none of it (and ``strict`` is off)."""
+    if trace is not None:
+        sessions = [*sessions, *await sessions_of_trace(kafka, trace, prefix=prefix)]
+    sessions = list(dict.fromkeys(sessions))
+    records = await records_from_broker(kafka, sessions, prefix=prefix, every_session_of=across)
+    if not strict and not any(_session_of_record(r) in sessions for r in records):
+        raise LookupError(sessions)
+    return _Read(records, [], f"Kafka at {kafka.bootstrap}", sessions)
+
+
+def _session_of_record(record: ArchivedRecord) -> str | None:
+    return record.key.decode("utf-8", "replace") if record.key is not None else None
 
 
 async def _from_index(
-    prefix: str, sessions: list[str], chosen: _Slice, across: list[str]
-) -> tuple[Recording, list[str]]:
+    prefix: str, sessions: list[str], trace: str | None, across: list[str]
+) -> _Read:
     index = trace_index(install=False)
     if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
         raise ConfigError(
@@ -214,11 +261,12 @@ async def _from_index(
             "indexes every envelope there; --bootstrap reads a broker instead"
         )
     async with index:
-        if chosen.trace is not None:
-            docs = await index.by_trace(chosen.trace)
+        if trace is not None:
+            docs = await index.by_trace(trace)
             sessions += [found for doc in docs if (found := _session_of(doc))]
         sessions = list(dict.fromkeys(sessions))
-        return await from_archive(index, sessions, prefix=prefix, every_session_of=across), sessions
+        docs = await documents(index, sessions, every_session_of=across)
+    return _Read([archived(doc) for doc in docs], docs, f"trace index {index.where}", sessions)
 
 
 def _exists(path: str) -> bool:

@@ -195,6 +195,19 @@ class Codec:
             raise DecodeError(f"decoded a {type(record).__name__}, not a record")
         return record
 
+    def writer_schema(self, data: bytes) -> dict[str, Any]:
+        """The schema ``data`` was written with (by its fingerprint or registry id), as
+        JSON: what someone needs to read it without this codec's schemas or registry."""
+        return self._resolve(data)[0].schema
+
+    def learn(self, schema: dict[str, Any], where: str) -> None:
+        """Know ``schema`` as a writer schema by its fingerprint (e.g. one an exported
+        bundle carries, written by another version of hermesbus)."""
+        key = fingerprint(schema)
+        if key not in self._by_fingerprint:
+            with self._lock:
+                self._by_fingerprint[key] = WriterSchema(schema, where)
+
     def _writer_by_fingerprint(self, key: bytes | int) -> WriterSchema:
         writer = self._by_fingerprint.get(key) if isinstance(key, bytes) else None
         if writer is None:

@@ -189,3 +189,20 @@ async def test_the_demo_replays_from_the_topics_without_divergence(
     ran = hermesbus("replay", *args, "--prefix", running.prefix, env=env, cwd=tmp_path, timeout=180)
     assert ran.code == 0, ran.output
     assert f"from Kafka at {running.bootstrap}" in ran.out and "no divergence" in ran.out
+
+
+def test_an_exported_bundle_replays_where_there_is_no_broker_and_no_index(
+    demo_home: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    home, (_, stopped) = demo_home
+    bundle = tmp_path / "b.tar.gz"
+    out = hermesbus("export", stopped, "-o", str(bundle), env=clean_env(home), cwd=tmp_path)
+    assert out.code == 0, out.output
+    assert re.search(
+        r"exported \d+ records \(\d+ of session .+, [1-9]\d* of memory for the same user\)", out.out
+    )
+    elsewhere = clean_env(tmp_path / "empty-home")  # no keys, no index, no broker configured
+    ran = hermesbus("replay", "--bundle", str(bundle), "--shadow", env=elsewhere, cwd=tmp_path)
+    assert ran.code == 0, ran.output
+    assert f"from bundle {bundle}" in ran.out and ran.out.strip().endswith("no divergence")
+    assert not (tmp_path / "empty-home").exists()  # nothing written

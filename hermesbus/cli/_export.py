@@ -1,0 +1,89 @@
+"""``hermesbus export SESSION -o bundle.tar.gz``: a session to replay anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from hermesbus.bundle import same_user, write_bundle
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.errors import HermesError
+from hermesbus.index import Document
+from hermesbus.replay import documents
+from hermesbus.stack import REPLAYABLE, trace_index
+
+from ._common import BootstrapOption, PrefixOption, console, errors, fail
+from ._replay import read_sessions
+
+__all__ = ["export_command"]
+
+
+def export_command(
+    session_id: Annotated[str, typer.Argument(help="The session to export (the Kafka key).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the bundle (.tar.gz).")
+    ],
+    source: Annotated[
+        str,
+        typer.Option(help="Where to read: broker, archive (the trace index) or auto."),
+    ] = "auto",
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+) -> None:
+    """Write a session's records, the writer schemas they need and their trace index
+    documents to one file, for `hermesbus replay --bundle FILE --shadow` on any machine.
+
+    Memory's records of the same user up to the session's end come along (memory's
+    stores span sessions and a replay rebuilds them); no other user's records do.
+    """
+    if not session_id.strip():
+        raise fail("no session id: pass the session_id of a conversation", 2)
+    if source not in ("auto", "broker", "archive"):
+        raise fail(f"--source {source!r}: use broker, archive or auto", 2)
+    if output.is_dir():
+        raise fail(f"-o {output} is a folder: give the bundle's file name", 2)
+    memory_topic = prefix + REPLAYABLE["memory"]
+    with errors():
+        found = asyncio.run(
+            read_sessions(source, bootstrap, prefix, [session_id], None, [memory_topic])
+        )
+        records = same_user(found.records, [session_id], memory_topic)
+        own = sum(1 for r in records if r.key == session_id.encode())
+        if not own:
+            raise fail(f"no record of session {session_id!r} in {found.where}: check the id")
+        kept = {record.id for record in records}
+        docs = found.documents or asyncio.run(_index_documents(session_id, memory_topic))
+        docs = [doc for doc in docs if doc.get("_id") in kept]
+        manifest = write_bundle(
+            output,
+            records,
+            sessions=[session_id],
+            source=found.where,
+            prefix=prefix,
+            documents=docs,
+        )
+    console.print(
+        escape(
+            f"exported {manifest['records']} records ({own} of session {session_id}, "
+            f"{manifest['records'] - own} of memory for the same user) and "
+            f"{manifest['documents']} index documents from {found.where} to {output}"
+        ),
+        soft_wrap=True,
+    )
+    console.print(escape(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
+
+
+async def _index_documents(session_id: str, memory_topic: str) -> list[Document]:
+    """The index's documents when the records came from the broker (none if no index)."""
+    index = trace_index(install=False)
+    if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():  # noqa: ASYNC240
+        return []
+    try:
+        async with index:
+            return await documents(index, [session_id], every_session_of=[memory_topic])
+    except HermesError:
+        return []  # the records are what replay needs; documents are a courtesy
