@@ -1,0 +1,148 @@
+"""Exported bundles: written, read back anywhere (both framings), refused when damaged."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermesbus import Envelope, MemoryWrite, Payload, UserTurn
+from hermesbus.bundle import read_bundle, same_user, write_bundle
+from hermesbus.codec import Codec
+from hermesbus.errors import ConfigError
+from hermesbus.index import ArchivedRecord
+from hermesbus.payloads import MemoryTier
+from tests.builders import turn
+
+MEMORY = "hermes.memory"
+
+
+class Registry:
+    """A schema registry in memory: what a registry-framed record was written against."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[int, dict[str, Any]] = {}
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        self.schemas[41] = schema
+        return 41
+
+    def schema(self, schema_id: int) -> dict[str, Any]:
+        return self.schemas[schema_id]
+
+
+def record(codec: Codec, envelope: Envelope, topic: str, offset: int, **kw: Any) -> ArchivedRecord:
+    value = codec.encode(envelope, **kw)
+    key = envelope.session_id.encode()
+    return ArchivedRecord(topic, 0, offset, 1_000 + offset, key, value, (("hermes.trace", b"t"),))
+
+
+def write(session: str, user: str, message_id: str) -> Envelope:
+    body = MemoryWrite(tier=MemoryTier.MID_TERM, key="k", value_json="1")
+    return turn(session_id=session, message_id=message_id).model_copy(
+        update={
+            "user_id": user,
+            "target": "memory:mid_term",
+            "source": "mcp:dispatcher",
+            "payload": Payload(body=body),
+        }
+    )
+
+
+def test_a_bundle_reads_back_both_framings_without_the_registry(tmp_path: Path) -> None:
+    registry = Registry()
+    writer = Codec(registry=registry)
+    first = turn(session_id="s1", message_id="m1")
+    second = turn(session_id="s1", message_id="m2")
+    records = [
+        record(writer, second, "hermes.conversation.in", 1, framing="confluent"),
+        record(writer, first, "hermes.conversation.in", 0),
+    ]
+    path = tmp_path / "b.tar.gz"
+    manifest = write_bundle(
+        path, records, sessions=["s1"], source="test", codec=writer, documents=[{"_id": "d"}]
+    )
+    assert manifest["records"] == 2 and manifest["sessions"] == ["s1"]
+    bundle = read_bundle(path)  # its own codec: the registry's schema came in the bundle
+    assert bundle.records == tuple(sorted(records, key=lambda r: r.timestamp_ms))
+    assert bundle.documents == ({"_id": "d"},)
+    recording = bundle.recording()
+    assert [hop.envelope.message_id for hop in recording.hops] == ["m1", "m2"]
+    assert recording.source == f"bundle {path} (exported from test)"
+    assert isinstance(recording.hops[1].envelope.payload.body, UserTurn)
+
+
+def test_memory_records_of_other_users_or_later_are_not_exported() -> None:
+    codec = Codec()
+    mine = record(codec, turn(session_id="s1", message_id="m1"), "hermes.conversation.in", 0)
+    earlier_same_user = record(codec, write("s0", "u1", "w0"), MEMORY, 0)
+    other_user = record(codec, write("s9", "u_other", "w9"), MEMORY, 1)
+    later = record(codec, write("s2", "u1", "w2"), MEMORY, 5)
+    kept = same_user([mine, earlier_same_user, other_user, later], ["s1"], MEMORY, codec)
+    assert kept == [mine, earlier_same_user]
+
+
+def _tar(path: Path, members: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+GOOD = {"format": "hermesbus-bundle", "version": 1, "sessions": ["s1"]}
+
+
+@pytest.mark.parametrize(
+    ("members", "says"),
+    [
+        ({"manifest.json": b"{}"}, "it has no records.jsonl"),
+        (
+            {
+                "manifest.json": b'{"format": "zip"}',
+                "records.jsonl": b"",
+                "schemas.json": b"{}",
+                "documents.jsonl": b"",
+            },
+            "manifest.json is not a hermesbus-bundle manifest",
+        ),
+        (
+            {
+                "manifest.json": json.dumps({**GOOD, "version": 9}).encode(),
+                "records.jsonl": b"",
+                "schemas.json": b"{}",
+                "documents.jsonl": b"",
+            },
+            "bundle version 9; this hermesbus reads version 1",
+        ),
+        (
+            {
+                "manifest.json": json.dumps(GOOD).encode(),
+                "records.jsonl": b"{not json",
+                "schemas.json": b"{}",
+                "documents.jsonl": b"",
+            },
+            "a damaged bundle",
+        ),
+    ],
+)
+def test_a_damaged_bundle_is_refused_saying_why(
+    tmp_path: Path, members: dict[str, bytes], says: str
+) -> None:
+    path = tmp_path / "b.tar.gz"
+    _tar(path, members)
+    with pytest.raises(ConfigError, match=says):
+        read_bundle(path)
+
+
+def test_a_file_that_is_no_bundle_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    with pytest.raises(ConfigError, match="is not a hermesbus bundle"):
+        read_bundle(path)
+    with pytest.raises(ConfigError, match="no bundle at"):
+        read_bundle(tmp_path / "missing.tar.gz")
