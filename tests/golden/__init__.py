@@ -1,0 +1,1 @@
+"""Golden histories: the demo's two conversations as exported bundles (``record``)."""
