@@ -179,13 +179,16 @@ class Divergence:
         where = f"{hop.topic}/{hop.partition}/{hop.offset}"
         head = f"divergence in {self.processor} on {body} {hop.envelope.message_id} ({where})"
         if self.error is not None:
-            return [head, f"  the handler raised: {self.error}"]
+            trace = f"  its trace: hermesbus trace {hop.envelope.trace_id}"
+            return [head, f"  the handler raised: {self.error}", trace]
         field_ = self.path or "(the whole envelope)"
+        trace = hop.envelope.trace_id
         return [
             head,
             f"  output {self.index} ({self.message_id}), field {field_}",
             f"  recorded: {_short(self.recorded)}",
             f"  replayed: {_short(self.replayed)}",
+            f"  its trace: hermesbus trace {trace}",
         ]
 
 

@@ -29,9 +29,14 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from hermesbus._types import epoch_ms
+from hermesbus.client import partition_for_key
+from hermesbus.codec import Codec, default_codec
 from hermesbus.envelope import Envelope
 from hermesbus.errors import ConfigError
+from hermesbus.headers import envelope_headers
 from hermesbus.identity import WritePolicy
+from hermesbus.index import ArchivedRecord
 from hermesbus.runtime import (
     Handler,
     HandlerInput,
@@ -41,7 +46,7 @@ from hermesbus.runtime import (
     TimerRequest,
 )
 from hermesbus.runtime._effects import emitted, timer_fired
-from hermesbus.topics import topic_for
+from hermesbus.topics import Catalog, topic_for
 
 __all__ = ["Armed", "Handled", "Harness", "Refused", "Sent"]
 
@@ -126,6 +131,8 @@ class Harness:
     """Every handler call, in order."""
     sent: list[Sent] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
+    log: list[Sent] = field(default_factory=list)
+    """Every envelope that reached a topic, in order: what the topics would hold."""
     _consumers: list[_Consumer] = field(default_factory=list)
     _states: dict[tuple[str, str], SessionState] = field(default_factory=dict)
     _armed: dict[tuple[str, str, str], Armed] = field(default_factory=dict)
@@ -226,6 +233,7 @@ class Harness:
             if len(done) > _MAX_STEPS:
                 raise ConfigError(f"more than {_MAX_STEPS} deliveries for one send: a loop?")
             topic, envelope = queue.popleft()
+            self.log.append(Sent(topic, envelope))
             refusal = self._refusal(topic, envelope)
             if refusal is not None:
                 self.refused.append(Refused(topic, envelope, refusal))
@@ -263,6 +271,29 @@ class Harness:
         )
         self.handled.append(handled)
         return handled
+
+    def records(self, codec: Codec | None = None) -> list[ArchivedRecord]:
+        """:attr:`log` as the broker would hold it: each envelope encoded, keyed by its
+        session, on the session's partition (the catalog's partition count), offsets in
+        order, timed by the envelope. ``write_bundle`` makes a bundle of them, which
+        ``hermesbus replay --bundle`` replays; headers are unsigned (no keys here)."""
+        codec = codec or default_codec()
+        catalog = {spec.name: spec.partitions for spec in Catalog.load()}
+        offsets: dict[tuple[str, int], int] = {}
+        found = []
+        for sent in self.log:
+            env, count = sent.envelope, catalog.get(sent.topic.removeprefix(self.prefix), 1)
+            key = env.session_id.encode()
+            partition = partition_for_key(key, range(count))
+            offset = offsets.get((sent.topic, partition), 0)
+            offsets[sent.topic, partition] = offset + 1
+            value, headers = codec.encode(env), tuple(envelope_headers(env))
+            found.append(
+                ArchivedRecord(
+                    sent.topic, partition, offset, epoch_ms(env.timestamp), key, value, headers
+                )
+            )
+        return found
 
     def _consumer(self, name: str) -> _Consumer:
         for consumer in self._consumers:
