@@ -22,20 +22,20 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
-from hermesbus.trace import partitions
 
-__all__ = ["Filters", "Position", "Tailed", "position", "tail"]
+__all__ = ["Filters", "Position", "Tailed", "drain", "partitions", "position", "tail"]
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _BEFORE = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
 _COMPONENTS = {"mcp": "dispatcher"}
 """The dispatcher signs as ``mcp:dispatcher``: ``--component dispatcher`` finds it too."""
-_POLL_MS = 500
+_POLL_MS = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +128,17 @@ class Filters:
         return self.component in (source, component, _COMPONENTS.get(component))
 
 
+def partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
+    """Every partition, or the session's one of each topic (co-partitioned by key)."""
+    parts = []
+    for topic, count in counts.items():
+        numbers = list(range(count))
+        if session_id is not None and numbers:
+            numbers = [partition_for_key(session_id.encode(), numbers)]
+        parts += [TopicPartition(topic, n) for n in numbers]
+    return parts
+
+
 async def tail(
     kafka: KafkaConfig,
     topics: Sequence[str],
@@ -206,8 +217,8 @@ async def _bounds(
         stops = dict.fromkeys(parts)
     else:
         stops = dict(ends)
-    # tansu can answer a partition's end one short (its last record not counted): a stop
-    # at the end reads one record further, ending early once a fetch finds nothing more
+    # tansu can answer a partition's end short of its last records: a stop at the end is
+    # read past until the partition is quiet (see drain)
     at_end = {tp for tp, stop in stops.items() if stop is not None and stop == ends[tp]}
     return firsts, stops, at_end
 
@@ -249,19 +260,10 @@ async def _read(
     ``times``: a time range's bounds, checked on each record's own time too, because
     tansu's offset for a time can be a millisecond off (it rounds the record's time)."""
     after, before = times
-    stops = {
-        tp: stop + 1 if tp in at_end and stop is not None else stop for tp, stop in stops.items()
-    }
-    left = {tp for tp, at in firsts.items() if (stop := stops[tp]) is None or at < stop}
-    while left:
-        batch = await consumer.getmany(*left, timeout_ms=_POLL_MS)
+    async for batch in drain(consumer, firsts, stops, at_end):
         kept = []
-        for tp, records in batch.items():
-            stop = stops[tp]
+        for records in batch.values():
             for record in records:
-                if stop is not None and record.offset >= stop:
-                    left.discard(tp)
-                    break
                 if (after is not None and record.timestamp < after) or (
                     before is not None and record.timestamp >= before
                 ):
@@ -271,13 +273,59 @@ async def _read(
                     kept.append(tailed)
         if kept:
             yield sorted(kept, key=_log_order)
-        for tp in list(left):
-            stop = stops[tp]
-            if stop is None:
+
+
+_QUIET_POLLS = 2
+"""Polls in a row that bring nothing for a partition read to its end: it is there."""
+_LATE_MS = 1_000
+"""A record timed this long after the read started was appended after it: past the end."""
+
+
+async def drain(
+    consumer: AIOKafkaConsumer,
+    firsts: Mapping[TopicPartition, int],
+    stops: Mapping[TopicPartition, int | None],
+    at_end: set[TopicPartition],
+) -> AsyncIterator[dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]:
+    """Fetched records of the assigned partitions (seeked to ``firsts``), until each
+    reached its stop (excluded; None: for ever). Batches come as fetched.
+
+    The partitions of ``at_end`` stop at the end the broker reported, and that end is not
+    trusted: tansu reports the first offset of a partition's last batch plus one, so a
+    batch of several records ends past it. Those are read on until they are quiet (no
+    record in :data:`_QUIET_POLLS` polls in a row once past the reported end) or a
+    record comes that was timed after the read began (appended since: past the end)."""
+    started_ms = int(time.time() * 1000)  # the log's own clock: record times are wall times
+    reported = {tp: stop for tp, stop in stops.items() if tp in at_end}
+    bounded = {tp: None if tp in at_end else stop for tp, stop in stops.items()}
+    left = {
+        tp for tp, at in firsts.items() if tp in at_end or (stop := stops[tp]) is None or at < stop
+    }
+    quiet = dict.fromkeys(left, 0)
+    while left:
+        batch = await consumer.getmany(*left, timeout_ms=_POLL_MS)
+        out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+        for tp, records in batch.items():
+            if tp not in left:
                 continue
-            if tp in at_end and not batch.get(tp):  # nothing more: its true end reached
-                stop -= 1
-            if await consumer.position(tp) >= stop:
+            stop, taken = bounded[tp], []
+            for record in records:
+                late = tp in at_end and record.timestamp > started_ms + _LATE_MS
+                if (stop is not None and record.offset >= stop) or late:
+                    left.discard(tp)
+                    break
+                taken.append(record)
+            if taken:
+                out[tp] = taken
+        if out:
+            yield out
+        for tp in list(left):
+            quiet[tp] = 0 if batch.get(tp) else quiet[tp] + 1
+            stop = bounded[tp]
+            position = await consumer.position(tp)
+            if stop is not None and position >= stop:
+                left.discard(tp)
+            elif tp in at_end and quiet[tp] >= _QUIET_POLLS and position >= (reported[tp] or 0):
                 left.discard(tp)
         await asyncio.sleep(0)
 

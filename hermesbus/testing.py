@@ -21,13 +21,14 @@ or real.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
+
+import orjson
 
 from hermesbus._types import epoch_ms
 from hermesbus.client import partition_for_key
@@ -316,4 +317,5 @@ class Harness:
 def _saved(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """``data`` as the runtime saves and loads it (JSON), read-only: a handler that keeps
     something JSON cannot hold fails here as it would in production."""
-    return MappingProxyType(json.loads(json.dumps(dict(data), sort_keys=True)))
+    saved = orjson.dumps(dict(data), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return MappingProxyType(orjson.loads(saved))

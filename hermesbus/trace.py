@@ -8,14 +8,12 @@ it). Nothing here is recorded on the side: replaying the topics gives the same p
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
 from hermesbus.envelope import Envelope
@@ -31,6 +29,7 @@ from hermesbus.payloads import (
     ToolResult,
     ToolResults,
 )
+from hermesbus.tail import drain, partitions
 from hermesbus.topics import Catalog, apply_command
 
 __all__ = ["Hop", "Span", "collect", "hops_of", "partitions", "spans", "waterfall"]
@@ -130,17 +129,6 @@ def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) ->
     )
 
 
-def partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
-    """Every partition, or the session's one of each topic (co-partitioned by key)."""
-    parts = []
-    for topic, count in counts.items():
-        numbers = list(range(count))
-        if session_id is not None and numbers:
-            numbers = [partition_for_key(session_id.encode(), numbers)]
-        parts += [TopicPartition(topic, n) for n in numbers]
-    return parts
-
-
 async def _read(
     consumer: AIOKafkaConsumer, parts: list[TopicPartition], trace: str, codec: Codec
 ) -> list[Hop]:
@@ -148,21 +136,12 @@ async def _read(
         return []
     consumer.assign(parts)
     await consumer.seek_to_beginning(*parts)
-    ends = await consumer.end_offsets(parts)
-    # tansu can answer an end one short (its last record not counted): read up to one
-    # record further, and a partition is done once a fetch finds nothing more
-    left = set(parts)
+    firsts = await consumer.beginning_offsets(parts)
+    ends = await consumer.end_offsets(parts)  # not trusted on tansu: drain reads past it
     hops: list[Hop] = []
-    while left:
-        batch = await consumer.getmany(*left, timeout_ms=500)
-        for tp, records in batch.items():
+    async for batch in drain(consumer, firsts, dict(ends), set(parts)):
+        for records in batch.values():
             hops += [h for r in records if (h := _hop(r, trace, codec)) is not None]
-            if records and records[-1].offset + 1 >= ends[tp] + 1:
-                left.discard(tp)
-        for tp in list(left):
-            if not batch.get(tp) and await consumer.position(tp) >= ends[tp]:
-                left.discard(tp)
-        await asyncio.sleep(0)
     return hops
 
 

@@ -21,6 +21,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.index import ArchivedRecord, Document, archived
+from hermesbus.lifecycle import tune_collector
 from hermesbus.processors.protocol import ProtocolPolicy
 from hermesbus.replay import (
     Recording,
@@ -160,6 +161,7 @@ def replay_command(
         if dry_run:
             _dry_run(recording, sessions, names, chosen, prefix, as_json)
             return
+        tune_collector()  # a long replay makes many objects: rare collections, as `up` does
         report = asyncio.run(_shadow(recording, sessions, names, chosen, prefix))
     _print(report, recording, sessions, as_json)
     if report.diverged:

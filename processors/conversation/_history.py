@@ -7,6 +7,7 @@ model call, so a replay folds identically); key facts are pinned apart and never
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -36,22 +37,19 @@ _PIECE_CHARS: Final = 16
 MetaValue = StrictBool | StrictInt | StrictFloat | StrictStr
 
 
-_CJK_RANGES: Final = (
-    (0x3400, 0x9FFF),  # CJK ideographs (+ extension A)
-    (0xF900, 0xFAFF),  # compatibility ideographs
-    (0x3000, 0x303F),  # CJK punctuation
-    (0xFF00, 0xFFEF),  # full-width forms (，：)
+_CJK: Final = re.compile(
+    "["
+    "\u3400-\u9fff"  # CJK ideographs (+ extension A)
+    "\uf900-\ufaff"  # compatibility ideographs
+    "\u3000-\u303f"  # CJK punctuation
+    "\uff00-\uffef"  # full-width forms (，：)
+    "]"
 )
-
-
-def _is_cjk(char: str) -> bool:
-    code = ord(char)
-    return any(low <= code <= high for low, high in _CJK_RANGES)
 
 
 def estimate_tokens(text: str) -> int:
     """CJK characters count one token each; other text about four characters per token."""
-    cjk = sum(1 for char in text if _is_cjk(char))
+    cjk = len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 

@@ -133,7 +133,7 @@ async def test_state_that_json_cannot_hold_fails_as_it_would_in_production() -> 
         return Outcome(state={"seen": {inp.envelope.message_id}})
 
     harness = Harness().processor("conversation", keeps_a_set, [IN])
-    with pytest.raises(TypeError, match="set is not JSON serializable"):
+    with pytest.raises(TypeError, match="not JSON serializable: set"):
         await harness.send(turn("hi"))
 
 

@@ -1,0 +1,257 @@
+"""Replay and tail: shadow replay against raw decoding, ``tail --json`` against raw reading.
+
+(a) shadow replay: ``--sessions`` expense reports (three turns each, through the four
+    processors with scripted tools, about 70 envelopes a report) are run once on the
+    in-memory bus (``hermesbus.testing``) to make a log; then, in rounds, the same log is
+    (raw) decoded record by record with the codec, and (shadow) decoded and shadow-
+    replayed by every processor, compared with what they emitted. Envelopes per second of
+    each; target shadow/raw >= 0.3. The replay must find no divergence.
+(b) tail: ``--count`` envelopes of ~1 KB on one topic of the broker; (raw) a plain
+    aiokafka consumer reads them to the end as kcat ``-C -e`` does (assign, seek to the
+    beginning, fetch until the end, touch the bytes); (tail) ``hermesbus.tail`` reads
+    them, decodes each and writes its ``--json`` line (orjson) to a null sink. Records
+    per second of each, and the ratio (no target: it says what decoding and JSON cost).
+
+    .venv/bin/python bench/replay.py [--sessions 100] [--count 20000] [--rounds 3] [--bootstrap H:P]
+
+Without ``--bootstrap`` the embedded broker is started for (b).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import io
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' demo fixtures: the scripted tools' answers
+
+from bench.index import envelope as call_envelope  # noqa: E402
+from bench.index import produce, provisioned  # noqa: E402
+from hermesbus import Envelope, Payload, UserTurn  # noqa: E402
+from hermesbus.broker import EmbeddedBroker  # noqa: E402
+from hermesbus.codec import default_codec  # noqa: E402
+from hermesbus.connectors.kafka import KafkaConfig  # noqa: E402
+from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore  # noqa: E402
+from hermesbus.index import ArchivedRecord  # noqa: E402
+from hermesbus.lifecycle import tune_collector  # noqa: E402
+from hermesbus.processors import conversation, dispatcher, memory, protocol, tool  # noqa: E402
+from hermesbus.processors.dispatcher import StaticHealth  # noqa: E402
+from hermesbus.processors.recorded import ScriptedTools  # noqa: E402
+from hermesbus.replay import recording_of, shadow  # noqa: E402
+from hermesbus.stack import shadows  # noqa: E402
+from hermesbus.tail import Position, tail  # noqa: E402
+from hermesbus.testing import Harness  # noqa: E402
+from tests.unit.processors.conversation.demo import (  # noqa: E402
+    FINANCE,
+    OCR,
+    ORG,
+    PHOTOS,
+    RULES,
+    STEPS,
+    T0,
+    TRIP,
+    USER,
+)
+
+TARGET = 0.3
+SAID = ("我要报上个月去深圳的差旅费", "[上传两张图片]", "不用，就这三张", "确认")
+TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
+
+
+def _finance(call: Any) -> dict[str, Any]:
+    arguments = orjson.loads(call.arguments_json)
+    if arguments.get("action") == "submit":
+        return {"status": "submitted", "report_id": "EXP-1", "approver": "张主管"}
+    return FINANCE
+
+
+async def log_of(sessions: int, home: Path) -> list[ArchivedRecord]:
+    """The topics after ``sessions`` reports on the in-memory bus."""
+    db = home / "memory.sqlite3"
+    settings = memory.MemorySettings(home=home, path=db)
+    async with memory.MemoryStores(
+        settings, preferences=SqlitePreferenceStore(db), graph=SqliteGraphStore(db)
+    ) as stores:
+        script: dict[str, Any] = {"org_tool": ORG, "finance_tool": _finance, "ocr_tool": OCR}
+        script |= {"trip_tool": TRIP, "rule_engine_tool": RULES}
+        tools = ScriptedTools(script, steps=STEPS)
+        healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
+        parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
+        bus = (
+            Harness()
+            .processor(
+                conversation.NAME,
+                conversation.handle,
+                [conversation.TOPIC],
+                ports={conversation.INTENT_PORT: parser},
+            )
+            .processor(
+                dispatcher.NAME,
+                dispatcher.handle,
+                [dispatcher.TOPIC],
+                ports=dispatcher.dispatcher_ports(healthy),
+            )
+            .processor(memory.NAME, memory.handle, [memory.TOPIC], ports={memory.NAME: stores})
+            .processor(tool.NAME, tool.handle, [tool.TOPIC], ports={tool.PORT: tools})
+        )
+        for s in range(sessions):
+            for n, text in enumerate(SAID):
+                await bus.send(_turn(f"sess-{s}", n, text, s * 600 + n * 30))
+        return bus.records()
+
+
+def _turn(session: str, n: int, text: str, seconds: int) -> Envelope:
+    return Envelope(
+        message_id=f"{session}-turn-{n}",
+        timestamp=T0 + timedelta(seconds=seconds),
+        source="app:web",
+        target="conversation:in",
+        session_id=session,
+        user_id=USER,
+        trace_id=f"{session}-trace-{n}",
+        payload=Payload(
+            task="expense", body=UserTurn(text=text, attachments=PHOTOS if "上传" in text else ())
+        ),
+    )
+
+
+def raw_decode(records: list[ArchivedRecord]) -> float:
+    codec = default_codec()
+    started = time.perf_counter()
+    for record in records:
+        codec.decode(record.value)
+    return time.perf_counter() - started
+
+
+async def shadow_replay(records: list[ArchivedRecord]) -> tuple[float, int]:
+    started = time.perf_counter()
+    recording = recording_of(records, "bench")
+    async with shadows() as wired:
+        report = await shadow(recording, wired, policy=protocol.ProtocolPolicy())
+    elapsed = time.perf_counter() - started
+    if report.diverged:
+        raise SystemExit("the replay diverged: " + "\n".join(report.divergences[0].lines()))
+    return elapsed, sum(report.replayed.values())
+
+
+async def part_a(sessions: int, rounds: int) -> bool:
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as folder:
+        records = await log_of(sessions, Path(folder))
+    count = len(records)
+    print(f"(a) shadow replay of {sessions} reports, {count:,} envelopes, best of {rounds}")
+    raws, shadows_, ratios, inputs = [], [], [], 0
+    for _ in range(rounds):
+        gc.collect()
+        raw = raw_decode(records)
+        gc.collect()
+        replayed, inputs = await shadow_replay(records)
+        raws.append(count / raw)
+        shadows_.append(count / replayed)
+        ratios.append(raw / replayed)
+    best_raw, best_shadow = max(raws), max(shadows_)
+    ratio = best_shadow / best_raw
+    print(f"  raw decoding            {best_raw:>10,.0f} env/s")
+    note = "ok" if ratio >= TARGET else f"below the target {TARGET}"
+    print(f"  shadow replay           {best_shadow:>10,.0f} env/s   {ratio:5.2f}  {note}")
+    median = statistics.median(ratios)
+    print(f"  ({inputs:,} handler calls per replay; median of the rounds' ratios {median:.2f})")
+    return ratio >= TARGET
+
+
+@contextlib.asynccontextmanager
+async def broker(bootstrap: str | None) -> AsyncIterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    async with EmbeddedBroker() as embedded:
+        yield embedded.bootstrap
+
+
+async def raw_read(kafka: KafkaConfig, topic: str) -> int:
+    """kcat -C -e: assign every partition, from the beginning until nothing more comes
+    (two empty polls: tansu's reported ends fall short, so tail ends the same way)."""
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        numbers = sorted(consumer.partitions_for_topic(topic) or ())
+        parts = [TopicPartition(topic, p) for p in numbers]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        seen, size, empty = 0, 0, 0
+        while empty < 2:
+            batch = await consumer.getmany(*parts, timeout_ms=250)
+            empty = 0 if batch else empty + 1
+            for records in batch.values():
+                seen += len(records)
+                size += sum(len(r.value or b"") for r in records)
+        return seen
+    finally:
+        await consumer.stop()
+
+
+async def tail_json(kafka: KafkaConfig, topic: str) -> int:
+    sink, seen = io.BytesIO(), 0
+    async for tailed in tail(kafka, [topic], start=Position("beginning"), end=Position("end")):
+        sink.write(orjson.dumps(tailed.as_json()) + b"\n")
+        seen += 1
+        if sink.tell() > 1 << 24:
+            sink.seek(0)
+            sink.truncate()
+    return seen
+
+
+async def part_b(count: int, rounds: int, bootstrap: str | None) -> None:
+    async with broker(bootstrap) as address:
+        kafka = KafkaConfig(bootstrap=address)
+        prefix = f"bench-tail-{int(time.time())}."
+        await provisioned(kafka, prefix)
+        topic = prefix + "hermes.tool"
+        await produce(kafka, topic, count)
+        size = len(default_codec().encode(call_envelope(0, 0)))
+        print(f"(b) reading {count:,} envelopes (~{size} B) from {address}, best of {rounds}")
+        raws, tails = [], []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            seen = await raw_read(kafka, topic)
+            raws.append(seen / (time.perf_counter() - started))
+            started = time.perf_counter()
+            listed = await tail_json(kafka, topic)
+            tails.append(listed / (time.perf_counter() - started))
+            if listed < count - 1 or seen < count - 1:
+                print(f"  warning: raw read {seen}, tail listed {listed} of {count}")
+        print(f"  raw consumer (kcat -C -e)  {max(raws):>10,.0f} rec/s")
+        ratio = max(tails) / max(raws)
+        print(f"  tail --json                {max(tails):>10,.0f} rec/s   {ratio:5.2f}")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--skip-tail", action="store_true")
+    args = parser.parse_args()
+    tune_collector()  # as `hermesbus replay` and `up` run: rare collections, start-up frozen
+    ok = await part_a(args.sessions, args.rounds)
+    if not args.skip_tail:
+        await part_b(args.count, args.rounds, args.bootstrap)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
