@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -139,8 +139,9 @@ class Client(Service):
         """The codec given to the constructor, else the process-wide default."""
         return self._codec if self._codec is not None else default_codec()
 
-    async def send(self, envelope: Envelope) -> None:
+    async def send(self, envelope: Envelope, *, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Write ``envelope`` to its target's topic, keyed by session, signed; wait for acks.
+        ``headers`` go out with the envelope's own (a redrive's origin, e.g.).
 
         IdentityError if this client may not send it: an app sends only user turns from
         ``app:*`` to the ingress topic; a component only envelopes of its own ``source``.
@@ -148,10 +149,11 @@ class Client(Service):
         topic = self.check(envelope)
         value = self.codec.encode(envelope, self._framing)
         key = envelope.session_id.encode()
-        headers = self._signer.sign(topic, key, value, envelope_headers(envelope))
+        own = (*envelope_headers(envelope), *headers)
+        signed = self._signer.sign(topic, key, value, own)
         producer = self._started()
         try:
-            await producer.send_and_wait(topic, value, key=key, headers=list(headers))
+            await producer.send_and_wait(topic, value, key=key, headers=list(signed))
         except KafkaError as exc:
             raise BrokerError(
                 f"cannot send {envelope.message_id} to {topic}: {kafka_reason(exc)}"

@@ -31,7 +31,7 @@ from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import Keyring, keys_path
-from hermesbus.index import Indexer, TraceIndex
+from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedHealth, RecordedTools
@@ -103,6 +103,10 @@ async def stack(
     embedded_broker: EmbeddedBroker | None = None,
     progress: Progress | None = None,
     index: TraceIndex | None = None,
+    group_prefix: str = "",
+    tool_port: tool.ToolPort | None = None,
+    health: protocol.HealthView | None = None,
+    copy_tools_from: Path | None = None,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
@@ -111,6 +115,11 @@ async def stack(
     "conversation joined", ...). ``index``: the trace index the indexer writes (default:
     :func:`trace_index`, from settings). On the embedded broker the processors' consumer groups
     use its group timings (``RuntimeSettings.for_embedded_broker``), unless set explicitly.
+
+    A sandbox (``replay --redrive``) also passes ``group_prefix`` (put before every
+    consumer group's name), ``tool_port`` and ``health`` (what the tool processor and the
+    dispatcher use instead of the registered tools and their live health), and
+    ``copy_tools_from`` (a state folder whose registered tools are registered here too).
     """
     kafka = kafka or KafkaConfig()
     say = progress or _quiet
@@ -120,10 +129,7 @@ async def stack(
         embedded = not kafka.bootstrap
         broker = (embedded_broker or EmbeddedBroker()) if embedded else None
         if broker is not None:
-            await exits.enter_async_context(broker)
-            kafka = kafka.model_copy(update={"bootstrap": broker.bootstrap})
-            settings = settings.for_embedded_broker()
-            say(f"broker up: embedded (tansu, in memory) at {broker.bootstrap}")
+            kafka, settings = await _embedded(exits, broker, kafka, settings, say)
         keys = keyring(create=embedded)
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
@@ -139,6 +145,8 @@ async def stack(
         say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
+        if copy_tools_from is not None:
+            running.tool_names = await _copy_tools(copy_tools_from, tools)
         # the first probes start the tools' workers while the groups join (tansu: >= 1 s);
         # until they land, a dispatcher asking for a tool's health waits (no stale probe)
         tools.probed.clear()
@@ -148,15 +156,16 @@ async def stack(
         for port in intent.values():
             await enter(port)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
-        targets = [tool.group_name(name) for name in own]  # each starts where "tool" left off
-        await hand_over_all(kafka, prefix + tool.TOPIC, tool.NAME, targets)
+        targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
+        await hand_over_all(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
         running.indexer = await _indexer(
-            exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say
+            exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say, group=group_prefix
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
-        for name, handler, topic, ports in _handlers(running, dict(intent), own):
+        wired = _handlers(running, dict(intent), own, tool_port=tool_port, health=health)
+        for name, handler, topic, ports in wired:
             processor = Processor(
                 name,
                 handler,
@@ -164,6 +173,7 @@ async def stack(
                 store=states,
                 kafka=kafka,
                 topic_prefix=prefix,
+                group_id=group_prefix + name,
                 settings=settings,
                 ports=ports,
                 clock=clock,
@@ -192,6 +202,19 @@ def _quiet(_step: str) -> None:
     return None
 
 
+async def _embedded(
+    exits: contextlib.AsyncExitStack,
+    broker: EmbeddedBroker,
+    kafka: KafkaConfig,
+    settings: RuntimeSettings,
+    say: Progress,
+) -> tuple[KafkaConfig, RuntimeSettings]:
+    """Start the embedded broker (stopped with ``exits``): its address and group timings."""
+    await exits.enter_async_context(broker)
+    say(f"broker up: embedded (tansu, in memory) at {broker.bootstrap}")
+    return kafka.model_copy(update={"bootstrap": broker.bootstrap}), settings.for_embedded_broker()
+
+
 async def _indexer(
     exits: contextlib.AsyncExitStack,
     index: TraceIndex | None,
@@ -200,12 +223,15 @@ async def _indexer(
     prefix: str,
     settings: RuntimeSettings,
     say: Progress,
+    group: str = "",
 ) -> Indexer:
     """The trace index opened and its indexer made (started with the processors, stopped
     after them, so their last outputs are indexed too)."""
     traces = await exits.enter_async_context(index if index is not None else trace_index())
     say(f"trace index: {traces.where}")
-    indexer = Indexer(traces, kafka=kafka, prefix=prefix, settings=settings)
+    indexer = Indexer(
+        traces, kafka=kafka, prefix=prefix, settings=settings, group_id=group + INDEXER_GROUP
+    )
     exits.push_async_callback(indexer.stop)
     return indexer
 
@@ -260,17 +286,22 @@ def keyring(*, create: bool) -> Keyring:
 
 
 def _handlers(
-    running: Stack, intent: dict[str, Any], own: Sequence[str]
+    running: Stack,
+    intent: dict[str, Any],
+    own: Sequence[str],
+    *,
+    tool_port: tool.ToolPort | None = None,
+    health: protocol.HealthView | None = None,
 ) -> list[tuple[str, Handler, str, dict[str, Any]]]:
     """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
-    tools = {tool.PORT: running.tools}
+    tools = {tool.PORT: tool_port if tool_port is not None else running.tools}
     handlers: list[tuple[str, Handler, str, dict[str, Any]]] = [
         (conversation.NAME, conversation.handle, conversation.TOPIC, intent),
         (
             dispatcher.NAME,
             dispatcher.handle,
             dispatcher.TOPIC,
-            dispatcher.dispatcher_ports(running.tools, running.violations),
+            dispatcher.dispatcher_ports(health or running.tools, running.violations),
         ),
         (memory.NAME, memory.handle, memory.TOPIC, {memory.NAME: running.memory}),
         (tool.NAME, tool.serving(own, others=True), tool.TOPIC, tools),
@@ -278,6 +309,18 @@ def _handlers(
     return handlers + [
         (tool.group_name(name), tool.serving([name]), tool.TOPIC, tools) for name in own
     ]
+
+
+async def _copy_tools(home: Path, tools: tool.ToolService) -> list[str]:
+    """Register the tools registered under the state folder ``home`` (read only)."""
+    path = tool.ToolSettings(home=home).tools_path
+    if not path.exists():
+        return []
+    async with SqliteToolStore(path) as theirs:
+        specs = await theirs.list_specs()
+    for spec in specs:
+        await tools.register(spec)
+    return [spec.name for spec in specs]
 
 
 async def _provision(

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import ErrorReport, ToolCall, ToolResult
@@ -32,7 +32,10 @@ from hermesbus.processors.protocol import (
 )
 from hermesbus.processors.tool import CallReport
 
-__all__ = ["RecordedHealth", "RecordedTools", "ScriptedTools", "health_of"]
+if TYPE_CHECKING:
+    from hermesbus.replay import Recording
+
+__all__ = ["ArgumentTools", "RecordedHealth", "RecordedTools", "ScriptedTools", "health_of"]
 
 Script = Mapping[str, Any] | Callable[[ToolCall], ToolResult | Mapping[str, Any]]
 """A tool's answer: its result JSON (a mapping), or a function of the call returning a
@@ -155,3 +158,40 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
         slow_after_ms=max(latency_ms, 1_000.0),
         unhealthy_after_ms=max(latency_ms, 2_000.0),
     )
+
+
+class ArgumentTools:
+    """A ``ToolPort`` for a redrive: each call answers what the tool answered then for the
+    same tool and arguments (the latest such answer); a call the recording never saw gets
+    a "not recorded" answer (599), so a fork that asks something new says so."""
+
+    def __init__(self, answers: Mapping[tuple[str, str], ToolResult]) -> None:
+        self._answers = dict(answers)
+        self.missed: list[ToolCall] = []
+
+    @classmethod
+    def of(cls, recording: Recording) -> ArgumentTools:
+        """The answers of every tool call in ``recording`` (what the tool processor emitted)."""
+        answers: dict[tuple[str, str], ToolResult] = {}
+        for hop in recording.hops:
+            call = hop.envelope.payload.body
+            if not isinstance(call, ToolCall) or component_of(hop.envelope.target) != "tool":
+                continue
+            for out in recording.outputs(hop.envelope.message_id):
+                body = out.envelope.payload.body
+                if isinstance(body, ToolResult):
+                    answers[call.tool, call.arguments_json] = body
+        return cls(answers)
+
+    async def call(
+        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+    ) -> CallReport:
+        result = self._answers.get((call.tool, call.arguments_json))
+        if result is None:
+            self.missed.append(call)
+            message = (
+                f"{call.tool} was never called with these arguments in the recording: a "
+                "redrive in recorded mode runs no tool (--live-tools runs them)"
+            )
+            return CallReport(ToolResult(tool=call.tool, status_code=_NOT_RECORDED, error=message))
+        return CallReport(result)

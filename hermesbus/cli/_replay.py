@@ -19,10 +19,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from hermesbus.bundle import read_bundle
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.index import ArchivedRecord, Document, archived
 from hermesbus.lifecycle import tune_collector
+from hermesbus.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
+from hermesbus.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.replay import (
     Recording,
     ShadowReport,
@@ -33,6 +36,7 @@ from hermesbus.replay import (
     shadow,
 )
 from hermesbus.stack import REPLAYABLE, shadows, trace_index
+from hermesbus.topics import CONVERSATION_IN
 from hermesbus.trace import Hop
 
 from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
@@ -96,6 +100,33 @@ def replay_command(
             "what they emit with what they emitted then (no tool runs, nothing is written).",
         ),
     ] = False,
+    redrive_mode: Annotated[
+        bool,
+        typer.Option(
+            "--redrive",
+            help="Copy the slice's user turns into sandbox topics (--into) and run the "
+            "processors there, with tools answering as recorded.",
+        ),
+    ] = False,
+    into: Annotated[
+        str | None,
+        typer.Option(help="The sandbox's topic and group prefix, e.g. replay-1. (--redrive)."),
+    ] = None,
+    fork: Annotated[
+        str | None,
+        typer.Option(help="A redrive with this user turn (message id) changed by --set."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="FIELD=VALUE of the forked turn, e.g. payload.body.text=…"),
+    ] = None,
+    live_tools: Annotated[
+        bool,
+        typer.Option(help="In a redrive, run the registered tools for real (not as recorded)."),
+    ] = False,
+    reply_timeout: Annotated[
+        float, typer.Option(help="Seconds a redrive waits for each turn's answer.")
+    ] = 60.0,
     processor: Annotated[
         list[str] | None,
         typer.Option(help=f"Only this processor (repeatable): {', '.join(REPLAYABLE)}."),
@@ -127,8 +158,18 @@ def replay_command(
     divergence; 1: the first divergence is printed (envelope, field path, recorded and
     replayed values).
     """
-    if not shadow_mode:
-        raise fail("say how to replay: --shadow (re-run and compare, writing nothing)", 2)
+    redriving = redrive_mode or fork is not None
+    if shadow_mode == redriving:
+        raise fail(
+            "say how to replay: --shadow (re-run and compare, writing nothing) or --redrive "
+            "--into PREFIX (run again in sandbox topics; --fork changes one turn)",
+            2,
+        )
+    if redriving and not into:
+        raise fail("--redrive and --fork need --into PREFIX: the sandbox's topics and groups", 2)
+    if fork is not None and not set_:
+        raise fail("--fork needs at least one --set FIELD=VALUE (e.g. payload.body.text=...)", 2)
+    changes = Fork(fork, dict(_assignment(text) for text in set_ or ())) if fork else None
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
     if not session and trace is None and bundle is None:
@@ -158,6 +199,19 @@ def replay_command(
             recording, sessions = found.recording(prefix), found.sessions
         if not any(hop.envelope.session_id in sessions for hop in recording.hops):
             raise fail(_nothing(sessions, chosen, recording.source))
+        if redriving and into is not None:
+            _redrive(
+                recording,
+                sessions,
+                into,
+                prefix,
+                changes,
+                live_tools,
+                reply_timeout,
+                dry_run,
+                bootstrap,
+            )
+            return
         if dry_run:
             _dry_run(recording, sessions, names, chosen, prefix, as_json)
             return
@@ -166,6 +220,93 @@ def replay_command(
     _print(report, recording, sessions, as_json)
     if report.diverged:
         raise typer.Exit(1)
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    field_, sep, value = text.partition("=")
+    if not sep or not field_.strip():
+        raise fail(f"--set {text!r}: use FIELD=VALUE, e.g. payload.body.text=先不提交", 2)
+    return field_.strip(), value
+
+
+def _redrive(
+    recording: Recording,
+    sessions: list[str],
+    into: str,
+    prefix: str,
+    changes: Fork | None,
+    live_tools: bool,
+    reply_timeout: float,
+    dry_run: bool,
+    bootstrap: str | None,
+) -> None:
+    sandbox = into if into.endswith(".") else into + "."
+    home = sandbox_home(sandbox)
+    turns = external_inputs(recording, sessions, prefix)
+    if dry_run:
+        console.print(
+            f"would read {len(recording)} envelopes from {escape(recording.source)}", soft_wrap=True
+        )
+        console.print(
+            f"would copy {len(turns)} user turns to {escape(sandbox + CONVERSATION_IN)}:",
+            soft_wrap=True,
+        )
+        for hop in turns:
+            changed = changes is not None and changes.message_id == hop.envelope.message_id
+            mark = (
+                f"  (forked: {', '.join(f'{k}={v}' for k, v in changes.sets.items())})"
+                if changed and changes
+                else ""
+            )
+            console.print(
+                escape(f"  {hop.envelope.message_id}  {_said(hop.envelope)}{mark}"), soft_wrap=True
+            )
+        groups = ", ".join(sandbox + name for name in (*REPLAYABLE, "indexer"))
+        console.print(escape(f"would run groups {groups} on topics {sandbox}*"), soft_wrap=True)
+        console.print(
+            escape(f"would keep the sandbox's state and trace index in {home}"), soft_wrap=True
+        )
+        console.print(
+            "would write nothing of the bus's own: its topics, groups and stores stay as they are"
+        )
+        return
+    kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    done = asyncio.run(
+        redrive(
+            recording,
+            sessions,
+            into=sandbox,
+            kafka=kafka,
+            source_prefix=prefix,
+            fork=changes,
+            live_tools=live_tools,
+            reply_timeout_s=reply_timeout,
+        )
+    )
+    for envelope in done.sent:
+        console.print(escape(f"user    {_said(envelope)}"), soft_wrap=True)
+        for text in done.replies.get(envelope.message_id, []):
+            console.print(escape(f"hermes  {text}"), soft_wrap=True)
+        if envelope.message_id in done.unanswered:
+            console.print(f"[red]no answer within {reply_timeout:g} s[/red]")
+    where = (
+        f"the embedded broker (gone now; {home / 'index.sqlite3'} keeps the records)"
+        if done.embedded
+        else done.bootstrap
+    )
+    ran = f"topics {sandbox}* and groups {sandbox}* on {where}"
+    console.print(escape(f"sandbox {sandbox}: {ran}; state in {home}"), soft_wrap=True)
+    for forked_ in done.forks:
+        both = f"hermesbus trace {forked_['trace']} --sandbox {sandbox}"
+        line = f"fork: {forked_['fork']} replaces {forked_['original']}; both branches: {both}"
+        console.print(escape(line), soft_wrap=True)
+    if done.unanswered:
+        raise typer.Exit(1)
+
+
+def _said(envelope: Envelope) -> str:
+    body = envelope.payload.body
+    return body.text if isinstance(body, UserTurn) else type(body).__name__
 
 
 def _nothing(sessions: Sequence[str], chosen: _Slice, where: str) -> str:

@@ -1,0 +1,333 @@
+"""Redrive and fork: a recorded session played again, for real, in sandbox topics.
+
+``hermesbus replay --redrive --into PREFIX`` takes what came into the bus from outside
+in the slice (the apps' user turns, in the order they were consumed), copies each to
+``PREFIX.hermes.conversation.in`` with the headers :data:`REPLAY_ID` and
+:data:`REPLAY_ORIGIN` (``topic/partition/offset/timestamp`` of the original), and runs
+the four processors on the ``PREFIX.`` topics, each turn sent once the previous one was
+answered, as a user would. Everything the sandbox keeps is its own:
+
+* topics ``PREFIX.*`` and consumer groups ``PREFIX.<processor>``;
+* state, memory, tool registry and a trace index (SQLite) under
+  ``$HERMES_HOME/replays/<PREFIX>/``; only the keyring is shared (read);
+* tools answer what they answered then for the same arguments (recorded mode), or run
+  for real with ``--live-tools`` (the production registry's specs, copied); the
+  dispatcher sees the tool health it saw then.
+
+``--fork MESSAGE_ID --set FIELD=VALUE``: one of the copied turns is changed (fields by
+their dotted path in the envelope's JSON, e.g. ``payload.body.text``) and given a new id
+(:data:`FORK_OF` says which it replaces); ``lineage.json`` in the sandbox's folder
+records it, and ``hermesbus trace TRACE --sandbox PREFIX`` shows both branches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hermesbus.client import Client
+from hermesbus.config import state_home
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.envelope import Envelope
+from hermesbus.errors import ConfigError
+from hermesbus.identity import KEYS_FILE_ENV, keys_path
+from hermesbus.payloads import Reply, UserTurn
+from hermesbus.processors import dispatcher
+from hermesbus.processors.recorded import ArgumentTools, health_of
+from hermesbus.replay import Recording, consumed_order
+from hermesbus.runtime import derive_id
+from hermesbus.stack import Progress, stack
+from hermesbus.topics import CONVERSATION_IN
+from hermesbus.trace import Hop
+
+__all__ = [
+    "FORK_OF",
+    "REPLAY_ID",
+    "REPLAY_ORIGIN",
+    "Fork",
+    "Redriven",
+    "external_inputs",
+    "forked",
+    "redrive",
+    "sandbox_home",
+]
+
+REPLAY_ID = "hermes.replay.id"
+"""On every record a redrive copies: the redrive's id (the sandbox prefix)."""
+REPLAY_ORIGIN = "hermes.replay.origin"
+"""``topic/partition/offset/timestamp`` of the record it is a copy of."""
+FORK_OF = "hermes.replay.fork_of"
+"""On a forked turn: the message id of the turn it replaces."""
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Which copied turn to change, and how: dotted envelope paths and JSON (or text) values."""
+
+    message_id: str
+    sets: Mapping[str, str]
+
+
+@dataclass
+class Redriven:
+    """What a redrive did: turns sent, each one's replies, the fork, where it all is."""
+
+    prefix: str
+    home: Path
+    bootstrap: str
+    embedded: bool
+    sent: list[Envelope] = field(default_factory=list)
+    replies: dict[str, list[str]] = field(default_factory=dict)
+    """Message id of each turn sent -> the texts of its replies (notices, then the answer)."""
+    unanswered: list[str] = field(default_factory=list)
+    """Message ids of turns that got no reply within the timeout."""
+    forks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def sandbox_home(prefix: str) -> Path:
+    """``$HERMES_HOME/replays/<prefix>``: the sandbox's state, stores and trace index."""
+    name = prefix.rstrip(".")
+    if (
+        not name
+        or "/" in name
+        or name.startswith(".")
+        or not name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+    ):
+        raise ConfigError(
+            f"--into {prefix!r}: a sandbox prefix of letters, digits, '-', '_' and '.' "
+            "(e.g. replay-1.)"
+        )
+    return state_home() / "replays" / name
+
+
+def external_inputs(recording: Recording, sessions: Sequence[str], prefix: str = "") -> list[Hop]:
+    """The apps' user turns of ``sessions``, in the order the conversation consumed them,
+    each once: what came into the bus from outside (the rest the processors make again)."""
+    topic = prefix + CONVERSATION_IN
+    seen: set[str] = set()
+    found = []
+    for hop in consumed_order(h for h in recording.hops if h.topic == topic):
+        env = hop.envelope
+        if env.session_id not in sessions or not isinstance(env.payload.body, UserTurn):
+            continue
+        if not env.source.startswith("app:") or env.message_id in seen:
+            continue
+        seen.add(env.message_id)
+        found.append(hop)
+    return found
+
+
+def forked(envelope: Envelope, fork: Fork, replay_id: str) -> Envelope:
+    """``envelope`` with ``fork.sets`` applied and a new id; ConfigError naming a bad field."""
+    data = envelope.model_dump(mode="json")
+    for path, text in fork.sets.items():
+        _set(data, path, _value(text))
+    data["message_id"] = derive_id(envelope.message_id, "fork", replay_id)
+    try:
+        return Envelope.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"--set: the forked envelope is invalid at {where}: {first['msg']}"
+        ) from None
+
+
+def _value(text: str) -> Any:
+    """JSON when it parses (numbers, true, lists), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        node = _step(node, part, ".".join(parts[: depth + 1]), path)
+    last = parts[-1]
+    if not isinstance(node, dict) or last not in node:
+        raise ConfigError(f"--set {path}: the envelope has no field {path!r}")
+    node[last] = value
+
+
+def _step(node: Any, part: str, so_far: str, path: str) -> Any:
+    if isinstance(node, dict) and part in node and isinstance(node[part], dict | list):
+        child = node[part]
+        # a union-tagged body ({"hermes.mcp.UserTurn": {...}}) is walked through its tag
+        if isinstance(child, dict) and len(child) == 1 and next(iter(child)).startswith("hermes."):
+            return next(iter(child.values()))
+        return child
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    raise ConfigError(f"--set {path}: the envelope has no field {so_far!r}")
+
+
+@contextlib.contextmanager
+def _sandbox_settings(home: Path) -> Iterator[None]:
+    """``HERMES_HOME`` the sandbox's folder while it runs; the keyring stays the bus's."""
+    keys = keys_path()
+    saved = {
+        name: os.environ.get(name)
+        for name in ("HERMES_HOME", KEYS_FILE_ENV, "HERMES_ELASTICSEARCH_URL")
+    }
+    os.environ["HERMES_HOME"] = str(home)
+    os.environ[KEYS_FILE_ENV] = str(keys)
+    os.environ.pop("HERMES_ELASTICSEARCH_URL", None)  # the sandbox indexes into its own SQLite
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _recorded_health(recording: Recording) -> dispatcher.StaticHealth:
+    """Each tool as healthy as the dispatcher last found it in the recording."""
+    table = dispatcher.StaticHealth()
+    for hop in recording.hops:
+        health = health_of(hop.envelope)
+        if health is not None:
+            table.set(health)
+    return table
+
+
+async def redrive(
+    recording: Recording,
+    sessions: Sequence[str],
+    *,
+    into: str,
+    kafka: KafkaConfig,
+    source_prefix: str = "",
+    fork: Fork | None = None,
+    live_tools: bool = False,
+    reply_timeout_s: float = 60.0,
+    say: Progress | None = None,
+) -> Redriven:
+    """Copy the sessions' turns into ``into`` topics and run the processors there."""
+    prefix = into if into.endswith(".") else into + "."
+    if prefix == source_prefix:
+        raise ConfigError(f"--into {into!r} is the recording's own prefix: choose a sandbox prefix")
+    home = sandbox_home(prefix)
+    inputs = external_inputs(recording, sessions, source_prefix)
+    if not inputs:
+        raise ConfigError(f"no user turn of {', '.join(sessions)} in {recording.source}")
+    if fork is not None and fork.message_id not in {h.envelope.message_id for h in inputs}:
+        turns = ", ".join(h.envelope.message_id for h in inputs)
+        raise ConfigError(
+            f"--fork {fork.message_id}: not a user turn of the slice (those are {turns})"
+        )
+    production = state_home()  # before HERMES_HOME points at the sandbox
+    home.mkdir(parents=True, exist_ok=True)
+    tools = None if live_tools else ArgumentTools.of(recording)
+    health = None if live_tools else _recorded_health(recording)
+    with _sandbox_settings(home):
+        async with stack(
+            kafka=kafka,
+            prefix=prefix,
+            index=SqliteTraceIndex(home / "index.sqlite3"),
+            group_prefix=prefix,
+            tool_port=tools,
+            health=health,
+            copy_tools_from=production if live_tools else None,
+            progress=say,
+        ) as running:
+            done = Redriven(prefix, home, running.bootstrap, running.embedded)
+            client = Client(
+                KafkaConfig(bootstrap=running.bootstrap), name="replay", topic_prefix=prefix
+            )
+            async with client:
+                for hop in inputs:
+                    await _send(client, hop, done, fork, reply_timeout_s)
+            await _settle(running.processors)
+    _write_lineage(done, recording)
+    return done
+
+
+async def _send(
+    client: Client, hop: Hop, done: Redriven, fork: Fork | None, timeout_s: float
+) -> None:
+    original = hop.envelope
+    envelope = original
+    extra = [
+        (REPLAY_ID, done.prefix.encode()),
+        (REPLAY_ORIGIN, f"{hop.topic}/{hop.partition}/{hop.offset}/{hop.appended_ms}".encode()),
+    ]
+    if fork is not None and fork.message_id == original.message_id:
+        envelope = forked(original, fork, done.prefix)
+        extra.append((FORK_OF, original.message_id.encode()))
+        done.forks.append(
+            {
+                "original": original.message_id,
+                "fork": envelope.message_id,
+                "trace": original.trace_id,
+                "set": dict(fork.sets),
+            }
+        )
+    texts: list[str] = []
+    async with client.replies(envelope.session_id) as replies:
+        await client.send(envelope, headers=extra)
+        done.sent.append(envelope)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for reply in replies:
+                    if reply.trace_id == envelope.trace_id and isinstance(
+                        reply.payload.body, Reply
+                    ):
+                        texts.append(reply.payload.body.text)
+                        if reply.source.startswith("conversation:"):
+                            break  # the answer; dispatcher notices come before it
+        except TimeoutError:
+            done.unanswered.append(envelope.message_id)
+    done.replies[envelope.message_id] = texts
+
+
+async def _settle(processors: Sequence[Any], quiet_s: float = 1.0, within_s: float = 30.0) -> None:
+    """Wait until the processors stop processing (the last turn's writes go on after its reply)."""
+
+    def total() -> int:
+        return sum(p.stats.processed for p in processors)
+
+    deadline = asyncio.get_running_loop().time() + within_s
+    last = total()
+    while asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = total()
+        if now == last:
+            return
+        last = now
+
+
+def _write_lineage(done: Redriven, recording: Recording) -> None:
+    lineage = {
+        "replay_id": done.prefix,
+        "prefix": done.prefix,
+        "from": recording.source,
+        "bootstrap": done.bootstrap,
+        "embedded": done.embedded,
+        "sent": [e.message_id for e in done.sent],
+        "forks": done.forks,
+    }
+    (done.home / "lineage.json").write_text(json.dumps(lineage, ensure_ascii=False, indent=2))
+
+
+def lineage_of(prefix: str) -> dict[str, Any]:
+    """The sandbox's ``lineage.json``; ConfigError when there is no such sandbox."""
+    path = sandbox_home(prefix if prefix.endswith(".") else prefix + ".") / "lineage.json"
+    if not path.exists():
+        raise ConfigError(
+            f"no sandbox {prefix!r}: {path} does not exist (replay --redrive --into {prefix})"
+        )
+    return dict(json.loads(path.read_text()))
