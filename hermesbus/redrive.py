@@ -57,6 +57,7 @@ __all__ = [
     "Redriven",
     "external_inputs",
     "forked",
+    "lineage_of",
     "redrive",
     "sandbox_home",
 ]

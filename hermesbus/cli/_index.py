@@ -25,6 +25,8 @@ from hermesbus.codec import default_codec
 from hermesbus.config import HermesSettings
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.index import Document, Search, TraceIndex, iso_ms
+from hermesbus.payloads import Reply
+from hermesbus.redrive import lineage_of, sandbox_home
 from hermesbus.stack import trace_index
 from hermesbus.topics import DLQ
 from hermesbus.trace import Hop, collect, hops_of, spans, waterfall
@@ -48,6 +50,13 @@ def trace_command(
     session: Annotated[
         str | None, typer.Option(help="With --from-log: read only this session's partitions.")
     ] = None,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            help="Beside it, the same trace as the sandbox PREFIX ran it (replay --redrive "
+            "or --fork): both waterfalls and their replies side by side."
+        ),
+    ] = None,
     as_json: JsonOption = False,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
@@ -66,6 +75,10 @@ def trace_command(
             found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
     if not found and not docs:
         raise fail(_not_found(trace_id, where, from_log=from_log))
+    if sandbox is not None:
+        with errors():
+            _beside(trace_id, sandbox, found, where, as_json)
+        return
     if as_json:
         _print_json({"trace_id": trace_id, "index": where, **_answer(found, docs)})
         return
@@ -74,6 +87,56 @@ def trace_command(
     link = _kibana(f'trace.id:"{trace_id}"', docs)
     if link:
         console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
+
+
+def _beside(trace_id: str, sandbox: str, found: Sequence[Hop], where: str, as_json: bool) -> None:
+    """The trace and the sandbox's run of it: waterfalls, then the replies side by side."""
+    prefix = sandbox if sandbox.endswith(".") else sandbox + "."
+    lineage = lineage_of(prefix)
+    path = sandbox_home(prefix) / "index.sqlite3"
+
+    async def read() -> list[Document]:
+        async with SqliteTraceIndex(path) as index:
+            return await index.by_trace(trace_id)
+
+    theirs = hops_of(asyncio.run(read()), default_codec(), dlq_topic=prefix + DLQ)
+    forks = [f for f in lineage.get("forks", []) if f.get("trace") == trace_id]
+    if as_json:
+        _print_json(
+            {
+                "trace_id": trace_id,
+                "original": {"index": where, **_answer(found, [])},
+                "sandbox": {
+                    "prefix": prefix,
+                    "index": str(path),
+                    "forks": forks,
+                    **_answer(theirs, []),
+                },
+            }
+        )
+        return
+    console.rule(escape(f"original: {where}"))
+    _draw(found)
+    changed = "; ".join(
+        f"fork of {f['original']}: " + ", ".join(f"{k}={v}" for k, v in f["set"].items())
+        for f in forks
+    )
+    console.rule(escape(f"sandbox {prefix}: {path}" + (f" ({changed})" if changed else "")))
+    _draw(theirs)
+    table = Table("original", f"sandbox {prefix}", title="replies, in order")
+    ours, others = _replies(found), _replies(theirs)
+    for index in range(max(len(ours), len(others))):
+        table.add_row(
+            escape(ours[index]) if index < len(ours) else "-",
+            escape(others[index]) if index < len(others) else "-",
+        )
+    console.print(table)
+
+
+def _replies(hops: Sequence[Hop]) -> list[str]:
+    return [
+        h.envelope.payload.body.text for h in hops if isinstance(h.envelope.payload.body, Reply)
+    ]
 
 
 def _not_found(trace_id: str, where: str, *, from_log: bool) -> str:
