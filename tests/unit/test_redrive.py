@@ -1,0 +1,114 @@
+"""What a redrive copies and how a fork changes a turn, without a broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn
+from hermesbus.errors import ConfigError
+from hermesbus.processors.recorded import ArgumentTools
+from hermesbus.redrive import Fork, external_inputs, forked, sandbox_home
+from hermesbus.replay import Recording
+from hermesbus.runtime import derive_id
+from hermesbus.trace import Hop
+from tests.builders import T0, turn
+
+IN = "hermes.conversation.in"
+
+
+def test_only_the_apps_user_turns_are_copied_once_each_in_consumed_order() -> None:
+    first, second = turn(message_id="t1"), turn(message_id="t2")
+    answer = turn(message_id="r1").model_copy(
+        update={
+            "source": "conversation:S1",
+            "target": "user:app",
+            "payload": Payload(body=Reply(text="hi")),
+        }
+    )
+    other = turn(message_id="x1", session_id="s9")
+    hops = [
+        Hop(second, IN, 0, 1, 5),  # timed before t1 by its producer's clock, yet after it
+        Hop(first, IN, 0, 0, 9),
+        Hop(first, IN, 0, 2, 10),  # redelivered
+        Hop(answer, "hermes.conversation.out", 0, 0, 11),
+        Hop(other, IN, 1, 0, 12),
+    ]
+    found = external_inputs(Recording.of(hops, "test"), ["s1"])
+    assert [h.envelope.message_id for h in found] == ["t1", "t2"]
+
+
+def test_a_fork_sets_fields_by_path_and_gets_a_new_id() -> None:
+    original = turn(message_id="t1")
+    changed = forked(
+        original, Fork("t1", {"payload.body.text": "重新上传", "user_id": "u2"}), "try-1."
+    )
+    assert isinstance(changed.payload.body, UserTurn) and changed.payload.body.text == "重新上传"
+    assert changed.user_id == "u2" and changed.message_id == derive_id("t1", "fork", "try-1.")
+    assert (changed.trace_id, changed.session_id) == (original.trace_id, original.session_id)
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        ({"payload.body.txt": "x"}, "no field 'payload.body.txt'"),
+        ({"payload.nope.text": "x"}, "no field 'payload.nope'"),
+        ({"timestamp": "yesterday"}, "invalid at timestamp"),
+    ],
+)
+def test_a_bad_set_names_the_field(sets: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        forked(turn(), Fork("m1", sets), "try-1.")
+
+
+@pytest.mark.parametrize("prefix", ["", ".", "../up.", "a/b.", "x y."])
+def test_a_sandbox_prefix_is_a_plain_name(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="a sandbox prefix of letters"):
+        sandbox_home(prefix)
+
+
+def test_the_sandbox_lives_under_the_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    assert sandbox_home("try-1.") == tmp_path / "replays" / "try-1"
+
+
+async def test_recorded_tools_answer_the_same_arguments_and_say_when_they_cannot() -> None:
+    call = ToolCall(tool="org_tool", arguments_json='{"user_id": "u1"}', idempotency_key="k1")
+    dispatched = turn(message_id="c1").model_copy(
+        update={
+            "source": "mcp:dispatcher",
+            "target": "tool:org_tool",
+            "payload": Payload(body=call),
+        }
+    )
+    result = ToolResult(
+        tool="org_tool", status_code=200, result_json='{"dept": "采购部"}', verified=True
+    )
+    answer = dispatched.model_copy(
+        update={
+            "message_id": derive_id("c1", "out", 0),
+            "source": "tool:org_tool",
+            "target": "mcp:dispatcher",
+            "payload": Payload(body=result),
+        }
+    )
+    tools = ArgumentTools.of(
+        Recording.of(
+            [Hop(dispatched, "hermes.tool", 0, 0, 1), Hop(answer, "hermes.dispatcher", 0, 0, 2)],
+            "test",
+        )
+    )
+    same = call.model_copy(
+        update={"idempotency_key": "another"}
+    )  # a fork's new key, same arguments
+    assert (await tools.call(same, now=T0)).result == result
+    new = call.model_copy(update={"arguments_json": '{"user_id": "u2"}'})
+    missed = (await tools.call(new, now=T0)).result
+    assert missed.status_code == 599 and "never called with these arguments" in (missed.error or "")
+    assert tools.missed == [new]
