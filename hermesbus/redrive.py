@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ REPLAY_ORIGIN = "hermes.replay.origin"
 """``topic/partition/offset/timestamp`` of the record it is a copy of."""
 FORK_OF = "hermes.replay.fork_of"
 """On a forked turn: the message id of the turn it replaces."""
+_SANDBOX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A sandbox's name: also a folder name and the front of topic and group names."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,7 @@ class Redriven:
 def sandbox_home(prefix: str) -> Path:
     """``$HERMES_HOME/replays/<prefix>``: the sandbox's state, stores and trace index."""
     name = prefix.rstrip(".")
-    if (
-        not name
-        or "/" in name
-        or name.startswith(".")
-        or not name.replace("-", "").replace("_", "").replace(".", "").isalnum()
-    ):
+    if not _SANDBOX.fullmatch(name):
         raise ConfigError(
             f"--into {prefix!r}: a sandbox prefix of letters, digits, '-', '_' and '.' "
             "(e.g. replay-1.)"
@@ -110,9 +108,18 @@ def sandbox_home(prefix: str) -> Path:
     return state_home() / "replays" / name
 
 
-def external_inputs(recording: Recording, sessions: Sequence[str], prefix: str = "") -> list[Hop]:
+def external_inputs(
+    recording: Recording,
+    sessions: Sequence[str],
+    prefix: str = "",
+    *,
+    selected: Callable[[Hop], bool] | None = None,
+) -> list[Hop]:
     """The apps' user turns of ``sessions``, in the order the conversation consumed them,
-    each once: what came into the bus from outside (the rest the processors make again)."""
+    each once: what came into the bus from outside (the rest the processors make again).
+
+    ``selected`` (a slice: a trace, a time range) ends them at the last turn it keeps;
+    the turns before it stay, so the sandbox reaches the slice with the state it had."""
     topic = prefix + CONVERSATION_IN
     seen: set[str] = set()
     found = []
@@ -124,6 +131,9 @@ def external_inputs(recording: Recording, sessions: Sequence[str], prefix: str =
             continue
         seen.add(env.message_id)
         found.append(hop)
+    if selected is not None:
+        kept = [index for index, hop in enumerate(found) if selected(hop)]
+        found = found[: kept[-1] + 1] if kept else []
     return found
 
 
@@ -216,13 +226,15 @@ async def redrive(
     live_tools: bool = False,
     reply_timeout_s: float = 60.0,
     say: Progress | None = None,
+    selected: Callable[[Hop], bool] | None = None,
 ) -> Redriven:
-    """Copy the sessions' turns into ``into`` topics and run the processors there."""
+    """Copy the sessions' turns into ``into`` topics and run the processors there (up to
+    the last turn ``selected`` keeps; see :func:`external_inputs`)."""
     prefix = into if into.endswith(".") else into + "."
     if prefix == source_prefix:
         raise ConfigError(f"--into {into!r} is the recording's own prefix: choose a sandbox prefix")
     home = sandbox_home(prefix)
-    inputs = external_inputs(recording, sessions, source_prefix)
+    inputs = external_inputs(recording, sessions, source_prefix, selected=selected)
     if not inputs:
         raise ConfigError(f"no user turn of {', '.join(sessions)} in {recording.source}")
     if fork is not None and fork.message_id not in {h.envelope.message_id for h in inputs}:

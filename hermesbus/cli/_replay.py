@@ -203,6 +203,7 @@ def replay_command(
             _redrive(
                 recording,
                 sessions,
+                chosen,
                 into,
                 prefix,
                 changes,
@@ -232,6 +233,7 @@ def _assignment(text: str) -> tuple[str, str]:
 def _redrive(
     recording: Recording,
     sessions: list[str],
+    chosen: _Slice,
     into: str,
     prefix: str,
     changes: Fork | None,
@@ -242,7 +244,7 @@ def _redrive(
 ) -> None:
     sandbox = into if into.endswith(".") else into + "."
     home = sandbox_home(sandbox)
-    turns = external_inputs(recording, sessions, prefix)
+    turns = external_inputs(recording, sessions, prefix, selected=chosen.keeps)
     if dry_run:
         console.print(
             f"would read {len(recording)} envelopes from {escape(recording.source)}", soft_wrap=True
@@ -281,6 +283,7 @@ def _redrive(
             fork=changes,
             live_tools=live_tools,
             reply_timeout_s=reply_timeout,
+            selected=chosen.keeps,
         )
     )
     for envelope in done.sent:

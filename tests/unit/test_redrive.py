@@ -112,3 +112,11 @@ async def test_recorded_tools_answer_the_same_arguments_and_say_when_they_cannot
     missed = (await tools.call(new, now=T0)).result
     assert missed.status_code == 599 and "never called with these arguments" in (missed.error or "")
     assert tools.missed == [new]
+
+
+def test_a_slice_ends_the_turns_copied_but_keeps_those_before_it() -> None:
+    turns = [turn(message_id=f"t{n}", trace_id=f"tr{n}") for n in range(4)]
+    recording = Recording.of([Hop(t, IN, 0, n, n) for n, t in enumerate(turns)], "test")
+    found = external_inputs(recording, ["s1"], selected=lambda hop: hop.envelope.trace_id == "tr2")
+    assert [h.envelope.message_id for h in found] == ["t0", "t1", "t2"]
+    assert external_inputs(recording, ["s1"], selected=lambda hop: False) == []
