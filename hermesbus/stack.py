@@ -134,8 +134,7 @@ async def stack(
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states: StateStore = store if store is not None else await enter(SqliteStateStore())
-        if demo:  # the workers inherit the signing key; the service verifies with the public one
-            os.environ.update(demo_tools.demo_keys())
+        _demo_keys(fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory.MemoryStores(memory.MemorySettings()))
         tools = await enter(tool.ToolService(SqliteToolStore()))
         violations = dispatcher.Violations()
@@ -200,6 +199,14 @@ Progress = Callable[[str], None]
 
 def _quiet(_step: str) -> None:
     return None
+
+
+def _demo_keys(*, fresh: bool, copying: bool) -> None:
+    """The demo tools' signing keys in the environment: the workers inherit the private one,
+    the service verifies with the public one. New for a demo run; for copied tools (they
+    may be the demo's) only when none are set."""
+    if fresh or (copying and demo_tools.DEMO_SIGNING_ENV not in os.environ):
+        os.environ.update(demo_tools.demo_keys())
 
 
 async def _embedded(

@@ -21,7 +21,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.index import ArchivedRecord, Document, archived
+from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.lifecycle import tune_collector
 from hermesbus.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
@@ -29,6 +29,7 @@ from hermesbus.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.replay import (
     Recording,
     ShadowReport,
+    catalog_topics,
     documents,
     recording_of,
     records_from_broker,
@@ -36,6 +37,7 @@ from hermesbus.replay import (
     shadow,
 )
 from hermesbus.stack import REPLAYABLE, shadows, trace_index
+from hermesbus.tail import Position, tail
 from hermesbus.topics import CONVERSATION_IN
 from hermesbus.trace import Hop
 
@@ -172,12 +174,12 @@ def replay_command(
     changes = Fork(fork, dict(_assignment(text) for text in set_ or ())) if fork else None
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
-    if not session and trace is None and bundle is None:
-        raise fail(
-            "choose what to replay: --session, --trace or --bundle (--from/--to and "
-            "--offsets narrow what is compared)",
-            2,
-        )
+    if not session and trace is None and bundle is None and since is None and until is None:
+        if not offsets:
+            raise fail(
+                "choose what to replay: --session, --trace, --from/--to, --offsets or --bundle",
+                2,
+            )
     now = int(time.time() * 1000)  # what -15m counts back from
     chosen = _Slice(
         trace=trace,
@@ -194,7 +196,9 @@ def replay_command(
         else:
             across = [prefix + REPLAYABLE["memory"]] if "memory" in names else []
             found = asyncio.run(
-                read_sessions(source, bootstrap, prefix, list(session or ()), trace, across)
+                read_sessions(
+                    source, bootstrap, prefix, list(session or ()), trace, across, chosen=chosen
+                )
             )
             recording, sessions = found.recording(prefix), found.sessions
         if not any(hop.envelope.session_id in sessions for hop in recording.hops):
@@ -349,14 +353,18 @@ async def read_sessions(
     sessions: list[str],
     trace: str | None,
     across: list[str],
+    *,
+    chosen: _Slice | None = None,
 ) -> _Read:
-    """The sessions' records (and a trace's sessions') from the broker, or from the trace
-    index's archive when no broker is configured, it has none of them or is down."""
+    """The sessions' records (and a trace's sessions', or those of ``chosen``'s time range
+    or offsets when no session is named) from the broker, or from the trace index's
+    archive when no broker is configured, it has none of them or is down."""
     kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    chosen = chosen or _Slice(trace=trace)
     if source != "archive" and kafka.bootstrap:
         try:
             return await _from_broker(
-                kafka, prefix, sessions, trace, across, strict=source == "broker"
+                kafka, prefix, sessions, chosen, across, strict=source == "broker"
             )
         except LookupError:
             err_console.print(
@@ -371,21 +379,23 @@ async def read_sessions(
         raise ConfigError(
             "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
         )
-    return await _from_index(prefix, sessions, trace, across)
+    return await _from_index(prefix, sessions, chosen, across)
 
 
 async def _from_broker(
     kafka: KafkaConfig,
     prefix: str,
     sessions: list[str],
-    trace: str | None,
+    chosen: _Slice,
     across: list[str],
     *,
     strict: bool,
 ) -> _Read:
     """LookupError: the broker holds none of it (and ``strict`` is off)."""
-    if trace is not None:
-        sessions = [*sessions, *await sessions_of_trace(kafka, trace, prefix=prefix)]
+    if chosen.trace is not None:
+        sessions = [*sessions, *await sessions_of_trace(kafka, chosen.trace, prefix=prefix)]
+    elif not sessions:
+        sessions = await _sessions_in_log(kafka, prefix, chosen)
     sessions = list(dict.fromkeys(sessions))
     records = await records_from_broker(kafka, sessions, prefix=prefix, every_session_of=across)
     if not strict and not any(_session_of_record(r) in sessions for r in records):
@@ -393,13 +403,31 @@ async def _from_broker(
     return _Read(records, [], f"Kafka at {kafka.bootstrap}", sessions)
 
 
+async def _sessions_in_log(kafka: KafkaConfig, prefix: str, chosen: _Slice) -> list[str]:
+    """The sessions with an envelope in ``chosen``'s offsets, or else its time range."""
+    found: dict[str, None] = {}
+    if chosen.offsets:
+        for topic, part, first, last in chosen.offsets:
+            start, end = Position("offset", first), Position("offset", last + 1)
+            async for t in tail(kafka, [topic], start=start, end=end):
+                if t.partition == part and t.envelope is not None:
+                    found[t.envelope.session_id] = None
+        return list(found)
+    start = (
+        Position("time", chosen.since_ms) if chosen.since_ms is not None else Position("beginning")
+    )
+    end = Position("time", chosen.until_ms) if chosen.until_ms is not None else Position("end")
+    async for t in tail(kafka, catalog_topics(prefix), start=start, end=end, missing_ok=True):
+        if t.envelope is not None:
+            found[t.envelope.session_id] = None
+    return list(found)
+
+
 def _session_of_record(record: ArchivedRecord) -> str | None:
     return record.key.decode("utf-8", "replace") if record.key is not None else None
 
 
-async def _from_index(
-    prefix: str, sessions: list[str], trace: str | None, across: list[str]
-) -> _Read:
+async def _from_index(prefix: str, sessions: list[str], chosen: _Slice, across: list[str]) -> _Read:
     index = trace_index(install=False)
     if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
         raise ConfigError(
@@ -407,12 +435,32 @@ async def _from_index(
             "indexes every envelope there; --bootstrap reads a broker instead"
         )
     async with index:
-        if trace is not None:
-            docs = await index.by_trace(trace)
+        if chosen.trace is not None:
+            docs = await index.by_trace(chosen.trace)
             sessions += [found for doc in docs if (found := _session_of(doc))]
+        elif not sessions:
+            sessions = await _sessions_in_index(index, chosen)
         sessions = list(dict.fromkeys(sessions))
         docs = await documents(index, sessions, every_session_of=across)
     return _Read([archived(doc) for doc in docs], docs, f"trace index {index.where}", sessions)
+
+
+_SCAN_LIMIT = 100_000
+"""Documents a time range or offsets are looked for in, to find their sessions."""
+
+
+async def _sessions_in_index(index: TraceIndex, chosen: _Slice) -> list[str]:
+    if chosen.offsets:
+        docs: list[Document] = []
+        for topic, part, first, last in chosen.offsets:
+            for doc in await index.search(Search(topic=topic, limit=_SCAN_LIMIT)):
+                record = archived(doc)
+                if record.partition == part and first <= record.offset <= last:
+                    docs.append(doc)
+    else:
+        query = Search(since_ms=chosen.since_ms, until_ms=chosen.until_ms, limit=_SCAN_LIMIT)
+        docs = await index.search(query)
+    return list(dict.fromkeys(found for doc in docs if (found := _session_of(doc))))
 
 
 def _exists(path: str) -> bool:

@@ -206,3 +206,31 @@ def test_an_exported_bundle_replays_where_there_is_no_broker_and_no_index(
     assert ran.code == 0, ran.output
     assert f"from bundle {bundle}" in ran.out and ran.out.strip().endswith("no divergence")
     assert not (tmp_path / "empty-home").exists()  # nothing written
+
+
+def test_a_redrive_with_live_tools_runs_the_registered_tools_in_the_sandbox(
+    demo_home: tuple[Path, list[str]],
+) -> None:
+    """On the embedded default: the sandbox gets its own embedded broker, the bus's tool
+    registry copied, and the demo tools really run; the bus's files stay as they were."""
+    home, (submitted, _) = demo_home
+    before = {p.name: p.read_bytes() for p in sorted(home.glob("*.sqlite3*"))}
+    args = ["--session", submitted, "--redrive", "--into", "live-1.", "--live-tools"]
+    ran = hermesbus("replay", *args, env=clean_env(home), cwd=home.parent, timeout=240)
+    assert ran.code == 0, ran.output
+    answers = [line for line in ran.out.splitlines() if line.startswith("hermes  ")]
+    assert answers[-1].startswith("hermes  已提交报销单 EXP-"), ran.out
+    assert "on the embedded broker (gone now" in ran.out
+    assert {p.name: p.read_bytes() for p in sorted(home.glob("*.sqlite3*"))} == before
+    assert (home / "replays" / "live-1" / "tools.sqlite3").exists()
+
+
+def test_a_time_range_alone_replays_every_session_in_it(demo_home: tuple[Path, list[str]]) -> None:
+    home, sessions = demo_home
+    ran = hermesbus(
+        "replay", "--from", "0", "--shadow", "--json", env=clean_env(home), cwd=home.parent
+    )
+    assert ran.code == 0, ran.output
+    answer = json.loads(ran.out)
+    assert set(sessions) < set(answer["sessions"]) and len(answer["sessions"]) == 4  # both runs
+    assert answer["divergences"] == []
