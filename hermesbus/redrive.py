@@ -242,6 +242,11 @@ async def redrive(
         raise ConfigError(
             f"--fork {fork.message_id}: not a user turn of the slice (those are {turns})"
         )
+    if (home / "lineage.json").exists():
+        raise ConfigError(
+            f"sandbox {prefix} was used before ({home}): its state would skip the turns as "
+            "already applied. Choose another --into (or remove that folder and its topics)"
+        )
     production = state_home()  # before HERMES_HOME points at the sandbox
     home.mkdir(parents=True, exist_ok=True)
     tools = None if live_tools else ArgumentTools.of(recording)

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn
+from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import ConfigError
 from hermesbus.processors.recorded import ArgumentTools
-from hermesbus.redrive import Fork, external_inputs, forked, sandbox_home
+from hermesbus.redrive import Fork, external_inputs, forked, redrive, sandbox_home
 from hermesbus.replay import Recording
 from hermesbus.runtime import derive_id
 from hermesbus.trace import Hop
@@ -120,3 +121,15 @@ def test_a_slice_ends_the_turns_copied_but_keeps_those_before_it() -> None:
     found = external_inputs(recording, ["s1"], selected=lambda hop: hop.envelope.trace_id == "tr2")
     assert [h.envelope.message_id for h in found] == ["t0", "t1", "t2"]
     assert external_inputs(recording, ["s1"], selected=lambda hop: False) == []
+
+
+async def test_a_sandbox_used_before_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    used = sandbox_home("try-1.")
+    used.mkdir(parents=True)
+    (used / "lineage.json").write_text("{}")
+    recording = Recording.of([Hop(turn(), IN, 0, 0, 0)], "test")
+    with pytest.raises(ConfigError, match="sandbox try-1. was used before"):
+        await redrive(recording, ["s1"], into="try-1.", kafka=KafkaConfig(bootstrap="127.0.0.1:9"))
