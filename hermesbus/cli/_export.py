@@ -17,7 +17,7 @@ from hermesbus.replay import documents
 from hermesbus.stack import REPLAYABLE, trace_index
 
 from ._common import BootstrapOption, PrefixOption, console, errors, fail
-from ._replay import read_sessions
+from ._sources import read_sessions
 
 __all__ = ["export_command"]
 

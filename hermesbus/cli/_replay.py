@@ -7,9 +7,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 import typer
@@ -18,10 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 
 from hermesbus.bundle import read_bundle
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.envelope import Envelope
-from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.lifecycle import tune_collector
 from hermesbus.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
@@ -29,49 +25,19 @@ from hermesbus.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.replay import (
     Recording,
     ShadowReport,
-    catalog_topics,
-    documents,
-    recording_of,
-    records_from_broker,
-    sessions_of_trace,
     shadow,
 )
-from hermesbus.stack import REPLAYABLE, shadows, trace_index
-from hermesbus.tail import Position, tail
+from hermesbus.stack import REPLAYABLE, shadows
 from hermesbus.topics import CONVERSATION_IN
-from hermesbus.trace import Hop
 
 from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
 from ._index import parse_when
+from ._sources import Slice, read_sessions
 
-__all__ = ["read_sessions", "replay_command"]
+__all__ = ["replay_command"]
 
 _SHOW_PROGRESS_FROM = 500
 """Inputs from which a replay shows a progress bar (on a terminal)."""
-
-
-@dataclass(frozen=True)
-class _Slice:
-    """Which inputs are compared: a trace, a time range, offsets of one partition."""
-
-    trace: str | None = None
-    since_ms: int | None = None
-    until_ms: int | None = None
-    offsets: tuple[tuple[str, int, int, int], ...] = ()
-
-    def keeps(self, hop: Hop) -> bool:
-        if self.trace is not None and hop.envelope.trace_id != self.trace:
-            return False
-        if self.since_ms is not None and hop.appended_ms < self.since_ms:
-            return False
-        if self.until_ms is not None and hop.appended_ms >= self.until_ms:
-            return False
-        if self.offsets:
-            return any(
-                hop.topic == topic and hop.partition == part and first <= hop.offset <= last
-                for topic, part, first, last in self.offsets
-            )
-        return True
 
 
 def replay_command(
@@ -181,7 +147,7 @@ def replay_command(
                 2,
             )
     now = int(time.time() * 1000)  # what -15m counts back from
-    chosen = _Slice(
+    chosen = Slice(
         trace=trace,
         since_ms=parse_when(since, now, "--from"),
         until_ms=parse_when(until, now, "--to"),
@@ -237,7 +203,7 @@ def _assignment(text: str) -> tuple[str, str]:
 def _redrive(
     recording: Recording,
     sessions: list[str],
-    chosen: _Slice,
+    chosen: Slice,
     into: str,
     prefix: str,
     changes: Fork | None,
@@ -316,7 +282,7 @@ def _said(envelope: Envelope) -> str:
     return body.text if isinstance(body, UserTurn) else type(body).__name__
 
 
-def _nothing(sessions: Sequence[str], chosen: _Slice, where: str) -> str:
+def _nothing(sessions: Sequence[str], chosen: Slice, where: str) -> str:
     what = f"session {', '.join(sessions)}" if sessions else f"trace {chosen.trace}"
     return (
         f"no envelope of {what} in {where}: check the id and --prefix (the embedded broker "
@@ -333,149 +299,8 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
         raise fail(f"--offsets {text!r}: use TOPIC:PARTITION:FIRST-LAST", 2) from None
 
 
-@dataclass(frozen=True)
-class _Read:
-    """What a slice's sessions hold, as the broker or the archive has it."""
-
-    records: list[ArchivedRecord]
-    documents: list[Document]
-    where: str
-    sessions: list[str]
-
-    def recording(self, prefix: str) -> Recording:
-        return recording_of(self.records, self.where, prefix=prefix)
-
-
-async def read_sessions(
-    source: str,
-    bootstrap: str | None,
-    prefix: str,
-    sessions: list[str],
-    trace: str | None,
-    across: list[str],
-    *,
-    chosen: _Slice | None = None,
-) -> _Read:
-    """The sessions' records (and a trace's sessions', or those of ``chosen``'s time range
-    or offsets when no session is named) from the broker, or from the trace index's
-    archive when no broker is configured, it has none of them or is down."""
-    kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
-    chosen = chosen or _Slice(trace=trace)
-    if source != "archive" and kafka.bootstrap:
-        try:
-            return await _from_broker(
-                kafka, prefix, sessions, chosen, across, strict=source == "broker"
-            )
-        except LookupError:
-            err_console.print(
-                f"Kafka at {kafka.bootstrap} has none of it: reading the trace index's archive",
-                soft_wrap=True,
-            )
-        except BrokerError as exc:
-            if source == "broker":
-                raise
-            err_console.print(f"the broker is unreachable ({exc}): reading the trace index")
-    elif source == "broker":
-        raise ConfigError(
-            "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
-        )
-    return await _from_index(prefix, sessions, chosen, across)
-
-
-async def _from_broker(
-    kafka: KafkaConfig,
-    prefix: str,
-    sessions: list[str],
-    chosen: _Slice,
-    across: list[str],
-    *,
-    strict: bool,
-) -> _Read:
-    """LookupError: the broker holds none of it (and ``strict`` is off)."""
-    if chosen.trace is not None:
-        sessions = [*sessions, *await sessions_of_trace(kafka, chosen.trace, prefix=prefix)]
-    elif not sessions:
-        sessions = await _sessions_in_log(kafka, prefix, chosen)
-    sessions = list(dict.fromkeys(sessions))
-    records = await records_from_broker(kafka, sessions, prefix=prefix, every_session_of=across)
-    if not strict and not any(_session_of_record(r) in sessions for r in records):
-        raise LookupError(sessions)
-    return _Read(records, [], f"Kafka at {kafka.bootstrap}", sessions)
-
-
-async def _sessions_in_log(kafka: KafkaConfig, prefix: str, chosen: _Slice) -> list[str]:
-    """The sessions with an envelope in ``chosen``'s offsets, or else its time range."""
-    found: dict[str, None] = {}
-    if chosen.offsets:
-        for topic, part, first, last in chosen.offsets:
-            start, end = Position("offset", first), Position("offset", last + 1)
-            async for t in tail(kafka, [topic], start=start, end=end):
-                if t.partition == part and t.envelope is not None:
-                    found[t.envelope.session_id] = None
-        return list(found)
-    start = (
-        Position("time", chosen.since_ms) if chosen.since_ms is not None else Position("beginning")
-    )
-    end = Position("time", chosen.until_ms) if chosen.until_ms is not None else Position("end")
-    async for t in tail(kafka, catalog_topics(prefix), start=start, end=end, missing_ok=True):
-        if t.envelope is not None:
-            found[t.envelope.session_id] = None
-    return list(found)
-
-
-def _session_of_record(record: ArchivedRecord) -> str | None:
-    return record.key.decode("utf-8", "replace") if record.key is not None else None
-
-
-async def _from_index(prefix: str, sessions: list[str], chosen: _Slice, across: list[str]) -> _Read:
-    index = trace_index(install=False)
-    if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
-        raise ConfigError(
-            f"no trace index at {index.where} and no broker with the records: `hermesbus up` "
-            "indexes every envelope there; --bootstrap reads a broker instead"
-        )
-    async with index:
-        if chosen.trace is not None:
-            docs = await index.by_trace(chosen.trace)
-            sessions += [found for doc in docs if (found := _session_of(doc))]
-        elif not sessions:
-            sessions = await _sessions_in_index(index, chosen)
-        sessions = list(dict.fromkeys(sessions))
-        docs = await documents(index, sessions, every_session_of=across)
-    return _Read([archived(doc) for doc in docs], docs, f"trace index {index.where}", sessions)
-
-
-_SCAN_LIMIT = 100_000
-"""Documents a time range or offsets are looked for in, to find their sessions."""
-
-
-async def _sessions_in_index(index: TraceIndex, chosen: _Slice) -> list[str]:
-    if chosen.offsets:
-        docs: list[Document] = []
-        for topic, part, first, last in chosen.offsets:
-            for doc in await index.search(Search(topic=topic, limit=_SCAN_LIMIT)):
-                record = archived(doc)
-                if record.partition == part and first <= record.offset <= last:
-                    docs.append(doc)
-    else:
-        query = Search(since_ms=chosen.since_ms, until_ms=chosen.until_ms, limit=_SCAN_LIMIT)
-        docs = await index.search(query)
-    return list(dict.fromkeys(found for doc in docs if (found := _session_of(doc))))
-
-
-def _exists(path: str) -> bool:
-    return Path(path).exists()
-
-
-def _session_of(doc: dict[str, Any]) -> str | None:
-    """The session of an index document (``gen_ai.conversation.id``; refused ones have none)."""
-    conversation = doc.get("gen_ai", {}).get("conversation", {})
-    found = conversation.get("id")
-    return found if isinstance(found, str) and found else None
-
-
 async def _shadow(
-    recording: Recording, sessions: list[str], names: Sequence[str], chosen: _Slice, prefix: str
+    recording: Recording, sessions: list[str], names: Sequence[str], chosen: Slice, prefix: str
 ) -> ShadowReport:
     async with shadows(names, prefix=prefix) as wired:
         with _progress() as tick:
@@ -522,7 +347,7 @@ def _dry_run(
     recording: Recording,
     sessions: list[str],
     names: Sequence[str],
-    chosen: _Slice,
+    chosen: Slice,
     prefix: str,
     as_json: bool,
 ) -> None:
