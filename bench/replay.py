@@ -45,16 +45,14 @@ from hermesbus import Envelope, Payload, UserTurn  # noqa: E402
 from hermesbus.broker import EmbeddedBroker  # noqa: E402
 from hermesbus.codec import default_codec  # noqa: E402
 from hermesbus.connectors.kafka import KafkaConfig  # noqa: E402
-from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore  # noqa: E402
 from hermesbus.index import ArchivedRecord  # noqa: E402
 from hermesbus.lifecycle import tune_collector  # noqa: E402
-from hermesbus.processors import conversation, dispatcher, memory, protocol, tool  # noqa: E402
+from hermesbus.processors import protocol  # noqa: E402
 from hermesbus.processors.dispatcher import StaticHealth  # noqa: E402
 from hermesbus.processors.recorded import ScriptedTools  # noqa: E402
 from hermesbus.replay import recording_of, shadow  # noqa: E402
-from hermesbus.stack import shadows  # noqa: E402
+from hermesbus.stack import in_memory, shadows  # noqa: E402
 from hermesbus.tail import Position, tail  # noqa: E402
-from hermesbus.testing import Harness  # noqa: E402
 from tests.unit.processors.conversation.demo import (  # noqa: E402
     FINANCE,
     OCR,
@@ -81,33 +79,11 @@ def _finance(call: Any) -> dict[str, Any]:
 
 async def log_of(sessions: int, home: Path) -> list[ArchivedRecord]:
     """The topics after ``sessions`` reports on the in-memory bus."""
-    db = home / "memory.sqlite3"
-    settings = memory.MemorySettings(home=home, path=db)
-    async with memory.MemoryStores(
-        settings, preferences=SqlitePreferenceStore(db), graph=SqliteGraphStore(db)
-    ) as stores:
-        script: dict[str, Any] = {"org_tool": ORG, "finance_tool": _finance, "ocr_tool": OCR}
-        script |= {"trip_tool": TRIP, "rule_engine_tool": RULES}
-        tools = ScriptedTools(script, steps=STEPS)
-        healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
-        parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
-        bus = (
-            Harness()
-            .processor(
-                conversation.NAME,
-                conversation.handle,
-                [conversation.TOPIC],
-                ports={conversation.INTENT_PORT: parser},
-            )
-            .processor(
-                dispatcher.NAME,
-                dispatcher.handle,
-                [dispatcher.TOPIC],
-                ports=dispatcher.dispatcher_ports(healthy),
-            )
-            .processor(memory.NAME, memory.handle, [memory.TOPIC], ports={memory.NAME: stores})
-            .processor(tool.NAME, tool.handle, [tool.TOPIC], ports={tool.PORT: tools})
-        )
+    script: dict[str, Any] = {"org_tool": ORG, "finance_tool": _finance, "ocr_tool": OCR}
+    script |= {"trip_tool": TRIP, "rule_engine_tool": RULES}
+    tools = ScriptedTools(script, steps=STEPS)
+    healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
+    async with in_memory(home, tools=tools, health=healthy) as bus:
         for s in range(sessions):
             for n, text in enumerate(SAID):
                 await bus.send(_turn(f"sess-{s}", n, text, s * 600 + n * 30))

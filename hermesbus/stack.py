@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +30,7 @@ from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import ConfigError, HermesError
-from hermesbus.identity import Keyring, keys_path
+from hermesbus.identity import Keyring, WritePolicy, keys_path
 from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
@@ -38,6 +38,7 @@ from hermesbus.processors.recorded import RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.replay import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
+from hermesbus.testing import Harness
 from hermesbus.topics import Catalog, plan, sized_by_existing
 
 __all__ = [
@@ -45,10 +46,14 @@ __all__ = [
     "REPLAYABLE",
     "Progress",
     "Stack",
+    "Wired",
+    "in_memory",
     "keyring",
+    "memory_in",
     "shadows",
     "stack",
     "trace_index",
+    "wiring",
 ]
 
 log = logging.getLogger(__name__)
@@ -292,6 +297,32 @@ def keyring(*, create: bool) -> Keyring:
     return keys
 
 
+Wired = dict[str, tuple[Handler, str, dict[str, Any]]]
+"""Processor name -> its handler, the topic it consumes (no prefix) and its ports."""
+
+
+def wiring(
+    *,
+    intent: Mapping[str, Any],
+    tools: tool.ToolPort,
+    health: protocol.HealthView,
+    stores: memory.MemoryStores,
+    violations: dispatcher.ViolationCounter | None = None,
+) -> Wired:
+    """The four processors with their ports, as ``up`` runs them (the tool processor
+    answering every tool): one table for the stack, shadow replay and the in-memory bus."""
+    return {
+        conversation.NAME: (conversation.handle, conversation.TOPIC, dict(intent)),
+        dispatcher.NAME: (
+            dispatcher.handle,
+            dispatcher.TOPIC,
+            dispatcher.dispatcher_ports(health, violations),
+        ),
+        tool.NAME: (tool.handle, tool.TOPIC, {tool.PORT: tools}),
+        memory.NAME: (memory.handle, memory.TOPIC, {memory.NAME: stores}),
+    }
+
+
 def _handlers(
     running: Stack,
     intent: dict[str, Any],
@@ -301,21 +332,21 @@ def _handlers(
     health: protocol.HealthView | None = None,
 ) -> list[tuple[str, Handler, str, dict[str, Any]]]:
     """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
-    tools = {tool.PORT: tool_port if tool_port is not None else running.tools}
-    handlers: list[tuple[str, Handler, str, dict[str, Any]]] = [
-        (conversation.NAME, conversation.handle, conversation.TOPIC, intent),
-        (
-            dispatcher.NAME,
-            dispatcher.handle,
-            dispatcher.TOPIC,
-            dispatcher.dispatcher_ports(health or running.tools, running.violations),
-        ),
-        (memory.NAME, memory.handle, memory.TOPIC, {memory.NAME: running.memory}),
-        (tool.NAME, tool.serving(own, others=True), tool.TOPIC, tools),
+    tools = tool_port if tool_port is not None else running.tools
+    table = wiring(
+        intent=intent,
+        tools=tools,
+        health=health or running.tools,
+        stores=running.memory,
+        violations=running.violations,
+    )
+    _, topic, ports = table[tool.NAME]
+    table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
+    handlers = [
+        (name, *table[name])
+        for name in (conversation.NAME, dispatcher.NAME, memory.NAME, tool.NAME)
     ]
-    return handlers + [
-        (tool.group_name(name), tool.serving([name]), tool.TOPIC, tools) for name in own
-    ]
+    return handlers + [(tool.group_name(name), tool.serving([name]), topic, ports) for name in own]
 
 
 async def _copy_tools(home: Path, tools: tool.ToolService) -> list[str]:
@@ -439,38 +470,58 @@ async def shadows(
             f"no processor {', '.join(unknown)} to replay (processors: {', '.join(REPLAYABLE)})"
         )
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
-        home = Path(folder)
-        settings = memory.MemorySettings(home=home, path=home / "memory.sqlite3")
-        async with memory.MemoryStores(settings) as stores:
+        async with memory_in(Path(folder)) as stores:
             health, tools = RecordedHealth(), RecordedTools()
             parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
-            every = {
-                conversation.NAME: Shadow(
-                    conversation.NAME,
-                    conversation.handle,
-                    (prefix + conversation.TOPIC,),
-                    {conversation.INTENT_PORT: parser},
-                ),
-                dispatcher.NAME: Shadow(
-                    dispatcher.NAME,
-                    dispatcher.handle,
-                    (prefix + dispatcher.TOPIC,),
-                    dispatcher.dispatcher_ports(health),
-                    cue=health.cue,
-                ),
-                tool.NAME: Shadow(
-                    tool.NAME,
-                    tool.handle,
-                    (prefix + tool.TOPIC,),
-                    {tool.PORT: tools},
-                    cue=tools.cue,
-                ),
-                memory.NAME: Shadow(
-                    memory.NAME,
-                    memory.handle,
-                    (prefix + memory.TOPIC,),
-                    {memory.NAME: stores},
-                    sessions="all",
-                ),
-            }
-            yield [every[name] for name in REPLAYABLE if name in names]
+            table = wiring(
+                intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
+            )
+            cues = {dispatcher.NAME: health.cue, tool.NAME: tools.cue}
+            yield [
+                Shadow(
+                    name,
+                    handler,
+                    (prefix + topic,),
+                    ports,
+                    cue=cues.get(name),
+                    sessions="all" if name == memory.NAME else "own",
+                )
+                for name, (handler, topic, ports) in table.items()
+                if name in names
+            ]
+
+
+@asynccontextmanager
+async def memory_in(folder: Path) -> AsyncIterator[memory.MemoryStores]:
+    """Memory's SQLite stores in ``folder`` (not the state folder's), started and stopped."""
+    settings = memory.MemorySettings(home=folder, path=folder / "memory.sqlite3")
+    async with memory.MemoryStores(settings) as stores:
+        yield stores
+
+
+@asynccontextmanager
+async def in_memory(
+    folder: Path,
+    *,
+    tools: tool.ToolPort,
+    health: protocol.HealthView,
+    conversation_handler: Handler | None = None,
+    policy: WritePolicy | None = None,
+) -> AsyncIterator[Harness]:
+    """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
+    ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
+    ``conversation_handler`` replaces the conversation's (a variant under test)."""
+    async with memory_in(folder) as stores:
+        parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
+        table = wiring(
+            intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
+        )
+        bus = Harness(policy=policy)
+        for name, (handler, topic, ports) in table.items():
+            chosen = (
+                conversation_handler
+                if name == conversation.NAME and conversation_handler
+                else handler
+            )
+            bus.processor(name, chosen, [topic], ports=ports)
+        yield bus

@@ -19,24 +19,20 @@ would hold it, exported as a bundle, and:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from hermesbus import Envelope, Payload, Reply, ToolResult, UserTurn
 from hermesbus.bundle import write_bundle
 from hermesbus.codec import default_codec
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.index import DocumentSettings, document
-from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
+from hermesbus.processors import conversation, protocol
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import Handler, HandlerInput, Outcome
-from hermesbus.testing import Harness
+from hermesbus.stack import in_memory
 from tests.cli_process import clean_env, hermesbus
 
 from .processors.conversation.demo import FINANCE, OCR, ORG, PHOTOS, RULES, STEPS, T0, TRIP, USER
@@ -74,15 +70,6 @@ def _stale(envelope: Envelope, cache: dict[str, str]) -> Envelope:
     return envelope.model_copy(update={"payload": payload})
 
 
-@pytest.fixture
-async def stores(tmp_path: Path) -> AsyncIterator[memory.MemoryStores]:
-    db = tmp_path / "memory.sqlite3"
-    settings = memory.MemorySettings(home=tmp_path, path=db)
-    preferences, graph = SqlitePreferenceStore(db), SqliteGraphStore(db)
-    async with memory.MemoryStores(settings, preferences=preferences, graph=graph) as opened:
-        yield opened
-
-
 def turn(session: str, n: int, text: str, seconds: int) -> Envelope:
     body = UserTurn(text=text, attachments=PHOTOS if "上传" in text else ())
     return Envelope(
@@ -98,7 +85,7 @@ def turn(session: str, n: int, text: str, seconds: int) -> Envelope:
 
 
 async def test_the_stale_approver_is_named_by_replay_and_found_in_its_trace(
-    stores: memory.MemoryStores, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     approver = {"now": "张主管"}
     rules = lambda call: {**RULES, "approver": approver["now"]}  # noqa: E731 - the org's answer
@@ -110,28 +97,15 @@ async def test_the_stale_approver_is_named_by_replay_and_found_in_its_trace(
     }
     tools = ScriptedTools({**script, "rule_engine_tool": rules}, steps=STEPS)
     healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
-    parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
-    bus = (
-        Harness(policy=protocol.ProtocolPolicy())
-        .processor(
-            conversation.NAME,
-            with_cached_approver(conversation.handle),
-            [conversation.TOPIC],
-            ports={conversation.INTENT_PORT: parser},
-        )
-        .processor(
-            dispatcher.NAME,
-            dispatcher.handle,
-            [dispatcher.TOPIC],
-            ports=dispatcher.dispatcher_ports(healthy),
-        )
-        .processor(memory.NAME, memory.handle, [memory.TOPIC], ports={memory.NAME: stores})
-        .processor(tool.NAME, tool.handle, [tool.TOPIC], ports={tool.PORT: tools})
-    )
-    for session, start in (("sess_first", 0), ("sess_second", 3600)):
-        for n, text in enumerate(SAID):
-            await bus.send(turn(session, n, text, start + 30 * n))
-        approver["now"] = "李经理"  # the org changed the approver after the first report
+    buggy = with_cached_approver(conversation.handle)
+    policy = protocol.ProtocolPolicy()
+    async with in_memory(
+        tmp_path / "bus", tools=tools, health=healthy, conversation_handler=buggy, policy=policy
+    ) as bus:
+        for session, start in (("sess_first", 0), ("sess_second", 3600)):
+            for n, text in enumerate(SAID):
+                await bus.send(turn(session, n, text, start + 30 * n))
+            approver["now"] = "李经理"  # the org changed the approver after the first report
     assert bus.refused == []
     said = [s.envelope for s in bus.sent if isinstance(s.envelope.payload.body, Reply)]
     confirmations = [e for e in said if APPROVER in e.payload.body.text]  # type: ignore[union-attr]

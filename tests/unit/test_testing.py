@@ -6,20 +6,19 @@ the four real processors together on the walkthrough's first turns, with scripte
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
-from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import ConfigError
-from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
+from hermesbus.processors import conversation, protocol
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
 from hermesbus.runtime._effects import timer_fired
+from hermesbus.stack import in_memory
 from hermesbus.testing import Harness
 
 from .processors.conversation.demo import FINANCE, ORG, STEPS
@@ -197,75 +196,48 @@ async def test_a_prefix_names_the_topics_as_up_does() -> None:
 # -- the four processors on the walkthrough's first turns ---------------------------------
 
 
-@pytest.fixture
-async def stores(tmp_path: Path) -> AsyncIterator[memory.MemoryStores]:
-    db = tmp_path / "memory.sqlite3"
-    settings = memory.MemorySettings(home=tmp_path)
-    graph, preferences = SqliteGraphStore(db), SqlitePreferenceStore(db)
-    async with memory.MemoryStores(settings, preferences=preferences, graph=graph) as opened:
-        yield opened
-
-
-def bus(stores: memory.MemoryStores, tools: ScriptedTools) -> Harness:
+async def test_the_four_processors_answer_the_first_turn_with_the_budget(tmp_path: Path) -> None:
+    tools = ScriptedTools({"org_tool": ORG, "finance_tool": FINANCE}, steps=STEPS)
     healthy = StaticHealth(
         protocol.ToolHealth(name, latency_ms=20.0, success_rate=1.0)
         for name in ("org_tool", "finance_tool")
     )
-    return (
-        Harness(policy=protocol.ProtocolPolicy())
-        .processor(conversation.NAME, conversation.handle, [conversation.TOPIC])
-        .processor(
-            dispatcher.NAME,
-            dispatcher.handle,
-            [dispatcher.TOPIC],
-            ports=dispatcher.dispatcher_ports(healthy),
+    async with in_memory(
+        tmp_path, tools=tools, health=healthy, policy=protocol.ProtocolPolicy()
+    ) as harness:
+        handled = await harness.send(
+            turn("我要报上个月去深圳的差旅费", "turn-1", session="sess_456")
         )
-        .processor(memory.NAME, memory.handle, [memory.TOPIC], ports={memory.NAME: stores})
-        .processor(
-            tool.NAME,
-            tool.serving(["org_tool", "finance_tool"]),
-            [tool.TOPIC],
-            ports={tool.PORT: tools},
-        )
-    )
-
-
-async def test_the_four_processors_answer_the_first_turn_with_the_budget(
-    stores: memory.MemoryStores,
-) -> None:
-    tools = ScriptedTools({"org_tool": ORG, "finance_tool": FINANCE}, steps=STEPS)
-    harness = bus(stores, tools)
-    handled = await harness.send(turn("我要报上个月去深圳的差旅费", "turn-1", session="sess_456"))
-    assert harness.refused == []
-    path = [(h.processor, type(h.envelope.payload.body).__name__) for h in handled]
-    assert path == [  # breadth first, as the protocol says (processors/protocol.py)
-        ("conversation", "UserTurn"),
-        ("dispatcher", "StateSnapshot"),  # None -> S1
-        ("dispatcher", "ToolCall"),  # org_tool
-        ("dispatcher", "ToolCall"),  # finance_tool
-        ("memory", "StateSnapshot"),  # forwarded
-        ("memory", "MemoryQuery"),  # memory first
-        ("dispatcher", "MemoryContext"),
-        ("tool", "ToolCall"),
-        ("tool", "ToolCall"),
-        ("dispatcher", "ToolResult"),
-        ("dispatcher", "ToolResult"),
-        ("memory", "MemoryWrite"),  # org_tool's verified fact
-        ("memory", "MemoryWrite"),  # and its symbol
-        ("conversation", "ToolResults"),  # the cycle's one answer
-        ("dispatcher", "StateSnapshot"),  # S1 -> S2
-        ("memory", "StateSnapshot"),
-    ]
-    assert [c.tool for c, _ in tools.calls] == ["org_tool", "finance_tool"]
-    assert tools.asked("finance_tool") == [{"action": "budget", "user_id": "u1"}]
-    (budget,) = texts(harness)
-    assert "采购部" in budget and "125,000 CNY" in budget
-    assert harness.state("conversation", "sess_456").data["state"] == "S2"
-    # the walk remembered the user's department (a short-term symbol from org_tool)
-    assert "user_dept" in harness.state("memory", "sess_456").data["symbols"]
-    # S2 waits 5 minutes for the invoices, then asks whether the user gave up
-    (wait,) = harness.timers(conversation.NAME)
-    fired = await harness.advance(minutes=5)
-    assert fired[0].envelope.message_id == wait.envelope.message_id
-    assert harness.state("conversation", "sess_456").data["state"] == "S4"
-    assert len(texts(harness)) == 2
+        assert harness.refused == []
+        path = [(h.processor, type(h.envelope.payload.body).__name__) for h in handled]
+        assert path == [  # breadth first, as the protocol says (processors/protocol.py)
+            ("conversation", "UserTurn"),
+            ("dispatcher", "StateSnapshot"),  # None -> S1
+            ("dispatcher", "ToolCall"),  # org_tool
+            ("dispatcher", "ToolCall"),  # finance_tool
+            ("memory", "StateSnapshot"),  # forwarded
+            ("memory", "MemoryQuery"),  # memory first
+            ("dispatcher", "MemoryContext"),
+            ("tool", "ToolCall"),
+            ("tool", "ToolCall"),
+            ("dispatcher", "ToolResult"),
+            ("dispatcher", "ToolResult"),
+            ("memory", "MemoryWrite"),  # org_tool's verified fact
+            ("memory", "MemoryWrite"),  # and its symbol
+            ("conversation", "ToolResults"),  # the cycle's one answer
+            ("dispatcher", "StateSnapshot"),  # S1 -> S2
+            ("memory", "StateSnapshot"),
+        ]
+        assert [c.tool for c, _ in tools.calls] == ["org_tool", "finance_tool"]
+        assert tools.asked("finance_tool") == [{"action": "budget", "user_id": "u1"}]
+        (budget,) = texts(harness)
+        assert "采购部" in budget and "125,000 CNY" in budget
+        assert harness.state("conversation", "sess_456").data["state"] == "S2"
+        # the walk remembered the user's department (a short-term symbol from org_tool)
+        assert "user_dept" in harness.state("memory", "sess_456").data["symbols"]
+        # S2 waits 5 minutes for the invoices, then asks whether the user gave up
+        (wait,) = harness.timers(conversation.NAME)
+        fired = await harness.advance(minutes=5)
+        assert fired[0].envelope.message_id == wait.envelope.message_id
+        assert harness.state("conversation", "sess_456").data["state"] == "S4"
+        assert len(texts(harness)) == 2
