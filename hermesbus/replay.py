@@ -26,14 +26,14 @@ from hermesbus import headers as h
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.envelope import Envelope
-from hermesbus.errors import ConfigError, HermesError
+from hermesbus.errors import ConfigError
 from hermesbus.identity import WritePolicy
 from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.runtime import Handler, derive_id
-from hermesbus.tail import Filters, Position, tail
+from hermesbus.tail import Filters, Position, catalog_topics, tail
 from hermesbus.testing import Harness
-from hermesbus.topics import DLQ, Catalog
-from hermesbus.trace import Hop
+from hermesbus.topics import DLQ
+from hermesbus.trace import Hop, hop_of
 
 __all__ = [
     "IGNORED",
@@ -41,7 +41,6 @@ __all__ = [
     "Recording",
     "Shadow",
     "ShadowReport",
-    "catalog_topics",
     "consumed_order",
     "dead_places",
     "difference",
@@ -379,11 +378,6 @@ def _short(value: Any, limit: int = 300) -> str:
 # -- reading a recording: from the broker, from the trace index's archive ---------------
 
 
-def catalog_topics(prefix: str = "") -> list[str]:
-    """Every topic of the catalog that carries envelopes, prefixed."""
-    return [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
-
-
 async def from_broker(
     kafka: KafkaConfig,
     sessions: Sequence[str],
@@ -436,13 +430,8 @@ def recording_of(
             place = dead_places(record.headers)
             if place is not None:
                 dead.append(place)
-            continue
-        try:
-            envelope = codec.decode(record.value)
-        except HermesError:
-            continue
-        at = record.timestamp_ms
-        hops.append(Hop(envelope, record.topic, record.partition, record.offset, at))
+        elif (hop := hop_of(record, codec)) is not None:  # undecodable: it ran no handler
+            hops.append(hop)
     return Recording.of(hops, source, dead)
 
 

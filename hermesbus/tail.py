@@ -28,8 +28,18 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, st
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
+from hermesbus.topics import Catalog
 
-__all__ = ["Filters", "Position", "Tailed", "drain", "partitions", "position", "tail"]
+__all__ = [
+    "Filters",
+    "Position",
+    "Tailed",
+    "catalog_topics",
+    "drain",
+    "partitions",
+    "position",
+    "tail",
+]
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _BEFORE = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
@@ -126,6 +136,11 @@ class Filters:
         source = envelope.source
         component = source.partition(":")[0]
         return self.component in (source, component, _COMPONENTS.get(component))
+
+
+def catalog_topics(prefix: str = "") -> list[str]:
+    """Every topic of the catalog that carries envelopes, prefixed."""
+    return [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
 
 
 def partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:

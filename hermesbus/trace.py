@@ -19,7 +19,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, st
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.headers import TRACE_ID, header
-from hermesbus.index import Document, archived
+from hermesbus.index import ArchivedRecord, Document, archived
 from hermesbus.payloads import (
     ErrorReport,
     MemoryWrite,
@@ -29,10 +29,10 @@ from hermesbus.payloads import (
     ToolResult,
     ToolResults,
 )
-from hermesbus.tail import drain, partitions
-from hermesbus.topics import Catalog, apply_command
+from hermesbus.tail import catalog_topics, drain, partitions
+from hermesbus.topics import apply_command
 
-__all__ = ["Hop", "Span", "collect", "hops_of", "partitions", "spans", "waterfall"]
+__all__ = ["Hop", "Span", "collect", "hop_of", "hops_of", "partitions", "spans", "waterfall"]
 
 _PROCESSORS = {"conversation": "conversation", "mcp": "dispatcher", "dispatcher": "dispatcher"}
 _PROCESSORS |= {"tool": "tool", "memory": "memory"}
@@ -82,7 +82,7 @@ async def collect(
     of the catalog missing on the cluster is a BrokerError naming every missing one.
     """
     codec = codec or default_codec()
-    names = [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
+    names = catalog_topics(prefix)
     async with KafkaAdmin(kafka) as admin:  # partition counts: a plain consumer has none
         counts = {name: topic.partitions for name, topic in (await admin.describe(names)).items()}
     missing = [name for name in names if name not in counts]
@@ -104,18 +104,18 @@ async def collect(
 def hops_of(docs: Iterable[Document], codec: Codec, *, dlq_topic: str) -> list[Hop]:
     """The hops of the trace index's documents: the same picture ``collect`` reads from
     the topics (dead letters and undecodable records are not hops; ``trace`` lists them)."""
-    hops = []
-    for doc in docs:
-        record = archived(doc)
-        if record.topic == dlq_topic:
-            continue
-        try:
-            envelope = codec.decode(record.value)
-        except HermesError:
-            continue
-        at = record.timestamp_ms
-        hops.append(Hop(envelope, record.topic, record.partition, record.offset, at))
+    records = (archived(doc) for doc in docs)
+    hops = [h for r in records if r.topic != dlq_topic and (h := hop_of(r, codec)) is not None]
     return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
+
+
+def hop_of(record: ArchivedRecord, codec: Codec) -> Hop | None:
+    """The record's envelope where it was appended; None when it does not decode."""
+    try:
+        envelope = codec.decode(record.value)
+    except HermesError:
+        return None
+    return Hop(envelope, record.topic, record.partition, record.offset, record.timestamp_ms)
 
 
 def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) -> str:

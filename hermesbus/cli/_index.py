@@ -24,7 +24,7 @@ from rich.table import Table
 from hermesbus.codec import default_codec
 from hermesbus.config import HermesSettings
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import Document, Search, TraceIndex, iso_ms
+from hermesbus.index import Document, Search, TraceIndex, iso_ms, session_of
 from hermesbus.payloads import Reply
 from hermesbus.redrive import lineage_of, sandbox_home
 from hermesbus.stack import trace_index
@@ -323,7 +323,7 @@ def _table(docs: Sequence[Document]) -> None:
             (doc.get("service") or {}).get("name", "-"),
             doc["event"].get("action", ""),
             f"[red]{outcome}[/red]" if outcome == "failure" else outcome,
-            escape(str((doc.get("gen_ai") or {}).get("conversation", {}).get("id", "-"))),
+            escape(session_of(doc) or "-"),
             escape(str((doc.get("trace") or {}).get("id", "-"))),
             escape(str(error or doc.get("message", ""))),
         )
@@ -334,7 +334,7 @@ def _sessions(docs: Sequence[Document]) -> None:
     """``N envelopes in M sessions: s1 (dispatcher x2, tool)``: where each session was hit."""
     seen: dict[str, dict[str, int]] = {}
     for doc in docs:
-        session = (doc.get("gen_ai") or {}).get("conversation", {}).get("id") or "-"
+        session = session_of(doc) or "-"
         component = (doc.get("service") or {}).get("name") or "-"
         counts = seen.setdefault(session, {})
         counts[component] = counts.get(component, 0) + 1

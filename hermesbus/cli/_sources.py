@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
+from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived, session_of
 from hermesbus.replay import (
     Recording,
-    catalog_topics,
     documents,
     recording_of,
     records_from_broker,
     sessions_of_trace,
 )
 from hermesbus.stack import trace_index
-from hermesbus.tail import Position, tail
+from hermesbus.tail import Position, catalog_topics, tail
 from hermesbus.trace import Hop
 
 from ._common import err_console
@@ -155,7 +153,7 @@ async def _from_index(prefix: str, sessions: list[str], chosen: Slice, across: l
     async with index:
         if chosen.trace is not None:
             docs = await index.by_trace(chosen.trace)
-            sessions += [found for doc in docs if (found := _session_of(doc))]
+            sessions += [found for doc in docs if (found := session_of(doc))]
         elif not sessions:
             sessions = await _sessions_in_index(index, chosen)
         sessions = list(dict.fromkeys(sessions))
@@ -178,15 +176,8 @@ async def _sessions_in_index(index: TraceIndex, chosen: Slice) -> list[str]:
     else:
         query = Search(since_ms=chosen.since_ms, until_ms=chosen.until_ms, limit=_SCAN_LIMIT)
         docs = await index.search(query)
-    return list(dict.fromkeys(found for doc in docs if (found := _session_of(doc))))
+    return list(dict.fromkeys(found for doc in docs if (found := session_of(doc))))
 
 
 def _exists(path: str) -> bool:
     return Path(path).exists()
-
-
-def _session_of(doc: dict[str, Any]) -> str | None:
-    """The session of an index document (``gen_ai.conversation.id``; refused ones have none)."""
-    conversation = doc.get("gen_ai", {}).get("conversation", {})
-    found = conversation.get("id")
-    return found if isinstance(found, str) and found else None

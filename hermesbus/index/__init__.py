@@ -7,7 +7,16 @@ record; :class:`Indexer` is the consumer group that writes every topic into an i
 
 from ._ecs import DocumentSettings, decode, document, iso_ms, refused_document
 from ._indexer import INDEXER_GROUP, Indexer, IndexerStats
-from ._model import ArchivedRecord, Document, Search, TraceIndex, WriteResult, archived, doc_id
+from ._model import (
+    ArchivedRecord,
+    Document,
+    Search,
+    TraceIndex,
+    WriteResult,
+    archived,
+    doc_id,
+    session_of,
+)
 
 __all__ = [
     "INDEXER_GROUP",
@@ -25,4 +34,5 @@ __all__ = [
     "document",
     "iso_ms",
     "refused_document",
+    "session_of",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "WriteResult",
     "archived",
     "doc_id",
+    "session_of",
 ]
 
 Document = dict[str, Any]
@@ -65,6 +66,13 @@ def archived(doc: Mapping[str, Any]) -> ArchivedRecord:
         value=base64.b64decode(hermes.get("raw") or ""),
         headers=tuple((h["key"], base64.b64decode(h["value"])) for h in kafka.get("headers", ())),
     )
+
+
+def session_of(doc: Mapping[str, Any]) -> str | None:
+    """The session of a document (``gen_ai.conversation.id``); None when it has none (a
+    record that did not decode, or was refused)."""
+    found = (doc.get("gen_ai") or {}).get("conversation", {}).get("id")
+    return found if isinstance(found, str) and found else None
 
 
 @dataclass(frozen=True, slots=True)

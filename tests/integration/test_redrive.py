@@ -18,8 +18,7 @@ from hermesbus.connectors.kafka.groups import committed
 from hermesbus.demo import Said, run
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.redrive import FORK_OF, REPLAY_ID, REPLAY_ORIGIN
-from hermesbus.replay import catalog_topics
-from hermesbus.tail import Filters, Position, tail
+from hermesbus.tail import Filters, Position, catalog_topics, tail
 from tests.cli_process import clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 
