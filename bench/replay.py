@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,6 @@ sys.path.insert(0, str(ROOT))  # the tests' demo fixtures: the scripted tools' a
 
 from bench.index import envelope as call_envelope  # noqa: E402
 from bench.index import produce, provisioned  # noqa: E402
-from hermesbus import Envelope, Payload, UserTurn  # noqa: E402
 from hermesbus.broker import EmbeddedBroker  # noqa: E402
 from hermesbus.codec import default_codec  # noqa: E402
 from hermesbus.connectors.kafka import KafkaConfig  # noqa: E402
@@ -57,12 +55,10 @@ from tests.unit.processors.conversation.demo import (  # noqa: E402
     FINANCE,
     OCR,
     ORG,
-    PHOTOS,
     RULES,
     STEPS,
-    T0,
     TRIP,
-    USER,
+    user_turn,
 )
 
 TARGET = 0.3
@@ -86,23 +82,8 @@ async def log_of(sessions: int, home: Path) -> list[ArchivedRecord]:
     async with in_memory(home, tools=tools, health=healthy) as bus:
         for s in range(sessions):
             for n, text in enumerate(SAID):
-                await bus.send(_turn(f"sess-{s}", n, text, s * 600 + n * 30))
+                await bus.send(user_turn(f"sess-{s}", n, text, s * 600 + n * 30))
         return bus.records()
-
-
-def _turn(session: str, n: int, text: str, seconds: int) -> Envelope:
-    return Envelope(
-        message_id=f"{session}-turn-{n}",
-        timestamp=T0 + timedelta(seconds=seconds),
-        source="app:web",
-        target="conversation:in",
-        session_id=session,
-        user_id=USER,
-        trace_id=f"{session}-trace-{n}",
-        payload=Payload(
-            task="expense", body=UserTurn(text=text, attachments=PHOTOS if "上传" in text else ())
-        ),
-    )
 
 
 def raw_decode(records: list[ArchivedRecord]) -> float:

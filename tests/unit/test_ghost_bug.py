@@ -19,11 +19,10 @@ would hold it, exported as a bundle, and:
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from hermesbus import Envelope, Payload, Reply, ToolResult, UserTurn
+from hermesbus import Envelope, Reply, ToolResult
 from hermesbus.bundle import write_bundle
 from hermesbus.codec import default_codec
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
@@ -35,7 +34,15 @@ from hermesbus.runtime import Handler, HandlerInput, Outcome
 from hermesbus.stack import in_memory
 from tests.cli_process import clean_env, hermesbus
 
-from .processors.conversation.demo import FINANCE, OCR, ORG, PHOTOS, RULES, STEPS, T0, TRIP, USER
+from .processors.conversation.demo import (
+    FINANCE,
+    OCR,
+    ORG,
+    RULES,
+    STEPS,
+    TRIP,
+    user_turn,
+)
 
 TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
 SAID = ("我要报上个月去深圳的差旅费", "[上传两张图片]", "不用，就这三张")
@@ -70,20 +77,6 @@ def _stale(envelope: Envelope, cache: dict[str, str]) -> Envelope:
     return envelope.model_copy(update={"payload": payload})
 
 
-def turn(session: str, n: int, text: str, seconds: int) -> Envelope:
-    body = UserTurn(text=text, attachments=PHOTOS if "上传" in text else ())
-    return Envelope(
-        message_id=f"{session}-turn-{n}",
-        timestamp=T0 + timedelta(seconds=seconds),
-        source="app:web",
-        target="conversation:in",
-        session_id=session,
-        user_id=USER,
-        trace_id=f"{session}-trace-{n}",
-        payload=Payload(task="expense", body=body),
-    )
-
-
 async def test_the_stale_approver_is_named_by_replay_and_found_in_its_trace(
     tmp_path: Path,
 ) -> None:
@@ -104,7 +97,7 @@ async def test_the_stale_approver_is_named_by_replay_and_found_in_its_trace(
     ) as bus:
         for session, start in (("sess_first", 0), ("sess_second", 3600)):
             for n, text in enumerate(SAID):
-                await bus.send(turn(session, n, text, start + 30 * n))
+                await bus.send(user_turn(session, n, text, start + 30 * n))
             approver["now"] = "李经理"  # the org changed the approver after the first report
     assert bus.refused == []
     said = [s.envelope for s in bus.sent if isinstance(s.envelope.payload.body, Reply)]

@@ -295,3 +295,19 @@ async def to_confirm(driver: Driver) -> Outcome:
     await to_review(driver)
     driver.later(seconds=10)
     return await driver.say("不用，就这三张")
+
+
+def user_turn(session: str, n: int, text: str, seconds: float) -> Envelope:
+    """The demo user's ``n``-th turn of ``session`` (its own trace), ``seconds`` after
+    T0; a turn saying 上传 carries the two photos."""
+    body = UserTurn(text=text, attachments=PHOTOS if "上传" in text else ())
+    return Envelope(
+        message_id=f"{session}-turn-{n}",
+        timestamp=T0 + timedelta(seconds=seconds),
+        source="app:web",
+        target="conversation:in",
+        session_id=session,
+        user_id=USER,
+        trace_id=f"{session}-trace-{n}",
+        payload=Payload(task="expense", body=body),
+    )
