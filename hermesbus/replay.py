@@ -281,11 +281,16 @@ def _inputs(recording: Recording, spec: Shadow, sessions: set[str]) -> list[Hop]
 
 def consumed_order(hops: Iterable[Hop]) -> list[Hop]:
     """``hops`` with each partition in offset order, the partitions merged by time: the
-    next hop is always the earliest-timed head of a partition."""
-    queues: dict[tuple[str, int], list[Hop]] = {}
-    for hop in sorted(hops, key=lambda hop: (hop.topic, hop.partition, hop.offset)):
-        queues.setdefault((hop.topic, hop.partition), []).append(hop)
-    heads = {place: 0 for place in queues}
+    next hop is always the earliest-timed head of a partition.
+
+    A recording can span several logs of one partition (the archive keeps what the
+    embedded broker held on each ``up``, each starting at offset 0): a place seen again
+    begins the next log, and each log is read in offset order, one after the other."""
+    queues: dict[tuple[str, int, int], list[Hop]] = {}
+    for (topic, partition), logs in _logs(hops).items():
+        for number, log in enumerate(logs):
+            queues[topic, partition, number] = sorted(log, key=lambda hop: hop.offset)
+    heads = dict.fromkeys(queues, 0)
     ordered: list[Hop] = []
     while heads:
         place = min(heads, key=lambda p: (queues[p][heads[p]].appended_ms, p))
@@ -294,6 +299,22 @@ def consumed_order(hops: Iterable[Hop]) -> list[Hop]:
         if heads[place] == len(queues[place]):
             del heads[place]
     return ordered
+
+
+def _logs(hops: Iterable[Hop]) -> dict[tuple[str, int], list[list[Hop]]]:
+    """Each partition's hops split into the logs they came from, oldest first."""
+    found: dict[tuple[str, int], list[list[Hop]]] = {}
+    seen: dict[tuple[str, int], set[int]] = {}
+    for hop in sorted(hops, key=lambda hop: (hop.appended_ms, hop.offset)):
+        where = (hop.topic, hop.partition)
+        offsets = seen.setdefault(where, set())
+        logs = found.setdefault(where, [[]])
+        if hop.offset in offsets:  # the place again: a later log of the partition
+            logs.append([])
+            offsets.clear()
+        offsets.add(hop.offset)
+        logs[-1].append(hop)
+    return found
 
 
 def _refused(policy: WritePolicy | None, prefix: str, hop: Hop) -> bool:

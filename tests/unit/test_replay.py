@@ -174,3 +174,19 @@ def test_inputs_run_in_offset_order_per_partition_whatever_their_times() -> None
         for n, part, offset, at in ((1, 0, 0, 50), (2, 0, 1, 10), (3, 1, 0, 20))
     )
     assert consumed_order([c, b, a]) == [c, a, b]  # partition 0 keeps 0 then 1; 1 fits by time
+
+
+def test_a_partition_logged_twice_is_read_one_log_after_the_other() -> None:
+    """The archive keeps two embedded-broker runs of a partition, both from offset 0."""
+    first = [Hop(turn(n), IN, 0, n, 100 + n) for n in range(3)]
+    second = [Hop(turn(10 + n), IN, 0, n, 900 + n) for n in range(2)]
+    late = Hop(turn(20), IN, 0, 3, 101)  # timed before offset 2 by its producer's clock
+    ordered = consumed_order([*second, late, *first])
+    assert [(h.offset, h.appended_ms) for h in ordered] == [
+        (0, 100),
+        (1, 101),
+        (2, 102),
+        (3, 101),
+        (0, 900),
+        (1, 901),
+    ]
