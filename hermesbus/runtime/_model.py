@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from hermesbus.envelope import Envelope
 
@@ -15,21 +18,36 @@ __all__ = [
     "Effects",
     "Handler",
     "HandlerInput",
+    "ModelState",
     "Outcome",
     "SessionState",
     "TimerRequest",
     "derive_id",
+    "kept",
 ]
 
 _IDS = uuid.UUID("6f1c7a52-3f0e-4c55-9a77-6d3b2f8e1c40")
 """Namespace of derived ids; fixed forever, or replays would mint different ids."""
 
+_SEED = hashlib.sha1(_IDS.bytes, usedforsecurity=False)
+"""The hash of the namespace, copied for each id (uuid5 hashes namespace + name)."""
+
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def derive_id(*parts: object) -> str:
-    """A stable id from its inputs (uuid5), e.g. ``derive_id(input_id, "out", 0)``."""
-    return str(uuid.uuid5(_IDS, "/".join(str(p) for p in parts)))
+    """A stable id from its inputs (uuid5), e.g. ``derive_id(input_id, "out", 0)``.
+
+    ``uuid.uuid5`` spelled out (every envelope a handler emits takes two or three ids, and
+    a replay derives them again): SHA-1 of namespace and name, the first 16 bytes with
+    the version (5) and the RFC 4122 variant set, formatted 8-4-4-4-12."""
+    digest = _SEED.copy()
+    digest.update("/".join(map(str, parts)).encode())
+    raw = bytearray(digest.digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +61,54 @@ class SessionState:
     version: int = 0
     data: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
     applied: tuple[str, ...] = ()
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ModelState(Mapping[str, Any]):
+    """A handler's new state given as its own frozen model.
+
+    Read as a mapping it is the model's JSON dump, made once when first read; that is what
+    a store saves. While the runtime keeps the session cached (and in the harness), the
+    session's next envelope gets this very object back as ``state.data``, and its handler
+    takes the model with :func:`kept` instead of validating the saved JSON again. So the
+    model must never change once returned: a frozen model, changed only by copies.
+
+    A session behaves the same either way, because the stores keep the keys of saved
+    JSON in the order the dump gives them (see ``connectors.sqlite.store``)."""
+
+    __slots__ = ("_dump", "model")
+
+    def __init__(self, model: BaseModel) -> None:
+        self.model = model
+        self._dump: dict[str, Any] | None = None
+
+    def _data(self) -> dict[str, Any]:
+        if self._dump is None:
+            self._dump = self.model.model_dump(mode="json")
+        return self._dump
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return f"ModelState({type(self.model).__name__})"
+
+
+def kept(data: Mapping[str, Any], kind: type[M]) -> M | None:
+    """The model of ``kind`` that ``data`` holds when the previous call returned it as a
+    :class:`ModelState` and it was kept; None when ``data`` was loaded (validate it then)."""
+    if type(data) is ModelState and type(data.model) is kind:
+        model: M = data.model
+        return model
+    return None
 
 
 @dataclass(frozen=True, slots=True)

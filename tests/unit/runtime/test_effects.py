@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
@@ -124,3 +125,14 @@ def test_dead_letters_keep_the_bytes_and_say_where_they_came_from() -> None:
         h.DLQ_PROCESSOR: b"tool",
         h.DLQ_ATTEMPT: b"2",
     }
+
+
+def test_derived_ids_are_the_uuid5_of_the_joined_parts() -> None:
+    # the fast path must mint exactly the ids every earlier run (and every log) holds
+    namespace = uuid.UUID("6f1c7a52-3f0e-4c55-9a77-6d3b2f8e1c40")
+    cases = [("m1", "out", 0), ("会话", "span", 12), ("x",), (), ("a/b", None, 3.5)]
+    cases += [(str(uuid.UUID(int=n * 7919)), "timer", f"S{n}.wait") for n in range(200)]
+    for parts in cases:
+        expected = uuid.uuid5(namespace, "/".join(str(p) for p in parts))
+        assert derive_id(*parts) == str(expected)
+    assert derive_id("m1", "out", 0) == "cdba59bc-390c-5399-8f65-408829b7aceb"
