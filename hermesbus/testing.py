@@ -41,6 +41,7 @@ from hermesbus.index import ArchivedRecord
 from hermesbus.runtime import (
     Handler,
     HandlerInput,
+    ModelState,
     Outcome,
     RuntimeSettings,
     SessionState,
@@ -315,7 +316,11 @@ class Harness:
 
 
 def _saved(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``data`` as the runtime saves and loads it (JSON), read-only: a handler that keeps
-    something JSON cannot hold fails here as it would in production."""
-    saved = orjson.dumps(dict(data), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    """``data`` as the runtime saves and loads it (JSON, keys in their order), read-only: a
+    handler that keeps something JSON cannot hold fails here as it would in production. A
+    :class:`~hermesbus.runtime.ModelState` is kept as it is, as the runtime's cache keeps it
+    (its JSON is its model's dump)."""
+    if isinstance(data, ModelState):
+        return data
+    saved = orjson.dumps(dict(data), option=orjson.OPT_NON_STR_KEYS)
     return MappingProxyType(orjson.loads(saved))

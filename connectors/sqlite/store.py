@@ -3,6 +3,11 @@
 WAL mode lets readers run beside the one writer; ``BEGIN IMMEDIATE`` makes each
 commit a short exclusive write, and the version compare-and-set inside it fences
 a worker that lost its partition. Calls are short and local, so they run inline.
+
+State is saved as JSON with its keys in the order the handler gave them, not sorted:
+a session loaded from the file then reads exactly as the runtime's cached copy of it,
+so a handler that walks a dict in order behaves the same whether or not its worker
+restarted in between.
 """
 
 from __future__ import annotations
@@ -95,7 +100,7 @@ class SqliteStateStore(SqliteFile):
         sessions in flight.
         """
         keep = not change.data_changed and change.expected_version > 0
-        data = "" if keep else json.dumps(dict(change.data), sort_keys=True, separators=(",", ":"))
+        data = "" if keep else json.dumps(dict(change.data), separators=(",", ":"))
         applied = orjson.dumps(change.applied).decode()  # up to applied_window ids, each commit
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()

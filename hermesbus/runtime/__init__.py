@@ -5,7 +5,17 @@ consumer group with per-session order, effectively-once effects, durable timers,
 retries and dead letters. :class:`StateStore` is the port for session state.
 """
 
-from ._model import Effects, Handler, HandlerInput, Outcome, SessionState, TimerRequest, derive_id
+from ._model import (
+    Effects,
+    Handler,
+    HandlerInput,
+    ModelState,
+    Outcome,
+    SessionState,
+    TimerRequest,
+    derive_id,
+    kept,
+)
 from ._offsets import OffsetTracker
 from ._runtime import Processor, ProcessorStats
 from ._settings import RuntimeSettings
@@ -15,6 +25,7 @@ __all__ = [
     "Effects",
     "Handler",
     "HandlerInput",
+    "ModelState",
     "OffsetTracker",
     "OutRecord",
     "Outcome",
@@ -27,4 +38,5 @@ __all__ = [
     "StoredTimer",
     "TimerRequest",
     "derive_id",
+    "kept",
 ]

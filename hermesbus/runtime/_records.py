@@ -27,7 +27,7 @@ from hermesbus.identity import Guard
 from hermesbus.topics import ALERTS, DLQ
 
 from . import _effects as fx
-from ._model import Handler, HandlerInput, SessionState
+from ._model import Handler, HandlerInput, ModelState, SessionState
 from ._partition import Partition, ProcessorStats, Record, attempt_of, check_key
 from ._producer import Producer
 from ._settings import RuntimeSettings
@@ -168,8 +168,8 @@ class Records:
             return False  # revoked while the handler ran: the new owner redoes it
         if not await self._save(envelope.session_id, change):
             return await self._lost_race(part, envelope)
-        # the cached state stays read-only too
-        data = MappingProxyType(dict(change.data)) if change.data_changed else state.data
+        # the cached state stays read-only too (a ModelState is: its model is frozen)
+        data = _read_only(change.data) if change.data_changed else state.data
         saved = SessionState(change.expected_version + 1, data, change.applied)
         self.remember(part, envelope.session_id, saved)
         if change.outbox:
@@ -240,7 +240,7 @@ class Records:
             )
         )
         if outcome.state is not None:
-            json.dumps(dict(outcome.state), sort_keys=True)  # unsavable: the handler failed
+            json.dumps(dict(outcome.state))  # unsavable: the handler failed
         window = self.settings.applied_window
         timers = (
             ()
@@ -441,3 +441,7 @@ class Records:
             if producer is None:
                 raise BrokerError(f"processor {self.name} is stopped")
             await producer.send_all(records)
+
+
+def _read_only(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    return data if isinstance(data, ModelState) else MappingProxyType(dict(data))

@@ -25,7 +25,7 @@ from hermesbus.payloads import (
     ToolCall,
 )
 from hermesbus.processors import protocol
-from hermesbus.runtime import Effects, HandlerInput, Outcome, TimerRequest, derive_id
+from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
 
 from ._history import Message, new_message
 from ._machine import MACHINE
@@ -258,4 +258,4 @@ class Step:
         self.update(history=self.session.history.add(message, self.session.facts))
 
     def outcome(self) -> Outcome:
-        return self.effects.outcome(self.session.model_dump(mode="json"))
+        return self.effects.outcome(ModelState(self.session))

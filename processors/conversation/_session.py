@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hermesbus._types import from_epoch_ms
 from hermesbus.errors import StoreError
+from hermesbus.runtime import kept
 from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
 
 from ._history import History
@@ -91,7 +92,11 @@ class Session(BaseModel):
 
 
 def load_session(data: Mapping[str, Any], session_id: str) -> Session:
-    """The saved state, or a fresh session when nothing was saved yet."""
+    """The saved state, or a fresh session when nothing was saved yet; the very model the
+    previous envelope left when the runtime kept it (see ``runtime.ModelState``)."""
+    session = kept(data, Session)
+    if session is not None:
+        return session
     try:
         return Session.model_validate(dict(data))
     except ValidationError as exc:

@@ -10,13 +10,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
 from hermesbus.errors import ConfigError
 from hermesbus.processors import conversation, protocol
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.recorded import ScriptedTools
-from hermesbus.runtime import HandlerInput, Outcome, TimerRequest, derive_id
+from hermesbus.runtime import HandlerInput, ModelState, Outcome, TimerRequest, derive_id, kept
 from hermesbus.runtime._effects import timer_fired
 from hermesbus.stack import in_memory
 from hermesbus.testing import Harness
@@ -134,6 +135,38 @@ async def test_state_that_json_cannot_hold_fails_as_it_would_in_production() -> 
     harness = Harness().processor("conversation", keeps_a_set, [IN])
     with pytest.raises(TypeError, match="not JSON serializable: set"):
         await harness.send(turn("hi"))
+
+
+class Tally(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    turns: int = 0
+    said: dict[str, int] = {}
+
+
+async def test_a_model_state_comes_back_as_the_model_the_handler_left() -> None:
+    seen: list[Tally | None] = []
+    left: list[Tally] = []
+
+    async def tally(inp: HandlerInput) -> Outcome:
+        before = kept(inp.state.data, Tally)
+        seen.append(before)
+        now = before or Tally.model_validate(dict(inp.state.data))
+        text = str(getattr(inp.envelope.payload.body, "text", ""))
+        said = {text: now.said.get(text, 0) + 1, **now.said}
+        left.append(Tally(turns=now.turns + 1, said=said))
+        return Outcome(state=ModelState(left[-1]))
+
+    harness = Harness().processor("conversation", tally, [IN])
+    await harness.send(turn("b", "m1"))
+    await harness.send(turn("a", "m2"))
+    first, second = seen
+    assert first is None  # nothing saved yet: validated from the empty state
+    assert second is left[0]  # the very model, not validated again
+    assert second == Tally(turns=1, said={"b": 1})
+    saved = harness.state("conversation", "s1").data
+    assert dict(saved) == {"turns": 2, "said": {"a": 1, "b": 1}}  # reads as its JSON dump
+    assert list(saved["said"]) == ["a", "b"]
+    assert kept(saved, Reply) is None and kept({"turns": 2}, Tally) is None
 
 
 async def test_emitted_envelopes_reach_the_processors_of_their_topics_until_quiet() -> None:

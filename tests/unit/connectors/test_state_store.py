@@ -43,6 +43,14 @@ async def test_compare_and_set(store: StateStore) -> None:
     assert (await store.load("other", "s1")).version == 0  # per processor
 
 
+async def test_saved_state_keeps_its_keys_in_order(store: StateStore) -> None:
+    # a reloaded session reads as the runtime's cached copy did, dict order included
+    data = {"z": 1, "a": {"y": 2, "b": 3}, "m": [3, 1]}
+    assert await store.commit("conv", "s1", StateChange(0, "m1", data, ("m1",)))
+    loaded = (await store.load("conv", "s1")).data
+    assert list(loaded) == ["z", "a", "m"] and list(loaded["a"]) == ["y", "b"]
+
+
 async def test_a_failed_compare_and_set_writes_nothing(store: StateStore) -> None:
     await store.commit("conv", "s1", change(0, "m1"))
     stale = StateChange(
