@@ -34,6 +34,11 @@ def diagnostics(count: int, confidence: float = 1.0, latency_ms: float = 0.0) ->
     )
 
 
+_NO_CALLS = diagnostics(0)
+_DEFAULT = Metadata()
+"""Shared by the envelopes that need no other (models are frozen)."""
+
+
 class Effects(runtime.Effects):
     """The dispatcher's envelopes, timers and cancellations of one handler call, in order."""
 
@@ -65,9 +70,9 @@ class Effects(runtime.Effects):
             task=task,
             context=context or {},
             causation_id=causation_id,
-            metadata=metadata or Metadata(),
+            metadata=metadata or _DEFAULT,
             snapshot=snapshot,
-            diagnostics=diag or diagnostics(0),
+            diagnostics=diag or _NO_CALLS,
         )
         return self.emit(envelope)
 

@@ -2,7 +2,9 @@
 
 The state is loaded from the saved JSON into fresh models on every envelope and dumped
 back into the outcome, so the working copy is private to one handler call and may be
-changed in place. Closed cycles keep only what late envelopes are checked against.
+changed in place. It is saved as a ``ModelState``: the model a call leaves is never touched
+again, and the next call validates a new one from its JSON dump (the JSON round trip of
+a plain dict is skipped). Closed cycles keep only what late envelopes are checked against.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import MemoryContext, ToolResult
+from hermesbus.runtime import ModelState
 
 __all__ = ["KEEP_CLOSED", "Call", "CallStatus", "Cycle", "CycleStatus", "DispatcherState"]
 
@@ -109,11 +112,14 @@ class DispatcherState(_Model):
 
     @classmethod
     def load(cls, data: Mapping[str, Any]) -> DispatcherState:
+        """A new model of the saved state (a handler changes it in place); from the JSON
+        of the model the previous call left, when the runtime kept it."""
         return cls.model_validate(dict(data))
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> ModelState:
+        """The state to save: this model, which its handler no longer touches."""
         self._prune()
-        return self.model_dump(mode="json")
+        return ModelState(self)
 
     def _prune(self) -> None:
         closed = [cid for cid, cycle in self.cycles.items() if not cycle.is_open]
