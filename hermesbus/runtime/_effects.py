@@ -69,15 +69,15 @@ def outputs(
 def emitted(source: Envelope, outcome: Outcome) -> tuple[Envelope, ...]:
     """The envelopes as they go out: ids derived from ``source``'s id and their index,
     causation ``source`` unless the handler named one (the same on every replay)."""
-    return tuple(
-        envelope.model_copy(
-            update={
-                "message_id": derive_id(source.message_id, "out", index),
-                "causation_id": envelope.causation_id or source.message_id,
-            }
-        )
-        for index, envelope in enumerate(outcome.emit)
-    )
+    return tuple(_final(source, index, envelope) for index, envelope in enumerate(outcome.emit))
+
+
+def _final(source: Envelope, index: int, envelope: Envelope) -> Envelope:
+    message_id = derive_id(source.message_id, "out", index)
+    if envelope.message_id == message_id and envelope.causation_id:
+        return envelope  # made so already (``protocol.answer`` does): no copy
+    update = {"message_id": message_id, "causation_id": envelope.causation_id or source.message_id}
+    return envelope.model_copy(update=update)
 
 
 def timer_fired(processor: str, source: Envelope, request: TimerRequest) -> Envelope:
