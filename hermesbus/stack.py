@@ -461,8 +461,8 @@ async def shadows(
 
     The conversation reads turns with the rule parser (a configured LLM is not called);
     the dispatcher sees the tool health it recorded; the tool processor answers each
-    call with the result it recorded; memory writes into stores in a temporary folder,
-    removed afterwards (its state spans sessions, so it is fed every session's inputs).
+    call with the result it recorded; memory writes into in-memory SQLite stores, gone
+    afterwards (its state spans sessions, so it is fed every session's inputs).
     """
     unknown = [name for name in names if name not in REPLAYABLE]
     if unknown:
@@ -470,7 +470,7 @@ async def shadows(
             f"no processor {', '.join(unknown)} to replay (processors: {', '.join(REPLAYABLE)})"
         )
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
-        async with memory_in(Path(folder)) as stores:
+        async with memory_in(Path(folder), in_ram=True) as stores:
             health, tools = RecordedHealth(), RecordedTools()
             parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
             table = wiring(
@@ -492,9 +492,11 @@ async def shadows(
 
 
 @asynccontextmanager
-async def memory_in(folder: Path) -> AsyncIterator[memory.MemoryStores]:
-    """Memory's SQLite stores in ``folder`` (not the state folder's), started and stopped."""
-    settings = memory.MemorySettings(home=folder, path=folder / "memory.sqlite3")
+async def memory_in(folder: Path, *, in_ram: bool = False) -> AsyncIterator[memory.MemoryStores]:
+    """Memory's SQLite stores in ``folder`` (not the state folder's), started and stopped;
+    ``in_ram``: in SQLite's in-memory databases instead, gone when stopped."""
+    path = Path(":memory:") if in_ram else folder / "memory.sqlite3"
+    settings = memory.MemorySettings(home=folder, path=path)
     async with memory.MemoryStores(settings) as stores:
         yield stores
 
