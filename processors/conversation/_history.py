@@ -6,6 +6,7 @@ model call, so a replay folds identically); key facts are pinned apart and never
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -51,6 +52,13 @@ def estimate_tokens(text: str) -> int:
     """CJK characters count one token each; other text about four characters per token."""
     cjk = len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+@functools.lru_cache(maxsize=4096)
+def _counted(text: str) -> int:
+    """:func:`estimate_tokens` remembered: the budget is checked several times an envelope
+    over the same recent messages."""
+    return estimate_tokens(text)
 
 
 class Message(BaseModel):
@@ -107,9 +115,9 @@ class History(BaseModel):
     def tokens(self, pinned: Mapping[str, str]) -> int:
         """Tokens of what would go into a model context: pinned facts, summary, recent."""
         return (
-            estimate_tokens(render_pinned(pinned))
-            + estimate_tokens(self.summary)
-            + sum(estimate_tokens(message_text(m)) for m in self.recent)
+            _counted(render_pinned(pinned))
+            + _counted(self.summary)
+            + sum(_counted(message_text(m)) for m in self.recent)
         )
 
     def add(
