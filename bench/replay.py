@@ -97,6 +97,7 @@ def raw_decode(records: list[ArchivedRecord]) -> float:
 async def shadow_replay(records: list[ArchivedRecord]) -> tuple[float, int]:
     started = time.perf_counter()
     recording = recording_of(records, "bench")
+    tune_collector()  # as `hermesbus replay` does once it has read the recording
     async with shadows() as wired:
         report = await shadow(recording, wired, policy=protocol.ProtocolPolicy())
     elapsed = time.perf_counter() - started
