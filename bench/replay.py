@@ -5,7 +5,9 @@
     in-memory bus (``hermesbus.testing``) to make a log; then, in rounds, the same log is
     (raw) decoded record by record with the codec, and (shadow) decoded and shadow-
     replayed by every processor, compared with what they emitted. Envelopes per second of
-    each; target shadow/raw >= 0.3. The replay must find no divergence.
+    each; target shadow/raw >= 0.3. The replay must find no divergence. Then the same
+    replay with no handler logic (handlers that only build again what they emitted then:
+    the replay's own cost), and each processor alone (µs per input).
 (b) tail: ``--count`` envelopes of ~1 KB on one topic of the broker; (raw) a plain
     aiokafka consumer reads them to the end as kcat ``-C -e`` does (assign, seek to the
     beginning, fetch until the end, touch the bytes); (tail) ``hermesbus.tail`` reads
@@ -28,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,15 @@ from bench.index import produce, provisioned  # noqa: E402
 from hermesbus.broker import EmbeddedBroker  # noqa: E402
 from hermesbus.codec import default_codec  # noqa: E402
 from hermesbus.connectors.kafka import KafkaConfig  # noqa: E402
+from hermesbus.envelope import Envelope  # noqa: E402
 from hermesbus.index import ArchivedRecord  # noqa: E402
 from hermesbus.lifecycle import tune_collector  # noqa: E402
 from hermesbus.processors import protocol  # noqa: E402
 from hermesbus.processors.dispatcher import StaticHealth  # noqa: E402
 from hermesbus.processors.recorded import ScriptedTools  # noqa: E402
-from hermesbus.replay import recording_of, shadow  # noqa: E402
-from hermesbus.stack import in_memory, shadows  # noqa: E402
+from hermesbus.replay import Shadow, recording_of, shadow  # noqa: E402
+from hermesbus.runtime import HandlerInput, Outcome  # noqa: E402
+from hermesbus.stack import REPLAYABLE, in_memory, shadows  # noqa: E402
 from hermesbus.tail import Position, tail  # noqa: E402
 from tests.unit.processors.conversation.demo import (  # noqa: E402
     FINANCE,
@@ -94,16 +98,55 @@ def raw_decode(records: list[ArchivedRecord]) -> float:
     return time.perf_counter() - started
 
 
-async def shadow_replay(records: list[ArchivedRecord]) -> tuple[float, int]:
+def echoes(wired: list[Shadow]) -> list[Shadow]:
+    """Each processor replaced by a handler that only builds again, as a handler builds
+    them, the envelopes the processor emitted then (its cue tells it): what the replay
+    costs of itself, with the processors' own logic left out."""
+    fields = tuple(Envelope.model_fields)
+    found = []
+    for spec in wired:
+        said: list[Envelope] = []
+
+        def cue(recorded: Sequence[Envelope], said: list[Envelope] = said) -> None:
+            said[:] = recorded
+
+        async def again(_: HandlerInput, said: list[Envelope] = said) -> Outcome:
+            built = (Envelope(**{name: getattr(e, name) for name in fields}) for e in said)
+            return Outcome(emit=tuple(built))
+
+        found.append(Shadow(spec.name, again, spec.topics, cue=cue, sessions=spec.sessions))
+    return found
+
+
+async def shadow_replay(
+    records: list[ArchivedRecord], *, names: Sequence[str] = (), floor: bool = False
+) -> tuple[float, int]:
+    """Seconds to read the recording and shadow-replay it (``names``: those processors
+    only; ``floor``: with :func:`echoes` instead of the processors), and handler calls."""
     started = time.perf_counter()
     recording = recording_of(records, "bench")
     tune_collector()  # as `hermesbus replay` does once it has read the recording
-    async with shadows() as wired:
-        report = await shadow(recording, wired, policy=protocol.ProtocolPolicy())
+    async with shadows(names or tuple(REPLAYABLE)) as wired:
+        chosen = echoes(wired) if floor else wired
+        report = await shadow(recording, chosen, policy=protocol.ProtocolPolicy())
     elapsed = time.perf_counter() - started
     if report.diverged:
         raise SystemExit("the replay diverged: " + "\n".join(report.divergences[0].lines()))
     return elapsed, sum(report.replayed.values())
+
+
+async def per_processor(records: list[ArchivedRecord], rounds: int) -> None:
+    """Each processor replayed alone over a recording read once: µs per input it handled."""
+    recording = recording_of(records, "bench")
+    for name in REPLAYABLE:
+        best, calls = float("inf"), 0
+        for _ in range(rounds):
+            async with shadows((name,)) as wired:
+                started = time.perf_counter()
+                report = await shadow(recording, wired, policy=protocol.ProtocolPolicy())
+                best = min(best, time.perf_counter() - started)
+            calls = report.replayed[name]
+        print(f"    {name:<13} {calls:>6,} inputs  {best / calls * 1e6:6.0f} µs each")
 
 
 async def part_a(sessions: int, rounds: int) -> bool:
@@ -111,22 +154,31 @@ async def part_a(sessions: int, rounds: int) -> bool:
         records = await log_of(sessions, Path(folder))
     count = len(records)
     print(f"(a) shadow replay of {sessions} reports, {count:,} envelopes, best of {rounds}")
-    raws, shadows_, ratios, inputs = [], [], [], 0
+    raws, shadows_, floors, ratios, inputs = [], [], [], [], 0
     for _ in range(rounds):
         gc.collect()
         raw = raw_decode(records)
         gc.collect()
         replayed, inputs = await shadow_replay(records)
+        gc.collect()
+        floor, _ = await shadow_replay(records, floor=True)
         raws.append(count / raw)
         shadows_.append(count / replayed)
+        floors.append(count / floor)
         ratios.append(raw / replayed)
-    best_raw, best_shadow = max(raws), max(shadows_)
+    best_raw, best_shadow, best_floor = max(raws), max(shadows_), max(floors)
     ratio = best_shadow / best_raw
     print(f"  raw decoding            {best_raw:>10,.0f} env/s")
     note = "ok" if ratio >= TARGET else f"below the target {TARGET}"
     print(f"  shadow replay           {best_shadow:>10,.0f} env/s   {ratio:5.2f}  {note}")
     median = statistics.median(ratios)
     print(f"  ({inputs:,} handler calls per replay; median of the rounds' ratios {median:.2f})")
+    print(
+        f"  replay, no handler logic {best_floor:>9,.0f} env/s   {best_floor / best_raw:5.2f}"
+        "  (handlers only build again what they emitted then)"
+    )
+    print("  each processor alone (µs per input, the recording read beforehand):")
+    await per_processor(records, rounds)
     return ratio >= TARGET
 
 
