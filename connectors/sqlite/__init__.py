@@ -2,6 +2,6 @@
 
 from .config import SqliteConfig
 from .errors import StoreError
-from .store import SqliteStateStore
+from .state import SqliteStateStore
 
 __all__ = ["SqliteConfig", "SqliteStateStore", "StoreError"]

@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.config import StateHome, default_home
 
-from ._file import BUSY_TIMEOUT_MS
+from .client import BUSY_TIMEOUT_MS
 
 __all__ = ["SqliteConfig"]
 

@@ -16,7 +16,7 @@ import orjson
 
 from hermesbus.index import Document, Search, WriteResult
 
-from ._file import SqliteFile
+from .client import SqliteFile
 from .config import SqliteConfig
 
 __all__ = ["SqliteTraceIndex"]

@@ -26,7 +26,7 @@ from hermesbus.processors.memory import (
     ReviewItem,
 )
 
-from ._file import SqliteFile
+from .client import SqliteFile
 
 __all__ = ["SqliteGraphStore", "SqlitePreferenceStore"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
 
-from ._file import SqliteFile
+from .client import SqliteFile
 
 __all__ = ["SqliteToolStore"]
 

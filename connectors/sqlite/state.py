@@ -25,7 +25,7 @@ import orjson
 from hermesbus.errors import StoreError
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
 
-from ._file import SqliteFile
+from .client import SqliteFile
 from .config import SqliteConfig
 
 __all__ = ["SqliteStateStore"]
