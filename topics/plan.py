@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hermesbus.connectors.kafka import ExistingTopic
+
 from .catalog import SESSION_KEY, Catalog, TopicSpec
 
 __all__ = [
@@ -16,16 +18,6 @@ __all__ = [
     "session_partitions",
     "sized_by_existing",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ExistingTopic:
-    """A topic as the cluster describes it; ``configs`` is None if it cannot say."""
-
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: Mapping[str, str] | None
 
 
 @dataclass(frozen=True, slots=True)

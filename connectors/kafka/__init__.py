@@ -1,6 +1,6 @@
 """Kafka connector: connection settings, topic administration, client start-up."""
 
-from .admin import KafkaAdmin
+from .admin import ExistingTopic, KafkaAdmin, NewTopicSpec
 from .client import UNREACHABLE_HINT, kafka_reason, start_or_close
 from .config import KafkaConfig
 from .errors import BrokerError, ConfigError
@@ -11,8 +11,10 @@ __all__ = [
     "UNREACHABLE_HINT",
     "BrokerError",
     "ConfigError",
+    "ExistingTopic",
     "KafkaAdmin",
     "KafkaConfig",
+    "NewTopicSpec",
     "kafka_reason",
     "partition_of",
     "start_or_close",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -12,16 +13,41 @@ from aiokafka.errors import KafkaError
 
 from hermesbus.errors import BrokerError
 from hermesbus.lifecycle import Service
-from hermesbus.topics import ExistingTopic, TopicSpec
 
 from .client import kafka_reason, start_or_close
 from .config import KafkaConfig
 
-__all__ = ["KafkaAdmin"]
+__all__ = ["ExistingTopic", "KafkaAdmin", "NewTopicSpec"]
 
 log = logging.getLogger(__name__)
 
 _TOPIC_EXISTS = 36
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingTopic:
+    """A topic as the cluster describes it; ``configs`` is None if it cannot say."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] | None
+
+
+class NewTopicSpec(Protocol):
+    """What creating a topic takes (the catalog's ``TopicSpec`` is one): the connector
+    knows Kafka, not the catalog."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> int: ...
+
+    @property
+    def replication_factor(self) -> int: ...
+
+    def kafka_configs(self) -> dict[str, str]: ...
 
 
 class KafkaAdmin(Service):
@@ -70,7 +96,7 @@ class KafkaAdmin(Service):
             )
         return result
 
-    async def create(self, specs: Iterable[TopicSpec]) -> list[str]:
+    async def create(self, specs: Iterable[NewTopicSpec]) -> list[str]:
         """Create ``specs``; a topic that appeared meanwhile is not an error. Returns created."""
         new = [
             NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.kafka_configs())
