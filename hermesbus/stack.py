@@ -21,14 +21,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
+from hermesbus.backends import memory_stores, state_store, tool_store, trace_index
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.config import state_home
-from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
-from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import Keyring, WritePolicy, keys_path
 from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
@@ -52,7 +49,6 @@ __all__ = [
     "memory_in",
     "shadows",
     "stack",
-    "trace_index",
     "wiring",
 ]
 
@@ -118,8 +114,9 @@ async def stack(
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
     ``progress`` is told each step as it completes ("broker up", "topics ready",
     "conversation joined", ...). ``index``: the trace index the indexer writes (default:
-    :func:`trace_index`, from settings). On the embedded broker the processors' consumer groups
-    use its group timings (``RuntimeSettings.for_embedded_broker``), unless set explicitly.
+    ``backends.trace_index()``, from settings). On the embedded broker the processors'
+    consumer groups use its group timings (``RuntimeSettings.for_embedded_broker``), unless
+    set explicitly.
 
     A sandbox (``replay --redrive``) also passes ``group_prefix`` (put before every
     consumer group's name), ``tool_port`` and ``health`` (what the tool processor and the
@@ -138,10 +135,10 @@ async def stack(
         keys = keyring(create=embedded)
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
-        states: StateStore = store if store is not None else await enter(SqliteStateStore())
+        states: StateStore = store if store is not None else await enter(state_store())
         _demo_keys(fresh=demo, copying=copy_tools_from is not None)
-        stores = await enter(memory.MemoryStores(memory.MemorySettings()))
-        tools = await enter(tool.ToolService(SqliteToolStore()))
+        stores = await enter(memory_stores())
+        tools = await enter(tool.ToolService(tool_store()))
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.broker = broker
@@ -248,15 +245,6 @@ async def _indexer(
     return indexer
 
 
-def trace_index(*, install: bool = True) -> TraceIndex:
-    """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set, else SQLite under the state
-    folder. ``install``: put the data stream's templates (the read-only commands do not)."""
-    config = ElasticsearchConfig()
-    if config.url:
-        return ElasticsearchTraceIndex(config, install=install)
-    return SqliteTraceIndex()
-
-
 class _Joining(Protocol):
     name: str
     joined: asyncio.Event
@@ -354,7 +342,7 @@ async def _copy_tools(home: Path, tools: tool.ToolService) -> list[str]:
     path = tool.ToolSettings(home=home).tools_path
     if not path.exists():
         return []
-    async with SqliteToolStore(path) as theirs:
+    async with tool_store(path=path) as theirs:
         specs = await theirs.list_specs()
     for spec in specs:
         await tools.register(spec)
@@ -497,7 +485,7 @@ async def memory_in(folder: Path, *, in_ram: bool = False) -> AsyncIterator[memo
     ``in_ram``: in SQLite's in-memory databases instead, gone when stopped."""
     path = Path(":memory:") if in_ram else folder / "memory.sqlite3"
     settings = memory.MemorySettings(home=folder, path=path)
-    async with memory.MemoryStores(settings) as stores:
+    async with memory_stores(settings) as stores:
         yield stores
 
 

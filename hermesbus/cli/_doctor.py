@@ -31,6 +31,7 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from pydantic import ValidationError
 from rich.markup import escape
 
+from hermesbus.backends import tool_store
 from hermesbus.broker import EmbeddedBroker, find_broker_binary
 from hermesbus.config import (
     HOME_ENV,
@@ -41,7 +42,6 @@ from hermesbus.config import (
 )
 from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
 from hermesbus.connectors.schema_registry.config import RegistryConfig
-from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
@@ -353,7 +353,7 @@ async def _tools() -> list[Check]:
     if not settings.tools_path.exists():  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
-    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+    async with ToolService(tool_store(settings), settings) as tools:
         specs = {spec.name: spec for spec in await tools.store.list_specs()}
         probes = await tools.probe_all(save=False)
     if not probes:

@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from hermesbus.backends import trace_index
 from hermesbus.bundle import same_user, write_bundle
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import HermesError
 from hermesbus.index import Document
 from hermesbus.replay import documents
-from hermesbus.stack import REPLAYABLE, trace_index
+from hermesbus.stack import REPLAYABLE
 
 from ._common import BootstrapOption, PrefixOption, console, errors, fail
 from ._sources import read_sessions

@@ -21,13 +21,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from hermesbus.backends import trace_index
 from hermesbus.codec import default_codec
 from hermesbus.config import HermesSettings
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.index import Document, Search, TraceIndex, iso_ms, session_of
 from hermesbus.payloads import Reply
 from hermesbus.redrive import lineage_of, sandbox_home
-from hermesbus.stack import trace_index
 from hermesbus.topics import DLQ
 from hermesbus.trace import Hop, collect, hops_of, spans, waterfall
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermesbus.backends import trace_index
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
@@ -16,7 +17,6 @@ from hermesbus.replay import (
     records_from_broker,
     sessions_of_trace,
 )
-from hermesbus.stack import trace_index
 from hermesbus.tail import Position, catalog_topics, tail
 from hermesbus.trace import Hop
 

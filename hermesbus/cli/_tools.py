@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.backends import tool_store
 from hermesbus.errors import ConfigError
 from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
 from hermesbus.processors.tool.demo import register_demo
@@ -102,7 +102,7 @@ def _spec(data: dict[str, Any], schema_file: Path | None) -> ToolSpec:
 
 
 async def _register(settings: ToolSettings, debug: bool, spec: ToolSpec | None) -> list[str]:
-    async with SqliteToolStore(settings=settings) as store:
+    async with tool_store(settings) as store:
         registry = ToolRegistry(store, settings, debug=debug or None)
         if spec is None:
             return await register_demo(registry)
@@ -219,7 +219,7 @@ def list_command(home: HomeOption = None) -> None:
 
 
 async def _list(settings: ToolSettings) -> list[ToolSpec]:
-    async with SqliteToolStore(settings=settings) as store:
+    async with tool_store(settings) as store:
         return await store.list_specs()
 
 
@@ -242,7 +242,7 @@ def health_command(home: HomeOption = None) -> None:
 
 
 async def _health(settings: ToolSettings) -> list[tuple[str, ...]]:
-    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+    async with ToolService(tool_store(settings), settings) as tools:
         probes = await tools.probe_all()
         rows: list[tuple[str, ...]] = []
         for name, probe in sorted(probes.items()):

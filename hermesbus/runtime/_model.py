@@ -76,7 +76,7 @@ class ModelState(Mapping[str, Any]):
     model must never change once returned: a frozen model, changed only by copies.
 
     A session behaves the same either way, because the stores keep the keys of saved
-    JSON in the order the dump gives them (see ``connectors.sqlite.store``)."""
+    JSON in the order the dump gives them (see ``connectors.sqlite.state``)."""
 
     __slots__ = ("_dump", "model")
 

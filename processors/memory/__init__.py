@@ -7,8 +7,8 @@
 - long-term: an entity graph changed only by tool-verified facts from the dispatcher,
   queried by trust level, with conflict resolution and every change sent to ``audit:graph``.
 
-Wiring: ``async with MemoryStores(MemorySettings()) as stores:`` then run ``handle`` as
-processor ``NAME`` with ``ports={NAME: stores}``.
+Wiring: ``async with hermesbus.backends.memory_stores() as stores:`` (the stores the
+settings pick) then run ``handle`` as processor ``NAME`` with ``ports={NAME: stores}``.
 """
 
 from ._handler import NAME, TERMINAL_STATE, TOPIC, handle

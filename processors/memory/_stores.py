@@ -1,7 +1,9 @@
 """``MemoryStores``: the memory processor's one port (``ports["memory"]``) and read API.
 
 It holds a :class:`PreferenceStore`, a :class:`GraphStore`, the settings and the
-validator registry; by default both stores are SQLite on ``$HERMES_HOME/memory.sqlite3``.
+validator registry. The stores are given: the processor knows their Protocols, never a
+backend (``hermesbus.backends.memory_stores`` picks them from settings: SQLite on
+``$HERMES_HOME/memory.sqlite3`` by default).
 """
 
 from __future__ import annotations
@@ -20,37 +22,19 @@ from ._symbols import VALIDATORS, Validator
 __all__ = ["MemoryStores"]
 
 
-def _sqlite(settings: MemorySettings) -> tuple[PreferenceStore, GraphStore]:
-    """The embedded default; imported here so other backends need not load it."""
-    from hermesbus.connectors.sqlite.memory import (  # noqa: PLC0415 - avoids an import cycle
-        SqliteGraphStore,
-        SqlitePreferenceStore,
-    )
-
-    path, timeout = settings.db_path, settings.busy_timeout_ms
-    return (
-        SqlitePreferenceStore(path, busy_timeout_ms=timeout),
-        SqliteGraphStore(path, busy_timeout_ms=timeout),
-    )
-
-
 class MemoryStores(Service):
     """Mid-term and long-term stores plus settings; starts and stops both stores."""
 
     def __init__(
         self,
-        settings: MemorySettings | None = None,
+        settings: MemorySettings,
         *,
-        preferences: PreferenceStore | None = None,
-        graph: GraphStore | None = None,
+        preferences: PreferenceStore,
+        graph: GraphStore,
         validators: Mapping[str, Validator] | None = None,
     ) -> None:
-        self.settings = settings or MemorySettings()
+        self.settings = settings
         self.validators: Mapping[str, Validator] = validators or VALIDATORS
-        if preferences is None or graph is None:
-            default_preferences, default_graph = _sqlite(self.settings)
-            preferences = preferences or default_preferences
-            graph = graph or default_graph
         self.preferences: PreferenceStore = preferences
         self.graph: GraphStore = graph
 

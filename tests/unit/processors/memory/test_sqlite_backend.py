@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.backends import memory_stores
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import StoreError
 from hermesbus.payloads import MemoryTier, MemoryWrite
-from hermesbus.processors.memory import MemorySettings, MemoryStores, Preference
+from hermesbus.processors.memory import MemorySettings, Preference
 
 from .helpers import Session, fact_write, stores_for
 
@@ -23,7 +24,7 @@ async def test_default_file_is_under_hermes_home(
     settings = MemorySettings()
     assert settings.db_path == tmp_path / "home" / "memory.sqlite3"
     assert settings.budget_items == 7
-    async with MemoryStores(settings) as stores:
+    async with memory_stores(settings) as stores:  # the default the settings pick
         assert isinstance(stores.preferences, SqlitePreferenceStore)
         assert isinstance(stores.graph, SqliteGraphStore)
     assert settings.db_path.exists()

@@ -1,0 +1,71 @@
+"""Which backend serves each store, picked from settings: the one place that picks.
+
+The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
+server replaces it: ``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
+core know only the Protocols these implement (``runtime.StateStore``, memory's
+``PreferenceStore`` and ``GraphStore``, the tool processor's ``ToolStore``, the index's
+``TraceIndex``); the stack and the commands ask here for the implementations.
+
+Imports go one way (``tests/unit/test_layers.py`` holds them to it): the core, then the
+processors, then the store connectors, then this module, the stack and the CLI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self
+
+from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.connectors.sqlite.index import SqliteTraceIndex
+from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.index import TraceIndex
+from hermesbus.processors import memory, tool
+from hermesbus.runtime import StateStore
+
+__all__ = ["OpenedStateStore", "memory_stores", "state_store", "tool_store", "trace_index"]
+
+
+class OpenedStateStore(StateStore, Protocol):
+    """A state store with a connection to open and close: ``async with`` it."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def state_store() -> OpenedStateStore:
+    """Session state, outboxes and timers: SQLite, ``$HERMES_HOME/state.sqlite3``."""
+    return SqliteStateStore()
+
+
+def memory_stores(settings: memory.MemorySettings | None = None) -> memory.MemoryStores:
+    """Memory's preferences and graph: SQLite on one file (``settings.db_path``)."""
+    settings = settings or memory.MemorySettings()
+    path, timeout = settings.db_path, settings.busy_timeout_ms
+    return memory.MemoryStores(
+        settings,
+        preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout),
+        graph=SqliteGraphStore(path, busy_timeout_ms=timeout),
+    )
+
+
+def tool_store(
+    settings: tool.ToolSettings | None = None, *, path: Path | None = None
+) -> SqliteToolStore:
+    """Registered tools, their stats, probes and results: SQLite (``settings.tools_path``,
+    or the file at ``path``: another state folder's)."""
+    return SqliteToolStore(path, settings=settings)
+
+
+def trace_index(*, install: bool = True) -> TraceIndex:
+    """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set, else SQLite under the state
+    folder. ``install``: put the data stream's templates (the read-only commands do not)."""
+    config = ElasticsearchConfig()
+    if config.url:
+        return ElasticsearchTraceIndex(config, install=install)
+    return SqliteTraceIndex()
