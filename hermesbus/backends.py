@@ -1,7 +1,8 @@
 """Which backend serves each store, picked from settings: the one place that picks.
 
 The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
-server replaces it: ``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
+server replaces it: ``HERMES_REDIS_URL`` the session state (state, outboxes, timers: shared
+by every worker of a group), ``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
 core know only the Protocols these implement (``runtime.StateStore``, memory's
 ``PreferenceStore`` and ``GraphStore``, the tool processor's ``ToolStore``, the index's
 ``TraceIndex``); the stack and the commands ask here for the implementations.
@@ -17,6 +18,7 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
+from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
@@ -31,6 +33,11 @@ __all__ = ["OpenedStateStore", "memory_stores", "state_store", "tool_store", "tr
 class OpenedStateStore(StateStore, Protocol):
     """A state store with a connection to open and close: ``async with`` it."""
 
+    @property
+    def where(self) -> str:
+        """Where the state is kept, for messages (no secret in it)."""
+        ...
+
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(
@@ -39,7 +46,11 @@ class OpenedStateStore(StateStore, Protocol):
 
 
 def state_store() -> OpenedStateStore:
-    """Session state, outboxes and timers: SQLite, ``$HERMES_HOME/state.sqlite3``."""
+    """Session state, outboxes and timers: Redis when ``HERMES_REDIS_URL`` is set, else
+    SQLite (``$HERMES_HOME/state.sqlite3``)."""
+    redis = RedisConfig()
+    if redis.url is not None:
+        return RedisStateStore(redis)
     return SqliteStateStore()
 
 

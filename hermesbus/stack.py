@@ -135,7 +135,12 @@ async def stack(
         keys = keyring(create=embedded)
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
-        states: StateStore = store if store is not None else await enter(state_store())
+        if store is not None:
+            states: StateStore = store
+        else:
+            chosen = await enter(state_store())
+            say(f"session state: {chosen.where}")
+            states = chosen
         _demo_keys(fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory_stores())
         tools = await enter(tool.ToolService(tool_store()))

@@ -28,6 +28,7 @@ from tests.services import (  # the service fixtures and the failure report, for
     in_ci,
     kafka_bootstrap,
     pytest_runtest_makereport,
+    redis_url,
     schema_registry_url,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "embedded_bootstrap",
     "kafka_bootstrap",
     "pytest_runtest_makereport",
+    "redis_url",
     "schema_registry_url",
     "unique",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "ELASTICSEARCH",
     "EMBEDDED",
     "KAFKA",
+    "REDIS",
     "SCHEMA_REGISTRY",
     "SERVICES",
     "Service",
@@ -41,6 +42,7 @@ __all__ = [
     "log_tail",
     "need",
     "pytest_runtest_makereport",
+    "redis_url",
     "schema_registry_url",
 ]
 
@@ -157,8 +159,16 @@ ELASTICSEARCH = Service(
     "deploy/local/test.sh starts Elasticsearch with deploy/local/elasticsearch.sh",
     _url_answers,
 )
-SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY, ELASTICSEARCH)
+REDIS = Service(
+    "Redis",
+    "HERMES_TEST_REDIS_URL",
+    "HERMES_TEST_REDIS_LOG",
+    "deploy/local/test.sh starts Debian's redis-server with deploy/local/redis.sh",
+    _url_answers,
+)
+SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY, ELASTICSEARCH, REDIS)
 _SERVICE_FIXTURES = {
+    "redis_url",
     "kafka_bootstrap",
     "embedded_bootstrap",
     "broker",
@@ -207,6 +217,12 @@ def schema_registry_url() -> str:
 def elasticsearch_url() -> str:
     """URL of the real Elasticsearch the test command started (security off, loopback)."""
     return ELASTICSEARCH.address()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the real Redis the test command started (loopback, no persistence)."""
+    return REDIS.address()
 
 
 def _uses_services(item: pytest.Item) -> bool:

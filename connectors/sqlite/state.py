@@ -78,6 +78,10 @@ class SqliteStateStore(SqliteFile):
         )
         self._queued: list[_Queued] = []
 
+    @property
+    def where(self) -> str:
+        return f"SQLite {self.path}"
+
     async def close(self) -> None:
         await self.stop()
 

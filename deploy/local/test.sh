@@ -16,13 +16,14 @@ say() { printf '\n== %s\n' "$*"; }
 
 RUN_DIR=$(mktemp -d -t hermesbus-test.XXXXXX)
 export HERMES_KAFKA_RUN_DIR="$RUN_DIR/kafka" HERMES_SR_RUN_DIR="$RUN_DIR/schema-registry"
-export HERMES_ES_RUN_DIR="$RUN_DIR/elasticsearch"
+export HERMES_ES_RUN_DIR="$RUN_DIR/elasticsearch" HERMES_REDIS_RUN_DIR="$RUN_DIR/redis"
 # Where each service logs (a failing test shows the end of the log of a service that
 # is gone, and under CI=true a missing service's test names its log).
 export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/embedded-broker.err"
 export HERMES_TEST_KAFKA_LOG="$RUN_DIR/kafka-start.log"
 export HERMES_TEST_SCHEMA_REGISTRY_LOG="$RUN_DIR/schema-registry-start.log"
 export HERMES_TEST_ELASTICSEARCH_LOG="$RUN_DIR/elasticsearch-start.log"
+export HERMES_TEST_REDIS_LOG="$RUN_DIR/redis-start.log"
 ES_STARTER=""
 EMBEDDED_PID=""
 stop_services() { # exit status: the run folder (the services' logs) is kept unless it is 0
@@ -34,6 +35,7 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   ((status == 0)) || keep=(--keep-logs)
   bash deploy/local/kafka.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true # bash 3.2: set -u
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
+  bash deploy/local/redis.sh stop >/dev/null 2>&1 || true
   if [[ -n $ES_STARTER ]]; then wait "$ES_STARTER" 2>/dev/null || true; fi
   bash deploy/local/elasticsearch.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if ((status == 0)); then
@@ -44,11 +46,12 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
 }
 evidence() { # exit status
   local what path found=""
-  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch"; do
+  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch" "Redis"; do
     case $what in
       "embedded broker") path=$HERMES_TEST_EMBEDDED_LOG ;;
       "Apache Kafka") path=$HERMES_TEST_KAFKA_LOG ;;
       "Elasticsearch") path=$HERMES_TEST_ELASTICSEARCH_LOG ;;
+      "Redis") path=$HERMES_TEST_REDIS_LOG ;;
       *) path=$HERMES_TEST_SCHEMA_REGISTRY_LOG ;;
     esac
     if [[ -s $path ]]; then
@@ -124,6 +127,15 @@ if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
 else
   echo "test.sh: no java/mvn on PATH, so Apache Kafka was not started" | tee "$HERMES_TEST_KAFKA_LOG"
   echo "Kafka: no java/mvn: Apache Kafka $missing; $embedded"
+fi
+# Redis: Debian's redis-server, fetched once into the cache (about 1.4 MB), up in well
+# under a second, persistence off.
+if line=$(TMPDIR="$RUN_DIR" bash deploy/local/redis.sh start 2> >(tee "$HERMES_TEST_REDIS_LOG" >&2)); then
+  export HERMES_TEST_REDIS_URL=${line#HERMES_REDIS_URL=}
+  HERMES_TEST_REDIS_LOG="$(cat "$HERMES_REDIS_RUN_DIR/redis.dir")/redis.log"
+  echo "Redis: at $HERMES_TEST_REDIS_URL"
+else
+  echo "Redis: did not start: $missing"
 fi
 if line=$(bash deploy/local/schema-registry.sh start auto 2> >(tee "$HERMES_TEST_SCHEMA_REGISTRY_LOG" >&2)); then
   export HERMES_TEST_SCHEMA_REGISTRY_URL=${line#HERMES_SCHEMA_REGISTRY_URL=}

@@ -1,22 +1,40 @@
-"""The StateStore contract, run against every implementation (SQLite today)."""
+"""The StateStore contract, run against every implementation: SQLite and a real Redis.
+
+Every test taking ``store`` runs once per backend with the same assertions; what only one
+backend promises (a file, a hash slot, scripts) is tested after them, by name."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, StoredTimer
 
 
-@pytest.fixture(params=["sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
+@pytest.fixture(params=["sqlite", "redis"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, unique: str
+) -> AsyncIterator[StateStore]:
+    if request.param == "redis":
+        config = RedisConfig(url=request.getfixturevalue("redis_url"), prefix=f"t{unique}")
+        async with RedisStateStore(config) as redis:
+            yield redis
+        return
     async with SqliteStateStore(tmp_path / "state.sqlite3") as sqlite:
         yield sqlite
+
+
+@pytest.fixture
+async def redis_store(redis_url: str, unique: str) -> AsyncIterator[RedisStateStore]:
+    async with RedisStateStore(RedisConfig(url=redis_url, prefix=f"t{unique}")) as store:
+        yield store
 
 
 def change(version: int, message_id: str, **data: object) -> StateChange:
@@ -103,7 +121,7 @@ async def test_timers_one_per_purpose_cancel_and_due_by_partition(store: StateSt
     assert await store.due("conv", [("in", 1)], 1000, 10) == []
 
 
-async def test_state_survives_reopening(tmp_path: Path) -> None:
+async def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     async with SqliteStateStore(path) as store:
         await store.commit("conv", "s1", change(0, "m1", n=1))
@@ -113,7 +131,7 @@ async def test_state_survives_reopening(tmp_path: Path) -> None:
         assert len(await store.due("conv", [("in", 0)], 1000, 10)) == 1
 
 
-async def test_two_connections_fence_each_other(tmp_path: Path) -> None:
+async def test_sqlite_two_connections_fence_each_other(tmp_path: Path) -> None:
     """Two worker processes share the file: only one save of the same version wins."""
     path = tmp_path / "s.sqlite3"
     async with SqliteStateStore(path) as a, SqliteStateStore(path) as b:
@@ -123,7 +141,7 @@ async def test_two_connections_fence_each_other(tmp_path: Path) -> None:
         assert not await a.commit("conv", "s1", change(loaded_a.version, "m2"))
 
 
-async def test_errors_are_store_errors(tmp_path: Path) -> None:
+async def test_sqlite_errors_are_store_errors(tmp_path: Path) -> None:
     store = SqliteStateStore(tmp_path / "s.sqlite3")
     with pytest.raises(StoreError, match="not started"):
         await store.load("conv", "s1")
@@ -161,3 +179,67 @@ async def test_resuming_a_partition_moves_its_pending_timers_by_the_time_nobody_
     assert [t.due_at_ms for t in other] == [12_000]  # another partition: untouched
     assert await store.resume("conv", "in", 0, 70_500) == 500  # from the resume on
     assert await store.resume("other", "in", 0, 70_500) == 0  # per processor
+
+
+async def test_redis_keys_of_a_session_share_one_hash_slot(redis_store: RedisStateStore) -> None:
+    from redis.crc import key_slot
+
+    records = (OutRecord("out", b"k", b"v"),)
+    with_timer = StateChange(
+        0, "m1", {"n": 1}, ("m1",), outbox=records, timers=(timer("t", "w", 5),)
+    )
+    assert await redis_store.commit("conv", "s1", with_timer)
+    keys = [k async for k in redis_store.redis.scan_iter(match=f"{redis_store.config.prefix}:*")]
+    mine = [k for k in keys if b"{s1}" in k]
+    assert len(mine) == 4  # state, outbox, timers, purposes
+    assert len({key_slot(k) for k in mine}) == 1
+    index = [k for k in keys if k not in mine]
+    assert index and len({key_slot(k) for k in index}) == 1  # the timer index: its own slot
+
+
+async def test_redis_scripts_are_loaded_again_after_a_flush(redis_store: RedisStateStore) -> None:
+    assert await redis_store.commit("conv", "s1", change(0, "m1", n=1))
+    await redis_store.redis.script_flush()  # a restarted or failed-over server: NOSCRIPT
+    assert await redis_store.commit("conv", "s1", change(1, "m2", n=2))
+    assert dict((await redis_store.load("conv", "s1")).data) == {"n": 2}
+
+
+async def test_redis_two_clients_fence_each_other(redis_url: str, unique: str) -> None:
+    """Two workers share the server: only one save of the same version wins (a zombie's
+    stale save writes nothing, its outbox and timers neither)."""
+    config = RedisConfig(url=redis_url, prefix=f"t{unique}")
+    async with RedisStateStore(config) as a, RedisStateStore(config) as b:
+        await a.commit("conv", "s1", change(0, "m1"))
+        version = (await a.load("conv", "s1")).version
+        assert await b.commit("conv", "s1", change(version, "m2", n=2))
+        late = StateChange(version, "m2", {"n": 99}, ("m2",), outbox=(OutRecord("o", b"k", b"z"),))
+        assert not await a.commit("conv", "s1", late._replace(timers=(timer("z", "w", 1),)))
+        assert dict((await b.load("conv", "s1")).data) == {"n": 2}
+        assert await b.outbox("conv", "s1", "m2") == []
+        assert await b.due("conv", [("in", 0)], 10, 10) == []  # its index entry: dropped
+
+
+async def test_redis_unreachable_is_a_store_error_naming_the_server_not_its_password() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = RedisConfig(url=f"redis://:s3cret@127.0.0.1:{port}/0", timeout_s=0.5)
+    with pytest.raises(StoreError) as caught:
+        await RedisStateStore(config).start()
+    assert f"127.0.0.1:{port}" in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+async def test_redis_cancelled_and_replaced_timers_leave_no_index_entry(
+    redis_store: RedisStateStore,
+) -> None:
+    await redis_store.schedule(timer("t1", "wait", 10**12))  # far off: never due in the test
+    await redis_store.schedule(timer("t2", "wait", 10**12))  # replaces t1
+    with_timer = StateChange(0, "m1", {}, ("m1",), timers=(timer("t3", "other", 10**12),))
+    assert await redis_store.commit("conv", "s1", with_timer)
+    cancel = StateChange(1, "m2", {}, ("m2",), cancel=("wait", "other"))
+    assert await redis_store.commit("conv", "s1", cancel)
+    index = [k async for k in redis_store.redis.scan_iter(match="*:due:*")]
+    prefix = redis_store.config.prefix.encode()
+    assert [k for k in index if k.startswith(prefix + b":")] == []  # empty sets are gone
+    owner = f"{redis_store.config.prefix}:{{{redis_store.config.prefix}:timers}}:owner"
+    assert await redis_store.redis.hlen(owner) == 0

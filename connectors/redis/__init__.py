@@ -1,0 +1,9 @@
+"""Redis connector: production session state (a Lua compare-and-set on the version that
+fences a zombie worker, the outbox, durable timers), shared by every worker of a group."""
+
+from .client import INSTALL_HINT, connect
+from .config import RedisConfig
+from .errors import ConfigError, StoreError
+from .state import RedisStateStore
+
+__all__ = ["INSTALL_HINT", "ConfigError", "RedisConfig", "RedisStateStore", "StoreError", "connect"]
