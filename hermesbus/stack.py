@@ -135,12 +135,7 @@ async def stack(
         keys = keyring(create=embedded)
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
-        if store is not None:
-            states: StateStore = store
-        else:
-            chosen = await enter(state_store())
-            say(f"session state: {chosen.where}")
-            states = chosen
+        states = store if store is not None else await _state(exits, say)
         _demo_keys(fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory_stores())
         tools = await enter(tool.ToolService(tool_store()))
@@ -248,6 +243,13 @@ async def _indexer(
     )
     exits.push_async_callback(indexer.stop)
     return indexer
+
+
+async def _state(exits: contextlib.AsyncExitStack, say: Progress) -> StateStore:
+    """The session state store the settings pick, opened (closed with the stack)."""
+    chosen = await exits.enter_async_context(state_store())
+    say(f"session state: {chosen.where}")
+    return chosen
 
 
 class _Joining(Protocol):
