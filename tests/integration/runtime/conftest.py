@@ -1,4 +1,7 @@
-"""Fixtures of the runtime tests: a fresh topic prefix and SQLite store per test."""
+"""Fixtures of the runtime tests: a fresh topic prefix and state store per test.
+
+``store`` is SQLite; ``any_store`` is each backend in turn (SQLite, then a real Redis):
+the crash, fencing and order tests take it, so they hold for both."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.runtime import StateStore
 
-from .support import provision
+from .support import open_store, provision
 
 
 @pytest.fixture
@@ -22,4 +26,19 @@ async def prefix(broker: str, unique: str) -> str:
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
     async with SqliteStateStore(tmp_path / "state.sqlite3") as store:
+        yield store
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> str:
+    """Where a test's state lives, as a worker process is told: ``sqlite:PATH`` or
+    ``redis:URL PREFIX`` (a key prefix of its own on the run's server)."""
+    if request.param == "redis":
+        return f"redis:{request.getfixturevalue('redis_url')} t{unique}"
+    return f"sqlite:{tmp_path / 'state.sqlite3'}"
+
+
+@pytest.fixture
+async def any_store(store_spec: str) -> AsyncIterator[StateStore]:
+    async with open_store(store_spec) as store:
         yield store

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from hermesbus import Envelope, Payload, Reply, UserTurn
 from hermesbus.codec import decode, encode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.redis import RedisConfig, RedisStateStore
+from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.envelope import Metadata, RetryPolicy
-from hermesbus.runtime import HandlerInput, Outcome, Processor
+from hermesbus.runtime import HandlerInput, Outcome, Processor, StateStore
 from hermesbus.topics import Catalog
 from tests import signing
 
@@ -22,6 +25,19 @@ IN = "hermes.conversation.in"
 OUT = "hermes.conversation.out"
 DLQ = "hermes.dlq"
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
+
+
+@asynccontextmanager
+async def open_store(spec: str) -> AsyncIterator[StateStore]:
+    """The state store ``spec`` names: ``sqlite:PATH`` or ``redis:URL PREFIX``."""
+    kind, _, where = spec.partition(":")
+    if kind == "redis":
+        url, _, prefix = where.partition(" ")
+        async with RedisStateStore(RedisConfig(url=url, prefix=prefix)) as redis:
+            yield redis
+        return
+    async with SqliteStateStore(where) as sqlite:
+        yield sqlite
 
 
 async def provision(bootstrap: str, prefix: str, partitions: int = 6) -> None:

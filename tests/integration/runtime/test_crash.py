@@ -1,4 +1,5 @@
-"""A worker killed with SIGKILL mid-stream and restarted; two workers rebalancing.
+"""A worker killed with SIGKILL mid-stream and restarted; two workers rebalancing; each
+with SQLite and with Redis as the state store.
 
 Zero lost (every input has its output), zero duplicated effects (each session's
 counter equals its number of inputs), order kept (no session saw a gap).
@@ -17,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings, StateStore
 
 from .support import (
     IN,
     OUT,
     ConversationProcessor,
     counting,
+    open_store,
     produce,
     read,
     replies,
@@ -37,9 +38,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def start_worker(broker: str, prefix: str, path: Path) -> subprocess.Popen[str]:
+def start_worker(broker: str, prefix: str, spec: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.runtime.worker", broker, prefix, str(path)],
+        [sys.executable, "-m", "tests.integration.runtime.worker", broker, prefix, spec],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -47,12 +48,12 @@ def start_worker(broker: str, prefix: str, path: Path) -> subprocess.Popen[str]:
     )
 
 
-async def counts(store: SqliteStateStore, name: str, sessions: int) -> list[dict[str, int]]:
+async def counts(store: StateStore, name: str, sessions: int) -> list[dict[str, int]]:
     return [dict((await store.load(name, f"s{s:03d}")).data) for s in range(sessions)]
 
 
 async def check_everything_once_in_order(
-    broker: str, prefix: str, store: SqliteStateStore, *, name: str, sessions: int, per: int
+    broker: str, prefix: str, store: StateStore, *, name: str, sessions: int, per: int
 ) -> None:
     for state in await counts(store, name, sessions):
         assert state == {"last": per - 1, "count": per, "violations": 0}
@@ -68,19 +69,18 @@ async def check_everything_once_in_order(
 
 
 async def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(
-    broker: str, prefix: str, tmp_path: Path
+    broker: str, prefix: str, store_spec: str
 ) -> None:
     sessions, per = 100, 30
-    path = tmp_path / "state.sqlite3"
     await produce(
         broker, prefix + IN, [turn(f"s{s:03d}", q) for q in range(per) for s in range(sessions)]
     )
-    async with SqliteStateStore(path) as store:
+    async with open_store(store_spec) as store:
 
         async def done() -> int:
             return sum(c.get("count", 0) for c in await counts(store, "crash", sessions))
 
-        worker = start_worker(broker, prefix, path)
+        worker = start_worker(broker, prefix, store_spec)
         try:
             for _ in range(600):
                 if await done() >= sessions * per // 4:
@@ -91,7 +91,7 @@ async def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(
             killed_at = await done()
             assert 0 < killed_at < sessions * per, "the kill did not land mid-stream"
 
-            worker = start_worker(broker, prefix, path)
+            worker = start_worker(broker, prefix, store_spec)
             for _ in range(1200):
                 if await done() >= sessions * per:
                     break
@@ -107,8 +107,9 @@ async def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(
 
 
 async def test_two_workers_rebalancing_while_processing(
-    broker: str, prefix: str, store: SqliteStateStore
+    broker: str, prefix: str, any_store: StateStore
 ) -> None:
+    store = any_store
     sessions, per = 300, 10
 
     async def handler(inp: HandlerInput) -> Outcome:

@@ -11,7 +11,7 @@ import pytest
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings, StateStore
 
 from .support import (
     IN,
@@ -33,8 +33,9 @@ PER_SESSION = 4
 
 
 async def test_500_sessions_keep_their_order_while_running_concurrently(
-    broker: str, prefix: str, store: SqliteStateStore
+    broker: str, prefix: str, any_store: StateStore
 ) -> None:
+    store = any_store
     running = 0
     peak = 0
 
@@ -135,8 +136,9 @@ async def test_the_same_input_emits_the_same_ids(broker: str, prefix: str, tmp_p
 
 
 async def test_a_zombie_that_lost_the_race_is_fenced_and_emits_nothing(
-    broker: str, prefix: str, store: SqliteStateStore
+    broker: str, prefix: str, any_store: StateStore
 ) -> None:
+    store = any_store
     release = asyncio.Event()
     entered = asyncio.Event()
 

@@ -1,7 +1,8 @@
 """A worker process for the crash test: ``python -m tests.integration.runtime.worker``.
 
-Arguments: bootstrap, topic prefix, SQLite path. Runs the counting handler (with a
-short pause per envelope, so a SIGKILL lands mid-stream) until SIGTERM.
+Arguments: bootstrap, topic prefix, the state store (``sqlite:PATH`` or ``redis:URL
+PREFIX``). Runs the counting handler (with a short pause per envelope, so a SIGKILL lands
+mid-stream) until SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import signal
 import sys
 
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 
-from .support import IN, ConversationProcessor, counting
+from .support import IN, ConversationProcessor, counting, open_store
 
 
 async def slow_counting(inp: HandlerInput) -> Outcome:
@@ -23,11 +23,11 @@ async def slow_counting(inp: HandlerInput) -> Outcome:
     return await counting(inp)
 
 
-async def main(bootstrap: str, prefix: str, path: str) -> None:
+async def main(bootstrap: str, prefix: str, spec: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    async with SqliteStateStore(path) as store:
+    async with open_store(spec) as store:
         processor = ConversationProcessor(
             "crash",
             slow_counting,
