@@ -106,6 +106,46 @@ async def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(
         )
 
 
+async def test_one_of_two_workers_killed_the_other_takes_over(
+    broker: str, prefix: str, store_spec: str
+) -> None:
+    """Two worker processes in one group; one is killed with SIGKILL mid-stream and the
+    other takes its partitions over: nothing lost, nothing applied twice."""
+    sessions, per = 100, 20
+    await produce(
+        broker, prefix + IN, [turn(f"s{s:03d}", q) for q in range(per) for s in range(sessions)]
+    )
+    async with open_store(store_spec) as store:
+
+        async def done() -> int:
+            return sum(c.get("count", 0) for c in await counts(store, "crash", sessions))
+
+        survivor, victim = start_worker(broker, prefix, store_spec), None
+        try:
+            victim = start_worker(broker, prefix, store_spec)
+            for _ in range(600):
+                if await done() >= sessions * per // 3:
+                    break
+                await asyncio.sleep(0.1)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            killed_at = await done()
+            assert 0 < killed_at < sessions * per, "the kill did not land mid-stream"
+            for _ in range(1800):  # the survivor waits out the victim's session first
+                if await done() >= sessions * per:
+                    break
+                await asyncio.sleep(0.1)
+            survivor.send_signal(signal.SIGTERM)
+            assert survivor.wait(30) == 0
+        finally:
+            for worker in (survivor, victim):
+                if worker is not None and worker.poll() is None:
+                    worker.kill()
+        await check_everything_once_in_order(
+            broker, prefix, store, name="crash", sessions=sessions, per=per
+        )
+
+
 async def test_two_workers_rebalancing_while_processing(
     broker: str, prefix: str, any_store: StateStore
 ) -> None:
