@@ -2,7 +2,8 @@
 
 The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
 server replaces it: ``HERMES_REDIS_URL`` the session state (state, outboxes, timers: shared
-by every worker of a group), ``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
+by every worker of a group), ``HERMES_NEO4J_URL`` memory's long-term graph,
+``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
 core know only the Protocols these implement (``runtime.StateStore``, memory's
 ``PreferenceStore`` and ``GraphStore``, the tool processor's ``ToolStore``, the index's
 ``TraceIndex``); the stack and the commands ask here for the implementations.
@@ -18,6 +19,7 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
+from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
@@ -54,14 +56,22 @@ def state_store() -> OpenedStateStore:
     return SqliteStateStore()
 
 
-def memory_stores(settings: memory.MemorySettings | None = None) -> memory.MemoryStores:
-    """Memory's preferences and graph: SQLite on one file (``settings.db_path``)."""
+def memory_stores(
+    settings: memory.MemorySettings | None = None, *, embedded: bool = False
+) -> memory.MemoryStores:
+    """Memory's preferences (SQLite, ``settings.db_path``) and graph: Neo4j when
+    ``HERMES_NEO4J_URL`` is set, else SQLite on the same file. ``embedded``: SQLite
+    whatever is configured (a replay writes nowhere that lasts)."""
     settings = settings or memory.MemorySettings()
     path, timeout = settings.db_path, settings.busy_timeout_ms
+    neo4j = Neo4jConfig()
+    graph: memory.GraphStore = (
+        Neo4jGraphStore(neo4j)
+        if neo4j.url and not embedded
+        else SqliteGraphStore(path, busy_timeout_ms=timeout)
+    )
     return memory.MemoryStores(
-        settings,
-        preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout),
-        graph=SqliteGraphStore(path, busy_timeout_ms=timeout),
+        settings, preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout), graph=graph
     )
 
 

@@ -492,7 +492,7 @@ async def memory_in(folder: Path, *, in_ram: bool = False) -> AsyncIterator[memo
     ``in_ram``: in SQLite's in-memory databases instead, gone when stopped."""
     path = Path(":memory:") if in_ram else folder / "memory.sqlite3"
     settings = memory.MemorySettings(home=folder, path=path)
-    async with memory_stores(settings) as stores:
+    async with memory_stores(settings, embedded=True) as stores:
         yield stores
 
 

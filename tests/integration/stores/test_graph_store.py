@@ -1,0 +1,149 @@
+"""The GraphStore suite against a real Neo4j: the very tests SQLite passes (imported from
+the unit suite, so the assertions cannot drift apart), then what only Neo4j promises: its
+constraints, properties on the relationships, and Cypher that is never built from strings.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
+from hermesbus.connectors.neo4j import graph as neo4j_graph
+from hermesbus.payloads import TrustLevel
+from hermesbus.processors.memory import GraphPlan, GraphStore
+from tests.unit.processors.memory.test_graph_store import (  # the shared suite
+    FIXTURE,
+    edge,
+    test_apply_is_idempotent_by_change_id,
+    test_apply_stores_nodes_and_edges,
+    test_apply_upserts_edges_by_their_triple,
+    test_facts_by_trust_level,
+    test_is_the_protocol,
+    test_review_queue_keeps_order,
+    test_the_redelivery_ledger_keeps_the_most_recent_changes,
+)
+
+__all__ = [
+    "test_apply_is_idempotent_by_change_id",
+    "test_apply_stores_nodes_and_edges",
+    "test_apply_upserts_edges_by_their_triple",
+    "test_facts_by_trust_level",
+    "test_is_the_protocol",
+    "test_review_queue_keeps_order",
+    "test_the_redelivery_ledger_keeps_the_most_recent_changes",
+]
+
+CONNECTOR = Path(neo4j_graph.__file__).parent
+PASSED_ON = {"statement", "query"}
+"""The two names a query is passed on under: the loop over ``SCHEMA`` (a tuple of
+literals) and ``_read``'s parameter, whose callers are held to constants here too."""
+
+
+@pytest.fixture
+async def graph_store(neo4j_url: str, unique: str) -> AsyncIterator[GraphStore]:
+    """A namespace of its own on the run's server (Community has one database)."""
+    async with Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"t{unique}")) as store:
+        yield store
+
+
+async def test_facts_carry_who_verified_them_when_and_how_trusted(
+    graph_store: Neo4jGraphStore,
+) -> None:
+    await graph_store.apply(FIXTURE)
+    rows = await graph_store.driver.execute_query(
+        "MATCH (s:Entity {ns: $ns, name: 'user:u1'})-[r:FACT {relation: 'belongs_to'}]->"
+        "(o:Entity {name: 'dept:a'}) RETURN properties(r) AS props",
+        ns=graph_store.config.namespace,
+    )
+    props = rows.records[0]["props"]
+    assert props["verified_by"] == "org_tool" and props["verified_at"] == 1_000
+    assert props["trust_level"] == "certified" and props["deprecated"] is False
+
+
+async def test_queries_never_return_properties_they_do_not_name(
+    graph_store: Neo4jGraphStore,
+) -> None:
+    await graph_store.apply(FIXTURE)
+    await graph_store.driver.execute_query(  # something sensitive stored beside a fact
+        "MATCH (:Entity {ns: $ns, name: 'user:u1'})-[r:FACT]->() SET r.raw_note = 'id 1234'",
+        ns=graph_store.config.namespace,
+    )
+    facts = await graph_store.facts("user:u1", TrustLevel.RAW, include_deprecated=True)
+    assert facts and all("raw_note" not in fact.model_dump() for fact in facts)
+    assert all(
+        f.trust_level is not TrustLevel.RAW
+        for f in await graph_store.facts("user:u1", TrustLevel.VERIFIED)
+    )
+
+
+async def test_constraints_and_indexes_are_made_at_start(graph_store: Neo4jGraphStore) -> None:
+    rows = await graph_store.driver.execute_query("SHOW CONSTRAINTS YIELD name RETURN name")
+    names = {r["name"] for r in rows.records}
+    assert {"hermes_entity", "hermes_change", "hermes_review"} <= names
+    rows = await graph_store.driver.execute_query("SHOW INDEXES YIELD name RETURN name")
+    assert {"hermes_fact_relation", "hermes_fact_trust"} <= {r["name"] for r in rows.records}
+
+
+async def test_namespaces_do_not_see_each_other(neo4j_url: str, unique: str) -> None:
+    one = Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"a{unique}"))
+    two = Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"b{unique}"))
+    async with one, two:
+        await one.apply(GraphPlan(change_id="c1", edges=(edge("x", "y", "z"),)))
+        assert await one.edge("x", "y", "z") is not None
+        assert await two.edge("x", "y", "z") is None
+        assert await two.apply(GraphPlan(change_id="c1")) == GraphPlan(change_id="c1")
+
+
+def test_every_cypher_query_is_a_literal_with_parameters() -> None:
+    """No query of the connector is built from strings: every query passed to the driver
+    is a string literal or a module constant bound to one, and no f-string, ``%`` or
+    ``.format`` ever holds Cypher."""
+    checked = 0
+    for path in sorted(CONNECTOR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        constants = {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.AnnAssign | ast.Assign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name) and _literal(node.value)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+                assert not _cypher(text), f"{path.name}:{node.lineno}: an f-string holds Cypher"
+            if isinstance(node, ast.Call) and _called(node) in {"run", "execute_query", "_read"}:
+                query = node.args[0] if node.args else None
+                ok = query is not None and (
+                    _literal(query)
+                    or (
+                        isinstance(query, ast.Name)
+                        and (query.id in constants or query.id in {"statement", "query"})
+                    )
+                )
+                assert ok, f"{path.name}:{node.lineno}: {_called(node)}() gets a built query"
+                checked += 1
+    assert checked >= 10  # the walk saw the connector's queries (node, edge, facts, apply...)
+
+
+def _literal(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # implicit concatenation
+        return _literal(node.left) and _literal(node.right)
+    if isinstance(node, ast.Tuple):
+        return all(_literal(e) for e in node.elts)
+    return False
+
+
+def _called(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _cypher(text: str) -> bool:
+    return any(word in text.upper() for word in ("MATCH ", "MERGE ", "CREATE ", "DELETE "))
