@@ -39,8 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA", "Neo4jGraphStore"]
 
 SCHEMA: tuple[LiteralString, ...] = (
-    "CREATE CONSTRAINT hermes_entity IF NOT EXISTS "
-    "FOR (e:Entity) REQUIRE (e.ns, e.name) IS UNIQUE",
+    "CREATE CONSTRAINT hermes_entity IF NOT EXISTS FOR (e:Entity) REQUIRE (e.ns, e.name) IS UNIQUE",
     "CREATE CONSTRAINT hermes_change IF NOT EXISTS "
     "FOR (c:GraphChange) REQUIRE (c.ns, c.change_id) IS UNIQUE",
     "CREATE CONSTRAINT hermes_review IF NOT EXISTS "
@@ -242,9 +241,10 @@ class Neo4jGraphStore(Service):
             )
             return plan
 
-        async with translated(self.config, "apply"), self.driver.session(
-            database=self.config.database
-        ) as session:
+        async with (
+            translated(self.config, "apply"),
+            self.driver.session(database=self.config.database) as session,
+        ):
             return await session.execute_write(work)
 
     async def review_queue(self) -> tuple[ReviewItem, ...]:
