@@ -120,11 +120,14 @@ ON CREATE SET v.item = q.item, v.seq = q.seq
 """
 
 _PUT_CHANGE: LiteralString = """
-CREATE (c:GraphChange {ns: $ns, change_id: $change_id, plan: $plan, seq: $seq})
-WITH c
-MATCH (old:GraphChange {ns: $ns}) WHERE old.seq <= $seq - $keep
+MERGE (k:Counter {ns: $ns, name: 'changes'}) ON CREATE SET k.next = 0
+SET k.next = k.next + 1
+CREATE (c:GraphChange {ns: $ns, change_id: $change_id, plan: $plan, seq: k.next})
+WITH k
+MATCH (old:GraphChange {ns: $ns}) WHERE old.seq <= k.next - $keep
 DETACH DELETE old
 """
+"""The ledger entry, numbered by a counter (its write locks it), and the oldest pruned."""
 
 _REVIEWS: LiteralString = """
 MATCH (v:Review {ns: $ns}) RETURN v.item AS item ORDER BY v.seq
@@ -230,13 +233,11 @@ class Neo4jGraphStore(Service):
                     for i, r in enumerate(plan.reviews)
                 ]
                 await tx.run(_PUT_REVIEWS, ns=ns, reviews=reviews)
-            seq = await _take(tx, ns, "changes", 1)
             await tx.run(
                 _PUT_CHANGE,
                 ns=ns,
                 change_id=plan.change_id,
                 plan=plan.model_dump_json(),
-                seq=seq,
                 keep=keep_changes,
             )
             return plan
