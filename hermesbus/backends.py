@@ -2,7 +2,8 @@
 
 The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
 server replaces it: ``HERMES_REDIS_URL`` the session state (state, outboxes, timers: shared
-by every worker of a group), ``HERMES_NEO4J_URL`` memory's long-term graph,
+by every worker of a group) and memory's mid-term store, ``HERMES_NEO4J_URL`` memory's
+long-term graph,
 ``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
 core know only the Protocols these implement (``runtime.StateStore``, memory's
 ``PreferenceStore`` and ``GraphStore``, the tool processor's ``ToolStore``, the index's
@@ -20,7 +21,7 @@ from typing import Protocol, Self
 
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
-from hermesbus.connectors.redis import RedisConfig, RedisStateStore
+from hermesbus.connectors.redis import RedisConfig, RedisPreferenceStore, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
@@ -59,20 +60,24 @@ def state_store() -> OpenedStateStore:
 def memory_stores(
     settings: memory.MemorySettings | None = None, *, embedded: bool = False
 ) -> memory.MemoryStores:
-    """Memory's preferences (SQLite, ``settings.db_path``) and graph: Neo4j when
-    ``HERMES_NEO4J_URL`` is set, else SQLite on the same file. ``embedded``: SQLite
-    whatever is configured (a replay writes nowhere that lasts)."""
+    """Memory's mid-term store (Redis when ``HERMES_REDIS_URL`` is set) and long-term graph
+    (Neo4j when ``HERMES_NEO4J_URL`` is set); SQLite on one file (``settings.db_path``) for
+    what is not configured. ``embedded``: SQLite whatever is configured (a shadow replay
+    writes nowhere that lasts)."""
     settings = settings or memory.MemorySettings()
     path, timeout = settings.db_path, settings.busy_timeout_ms
-    neo4j = Neo4jConfig()
+    redis, neo4j = RedisConfig(), Neo4jConfig()
+    preferences: memory.PreferenceStore = (
+        RedisPreferenceStore(redis)
+        if redis.url is not None and not embedded
+        else SqlitePreferenceStore(path, busy_timeout_ms=timeout)
+    )
     graph: memory.GraphStore = (
         Neo4jGraphStore(neo4j)
         if neo4j.url and not embedded
         else SqliteGraphStore(path, busy_timeout_ms=timeout)
     )
-    return memory.MemoryStores(
-        settings, preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout), graph=graph
-    )
+    return memory.MemoryStores(settings, preferences=preferences, graph=graph)
 
 
 def tool_store(

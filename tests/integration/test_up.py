@@ -100,6 +100,8 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
     for session in sessions:
         for processor in ("conversation", "dispatcher", "memory", "tool"):
             assert f"up{unique}:{{{session}}}:state:{processor}" in keys
+    assert f"up{unique}:items:{{u_xyz789}}" in keys  # mid-term: the unfinished report
+    assert not (tmp_path / "home" / "memory.sqlite3").exists()
     config = Neo4jConfig(url=neo4j_url, namespace=f"up{unique}")
     async with Neo4jGraphStore(config) as graph:
         rows = await graph.driver.execute_query(
