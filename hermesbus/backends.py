@@ -2,12 +2,12 @@
 
 The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
 server replaces it: ``HERMES_REDIS_URL`` the session state (state, outboxes, timers: shared
-by every worker of a group) and memory's mid-term store, ``HERMES_NEO4J_URL`` memory's
-long-term graph,
-``HERMES_ELASTICSEARCH_URL`` the trace index. The processors and the
-core know only the Protocols these implement (``runtime.StateStore``, memory's
-``PreferenceStore`` and ``GraphStore``, the tool processor's ``ToolStore``, the index's
-``TraceIndex``); the stack and the commands ask here for the implementations.
+by every worker of a group), memory's mid-term store and the tool store;
+``HERMES_NEO4J_URL`` memory's long-term graph; ``HERMES_ELASTICSEARCH_URL`` the trace
+index. The processors and the core know only the Protocols these implement
+(``runtime.StateStore``, memory's ``PreferenceStore`` and ``GraphStore``, the tool
+processor's ``ToolStore``, the index's ``TraceIndex``); the stack and the commands ask
+here for the implementations.
 
 Imports go one way (``tests/unit/test_layers.py`` holds them to it): the core, then the
 processors, then the store connectors, then this module, the stack and the CLI.
@@ -21,7 +21,12 @@ from typing import Protocol, Self
 
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
-from hermesbus.connectors.redis import RedisConfig, RedisPreferenceStore, RedisStateStore
+from hermesbus.connectors.redis import (
+    RedisConfig,
+    RedisPreferenceStore,
+    RedisStateStore,
+    RedisToolStore,
+)
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
@@ -30,7 +35,15 @@ from hermesbus.index import TraceIndex
 from hermesbus.processors import memory, tool
 from hermesbus.runtime import StateStore
 
-__all__ = ["OpenedStateStore", "memory_stores", "state_store", "tool_store", "trace_index"]
+__all__ = [
+    "OpenedStateStore",
+    "OpenedToolStore",
+    "memory_stores",
+    "state_store",
+    "tool_store",
+    "tool_store_exists",
+    "trace_index",
+]
 
 
 class OpenedStateStore(StateStore, Protocol):
@@ -39,6 +52,21 @@ class OpenedStateStore(StateStore, Protocol):
     @property
     def where(self) -> str:
         """Where the state is kept, for messages (no secret in it)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+class OpenedToolStore(tool.ToolStore, Protocol):
+    """A tool store with a connection to open and close: ``async with`` it."""
+
+    @property
+    def where(self) -> str:
+        """Where the tools are kept, for messages (no secret in it)."""
         ...
 
     async def __aenter__(self) -> Self: ...
@@ -82,10 +110,20 @@ def memory_stores(
 
 def tool_store(
     settings: tool.ToolSettings | None = None, *, path: Path | None = None
-) -> SqliteToolStore:
-    """Registered tools, their stats, probes and results: SQLite (``settings.tools_path``,
-    or the file at ``path``: another state folder's)."""
+) -> OpenedToolStore:
+    """Registered tools, released results (idempotency and cache), call samples, probes:
+    Redis when ``HERMES_REDIS_URL`` is set, else SQLite (``settings.tools_path``). ``path``:
+    the SQLite file of another state folder (``up --copy-tools-from``), whatever is set."""
+    redis = RedisConfig()
+    if redis.url is not None and path is None:
+        return RedisToolStore(redis)
     return SqliteToolStore(path, settings=settings)
+
+
+def tool_store_exists(settings: tool.ToolSettings) -> bool:
+    """Whether there is a tool store to read: Redis configured (reading it creates nothing),
+    else the SQLite file (opening a missing one would create it)."""
+    return RedisConfig().url is not None or settings.tools_path.exists()
 
 
 def trace_index(*, install: bool = True) -> TraceIndex:

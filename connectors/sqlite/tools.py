@@ -46,6 +46,10 @@ class SqliteToolStore(SqliteFile):
     ) -> None:
         super().__init__(path if path is not None else (settings or ToolSettings()).tools_path)
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
     async def save_spec(self, spec: ToolSpec) -> None:
         with self._write() as db:
             db.execute(

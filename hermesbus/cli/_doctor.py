@@ -31,7 +31,7 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from pydantic import ValidationError
 from rich.markup import escape
 
-from hermesbus.backends import tool_store
+from hermesbus.backends import tool_store, tool_store_exists
 from hermesbus.broker import EmbeddedBroker, find_broker_binary
 from hermesbus.config import (
     HOME_ENV,
@@ -350,7 +350,7 @@ async def _tools() -> list[Check]:
     """Each registered tool probed now, judged by its own limits; nothing is saved, so a
     running bus goes on reading its own probes."""
     settings = ToolSettings()
-    if not settings.tools_path.exists():  # reading creates nothing
+    if not tool_store_exists(settings):  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
     async with ToolService(tool_store(settings), settings) as tools:

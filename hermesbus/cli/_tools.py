@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from hermesbus.backends import tool_store
+from hermesbus.backends import tool_store, tool_store_exists
 from hermesbus.errors import ConfigError
 from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
 from hermesbus.processors.tool.demo import register_demo
@@ -189,7 +189,7 @@ def register_command(
 
 def _no_state(settings: ToolSettings) -> str | None:
     """What to say when no tool was ever registered here; reading must create nothing."""
-    if settings.tools_path.exists():
+    if tool_store_exists(settings):
         return None
     return f"no state yet at {settings.home}: no tools are registered"
 
@@ -200,11 +200,11 @@ def list_command(home: HomeOption = None) -> None:
     with errors():
         settings = _settings(home)
         nothing = _no_state(settings)
-        specs = asyncio.run(_list(settings)) if nothing is None else []
+        where, specs = asyncio.run(_list(settings)) if nothing is None else ("", [])
     if nothing is not None:
         console.print(nothing, soft_wrap=True)
         return
-    table = Table(title=f"tools ({settings.tools_path})")
+    table = Table(title=f"tools ({where})")
     for column in ("tool", "kind", "target", "fallback", "signature", "timeout", "memory", "cap"):
         table.add_column(column)
     for spec in specs:
@@ -218,9 +218,9 @@ def list_command(home: HomeOption = None) -> None:
     console.print(table)
 
 
-async def _list(settings: ToolSettings) -> list[ToolSpec]:
+async def _list(settings: ToolSettings) -> tuple[str, list[ToolSpec]]:
     async with tool_store(settings) as store:
-        return await store.list_specs()
+        return store.where, await store.list_specs()
 
 
 @app.command("health")

@@ -1,0 +1,203 @@
+"""Redis tool store: the tool processor's specs, its released results (the idempotency
+keys, and the cache its ``cache`` fallback answers from, ``stale_after`` checked by the
+processor), call samples and probes (the ``ToolStore`` Protocol), shared by every worker.
+
+Every key is under the ``{ns:tools}`` hash slot (tools are few and shared by all
+sessions), so the scripts work on Redis Cluster:
+
+- ``specs`` a hash, name -> spec; ``probes`` a hash, tool -> the latest probe;
+- ``results`` a hash, idempotency key -> ``{tool, digest, at, result}``, with
+  ``results-by-time`` (key scored by envelope time, for pruning) and ``args:TOOL:DIGEST``
+  (keys scored by time: the newest is the cache's answer);
+- ``calls:TOOL`` a list of the latest call samples, newest first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from hermesbus.errors import StoreError
+from hermesbus.lifecycle import Service
+from hermesbus.payloads import ToolResult
+from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
+
+from .client import connect, translated
+from .config import RedisConfig
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
+
+__all__ = ["RedisToolStore"]
+
+KEEP_CALLS = 1000
+"""Call samples kept per tool, as the SQLite store keeps them."""
+
+_PUT_RESULT = """
+local function forget(key)
+  local old = redis.call('HGET', KEYS[1], key)
+  if not old then return end
+  local was = cjson.decode(old)
+  redis.call('ZREM', ARGV[6] .. was['tool'] .. ':' .. was['digest'], key)
+  redis.call('ZREM', KEYS[2], key)
+  redis.call('HDEL', KEYS[1], key)
+end
+if ARGV[5] ~= '' then
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])) do
+    forget(key)
+  end
+end
+forget(ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZADD', ARGV[6] .. ARGV[4], ARGV[3], ARGV[1])
+return 1
+"""
+"""KEYS: results, results-by-time. ARGV: key, the stored JSON, at ms, 'tool:digest',
+prune before ms ('' = none), the args sets' prefix (those sets are named in the script,
+all in the same ``{ns:tools}`` slot as its KEYS, so Redis Cluster runs it on one node).
+A key stored again replaces its old entry (in the args set too); results timed before
+the bound go first."""
+
+
+class RedisToolStore(Service):
+    """The :class:`~hermesbus.processors.tool.ToolStore` on Redis (``HERMES_REDIS_URL``)."""
+
+    def __init__(self, config: RedisConfig | None = None) -> None:
+        self.config = config or RedisConfig()
+        self._slot = f"{self.config.prefix}:{{{self.config.prefix}:tools}}"
+        self._redis: Redis | None = None
+        self._put: AsyncScript | None = None
+
+    @property
+    def where(self) -> str:
+        return f"Redis at {self.config.shown_url} (keys {self._slot}:*)"
+
+    async def start(self) -> None:
+        if self._redis is not None:
+            return
+        client = connect(self.config)
+        try:
+            async with translated(self.config, "connecting"):
+                await client.ping()
+        except BaseException:
+            await client.aclose()
+            raise
+        self._put = client.register_script(_PUT_RESULT)
+        self._redis = client
+
+    async def stop(self) -> None:
+        client, self._redis = self._redis, None
+        if client is not None:
+            await client.aclose()
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise StoreError("the Redis tool store is not started")
+        return self._redis
+
+    def _key(self, name: str) -> str:
+        return f"{self._slot}:{name}"
+
+    # -- specs --------------------------------------------------------------------------
+
+    async def save_spec(self, spec: ToolSpec) -> None:
+        async with translated(self.config, "save_spec"):
+            await self.redis.hset(self._key("specs"), spec.name, spec.model_dump_json())
+
+    async def get_spec(self, name: str) -> ToolSpec | None:
+        async with translated(self.config, "get_spec"):
+            found: Any = await self.redis.hget(self._key("specs"), name)
+        return None if found is None else ToolSpec.model_validate_json(found)
+
+    async def list_specs(self) -> list[ToolSpec]:
+        async with translated(self.config, "list_specs"):
+            found: dict[Any, Any] = await self.redis.hgetall(self._key("specs"))
+        return [ToolSpec.model_validate_json(found[name]) for name in sorted(found)]
+
+    # -- results ------------------------------------------------------------------------
+
+    async def put_result(
+        self, key: str, digest: str, stored: StoredResult, prune_before_ms: int | None = None
+    ) -> None:
+        tool = stored.result.tool
+        value = orjson.dumps(
+            {
+                "tool": tool,
+                "digest": digest,
+                "at": stored.at_ms,
+                "result": stored.result.model_dump_json(),
+            }
+        )
+        prune = "" if prune_before_ms is None else prune_before_ms
+        script = self._put
+        if script is None:
+            raise StoreError("the Redis tool store is not started")
+        async with translated(self.config, "put_result"):
+            await script(
+                keys=[self._key("results"), self._key("results-by-time")],
+                args=[key, value, stored.at_ms, f"{tool}:{digest}", prune, self._key("args:")],
+            )
+
+    async def get_result(self, key: str) -> StoredResult | None:
+        async with translated(self.config, "get_result"):
+            found: Any = await self.redis.hget(self._key("results"), key)
+        return None if found is None else _stored(found)
+
+    async def last_result(self, tool: str, digest: str) -> StoredResult | None:
+        async with translated(self.config, "last_result"):
+            newest: list[Any] = await self.redis.zrevrange(self._key(f"args:{tool}:{digest}"), 0, 0)
+            if not newest:
+                return None
+            found: Any = await self.redis.hget(self._key("results"), newest[0])
+        return None if found is None else _stored(found)
+
+    # -- calls and probes ---------------------------------------------------------------
+
+    async def record_call(self, tool: str, at_ms: int, latency_ms: float, ok: bool) -> None:
+        key = self._key(f"calls:{tool}")
+        async with translated(self.config, "record_call"):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.lpush(key, orjson.dumps([at_ms, latency_ms, ok]))
+                pipe.ltrim(key, 0, KEEP_CALLS - 1)
+                await pipe.execute()
+
+    async def call_stats(self, tool: str, window: int) -> CallStats | None:
+        async with translated(self.config, "call_stats"):
+            found: list[Any] = await self.redis.lrange(
+                self._key(f"calls:{tool}"), 0, max(0, window - 1)
+            )
+        if not found or window <= 0:
+            return None
+        samples = [orjson.loads(raw) for raw in found]
+        ok = sum(1 for _, _, good in samples if good)
+        latency = sum(ms for _, ms, _ in samples) / len(samples)
+        return CallStats(len(samples), ok / len(samples), latency)
+
+    async def save_probe(self, tool: str, probe: Probe) -> None:
+        value = orjson.dumps(
+            [
+                probe.latency_ms,
+                probe.success_rate,
+                probe.quota_remaining,
+                probe.checked_at_ms,
+                probe.error,
+            ]
+        )
+        async with translated(self.config, "save_probe"):
+            await self.redis.hset(self._key("probes"), tool, value)
+
+    async def get_probe(self, tool: str) -> Probe | None:
+        async with translated(self.config, "get_probe"):
+            found: Any = await self.redis.hget(self._key("probes"), tool)
+        return None if found is None else Probe(*orjson.loads(found))
+
+
+def _stored(raw: bytes) -> StoredResult:
+    found = orjson.loads(raw)
+    return StoredResult(
+        ToolResult.model_validate_json(found["result"]), found["at"], found["digest"]
+    )

@@ -1,0 +1,92 @@
+"""The abstract ToolStore suite: every implementation passes it (SQLite here; Redis in
+``tests/integration/stores/test_tool_store.py``, which imports these very tests)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.payloads import ToolResult
+from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore
+
+from .conftest import python_spec
+
+
+@pytest.fixture
+async def tool_store(tmp_path: Path) -> AsyncIterator[ToolStore]:
+    async with SqliteToolStore(tmp_path / "tools.sqlite3") as store:
+        yield store
+
+
+def stored(tool: str, at_ms: int, text: str = "ok") -> StoredResult:
+    return StoredResult(ToolResult(tool=tool, status_code=200, result_json=f'"{text}"'), at_ms)
+
+
+async def test_specs_are_kept_by_name_and_listed_in_order(tool_store: ToolStore) -> None:
+    b, a = python_spec("b_tool", "echo"), python_spec("a_tool", "echo")
+    await tool_store.save_spec(b)
+    await tool_store.save_spec(a)
+    assert await tool_store.get_spec("b_tool") == b
+    assert await tool_store.get_spec("none") is None
+    assert [s.name for s in await tool_store.list_specs()] == ["a_tool", "b_tool"]
+    again = python_spec("b_tool", "echo", timeout_s=9.0)
+    await tool_store.save_spec(again)  # replaced
+    assert await tool_store.get_spec("b_tool") == again
+
+
+async def test_a_result_is_found_by_its_idempotency_key_with_its_digest(
+    tool_store: ToolStore,
+) -> None:
+    await tool_store.put_result("k1", "d1", stored("org_tool", 100))
+    found = await tool_store.get_result("k1")
+    assert found == StoredResult(stored("org_tool", 100).result, 100, "d1")
+    assert await tool_store.get_result("k2") is None
+
+
+async def test_the_newest_result_for_the_arguments_is_the_cache(tool_store: ToolStore) -> None:
+    await tool_store.put_result("k1", "d1", stored("org_tool", 100, "old"))
+    await tool_store.put_result("k2", "d1", stored("org_tool", 300, "new"))
+    await tool_store.put_result("k3", "d1", stored("org_tool", 200, "mid"))
+    await tool_store.put_result("k4", "d2", stored("org_tool", 900, "other args"))
+    await tool_store.put_result("k5", "d1", stored("trip_tool", 900, "other tool"))
+    newest = await tool_store.last_result("org_tool", "d1")
+    assert newest is not None and (newest.at_ms, newest.result.result_json) == (300, '"new"')
+    assert await tool_store.last_result("org_tool", "d9") is None
+
+
+async def test_a_key_stored_again_is_replaced(tool_store: ToolStore) -> None:
+    await tool_store.put_result("k1", "d1", stored("org_tool", 100, "first"))
+    await tool_store.put_result("k1", "d2", stored("org_tool", 200, "second"))
+    found = await tool_store.get_result("k1")
+    assert found is not None and (found.digest, found.at_ms) == ("d2", 200)
+    assert await tool_store.last_result("org_tool", "d1") is None  # the old entry is gone
+
+
+async def test_old_results_are_pruned_by_envelope_time(tool_store: ToolStore) -> None:
+    await tool_store.put_result("k1", "d1", stored("org_tool", 100))
+    await tool_store.put_result("k2", "d1", stored("org_tool", 200))
+    await tool_store.put_result("k3", "d2", stored("org_tool", 300), prune_before_ms=200)
+    assert await tool_store.get_result("k1") is None
+    assert await tool_store.get_result("k2") is not None  # at the bound: kept
+    newest = await tool_store.last_result("org_tool", "d1")
+    assert newest is not None and newest.at_ms == 200
+
+
+async def test_call_stats_cover_the_latest_calls(tool_store: ToolStore) -> None:
+    assert await tool_store.call_stats("org_tool", 10) is None
+    for n in range(6):
+        await tool_store.record_call("org_tool", n, latency_ms=10.0 * (n + 1), ok=n != 5)
+    await tool_store.record_call("trip_tool", 0, latency_ms=1.0, ok=False)
+    assert await tool_store.call_stats("org_tool", 2) == CallStats(2, 0.5, 55.0)
+    assert await tool_store.call_stats("org_tool", 100) == CallStats(6, 5 / 6, 35.0)
+    assert await tool_store.call_stats("trip_tool", 10) == CallStats(1, 0.0, 1.0)
+
+
+async def test_the_latest_probe_per_tool(tool_store: ToolStore) -> None:
+    assert await tool_store.get_probe("org_tool") is None
+    await tool_store.save_probe("org_tool", Probe(20.0, 1.0, None, 5))
+    await tool_store.save_probe("org_tool", Probe(30.0, 0.5, 7, 9, "slow"))
+    assert await tool_store.get_probe("org_tool") == Probe(30.0, 0.5, 7, 9, "slow")
