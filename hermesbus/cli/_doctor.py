@@ -41,6 +41,12 @@ from hermesbus.config import (
     without_userinfo,
 )
 from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
+from hermesbus.connectors.neo4j import Neo4jConfig
+from hermesbus.connectors.neo4j import connect as connect_neo4j
+from hermesbus.connectors.neo4j.client import translated as translated_neo4j
+from hermesbus.connectors.redis import RedisConfig
+from hermesbus.connectors.redis import connect as connect_redis
+from hermesbus.connectors.redis.client import translated as translated_redis
 from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
@@ -103,6 +109,8 @@ async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
     checks += await _bounded("broker", lambda: _broker(kafka, prefix))
     checks += await _bounded("schema registry", lambda: _now_in_thread(_registry))
     checks += await _bounded("trace index", trace_index_check)
+    checks += await _bounded("redis", _redis)
+    checks += await _bounded("neo4j", _neo4j)
     broker_ok = any(check.name == "broker" and check.status == "ok" for check in checks)
     if not embedded and broker_ok:  # the embedded broker doctor starts holds no records
         checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
@@ -346,6 +354,39 @@ def _registry() -> Check:
     return Check("schema registry", "ok", f"{url} answers ({count} subjects)")
 
 
+async def _redis() -> list[Check]:
+    """Redis answers, when configured (nothing is written)."""
+    config = RedisConfig()
+    if config.url is None:
+        said = "not configured (HERMES_REDIS_URL unset): state, mid-term memory, tools in SQLite"
+        return [Check("redis", "ok", said)]
+    client = connect_redis(config)
+    try:
+        async with translated_redis(config, "INFO"):
+            info = await client.info("server")
+    finally:
+        await client.aclose()
+    version = info.get("redis_version", "?")
+    said = f"{config.shown_url} answers (Redis {version}), keys {config.prefix}:*"
+    return [Check("redis", "ok", said)]
+
+
+async def _neo4j() -> list[Check]:
+    """Neo4j answers, when configured (nothing is written: constraints come with ``up``)."""
+    config = Neo4jConfig()
+    if not config.url:
+        said = "not configured (HERMES_NEO4J_URL unset): the long-term graph in SQLite"
+        return [Check("neo4j", "ok", said)]
+    driver = connect_neo4j(config)
+    try:
+        async with translated_neo4j(config, "connecting"):
+            server = await driver.get_server_info()
+    finally:
+        await driver.close()
+    said = f"{config.shown_url} answers ({server.agent}), namespace {config.namespace}"
+    return [Check("neo4j", "ok", said)]
+
+
 async def _tools() -> list[Check]:
     """Each registered tool probed now, judged by its own limits; nothing is saved, so a
     running bus goes on reading its own probes."""
@@ -353,11 +394,12 @@ async def _tools() -> list[Check]:
     if not tool_store_exists(settings):  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
-    async with ToolService(tool_store(settings), settings) as tools:
+    store = tool_store(settings)
+    async with ToolService(store, settings) as tools:
         specs = {spec.name: spec for spec in await tools.store.list_specs()}
         probes = await tools.probe_all(save=False)
     if not probes:
-        return [Check("tools", "ok", f"none registered in {settings.tools_path}")]
+        return [Check("tools", "ok", f"none registered in {store.where}")]
     checks = []
     for name, probe in sorted(probes.items()):
         spec = specs[name]

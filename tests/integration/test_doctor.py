@@ -208,3 +208,33 @@ def test_a_registry_address_that_is_not_a_registry_fails_plainly(
     assert f"http://127.0.0.1:{port}/subjects did not answer JSON" in result.out
     assert "s3cret" not in result.out + result.err
     assert _statuses(result.out)["tools"] == "ok"  # the report went on
+
+
+def test_configured_redis_and_neo4j_are_checked_and_never_written(
+    broker_binary: str, tmp_path: Path, redis_url: str, neo4j_url: str, unique: str
+) -> None:
+    env = clean_env(
+        tmp_path / "home",
+        HERMES_REDIS_URL=redis_url,
+        HERMES_REDIS_PREFIX=f"doc{unique}",
+        HERMES_NEO4J_URL=neo4j_url,
+        HERMES_NEO4J_NAMESPACE=f"doc{unique}",
+    )
+    result = _run("doctor", env=env, cwd=tmp_path)
+    statuses = _statuses(result.out)
+    assert (statuses["redis"], statuses["neo4j"]) == ("ok", "ok"), result.out
+    assert f"{redis_url} answers (Redis 7." in result.out
+    assert f"{neo4j_url} answers (Neo4j/5." in result.out
+    assert f"none registered in Redis at {redis_url}" in result.out  # tools: read from Redis
+
+
+def test_an_unreachable_redis_fails_naming_it_but_not_its_password(
+    broker_binary: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = clean_env(tmp_path / "home", HERMES_REDIS_URL=f"redis://:s3cret@127.0.0.1:{port}/0")
+    result = _run("doctor", env=env, cwd=tmp_path)
+    assert result.code == 1
+    assert _statuses(result.out)["redis"] == "FAIL"
+    assert f"Redis at redis://127.0.0.1:{port}/0" in result.out
+    assert "s3cret" not in result.out + result.err

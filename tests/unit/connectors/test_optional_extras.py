@@ -29,5 +29,5 @@ def test_a_password_in_the_url_is_never_shown() -> None:
     config = redis.RedisConfig(url="redis://:s3cret@cache:6379/0")
     assert config.shown_url == "redis://cache:6379/0"
     assert "s3cret" not in repr(config)
-    graph = neo4j.Neo4jConfig(url="bolt://neo4j:pw@graph:7687", password="pw2")
+    graph = neo4j.Neo4jConfig(url="bolt://neo4j:pw@graph:7687", password="pw2")  # noqa: S106
     assert "pw" not in graph.shown_url and "pw2" not in repr(graph)
