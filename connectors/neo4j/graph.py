@@ -8,15 +8,17 @@ ever built from strings (``tests/integration/stores/test_graph_store.py`` holds 
 to a literal with parameters). Reviews are ``(:Review)``, the ledger of applied changes
 ``(:GraphChange)``; ``ns`` (the configured namespace) is on every node.
 
-Constraints and indexes are created at start. A plan (computed by the memory processor,
-conflict rule included) is applied in one write transaction, with the ledger check that
-makes a redelivered change a no-op. Queries return named fields, never whole nodes or
+Constraints and indexes are created at start. A write is decided in one write transaction
+(``decide``): the ledger check that makes a redelivered change a no-op, the lock on its
+subject, the memory processor's conflict rule reading the graph as the transaction sees it,
+and the plan it makes. Queries return named fields, never whole nodes or
 relationships: a property stored on them beside these is never read back.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, LiteralString
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 from hermesbus.errors import StoreError
 from hermesbus.lifecycle import Service
@@ -27,6 +29,7 @@ from hermesbus.processors.memory import (
     Edge,
     GraphPlan,
     Node,
+    Planner,
     ReviewItem,
 )
 
@@ -37,6 +40,9 @@ if TYPE_CHECKING:
     from neo4j import AsyncDriver, AsyncManagedTransaction
 
 __all__ = ["SCHEMA", "Neo4jGraphStore"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 SCHEMA: tuple[LiteralString, ...] = (
     "CREATE CONSTRAINT hermes_entity IF NOT EXISTS FOR (e:Entity) REQUIRE (e.ns, e.name) IS UNIQUE",
@@ -129,6 +135,13 @@ DETACH DELETE old
 """
 """The ledger entry, numbered by a counter (its write locks it), and the oldest pruned."""
 
+_LOCK: LiteralString = """
+MERGE (e:Entity {ns: $ns, name: $entity})
+SET e._lock = true
+REMOVE e._lock
+"""
+"""Neo4j's way to take a node's write lock for the rest of the transaction."""
+
 _REVIEWS: LiteralString = """
 MATCH (v:Review {ns: $ns}) RETURN v.item AS item ORDER BY v.seq
 """
@@ -184,16 +197,7 @@ class Neo4jGraphStore(Service):
 
     async def node(self, entity: str) -> Node | None:
         rows = await self._read(_NODE, "node", entity=entity)
-        if not rows:
-            return None
-        row = rows[0]
-        return Node(
-            entity=row["entity"],
-            trust_level=_LEVELS[row["trust_level"]],
-            verified_tool=row["verified_by"],
-            verified_at_ms=row["verified_at"],
-            deprecated=bool(row["deprecated"]),
-        )
+        return _node(rows[0]) if rows else None
 
     async def edge(self, subject: str, relation: str, object_: str) -> Edge | None:
         rows = await self._read(_EDGE, "edge", subject=subject, relation=relation, object=object_)
@@ -219,31 +223,40 @@ class Neo4jGraphStore(Service):
         ns = self.config.namespace
 
         async def work(tx: AsyncManagedTransaction) -> GraphPlan:
-            seen = await (await tx.run(_SEEN, ns=ns, change_id=plan.change_id)).single()
+            seen = await _recorded(tx, ns, plan.change_id)
             if seen is not None:
-                return GraphPlan.model_validate_json(seen["plan"])
-            if plan.nodes:
-                await tx.run(_PUT_NODES, ns=ns, nodes=[_node_row(n) for n in plan.nodes])
-            if plan.edges:
-                await tx.run(_PUT_EDGES, ns=ns, edges=[_edge_row(e) for e in plan.edges])
-            if plan.reviews:
-                first = await _take(tx, ns, "reviews", len(plan.reviews))
-                reviews = [
-                    {"review_id": r.review_id, "item": r.model_dump_json(), "seq": first + i}
-                    for i, r in enumerate(plan.reviews)
-                ]
-                await tx.run(_PUT_REVIEWS, ns=ns, reviews=reviews)
-            await tx.run(
-                _PUT_CHANGE,
-                ns=ns,
-                change_id=plan.change_id,
-                plan=plan.model_dump_json(),
-                keep=keep_changes,
-            )
+                return seen
+            await _write(tx, ns, plan, keep_changes)
             return plan
 
+        return await self._in_write("apply", work)
+
+    async def decide(
+        self, change_id: str, planner: Planner[T], *, lock: str, keep_changes: int = CHANGE_LEDGER
+    ) -> GraphPlan | T:
+        """The write lock on the ``lock`` entity is taken before the planner reads, so two
+        transactions deciding about one entity run one after the other: the second reads
+        what the first wrote. A deadlock or a lost leader retries the whole transaction,
+        planner included (it only reads, so running it again is harmless)."""
+        ns = self.config.namespace
+
+        async def work(tx: AsyncManagedTransaction) -> GraphPlan | T:
+            seen = await _recorded(tx, ns, change_id)
+            if seen is not None:
+                return seen
+            await tx.run(_LOCK, ns=ns, entity=lock)
+            decided = await planner(_Reader(tx, ns))
+            if isinstance(decided, GraphPlan):
+                await _write(tx, ns, decided, keep_changes)
+            return decided
+
+        return await self._in_write("decide", work)
+
+    async def _in_write(
+        self, doing: str, work: Callable[[AsyncManagedTransaction], Awaitable[R]]
+    ) -> R:
         async with (
-            translated(self.config, "apply"),
+            translated(self.config, doing),
             self.driver.session(database=self.config.database) as session,
         ):
             return await session.execute_write(work)
@@ -251,6 +264,56 @@ class Neo4jGraphStore(Service):
     async def review_queue(self) -> tuple[ReviewItem, ...]:
         rows = await self._read(_REVIEWS, "review_queue")
         return tuple(ReviewItem.model_validate_json(row["item"]) for row in rows)
+
+
+class _Reader:
+    """The graph as one write transaction sees it (a planner's reads in ``decide``)."""
+
+    def __init__(self, tx: AsyncManagedTransaction, ns: str) -> None:
+        self._tx, self._ns = tx, ns
+
+    async def _rows(self, query: LiteralString, **params: Any) -> list[Any]:
+        result = await self._tx.run(query, ns=self._ns, **params)
+        return [record async for record in result]
+
+    async def node(self, entity: str) -> Node | None:
+        rows = await self._rows(_NODE, entity=entity)
+        return _node(rows[0]) if rows else None
+
+    async def edge(self, subject: str, relation: str, object_: str) -> Edge | None:
+        rows = await self._rows(_EDGE, subject=subject, relation=relation, object=object_)
+        return _edge(rows[0]) if rows else None
+
+    async def edges_from(self, subject: str, relation: str) -> tuple[Edge, ...]:
+        rows = await self._rows(_EDGES_FROM, subject=subject, relation=relation)
+        return tuple(_edge(row) for row in rows)
+
+
+async def _recorded(tx: AsyncManagedTransaction, ns: str, change_id: str) -> GraphPlan | None:
+    seen = await (await tx.run(_SEEN, ns=ns, change_id=change_id)).single()
+    return None if seen is None else GraphPlan.model_validate_json(seen["plan"])
+
+
+async def _write(tx: AsyncManagedTransaction, ns: str, plan: GraphPlan, keep_changes: int) -> None:
+    """The plan's nodes, edges and reviews, and its ledger entry (the oldest pruned)."""
+    if plan.nodes:
+        await tx.run(_PUT_NODES, ns=ns, nodes=[_node_row(n) for n in plan.nodes])
+    if plan.edges:
+        await tx.run(_PUT_EDGES, ns=ns, edges=[_edge_row(e) for e in plan.edges])
+    if plan.reviews:
+        first = await _take(tx, ns, "reviews", len(plan.reviews))
+        reviews = [
+            {"review_id": r.review_id, "item": r.model_dump_json(), "seq": first + i}
+            for i, r in enumerate(plan.reviews)
+        ]
+        await tx.run(_PUT_REVIEWS, ns=ns, reviews=reviews)
+    await tx.run(
+        _PUT_CHANGE,
+        ns=ns,
+        change_id=plan.change_id,
+        plan=plan.model_dump_json(),
+        keep=keep_changes,
+    )
 
 
 async def _take(tx: AsyncManagedTransaction, ns: str, counter: str, count: int) -> int:
@@ -282,6 +345,16 @@ def _edge_row(e: Edge) -> dict[str, Any]:
         "verified_at": e.verified_at_ms,
         "deprecated": e.deprecated,
     }
+
+
+def _node(row: Any) -> Node:
+    return Node(
+        entity=row["entity"],
+        trust_level=_LEVELS[row["trust_level"]],
+        verified_tool=row["verified_by"],
+        verified_at_ms=row["verified_at"],
+        deprecated=bool(row["deprecated"]),
+    )
 
 
 def _edge(row: Any) -> Edge:

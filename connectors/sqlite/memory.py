@@ -9,8 +9,9 @@ name), ``graph_changes`` (the redelivery ledger) to the most recent changes.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from hermesbus.payloads import TrustLevel
 from hermesbus.processors.memory import (
@@ -22,11 +23,14 @@ from hermesbus.processors.memory import (
     GraphPlan,
     MidTermItem,
     Node,
+    Planner,
     Preference,
     ReviewItem,
 )
 
 from .client import SqliteFile
+
+T = TypeVar("T")
 
 __all__ = ["SqliteGraphStore", "SqlitePreferenceStore"]
 
@@ -265,46 +269,66 @@ class SqliteGraphStore(SqliteFile):
 
     async def apply(self, plan: GraphPlan, *, keep_changes: int = CHANGE_LEDGER) -> GraphPlan:
         with self._write() as db:
-            seen = db.execute(
-                "SELECT plan FROM graph_changes WHERE change_id=?", (plan.change_id,)
-            ).fetchone()
+            seen = _recorded(db, plan.change_id)
             if seen is not None:
-                return GraphPlan.model_validate_json(seen[0])
-            db.executemany(
-                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?)",
-                [
-                    (
-                        n.entity,
-                        TRUST_RANK[n.trust_level],
-                        n.verified_tool,
-                        n.verified_at_ms,
-                        int(n.deprecated),
-                    )
-                    for n in plan.nodes
-                ],
-            )
-            db.executemany(
-                f"INSERT OR REPLACE INTO edges ({_EDGE}) VALUES (?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
-                [_edge_row(e) for e in plan.edges],
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO reviews (review_id, item) VALUES (?, ?)",
-                [(r.review_id, r.model_dump_json()) for r in plan.reviews],
-            )
-            db.execute(
-                "INSERT INTO graph_changes VALUES (?, ?)", (plan.change_id, plan.model_dump_json())
-            )
-            # rowids grow by one per insert and only the oldest rows are ever deleted
-            db.execute(
-                "DELETE FROM graph_changes "
-                "WHERE rowid <= (SELECT MAX(rowid) FROM graph_changes) - ?",
-                (keep_changes,),
-            )
+                return seen
+            _apply(db, plan, keep_changes)
         return plan
+
+    async def decide(
+        self, change_id: str, planner: Planner[T], *, lock: str, keep_changes: int = CHANGE_LEDGER
+    ) -> GraphPlan | T:
+        """``BEGIN IMMEDIATE`` serialises every writer of the file, so the planner's reads
+        (on this connection, inside the transaction) and the write are one; ``lock`` needs
+        nothing more here. The planner's reads never yield to the event loop."""
+        del lock
+        with self._write() as db:
+            seen = _recorded(db, change_id)
+            if seen is not None:
+                return seen
+            decided = await planner(self)
+            if isinstance(decided, GraphPlan):
+                _apply(db, decided, keep_changes)
+        return decided
 
     async def review_queue(self) -> tuple[ReviewItem, ...]:
         rows = self._rows("SELECT item FROM reviews ORDER BY seq")
         return tuple(ReviewItem.model_validate_json(row[0]) for row in rows)
+
+
+def _recorded(db: sqlite3.Connection, change_id: str) -> GraphPlan | None:
+    seen = db.execute("SELECT plan FROM graph_changes WHERE change_id=?", (change_id,)).fetchone()
+    return None if seen is None else GraphPlan.model_validate_json(seen[0])
+
+
+def _apply(db: sqlite3.Connection, plan: GraphPlan, keep_changes: int) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?)",
+        [
+            (
+                n.entity,
+                TRUST_RANK[n.trust_level],
+                n.verified_tool,
+                n.verified_at_ms,
+                int(n.deprecated),
+            )
+            for n in plan.nodes
+        ],
+    )
+    db.executemany(
+        f"INSERT OR REPLACE INTO edges ({_EDGE}) VALUES (?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+        [_edge_row(e) for e in plan.edges],
+    )
+    db.executemany(
+        "INSERT OR IGNORE INTO reviews (review_id, item) VALUES (?, ?)",
+        [(r.review_id, r.model_dump_json()) for r in plan.reviews],
+    )
+    db.execute("INSERT INTO graph_changes VALUES (?, ?)", (plan.change_id, plan.model_dump_json()))
+    # rowids grow by one per insert and only the oldest rows are ever deleted
+    db.execute(
+        "DELETE FROM graph_changes WHERE rowid <= (SELECT MAX(rowid) FROM graph_changes) - ?",
+        (keep_changes,),
+    )
 
 
 def _edge_row(e: Edge) -> tuple[Any, ...]:

@@ -26,7 +26,14 @@ from ._model import (
     millis,
     trust_at_least,
 )
-from ._ports import CHANGE_LEDGER, CHOICE_HISTORY, GraphStore, PreferenceStore
+from ._ports import (
+    CHANGE_LEDGER,
+    CHOICE_HISTORY,
+    GraphReader,
+    GraphStore,
+    Planner,
+    PreferenceStore,
+)
 from ._settings import MAX_TTL_S, MemorySettings
 from ._stores import MemoryStores
 from ._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
@@ -45,12 +52,14 @@ __all__ = [
     "Edge",
     "GraphEvent",
     "GraphPlan",
+    "GraphReader",
     "GraphStore",
     "GraphTask",
     "MemorySettings",
     "MemoryStores",
     "MidTermItem",
     "Node",
+    "Planner",
     "Preference",
     "PreferenceStore",
     "ReviewItem",

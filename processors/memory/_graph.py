@@ -17,7 +17,7 @@ Trust and time are not taken on the writer's word: a forwarded fact is stored at
 ``verified`` (:data:`FORWARDED_TRUST`) whatever ``trust_level`` it claims, because the
 dispatcher only relays what a tool verified; ``certified`` (a human or an authority
 vouching for the fact) needs a separate, explicit path, e.g. a review decision applied
-through ``GraphStore.apply``; no envelope reaches it. And a ``verified_by.verified_at``
+through ``GraphStore.decide``; no envelope reaches it. And a ``verified_by.verified_at``
 later than the write's envelope time plus ``MemorySettings.future_skew_s`` is refused
 (``memory.future_verification``): a fact "verified" in the future would win every
 conflict and deprecate the true, later fact on arrival.
@@ -32,13 +32,19 @@ from hermesbus.processors.protocol import DISPATCHER_ADDRESS
 
 from ._emit import Refused
 from ._model import TRUST_RANK, Edge, GraphEvent, GraphPlan, GraphTask, Node, ReviewItem, millis
-from ._ports import GraphStore
+from ._ports import GraphReader, GraphStore
 from ._settings import MemorySettings
 
-__all__ = ["FORWARDED_TRUST", "facts_for", "parse_fact", "plan_write"]
+__all__ = ["FORWARDED_TRUST", "facts_for", "parse_fact", "plan_write", "subject_of"]
 
 FORWARDED_TRUST = TrustLevel.VERIFIED
 """The highest trust a fact written through the bus is stored with."""
+
+
+def subject_of(write: MemoryWrite) -> str:
+    """The entity a long-term write is about, which ``GraphStore.decide`` locks: the
+    key's first part (a malformed key is refused by the planner, under its own name)."""
+    return write.key.split("|", 1)[0] or write.key
 
 
 def parse_fact(write: MemoryWrite) -> tuple[str, str, str] | Refused:
@@ -87,12 +93,12 @@ async def plan_write(
     write: MemoryWrite,
     source: str,
     change_id: str,
-    graph: GraphStore,
+    graph: GraphReader,
     settings: MemorySettings,
     *,
     now_ms: int,
 ) -> GraphPlan | Refused:
-    """What the write changes in the graph (for ``GraphStore.apply``), or why it is refused;
+    """What the write changes in the graph (for ``GraphStore.decide``), or why it is refused;
     ``now_ms`` is the write envelope's time (a verification may not be later, bar skew)."""
     refused = _refusal(write, source, now_ms + settings.future_skew_s * 1000)
     verified = write.verified_by
@@ -123,7 +129,7 @@ async def plan_write(
 
 
 async def _contested(
-    new: Edge, rivals: tuple[Edge, ...], change_id: str, graph: GraphStore, window_ms: int
+    new: Edge, rivals: tuple[Edge, ...], change_id: str, graph: GraphReader, window_ms: int
 ) -> GraphPlan:
     """A single-valued relation with a live rival: review, supersede, or lose."""
     rival = max(rivals, key=lambda e: (e.verified_at_ms, e.object))
@@ -146,7 +152,7 @@ async def _contested(
     return GraphPlan(change_id=change_id, nodes=nodes, edges=(lost,), events=(event,))
 
 
-async def _unopposed(new: Edge, change_id: str, graph: GraphStore) -> GraphPlan:
+async def _unopposed(new: Edge, change_id: str, graph: GraphReader) -> GraphPlan:
     """No rival: create the edge, or refresh the identical one (``graph.refreshed`` when
     its verification or trust changed; nothing to audit when it did not)."""
     nodes = await _nodes(new, graph)
@@ -172,7 +178,7 @@ def _lower(a: TrustLevel, b: TrustLevel) -> TrustLevel:
     return a if TRUST_RANK[a] <= TRUST_RANK[b] else b
 
 
-async def _nodes(edge: Edge, graph: GraphStore) -> tuple[Node, ...]:
+async def _nodes(edge: Edge, graph: GraphReader) -> tuple[Node, ...]:
     """Subject and object nodes carrying the newest verification and the highest trust."""
     nodes = []
     for entity in dict.fromkeys((edge.subject, edge.object)):

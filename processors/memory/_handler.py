@@ -21,9 +21,10 @@ from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY
 from hermesbus.runtime import HandlerInput, Outcome
 
 from ._emit import Refused, audit_envelope, refusal_envelope, reply
-from ._graph import facts_for, plan_write
+from ._graph import facts_for, plan_write, subject_of
 from ._midterm import apply_mid_term, preferences_for
-from ._model import millis
+from ._model import GraphPlan, millis
+from ._ports import GraphReader
 from ._stores import MemoryStores
 from ._symbols import lookup, parse_symbol, prune
 
@@ -127,17 +128,21 @@ async def _write(inp: HandlerInput, write: MemoryWrite, stores: MemoryStores) ->
             settings=stores.settings,
         )
         return Outcome() if refused is None else _refuse(inp, write, refused)
-    plan = await plan_write(
-        write,
-        envelope.source,
+
+    async def planner(graph: GraphReader) -> GraphPlan | Refused:
+        return await plan_write(
+            write, envelope.source, envelope.message_id, graph, stores.settings, now_ms=now_ms
+        )
+
+    # the conflict rule reads and writes in one transaction, the fact's subject locked
+    applied = await stores.graph.decide(
         envelope.message_id,
-        stores.graph,
-        stores.settings,
-        now_ms=now_ms,
+        planner,
+        lock=subject_of(write),
+        keep_changes=stores.settings.change_ledger,
     )
-    if isinstance(plan, Refused):
-        return _refuse(inp, write, plan)
-    applied = await stores.graph.apply(plan, keep_changes=stores.settings.change_ledger)
+    if isinstance(applied, Refused):
+        return _refuse(inp, write, applied)
     audits = tuple(audit_envelope(envelope, i, e) for i, e in enumerate(applied.events))
     return Outcome(emit=audits)
 

@@ -7,13 +7,23 @@ Redis and Neo4j later), all passing the same abstract test suites. Both are serv
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from hermesbus.payloads import TrustLevel
 
 from ._model import ChoiceCount, Edge, GraphPlan, MidTermItem, Node, Preference, ReviewItem
 
-__all__ = ["CHANGE_LEDGER", "CHOICE_HISTORY", "GraphStore", "PreferenceStore"]
+__all__ = [
+    "CHANGE_LEDGER",
+    "CHOICE_HISTORY",
+    "GraphReader",
+    "GraphStore",
+    "Planner",
+    "PreferenceStore",
+]
+
+T = TypeVar("T")
 
 CHOICE_HISTORY = 20
 """Default observations kept per (user, name): the latest ones; enough for the 3-choice rule."""
@@ -80,13 +90,8 @@ class PreferenceStore(Protocol):
         ...
 
 
-@runtime_checkable
-class GraphStore(Protocol):
-    """Long-term memory: the entity graph, its deprecated edges and the review queue."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
+class GraphReader(Protocol):
+    """What deciding a write reads of the graph (a store, or one of its transactions)."""
 
     async def node(self, entity: str) -> Node | None: ...
 
@@ -95,6 +100,20 @@ class GraphStore(Protocol):
     async def edges_from(self, subject: str, relation: str) -> tuple[Edge, ...]:
         """Every edge of (subject, relation), deprecated ones included, by object."""
         ...
+
+
+Planner = Callable[[GraphReader], Awaitable[GraphPlan | T]]
+"""Reads the graph and returns the plan of a change, or something else (a refusal) that
+writes nothing."""
+
+
+@runtime_checkable
+class GraphStore(GraphReader, Protocol):
+    """Long-term memory: the entity graph, its deprecated edges and the review queue."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
     async def facts(
         self, entity: str, minimum: TrustLevel, *, include_deprecated: bool = False
@@ -107,6 +126,16 @@ class GraphStore(Protocol):
         """Apply the plan in one transaction, unless its ``change_id`` was applied before;
         either way return the plan that was applied for that id. The ledger of applied ids
         keeps the most recent ``keep_changes``: a redelivery older than that applies again."""
+        ...
+
+    async def decide(
+        self, change_id: str, planner: Planner[T], *, lock: str, keep_changes: int = CHANGE_LEDGER
+    ) -> GraphPlan | T:
+        """Read, decide and write in one transaction: unless ``change_id`` was applied
+        before (its recorded plan comes back), ``planner`` reads the graph as it is inside
+        the transaction and the plan it returns is applied there, so two writers deciding
+        on the same ``lock`` (an entity) one after the other see each other's facts. What
+        else the planner returns comes back with nothing written."""
         ...
 
     async def review_queue(self) -> tuple[ReviewItem, ...]:

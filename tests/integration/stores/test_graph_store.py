@@ -6,6 +6,7 @@ constraints, properties on the relationships, and Cypher that is never built fro
 from __future__ import annotations
 
 import ast
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,14 +14,19 @@ import pytest
 
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.neo4j import graph as neo4j_graph
-from hermesbus.payloads import TrustLevel
-from hermesbus.processors.memory import GraphPlan, GraphStore
+from hermesbus.payloads import MemoryWrite, TrustLevel
+from hermesbus.processors.memory import GraphPlan, GraphReader, GraphStore, MemorySettings
+from hermesbus.processors.memory._emit import Refused
+from hermesbus.processors.memory._graph import plan_write
+from tests.unit.processors.memory.helpers import DISPATCHER, at, fact_write, ms
 from tests.unit.processors.memory.test_graph_store import (  # the shared suite
     FIXTURE,
     edge,
     test_apply_is_idempotent_by_change_id,
     test_apply_stores_nodes_and_edges,
     test_apply_upserts_edges_by_their_triple,
+    test_decide_applies_the_planners_plan_once,
+    test_decide_writes_nothing_for_what_is_not_a_plan,
     test_facts_by_trust_level,
     test_is_the_protocol,
     test_review_queue_keeps_order,
@@ -31,6 +37,8 @@ __all__ = [
     "test_apply_is_idempotent_by_change_id",
     "test_apply_stores_nodes_and_edges",
     "test_apply_upserts_edges_by_their_triple",
+    "test_decide_applies_the_planners_plan_once",
+    "test_decide_writes_nothing_for_what_is_not_a_plan",
     "test_facts_by_trust_level",
     "test_is_the_protocol",
     "test_review_queue_keeps_order",
@@ -147,3 +155,33 @@ def _called(node: ast.Call) -> str:
 
 def _cypher(text: str) -> bool:
     return any(word in text.upper() for word in ("MATCH ", "MERGE ", "CREATE ", "DELETE "))
+
+
+async def test_two_writers_of_one_subject_decide_one_after_the_other(
+    neo4j_url: str, unique: str
+) -> None:
+    """Two workers verify conflicting single-valued facts about one user at once. Each
+    planner reads, then dawdles before it decides: were the reads not in the write
+    transaction behind the subject's lock, both would see no rival and both facts would
+    stay live. Decided one after the other, the newer verification wins and the older is
+    deprecated, whichever ran first."""
+    config = Neo4jConfig(url=neo4j_url, namespace=f"c{unique}")
+    settings = MemorySettings()
+    early = fact_write("user:u1", "belongs_to", "dept:a", when=at(0))
+    late = fact_write("user:u1", "belongs_to", "dept:b", when=at(600))  # 10 minutes on
+    async with Neo4jGraphStore(config) as one, Neo4jGraphStore(config) as two:
+
+        async def decide(store: Neo4jGraphStore, write: MemoryWrite, change: str) -> object:
+            async def planner(graph: GraphReader) -> GraphPlan | Refused:
+                plan = await plan_write(
+                    write, DISPATCHER, change, graph, settings, now_ms=ms(at(700))
+                )
+                await asyncio.sleep(0.3)  # the other writer reads meanwhile, if it can
+                return plan
+
+            return await store.decide(change, planner, lock="user:u1")
+
+        await asyncio.gather(decide(one, late, "w-late"), decide(two, early, "w-early"))
+        edges = await one.edges_from("user:u1", "belongs_to")
+    live = [(e.object, e.deprecated) for e in edges]
+    assert live == [("dept:a", True), ("dept:b", False)]

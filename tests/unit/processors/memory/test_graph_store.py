@@ -7,6 +7,7 @@ from hermesbus.processors.memory import (
     Edge,
     GraphEvent,
     GraphPlan,
+    GraphReader,
     GraphStore,
     GraphTask,
     Node,
@@ -123,3 +124,29 @@ async def test_review_queue_keeps_order(graph_store: GraphStore) -> None:
         await graph_store.apply(GraphPlan(change_id=f"c{i}", reviews=(review,)))
     assert await graph_store.review_queue() == tuple(reviews)  # in the order they came
     assert await graph_store.edge("u", "belongs_to", "b1") is None  # a review changes nothing
+
+
+async def test_decide_applies_the_planners_plan_once(graph_store: GraphStore) -> None:
+    read: list[tuple[Edge, ...]] = []
+
+    async def planner(graph: GraphReader) -> GraphPlan:
+        read.append(await graph.edges_from("user:u1", "belongs_to"))
+        return GraphPlan(change_id="d1", edges=(edge("user:u1", "belongs_to", "dept:a"),))
+
+    await graph_store.apply(GraphPlan(change_id="c0", edges=(edge("user:u1", "belongs_to", "x"),)))
+    first = await graph_store.decide("d1", planner, lock="user:u1")
+    assert read == [(edge("user:u1", "belongs_to", "x"),)]  # it read the graph as it was
+    assert await graph_store.edge("user:u1", "belongs_to", "dept:a") is not None
+    assert await graph_store.decide("d1", planner, lock="user:u1") == first  # the ledger's
+    assert len(read) == 1  # a redelivered change is not decided again
+
+
+async def test_decide_writes_nothing_for_what_is_not_a_plan(graph_store: GraphStore) -> None:
+    async def refuses(graph: GraphReader) -> GraphPlan | str:
+        assert await graph.node("user:u1") is None
+        return "refused"
+
+    assert await graph_store.decide("d2", refuses, lock="user:u1") == "refused"
+    assert await graph_store.node("user:u1") is None
+    fresh = GraphPlan(change_id="d2", edges=(edge("y", "z", "w"),))
+    assert await graph_store.apply(fresh) == fresh  # d2 was never recorded
