@@ -184,17 +184,23 @@ def _step(node: Any, part: str, so_far: str, path: str) -> Any:
     raise ConfigError(f"--set {path}: the envelope has no field {so_far!r}")
 
 
+_SERVERS = ("HERMES_ELASTICSEARCH_URL", "HERMES_REDIS_URL", "HERMES_NEO4J_URL")
+"""The production stores a sandbox must never use."""
+
+
 @contextlib.contextmanager
 def _sandbox_settings(home: Path) -> Iterator[None]:
-    """``HERMES_HOME`` the sandbox's folder while it runs; the keyring stays the bus's."""
+    """``HERMES_HOME`` the sandbox's folder while it runs; the keyring stays the bus's.
+
+    Every store of the sandbox is SQLite in that folder: the production servers
+    (Elasticsearch, Redis, Neo4j) are not configured while it runs, so nothing of theirs
+    is read or written (the sandbox's sessions have the production sessions' ids)."""
     keys = keys_path()
-    saved = {
-        name: os.environ.get(name)
-        for name in ("HERMES_HOME", KEYS_FILE_ENV, "HERMES_ELASTICSEARCH_URL")
-    }
+    saved = {name: os.environ.get(name) for name in ("HERMES_HOME", KEYS_FILE_ENV, *_SERVERS)}
     os.environ["HERMES_HOME"] = str(home)
     os.environ[KEYS_FILE_ENV] = str(keys)
-    os.environ.pop("HERMES_ELASTICSEARCH_URL", None)  # the sandbox indexes into its own SQLite
+    for name in _SERVERS:
+        os.environ.pop(name, None)
     try:
         yield
     finally:

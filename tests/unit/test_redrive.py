@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn
+from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn, backends
+from hermesbus import redrive as sandboxes
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import ConfigError
 from hermesbus.processors.recorded import ArgumentTools
 from hermesbus.redrive import Fork, external_inputs, forked, redrive, sandbox_home
@@ -133,3 +137,18 @@ async def test_a_sandbox_used_before_is_refused(
     recording = Recording.of([Hop(turn(), IN, 0, 0, 0)], "test")
     with pytest.raises(ConfigError, match="sandbox try-1. was used before"):
         await redrive(recording, ["s1"], into="try-1.", kafka=KafkaConfig(bootstrap="127.0.0.1:9"))
+
+
+def test_a_sandbox_uses_no_production_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the sandbox's sessions have the production ids: its state must stay in its folder
+    for name in ("HERMES_ELASTICSEARCH_URL", "HERMES_REDIS_URL", "HERMES_NEO4J_URL"):
+        monkeypatch.setenv(name, f"{name.lower()}://prod:1")
+    with sandboxes._sandbox_settings(tmp_path / "sandbox"):
+        assert os.environ["HERMES_HOME"] == str(tmp_path / "sandbox")
+        assert isinstance(backends.state_store(), SqliteStateStore)
+        stores = backends.memory_stores()
+        assert isinstance(stores.graph, SqliteGraphStore)
+        assert isinstance(stores.preferences, SqlitePreferenceStore)
+    assert os.environ["HERMES_REDIS_URL"] == "hermes_redis_url://prod:1"  # given back
