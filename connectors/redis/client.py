@@ -7,18 +7,20 @@ connection refused, a timeout or a server error is a :class:`StoreError` naming 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermesbus.errors import ConfigError, StoreError
+from hermesbus.lifecycle import Service
 
 from .config import RedisConfig
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
 
-__all__ = ["INSTALL_HINT", "connect", "translated"]
+__all__ = ["INSTALL_HINT", "RedisService", "connect", "translated"]
 
 INSTALL_HINT = "pip install 'hermesbus[redis]'"
 
@@ -53,3 +55,54 @@ async def translated(config: RedisConfig, doing: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({kind}: {exc})") from exc
     except OSError as exc:  # a socket error redis-py did not wrap
         raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({exc})") from exc
+
+
+class RedisService(Service):
+    """What every Redis store shares: one client for ``config``, opened by ``start()`` (the
+    server must answer a PING) with the store's :attr:`scripts` registered, closed by
+    ``stop()``. redis-py calls a registered script by SHA and loads it again after
+    NOSCRIPT (a restarted or failed-over server)."""
+
+    scripts: ClassVar[Mapping[str, str]] = {}
+    """Name -> Lua source of the store's scripts."""
+    what: ClassVar[str] = "store"
+    """How errors name the store, e.g. ``state store``."""
+
+    def __init__(self, config: RedisConfig | None = None) -> None:
+        self.config = config or RedisConfig()
+        self._redis: Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+
+    @property
+    def where(self) -> str:
+        return f"Redis at {self.config.shown_url} (keys {self.config.prefix}:*)"
+
+    async def start(self) -> None:
+        if self._redis is not None:
+            return
+        client = connect(self.config)
+        try:
+            async with translated(self.config, "connecting"):
+                await client.ping()
+        except BaseException:
+            await client.aclose()
+            raise
+        self._scripts = {name: client.register_script(s) for name, s in self.scripts.items()}
+        self._redis = client
+
+    async def stop(self) -> None:
+        client, self._redis = self._redis, None
+        if client is not None:
+            await client.aclose()
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise StoreError(f"the Redis {self.what} is not started")
+        return self._redis
+
+    async def script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run the registered script ``name``."""
+        if self._redis is None:
+            raise StoreError(f"the Redis {self.what} is not started")
+        return await self._scripts[name](keys=keys, args=args)

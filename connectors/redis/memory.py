@@ -18,20 +18,15 @@ its pruning, an item that keeps its creation time, purging and eviction) is one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import orjson
 
-from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
 from hermesbus.processors.memory import CHOICE_HISTORY, ChoiceCount, MidTermItem, Preference
 
-from .client import connect, translated
+from .client import RedisService, translated
 from .config import RedisConfig
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
-    from redis.commands.core import AsyncScript
 
 __all__ = ["RedisPreferenceStore"]
 
@@ -109,43 +104,20 @@ return doomed
 then least recently updated, then by key; the deleted keys in that order."""
 
 
-class RedisPreferenceStore(Service):
+class RedisPreferenceStore(RedisService):
     """The :class:`~hermesbus.processors.memory.PreferenceStore` on Redis."""
 
+    scripts: ClassVar[Mapping[str, str]] = {
+        "observe": _OBSERVE,
+        "put_item": _PUT_ITEM,
+        "purge": _PURGE,
+        "evict": _EVICT,
+    }
+    what = "mid-term store"
+
     def __init__(self, config: RedisConfig | None = None) -> None:
-        self.config = config or RedisConfig()
+        super().__init__(config)
         self._ns = self.config.prefix
-        self._redis: Redis | None = None
-        self._scripts: dict[str, AsyncScript] = {}
-
-    @property
-    def where(self) -> str:
-        return f"Redis at {self.config.shown_url} (keys {self._ns}:*)"
-
-    async def start(self) -> None:
-        if self._redis is not None:
-            return
-        client = connect(self.config)
-        try:
-            async with translated(self.config, "connecting"):
-                await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
-        sources = {"observe": _OBSERVE, "put_item": _PUT_ITEM, "purge": _PURGE, "evict": _EVICT}
-        self._scripts = {name: client.register_script(s) for name, s in sources.items()}
-        self._redis = client
-
-    async def stop(self) -> None:
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
-
-    @property
-    def redis(self) -> Redis:
-        if self._redis is None:
-            raise StoreError("the Redis mid-term store is not started")
-        return self._redis
 
     def _pref(self, user_id: str, name: str) -> str:
         return f"{self._ns}:pref:{{{user_id}}}:{name}"
@@ -205,8 +177,10 @@ class RedisPreferenceStore(Service):
         keep: int = CHOICE_HISTORY,
     ) -> None:
         async with translated(self.config, "observe_choice"):
-            await self._scripts["observe"](
-                keys=self._choices(user_id, name), args=[observation_id, value_json, at_ms, keep]
+            await self.script(
+                "observe",
+                keys=self._choices(user_id, name),
+                args=[observation_id, value_json, at_ms, keep],
             )
 
     async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
@@ -225,7 +199,8 @@ class RedisPreferenceStore(Service):
 
     async def put_item(self, item: MidTermItem) -> None:
         async with translated(self.config, "put_item"):
-            await self._scripts["put_item"](
+            await self.script(
+                "put_item",
                 keys=self._items(item.user_id),
                 args=[item.key, item.model_dump_json(), item.created_at_ms],
             )
@@ -250,12 +225,12 @@ class RedisPreferenceStore(Service):
 
     async def purge_expired(self, user_id: str, now_ms: int) -> tuple[str, ...]:
         async with translated(self.config, "purge_expired"):
-            gone: list[Any] = await self._scripts["purge"](keys=self._items(user_id), args=[now_ms])
+            gone: list[Any] = await self.script("purge", keys=self._items(user_id), args=[now_ms])
         return tuple(k.decode() for k in gone)
 
     async def evict(self, user_id: str, keep: int) -> tuple[str, ...]:
         async with translated(self.config, "evict"):
-            doomed: list[Any] = await self._scripts["evict"](keys=self._items(user_id), args=[keep])
+            doomed: list[Any] = await self.script("evict", keys=self._items(user_id), args=[keep])
         return tuple(k.decode() for k in doomed)
 
 

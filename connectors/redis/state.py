@@ -24,25 +24,40 @@ Scripts are loaded once and called by SHA (redis-py loads one again after NOSCRI
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 import orjson
 
-from hermesbus.lifecycle import Service
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
 
-from .client import connect, translated
+from .client import RedisService, translated
 from .config import RedisConfig
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
-    from redis.commands.core import AsyncScript
 
 __all__ = ["RedisStateStore"]
 
-_COMMIT = """
+_SET_TIMERS_FUNCTION = """
+local function set_timers(timers, purposes, wanted, removed)
+  for _, timer in ipairs(wanted) do
+    local old = redis.call('HGET', purposes, timer[2])
+    if old and old ~= timer[1] then
+      redis.call('HDEL', timers, old)
+      table.insert(removed, old)
+    end
+    redis.call('HSET', timers, timer[1], timer[3])
+    redis.call('HSET', purposes, timer[2], timer[1])
+  end
+  return removed
+end
+"""
+"""One timer per session and purpose: each of ``wanted`` ([id, purpose, timer JSON])
+replaces the purpose's earlier timer, whose id goes into ``removed``. Both scripts that
+set timers begin with it."""
+
+_COMMIT = (
+    _SET_TIMERS_FUNCTION
+    + """
 local version = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if version ~= tonumber(ARGV[1]) then return {0} end
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
@@ -58,17 +73,9 @@ for _, purpose in ipairs(cjson.decode(ARGV[7])) do
     table.insert(removed, old)
   end
 end
-for _, timer in ipairs(cjson.decode(ARGV[8])) do
-  local old = redis.call('HGET', KEYS[4], timer[2])
-  if old and old ~= timer[1] then
-    redis.call('HDEL', KEYS[3], old)
-    table.insert(removed, old)
-  end
-  redis.call('HSET', KEYS[3], timer[1], timer[3])
-  redis.call('HSET', KEYS[4], timer[2], timer[1])
-end
-return removed
+return set_timers(KEYS[3], KEYS[4], cjson.decode(ARGV[8]), removed)
 """
+)
 """KEYS: state, outbox, timers, purposes. ARGV: expected version, data ('' = unchanged),
 applied, clear previous outbox ('1'), message id, its records ('' = none), purposes to
 cancel (JSON), timers to set (JSON [[id, purpose, timer JSON], ...]). Returns {0} when the
@@ -108,6 +115,22 @@ return gap
 """KEYS: the partition's due set, alive. ARGV: partition field, now ms. Returns the gap."""
 
 
+_SET_TIMERS = (
+    _SET_TIMERS_FUNCTION + "return set_timers(KEYS[1], KEYS[2], cjson.decode(ARGV[1]), {})"
+)
+"""KEYS: timers, purposes. ARGV: the timers (as in the commit). Returns the replaced ids."""
+
+_DROP_TIMER = """
+local body = redis.call('HGET', KEYS[1], ARGV[1])
+if not body then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local purpose = cjson.decode(body)['purpose']
+if redis.call('HGET', KEYS[2], purpose) == ARGV[1] then redis.call('HDEL', KEYS[2], purpose) end
+return 1
+"""
+"""KEYS: timers, purposes. ARGV: timer id."""
+
+
 def _b64(value: bytes | None) -> str | None:
     return None if value is None else base64.b64encode(value).decode()
 
@@ -127,57 +150,25 @@ def _record(row: Sequence[Any]) -> OutRecord:
     return OutRecord(topic, _unb64(key), _unb64(value) or b"", pairs, partition)
 
 
-class RedisStateStore(Service):
+class RedisStateStore(RedisService):
     """The :class:`~hermesbus.runtime.StateStore` on Redis (``HERMES_REDIS_URL``)."""
 
+    scripts: ClassVar[Mapping[str, str]] = {
+        "commit": _COMMIT,
+        "index": _INDEX,
+        "unindex": _UNINDEX,
+        "resume": _RESUME,
+        "set_timers": _SET_TIMERS,
+        "drop_timer": _DROP_TIMER,
+    }
+    what = "state store"
+
     def __init__(self, config: RedisConfig | None = None) -> None:
-        self.config = config or RedisConfig()
+        super().__init__(config)
         self._ns = self.config.prefix
-        self._redis: Redis | None = None
-        self._scripts: dict[str, AsyncScript] = {}
-
-    @property
-    def where(self) -> str:
-        return f"Redis at {self.config.shown_url} (keys {self._ns}:*)"
-
-    async def start(self) -> None:
-        if self._redis is not None:
-            return
-        client = connect(self.config)
-        try:
-            async with translated(self.config, "connecting"):
-                await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
-        self._scripts = {
-            name: client.register_script(source)
-            for name, source in (
-                ("commit", _COMMIT),
-                ("index", _INDEX),
-                ("unindex", _UNINDEX),
-                ("resume", _RESUME),
-                ("set_timers", _SET_TIMERS),
-                ("drop_timer", _DROP_TIMER),
-            )
-        }
-        self._redis = client
-
-    async def stop(self) -> None:
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
 
     async def close(self) -> None:
         await self.stop()
-
-    @property
-    def redis(self) -> Redis:
-        if self._redis is None:
-            from hermesbus.errors import StoreError  # noqa: PLC0415 - rare
-
-            raise StoreError("the Redis state store is not started")
-        return self._redis
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -225,7 +216,8 @@ class RedisStateStore(Service):
         async with translated(self.config, "commit"):
             if change.timers:  # indexed first: a timer is never saved without its entry
                 await self._index(change.timers)
-            result = await self._scripts["commit"](
+            result = await self.script(
+                "commit",
                 keys=self._session_keys(processor, session_id),
                 args=[
                     change.expected_version,
@@ -259,8 +251,8 @@ class RedisStateStore(Service):
         body = [[timer.timer_id, timer.purpose, orjson.dumps(self._timer_json(timer)).decode()]]
         async with translated(self.config, "schedule"):
             await self._index([timer])
-            replaced = await self._scripts["set_timers"](
-                keys=[keys[2], keys[3]], args=[orjson.dumps(body)]
+            replaced = await self.script(
+                "set_timers", keys=[keys[2], keys[3]], args=[orjson.dumps(body)]
             )
             await self._unindex(replaced)
 
@@ -304,7 +296,8 @@ class RedisStateStore(Service):
 
     async def resume(self, processor: str, topic: str, partition: int, now_ms: int) -> int:
         async with translated(self.config, "resume"):
-            gap = await self._scripts["resume"](
+            gap = await self.script(
+                "resume",
                 keys=[self._due_set(processor, topic, partition), self._alive],
                 args=[_alive_field(processor, topic, partition), now_ms],
             )
@@ -330,7 +323,7 @@ class RedisStateStore(Service):
             keys.append(due_set)
             where = orjson.dumps([due_set, timer.session_id, timer.processor])
             args += [timer.timer_id, timer.due_at_ms, where]
-        await self._scripts["index"](keys=keys, args=args)
+        await self.script("index", keys=keys, args=args)
 
     async def _timer(self, timer_id: str, due_ms: int) -> StoredTimer | None:
         """The indexed timer, due at its entry's score (moved by ``resume``); an entry
@@ -341,7 +334,7 @@ class RedisStateStore(Service):
             _, session, processor = orjson.loads(where)
             body = await self.redis.hget(self._session("timers", processor, session), timer_id)
         if body is None:
-            await self._scripts["unindex"](keys=[self._owner], args=[timer_id])
+            await self.script("unindex", keys=[self._owner], args=[timer_id])
             return None
         found = orjson.loads(body)
         return StoredTimer(
@@ -354,42 +347,16 @@ class RedisStateStore(Service):
         )
 
     async def _drop(self, timer_id: str) -> None:
-        where = await self._scripts["unindex"](keys=[self._owner], args=[timer_id])
+        where = await self.script("unindex", keys=[self._owner], args=[timer_id])
         if where is None:
             return
         _, session, processor = orjson.loads(where)
         keys = self._session_keys(processor, session)
-        await self._scripts["drop_timer"](keys=[keys[2], keys[3]], args=[timer_id])
+        await self.script("drop_timer", keys=[keys[2], keys[3]], args=[timer_id])
 
     async def _unindex(self, timer_ids: Sequence[bytes | str]) -> None:
         for timer_id in timer_ids:
-            await self._scripts["unindex"](keys=[self._owner], args=[timer_id])
-
-
-_SET_TIMERS = """
-local removed = {}
-for _, timer in ipairs(cjson.decode(ARGV[1])) do
-  local old = redis.call('HGET', KEYS[2], timer[2])
-  if old and old ~= timer[1] then
-    redis.call('HDEL', KEYS[1], old)
-    table.insert(removed, old)
-  end
-  redis.call('HSET', KEYS[1], timer[1], timer[3])
-  redis.call('HSET', KEYS[2], timer[2], timer[1])
-end
-return removed
-"""
-"""KEYS: timers, purposes. ARGV: the timers (as in the commit). Returns the replaced ids."""
-
-_DROP_TIMER = """
-local body = redis.call('HGET', KEYS[1], ARGV[1])
-if not body then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-local purpose = cjson.decode(body)['purpose']
-if redis.call('HGET', KEYS[2], purpose) == ARGV[1] then redis.call('HDEL', KEYS[2], purpose) end
-return 1
-"""
-"""KEYS: timers, purposes. ARGV: timer id."""
+            await self.script("unindex", keys=[self._owner], args=[timer_id])
 
 
 def _alive_field(processor: str, topic: str, partition: int) -> str:

@@ -14,21 +14,16 @@ sessions), so the scripts work on Redis Cluster:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import orjson
 
-from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
 
-from .client import connect, translated
+from .client import RedisService, translated
 from .config import RedisConfig
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
-    from redis.commands.core import AsyncScript
 
 __all__ = ["RedisToolStore"]
 
@@ -62,42 +57,19 @@ A key stored again replaces its old entry (in the args set too); results timed b
 the bound go first."""
 
 
-class RedisToolStore(Service):
+class RedisToolStore(RedisService):
     """The :class:`~hermesbus.processors.tool.ToolStore` on Redis (``HERMES_REDIS_URL``)."""
 
+    scripts: ClassVar[Mapping[str, str]] = {"put_result": _PUT_RESULT}
+    what = "tool store"
+
     def __init__(self, config: RedisConfig | None = None) -> None:
-        self.config = config or RedisConfig()
+        super().__init__(config)
         self._slot = f"{self.config.prefix}:{{{self.config.prefix}:tools}}"
-        self._redis: Redis | None = None
-        self._put: AsyncScript | None = None
 
     @property
     def where(self) -> str:
         return f"Redis at {self.config.shown_url} (keys {self._slot}:*)"
-
-    async def start(self) -> None:
-        if self._redis is not None:
-            return
-        client = connect(self.config)
-        try:
-            async with translated(self.config, "connecting"):
-                await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
-        self._put = client.register_script(_PUT_RESULT)
-        self._redis = client
-
-    async def stop(self) -> None:
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
-
-    @property
-    def redis(self) -> Redis:
-        if self._redis is None:
-            raise StoreError("the Redis tool store is not started")
-        return self._redis
 
     def _key(self, name: str) -> str:
         return f"{self._slot}:{name}"
@@ -133,11 +105,9 @@ class RedisToolStore(Service):
             }
         )
         prune = "" if prune_before_ms is None else prune_before_ms
-        script = self._put
-        if script is None:
-            raise StoreError("the Redis tool store is not started")
         async with translated(self.config, "put_result"):
-            await script(
+            await self.script(
+                "put_result",
                 keys=[self._key("results"), self._key("results-by-time")],
                 args=[key, value, stored.at_ms, f"{tool}:{digest}", prune, self._key("args:")],
             )
