@@ -36,6 +36,7 @@ from hermesbus.processors import memory, tool
 from hermesbus.runtime import StateStore
 
 __all__ = [
+    "Opened",
     "OpenedStateStore",
     "OpenedToolStore",
     "memory_stores",
@@ -46,13 +47,12 @@ __all__ = [
 ]
 
 
-class OpenedStateStore(StateStore, Protocol):
-    """A state store with a connection to open and close: ``async with`` it."""
+class Opened(Protocol):
+    """A store with a connection to open and close (``async with`` it) that can say
+    where it keeps what it keeps, for messages (no secret in it)."""
 
     @property
-    def where(self) -> str:
-        """Where the state is kept, for messages (no secret in it)."""
-        ...
+    def where(self) -> str: ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -61,19 +61,12 @@ class OpenedStateStore(StateStore, Protocol):
     ) -> None: ...
 
 
-class OpenedToolStore(tool.ToolStore, Protocol):
-    """A tool store with a connection to open and close: ``async with`` it."""
+class OpenedStateStore(StateStore, Opened, Protocol):
+    """A session state store, opened with ``async with``."""
 
-    @property
-    def where(self) -> str:
-        """Where the tools are kept, for messages (no secret in it)."""
-        ...
 
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
+class OpenedToolStore(tool.ToolStore, Opened, Protocol):
+    """A tool store, opened with ``async with``."""
 
 
 def state_store() -> OpenedStateStore:
