@@ -49,25 +49,18 @@ from hermesbus.envelope import Envelope  # noqa: E402
 from hermesbus.index import ArchivedRecord  # noqa: E402
 from hermesbus.lifecycle import tune_collector  # noqa: E402
 from hermesbus.processors import protocol  # noqa: E402
-from hermesbus.processors.dispatcher import StaticHealth  # noqa: E402
-from hermesbus.processors.recorded import ScriptedTools  # noqa: E402
 from hermesbus.replay import Shadow, recording_of, shadow  # noqa: E402
 from hermesbus.runtime import HandlerInput, Outcome  # noqa: E402
 from hermesbus.stack import REPLAYABLE, in_memory, shadows  # noqa: E402
 from hermesbus.tail import Position, tail  # noqa: E402
 from tests.unit.processors.conversation.demo import (  # noqa: E402
     FINANCE,
-    OCR,
-    ORG,
-    RULES,
-    STEPS,
-    TRIP,
+    demo_tools,
     user_turn,
 )
 
 TARGET = 0.3
 SAID = ("我要报上个月去深圳的差旅费", "[上传两张图片]", "不用，就这三张", "确认")
-TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
 
 
 def _finance(call: Any) -> dict[str, Any]:
@@ -79,10 +72,7 @@ def _finance(call: Any) -> dict[str, Any]:
 
 async def log_of(sessions: int, home: Path) -> list[ArchivedRecord]:
     """The topics after ``sessions`` reports on the in-memory bus."""
-    script: dict[str, Any] = {"org_tool": ORG, "finance_tool": _finance, "ocr_tool": OCR}
-    script |= {"trip_tool": TRIP, "rule_engine_tool": RULES}
-    tools = ScriptedTools(script, steps=STEPS)
-    healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
+    tools, healthy = demo_tools(finance_tool=_finance)
     async with in_memory(home, tools=tools, health=healthy) as bus:
         for s in range(sessions):
             for n, text in enumerate(SAID):

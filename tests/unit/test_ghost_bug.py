@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from hermesbus import Envelope, Reply, ToolResult
 from hermesbus.bundle import write_bundle
@@ -28,23 +27,16 @@ from hermesbus.codec import default_codec
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.index import DocumentSettings, document
 from hermesbus.processors import conversation, protocol
-from hermesbus.processors.dispatcher import StaticHealth
-from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import Handler, HandlerInput, Outcome
 from hermesbus.stack import in_memory
 from tests.cli_process import clean_env, hermesbus
 
 from .processors.conversation.demo import (
-    FINANCE,
-    OCR,
-    ORG,
     RULES,
-    STEPS,
-    TRIP,
+    demo_tools,
     user_turn,
 )
 
-TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
 SAID = ("我要报上个月去深圳的差旅费", "[上传两张图片]", "不用，就这三张")
 APPROVER = "审批人："
 
@@ -82,14 +74,7 @@ async def test_the_stale_approver_is_named_by_replay_and_found_in_its_trace(
 ) -> None:
     approver = {"now": "张主管"}
     rules = lambda call: {**RULES, "approver": approver["now"]}  # noqa: E731 - the org's answer
-    script: dict[str, Any] = {
-        "org_tool": ORG,
-        "finance_tool": FINANCE,
-        "ocr_tool": OCR,
-        "trip_tool": TRIP,
-    }
-    tools = ScriptedTools({**script, "rule_engine_tool": rules}, steps=STEPS)
-    healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in TOOLS)
+    tools, healthy = demo_tools(rule_engine_tool=rules)
     buggy = with_cached_approver(conversation.handle)
     policy = protocol.ProtocolPolicy()
     async with in_memory(

@@ -15,14 +15,12 @@ from pydantic import BaseModel, ConfigDict
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
 from hermesbus.errors import ConfigError
 from hermesbus.processors import conversation, protocol
-from hermesbus.processors.dispatcher import StaticHealth
-from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import HandlerInput, ModelState, Outcome, TimerRequest, derive_id, kept
 from hermesbus.runtime._effects import timer_fired
 from hermesbus.stack import in_memory
 from hermesbus.testing import Harness
 
-from .processors.conversation.demo import FINANCE, ORG, STEPS
+from .processors.conversation.demo import demo_tools
 
 T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
 IN = "hermes.conversation.in"
@@ -230,11 +228,7 @@ async def test_a_prefix_names_the_topics_as_up_does() -> None:
 
 
 async def test_the_four_processors_answer_the_first_turn_with_the_budget(tmp_path: Path) -> None:
-    tools = ScriptedTools({"org_tool": ORG, "finance_tool": FINANCE}, steps=STEPS)
-    healthy = StaticHealth(
-        protocol.ToolHealth(name, latency_ms=20.0, success_rate=1.0)
-        for name in ("org_tool", "finance_tool")
-    )
+    tools, healthy = demo_tools("org_tool", "finance_tool")
     async with in_memory(
         tmp_path, tools=tools, health=healthy, policy=protocol.ProtocolPolicy()
     ) as harness:

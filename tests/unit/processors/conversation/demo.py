@@ -27,7 +27,10 @@ from hermesbus import (
     ToolResults,
     UserTurn,
 )
+from hermesbus.processors import protocol
 from hermesbus.processors.conversation import NAME, TOPIC, handle
+from hermesbus.processors.dispatcher import StaticHealth
+from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import Outcome, SessionState
 from hermesbus.testing import Armed, Harness
 
@@ -311,3 +314,23 @@ def user_turn(session: str, n: int, text: str, seconds: float) -> Envelope:
         trace_id=f"{session}-trace-{n}",
         payload=Payload(task="expense", body=body),
     )
+
+
+DEMO_TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
+
+
+def demo_tools(*names: str, **answers: Any) -> tuple[ScriptedTools, StaticHealth]:
+    """Scripted tools answering as the demo's do (``answers`` replace some: a dict, or a
+    function of the call), and every one of them healthy (20 ms, all successes). ``names``:
+    only those tools (default: the five of the demo)."""
+    chosen = names or DEMO_TOOLS
+    fixed: dict[str, Any] = {
+        "org_tool": ORG,
+        "finance_tool": FINANCE,
+        "ocr_tool": OCR,
+        "trip_tool": TRIP,
+        "rule_engine_tool": RULES,
+    }
+    script = {name: answers.get(name, fixed[name]) for name in chosen}
+    healthy = StaticHealth(protocol.ToolHealth(name, 20.0, 1.0) for name in chosen)
+    return ScriptedTools(script, steps=STEPS), healthy
