@@ -40,6 +40,29 @@ async def open_store(spec: str) -> AsyncIterator[StateStore]:
         yield sqlite
 
 
+async def counts(store: StateStore, name: str, sessions: int) -> list[dict[str, int]]:
+    """The counting handler's state of sessions ``s000``... as ``name`` saved it."""
+    return [dict((await store.load(name, f"s{s:03d}")).data) for s in range(sessions)]
+
+
+async def applied(store: StateStore, name: str, sessions: int) -> int:
+    """Inputs the counting handler has applied over those sessions."""
+    return sum(c.get("count", 0) for c in await counts(store, name, sessions))
+
+
+async def until_applied(
+    store: StateStore, name: str, sessions: int, at_least: int, *, within_s: float
+) -> int:
+    """Polls :func:`applied` every 0.1 s until ``at_least`` or ``within_s`` is up; the last."""
+    done = await applied(store, name, sessions)
+    for _ in range(int(within_s * 10)):
+        if done >= at_least:
+            break
+        await asyncio.sleep(0.1)
+        done = await applied(store, name, sessions)
+    return done
+
+
 async def provision(bootstrap: str, prefix: str, partitions: int = 6) -> None:
     catalog = Catalog.load().with_overrides(prefix=prefix, partitions=partitions)
     async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:

@@ -24,12 +24,15 @@ from .support import (
     IN,
     OUT,
     ConversationProcessor,
+    applied,
     counting,
+    counts,
     open_store,
     produce,
     read,
     replies,
     turn,
+    until_applied,
     wait_for,
 )
 
@@ -46,10 +49,6 @@ def start_worker(broker: str, prefix: str, spec: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
-
-
-async def counts(store: StateStore, name: str, sessions: int) -> list[dict[str, int]]:
-    return [dict((await store.load(name, f"s{s:03d}")).data) for s in range(sessions)]
 
 
 async def check_everything_once_in_order(
@@ -76,26 +75,16 @@ async def test_a_worker_killed_mid_stream_loses_and_repeats_nothing(
         broker, prefix + IN, [turn(f"s{s:03d}", q) for q in range(per) for s in range(sessions)]
     )
     async with open_store(store_spec) as store:
-
-        async def done() -> int:
-            return sum(c.get("count", 0) for c in await counts(store, "crash", sessions))
-
         worker = start_worker(broker, prefix, store_spec)
         try:
-            for _ in range(600):
-                if await done() >= sessions * per // 4:
-                    break
-                await asyncio.sleep(0.1)
+            await until_applied(store, "crash", sessions, sessions * per // 4, within_s=60)
             worker.send_signal(signal.SIGKILL)
             worker.wait(10)
-            killed_at = await done()
+            killed_at = await applied(store, "crash", sessions)
             assert 0 < killed_at < sessions * per, "the kill did not land mid-stream"
 
             worker = start_worker(broker, prefix, store_spec)
-            for _ in range(1200):
-                if await done() >= sessions * per:
-                    break
-                await asyncio.sleep(0.1)
+            await until_applied(store, "crash", sessions, sessions * per, within_s=120)
             worker.send_signal(signal.SIGTERM)
             assert worker.wait(30) == 0
         finally:
@@ -116,25 +105,16 @@ async def test_one_of_two_workers_killed_the_other_takes_over(
         broker, prefix + IN, [turn(f"s{s:03d}", q) for q in range(per) for s in range(sessions)]
     )
     async with open_store(store_spec) as store:
-
-        async def done() -> int:
-            return sum(c.get("count", 0) for c in await counts(store, "crash", sessions))
-
         survivor, victim = start_worker(broker, prefix, store_spec), None
         try:
             victim = start_worker(broker, prefix, store_spec)
-            for _ in range(600):
-                if await done() >= sessions * per // 3:
-                    break
-                await asyncio.sleep(0.1)
+            await until_applied(store, "crash", sessions, sessions * per // 3, within_s=60)
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
-            killed_at = await done()
+            killed_at = await applied(store, "crash", sessions)
             assert 0 < killed_at < sessions * per, "the kill did not land mid-stream"
-            for _ in range(1800):  # the survivor waits out the victim's session first
-                if await done() >= sessions * per:
-                    break
-                await asyncio.sleep(0.1)
+            # the survivor waits out the victim's session first
+            await until_applied(store, "crash", sessions, sessions * per, within_s=180)
             survivor.send_signal(signal.SIGTERM)
             assert survivor.wait(30) == 0
         finally:
@@ -176,19 +156,13 @@ async def test_two_workers_rebalancing_while_processing(
     a, b = worker(), worker()
     total = sessions * per
 
-    async def applied() -> int:
-        return sum(c.get("count", 0) for c in await counts(store, "rebalance", sessions))
-
     async with a:
         await wait_for(lambda: a.stats.processed >= total // 10, timeout=60)
         async with b:  # joins: partitions move from a to b while a is busy
             await wait_for(lambda: a.stats.processed + b.stats.processed >= total // 2, timeout=60)
             await a.stop()  # leaves: everything moves to b
             await wait_for(lambda: len(b.assignment) == 6, timeout=60)
-            for _ in range(900):
-                if await applied() >= total:
-                    break
-                await asyncio.sleep(0.1)
+            await until_applied(store, "rebalance", sessions, total, within_s=90)
     assert a.stats.processed > 0
     assert b.stats.processed > 0
     assert a.stats.fenced == b.stats.fenced == 0

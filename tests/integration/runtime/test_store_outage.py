@@ -25,8 +25,8 @@ from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 from tests.services import need
 
-from .support import IN, ConversationProcessor, counting, produce, turn, wait_for
-from .test_crash import check_everything_once_in_order, counts
+from .support import IN, ConversationProcessor, counting, produce, turn, until_applied, wait_for
+from .test_crash import check_everything_once_in_order
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -95,16 +95,7 @@ async def test_a_redis_outage_pauses_work_in_place_and_loses_nothing(
                 assert sum(offsets.values()) <= done  # nothing committed it did not process
             finally:
                 os.kill(pid, signal.SIGCONT)
-
-            async def finished() -> bool:
-                return sum(c.get("count", 0) for c in await counts(store, "outage", sessions)) == (
-                    sessions * per
-                )
-
-            for _ in range(600):
-                if await finished():
-                    break
-                await asyncio.sleep(0.1)
+            await until_applied(store, "outage", sessions, sessions * per, within_s=60)
         await check_everything_once_in_order(
             broker, prefix, store, name="outage", sessions=sessions, per=per
         )
