@@ -3,10 +3,19 @@
 The optional dependency missing is a :class:`ConfigError` naming the extra to install; a
 connection refused, a timeout or a server error is a :class:`StoreError` naming the server
 (without its password), so the runtime pauses the work in place and retries it.
+
+redis-py is given no socket timeout: with one it wraps every command it sends in
+``asyncio.wait_for``, and Python 3.11's ``wait_for`` returns the result instead of raising
+when a cancellation arrives as the send completes. A processor's timer loop, cancelled at
+stop, then went on calling Redis and the stop never finished (nearly every cancellation
+landed there: the stopping task is woken in step with the loop it cancels). Instead
+:func:`translated` bounds each store operation with ``asyncio.timeout``, which keeps a
+cancellation.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -37,7 +46,7 @@ def connect(config: RedisConfig) -> Redis:
         ) from exc
     return Redis.from_url(
         config.url.get_secret_value(),
-        socket_timeout=config.timeout_s,
+        socket_timeout=None,  # translated() times each operation (see the module's doc)
         socket_connect_timeout=config.timeout_s,
         decode_responses=False,
     )
@@ -45,11 +54,18 @@ def connect(config: RedisConfig) -> Redis:
 
 @asynccontextmanager
 async def translated(config: RedisConfig, doing: str) -> AsyncIterator[None]:
-    """Redis's errors while ``doing`` (e.g. ``commit``) raised as a StoreError."""
+    """Redis's errors while ``doing`` (e.g. ``commit``) raised as a StoreError, and so is
+    ``doing`` taking longer than ``config.timeout_s`` (the connection it was on is dropped
+    by redis-py, so a late answer cannot be read as the next command's)."""
     from redis.exceptions import RedisError  # noqa: PLC0415 - an optional extra
 
     try:
-        yield
+        async with asyncio.timeout(config.timeout_s):
+            yield
+    except TimeoutError as exc:
+        raise StoreError(
+            f"Redis at {config.shown_url}: {doing} did not finish within {config.timeout_s:g} s"
+        ) from exc
     except RedisError as exc:
         kind = type(exc).__name__
         raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({kind}: {exc})") from exc

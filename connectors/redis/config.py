@@ -25,8 +25,9 @@ class RedisConfig(BaseSettings):
     url: SecretStr | None = None
     prefix: str = "hermes"
     timeout_s: float = 2.0
-    """How long one command may take before the store counts as unreachable (then work
-    pauses in place and is retried; nothing is committed past it)."""
+    """How long one store operation (a command, or the few a commit or a timer scan makes)
+    may take before the store counts as unreachable (then work pauses in place and is
+    retried; nothing is committed past it). Connecting has the same bound."""
 
     @field_validator("prefix")
     @classmethod
