@@ -8,11 +8,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["COLLECTOR_THRESHOLDS", "Service", "background", "tune_collector"]
+__all__ = [
+    "CANCEL_WITHIN_S",
+    "COLLECTOR_THRESHOLDS",
+    "RECANCEL_S",
+    "Service",
+    "background",
+    "cancelled",
+    "tune_collector",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,47 @@ def background(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:
         log.error("task %s failed", task.get_name(), exc_info=error)
+
+
+RECANCEL_S = 0.5
+"""How long a cancelled task may go on before it is cancelled again."""
+CANCEL_WITHIN_S = 10.0
+"""How long :func:`cancelled` waits in all before it leaves a task running, with a warning."""
+
+
+async def cancelled(
+    tasks: Iterable[asyncio.Task[Any]], what: str, *, within_s: float = CANCEL_WITHIN_S
+) -> None:
+    """Cancel ``tasks`` and wait until each has ended, cancelling again any still running.
+
+    One ``cancel()`` does not always end a task: a library may drop it (Python 3.11's
+    ``asyncio.wait_for`` returns the result instead of raising when the cancellation
+    arrives as the awaited call completes; redis-py did that around every send until the
+    Redis connector stopped giving it a socket timeout, and a stopping processor's timer
+    loop ran on). So a task still running is cancelled again every RECANCEL_S, and one
+    still running after ``within_s`` is left, with a warning naming it and ``what`` it
+    belongs to: a stop stays bounded and says what would not end.
+
+    What a task failed with is its own to report (:func:`background` logs it); here it is
+    only marked retrieved.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    every = list(tasks)
+    pending = set(every)
+    while True:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0 or not pending:
+            break
+        _done, pending = await asyncio.wait(pending, timeout=min(RECANCEL_S, left))
+    for task in every:
+        if task.done() and not task.cancelled():
+            task.exception()
+    if pending:
+        names = ", ".join(sorted(task.get_name() for task in pending))
+        log.warning("%s: still running %g s after being cancelled: %s", what, within_s, names)
 
 
 def tune_collector(thresholds: tuple[int, int, int] = COLLECTOR_THRESHOLDS) -> None:
