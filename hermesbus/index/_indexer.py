@@ -23,7 +23,7 @@ from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import HermesError, TraceIndexError
-from hermesbus.lifecycle import Service, background
+from hermesbus.lifecycle import Service, background, cancelled
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.runtime._effects import dead_letter
 from hermesbus.runtime._producer import CLOSE_TIMEOUT_S, Producer, close_within
@@ -142,11 +142,9 @@ class Indexer(Service):
             return
         self._stopping = True
         await asyncio.wait({task}, timeout=self._settings.revoke_timeout_ms / 1000)
-        task.cancel()  # an index still away: what was not stored is not committed
         committer, self._committer = self._committer, None
-        if committer is not None:
-            committer.cancel()
-        await asyncio.gather(task, *([committer] if committer else []), return_exceptions=True)
+        # an index still away: what was not stored is not committed
+        await cancelled([task, *([committer] if committer else [])], f"indexer {self.name}")
         await self._commit(consumer)  # the last stored batches
         refresh = getattr(self.index, "refresh", None)
         if refresh is not None:  # searchable at once for the commands run next

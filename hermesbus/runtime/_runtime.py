@@ -24,7 +24,7 @@ from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
-from hermesbus.lifecycle import Service, background
+from hermesbus.lifecycle import Service, background, cancelled
 
 from ._eos import Transactions
 from ._model import EMPTY, Handler
@@ -199,9 +199,7 @@ class Processor(Service):
         deadline = asyncio.get_running_loop().time() + revoke_s
         if self._eos:  # the consume loop ends by itself once its transaction commits
             await asyncio.wait(self._tasks[:1], timeout=revoke_s)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancelled(self._tasks, f"processor {self.name}")
         for part in self._parts.values():
             part.closed = True  # the workers start no more of its records
         busy = [part.idle.wait() for part in self._parts.values() if part.active]
@@ -210,9 +208,7 @@ class Processor(Service):
                 await asyncio.gather(*busy)
         except TimeoutError:
             log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await cancelled(self._workers, f"processor {self.name}")
         # nothing produces now: the producer flushes while the finished prefix is committed
         flushed = asyncio.ensure_future(producer.stop())
         await self._release(list(self._parts))  # nothing runs now: it commits and forgets
@@ -353,7 +349,7 @@ class Processor(Service):
     # -- commits and timers ----------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self._settings.commit_interval_ms / 1000)
             await self._commit(list(self._parts.values()))
 
@@ -391,7 +387,7 @@ class Processor(Service):
                 part.committed = offsets[part.tp]
 
     async def _timer_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self._settings.timer_interval_ms / 1000)
             try:
                 await self._fire_due()
