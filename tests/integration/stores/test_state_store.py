@@ -5,6 +5,8 @@ backend promises (a file, a hash slot, scripts) is tested after them, by name.""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import socket
 import sqlite3
 from collections.abc import AsyncIterator
@@ -15,6 +17,7 @@ import pytest
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
+from hermesbus.lifecycle import cancelled
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, StoredTimer
 
 
@@ -243,3 +246,49 @@ async def test_redis_cancelled_and_replaced_timers_leave_no_index_entry(
     assert [k for k in index if k.startswith(prefix + b":")] == []  # empty sets are gone
     owner = f"{redis_store.config.prefix}:{{{redis_store.config.prefix}:timers}}:owner"
     assert await redis_store.redis.hlen(owner) == 0
+
+
+async def test_redis_one_cancellation_ends_a_task_running_commands_wherever_it_lands(
+    redis_store: RedisStateStore,
+) -> None:
+    """A processor's timer loop calls Redis until it is cancelled at stop. With a socket
+    timeout, redis-py wraps each send in ``asyncio.wait_for``, which on Python 3.11 drops a
+    cancellation landing as the send completes: most of these loops then ran on (and a
+    stop hung). Every one must end on its first cancellation."""
+    rng = random.Random(14)  # the same cancellation points every run
+    ran_on = 0
+    for _ in range(300):
+
+        async def loop() -> None:
+            while True:
+                await redis_store.load("p", "s1")
+                await redis_store.due("p", [("in", 0), ("in", 1)], 10, 10)
+
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(rng.random() * 0.003)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=1)
+        ran_on += not done
+        await cancelled([task], "the test", within_s=5)  # so a failure leaves nothing running
+    assert ran_on == 0, f"{ran_on} of 300 loops went on after being cancelled"
+    assert await redis_store.load("p", "s1") == SessionState()  # and the client still works
+
+
+async def test_redis_that_stops_answering_is_a_store_error_then_is_used_again(
+    redis_url: str, unique: str
+) -> None:
+    """``CLIENT PAUSE ... ALL`` holds every client's commands on the real server, as a hung or
+    overloaded Redis would: the operation fails within ``timeout_s`` naming what it was
+    doing, and once the server answers again the same store works."""
+    config = RedisConfig(url=redis_url, prefix=f"t{unique}", timeout_s=0.3)
+    async with RedisStateStore(config) as store, RedisStateStore(config) as admin:
+        await admin.redis.client_pause(1500, all=True)
+        with pytest.raises(StoreError, match=r"load did not finish within 0\.3 s"):
+            await store.load("p", "s1")
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:  # the pause ends after 1.5 s
+            try:
+                assert await store.load("p", "s1") == SessionState()
+                break
+            except StoreError:
+                assert asyncio.get_running_loop().time() < deadline, "Redis never answered again"
