@@ -253,7 +253,8 @@ class Processor(Service):
         if waits:
             timeout = self._settings.revoke_timeout_ms / 1000
             try:
-                await asyncio.wait_for(asyncio.gather(*waits), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: see lifecycle.cancelled
+                    await asyncio.gather(*waits)
             except TimeoutError:
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         await self._commit(parts)

@@ -137,7 +137,9 @@ class PythonWorker:
         request = {"id": self._seq, "role": role, "arguments": arguments, "key": key}
         start = time.perf_counter()
         try:
-            line = await asyncio.wait_for(_roundtrip(proc, _line(request)), timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop a cancellation
+            async with asyncio.timeout(timeout_s):
+                line = await _roundtrip(proc, _line(request))
         except TimeoutError:
             await self._kill()
             return Execution(TIMEOUT, error=f"{self.name} timed out after {timeout_s:g} s")
@@ -190,7 +192,8 @@ class PythonWorker:
         try:
             if proc.stdout is None:
                 raise OSError("no stdout pipe")
-            line = await asyncio.wait_for(proc.stdout.readline(), self._spawn_timeout_s)
+            async with asyncio.timeout(self._spawn_timeout_s):
+                line = await proc.stdout.readline()
             ready = json.loads(line) if line else {"error": "exited before it was ready"}
         except (TimeoutError, ValueError) as exc:
             await self._kill()
@@ -212,13 +215,15 @@ class PythonWorker:
             return None
         if grace_s > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), grace_s)
+                async with asyncio.timeout(grace_s):
+                    await proc.wait()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own group
         if proc.stdin is not None:
             proc.stdin.close()
         try:
-            return await asyncio.wait_for(proc.wait(), _REAP_S)
+            async with asyncio.timeout(_REAP_S):
+                return await proc.wait()
         except TimeoutError:
             log.warning("tool %s: worker %d not reaped; its pipes are closed", self.name, proc.pid)
             transport = getattr(proc, "_transport", None)  # asyncio has no public close
