@@ -248,7 +248,9 @@ async def shadow(
                 spec.cue(recorded)
             report.replayed[spec.name] += 1
             try:
-                handled = await harness.handle(spec.name, hop.envelope, topic=hop.topic)
+                handled = await harness.handle(
+                    spec.name, hop.envelope, topic=hop.topic, appended_ms=hop.appended_ms
+                )
             except Exception as exc:  # the handler's failure is what the replay found
                 if compare:
                     diverged = Divergence(spec.name, hop, 0, "", "", None, None, _raised(exc))

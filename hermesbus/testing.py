@@ -179,13 +179,17 @@ class Harness:
 
     # -- running -----------------------------------------------------------------------
 
-    async def handle(self, processor: str, envelope: Envelope, *, topic: str = "") -> Handled:
+    async def handle(
+        self, processor: str, envelope: Envelope, *, topic: str = "", appended_ms: int = -1
+    ) -> Handled:
         """One call of ``processor``'s handler on ``envelope``, nothing delivered onwards.
 
-        ``topic``: where it was read (default: the processor's first topic)."""
+        ``topic``: where it was read (default: the processor's first topic);
+        ``appended_ms``: its record's Kafka timestamp, as the runtime gives it (a replay
+        gives the recorded one)."""
         consumer = self._consumer(processor)
         self._tick(envelope.timestamp)
-        return await self._run(consumer, topic or consumer.topics[0], envelope)
+        return await self._run(consumer, topic or consumer.topics[0], envelope, appended_ms)
 
     async def send(self, envelope: Envelope, *, topic: str | None = None) -> list[Handled]:
         """Deliver ``envelope`` to its target's topic (or ``topic``), then everything it
@@ -249,14 +253,18 @@ class Harness:
                 queue.extend((topic_for(e.target, self.prefix), e) for e in handled.emitted)
         return done
 
-    async def _run(self, consumer: _Consumer, topic: str, envelope: Envelope) -> Handled:
+    async def _run(
+        self, consumer: _Consumer, topic: str, envelope: Envelope, appended_ms: int = -1
+    ) -> Handled:
         key = (consumer.name, envelope.session_id)
         state = self._states.get(key, SessionState())
         if envelope.message_id in state.applied:
             handled = Handled(consumer.name, topic, envelope, Outcome(), (), state, duplicate=True)
             self.handled.append(handled)
             return handled
-        inp = HandlerInput(envelope, state, consumer.name, consumer.ports, topic)
+        inp = HandlerInput(
+            envelope, state, consumer.name, consumer.ports, topic, appended_ms=appended_ms
+        )
         outcome = await consumer.handler(inp)
         data = state.data if outcome.state is None else _saved(outcome.state)
         applied = (*state.applied, envelope.message_id)[-self.applied_window :]

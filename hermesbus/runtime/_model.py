@@ -134,6 +134,9 @@ class HandlerInput:
     topic: str = ""
     partition: int = -1
     offset: int = -1
+    appended_ms: int = -1
+    """The record's Kafka timestamp (its producer's clock when it was sent), -1 where there
+    is no record; recorded in the log, so a replay gives the handler the same value."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,6 +237,7 @@ class Records:
                 record.topic,
                 record.partition,
                 record.offset,
+                record.timestamp,
             )
         )
         if outcome.state is not None:
