@@ -76,7 +76,13 @@ def drop_late(state: DispatcherState, ports: Ports, what: str, cid: str) -> None
 
 
 def _start_round(
-    fx: Effects, state: DispatcherState, cid: str, envelope: Envelope, old: Cycle | None
+    fx: Effects,
+    state: DispatcherState,
+    cid: str,
+    envelope: Envelope,
+    old: Cycle | None,
+    *,
+    appended_ms: int,
 ) -> Cycle:
     """The first call of a round: its budget, its deadline timer, its one memory query."""
     tools = envelope.payload.context.get(TOOLS)
@@ -88,6 +94,7 @@ def _start_round(
         round=old.round if old is not None else 1,
         deadline_ms=fx.now_ms + budget,
         budget_ms=budget,
+        asked_ms=appended_ms,
     )
     state.cycles[cid] = cycle
     query_memory(fx, cid, cycle, envelope.payload.context)
@@ -96,7 +103,13 @@ def _start_round(
 
 
 async def on_call(
-    fx: Effects, state: DispatcherState, envelope: Envelope, call: ToolCall, ports: Ports
+    fx: Effects,
+    state: DispatcherState,
+    envelope: Envelope,
+    call: ToolCall,
+    ports: Ports,
+    *,
+    appended_ms: int = -1,
 ) -> None:
     """Hold the call until memory has answered the round, or send it now if it has."""
     cid = cycle_of(envelope)
@@ -105,7 +118,7 @@ async def on_call(
         drop_late(state, ports, f"call of {call.tool}", cid)  # the round failed before it came
         return
     if cycle is None or not cycle.received:
-        cycle = _start_round(fx, state, cid, envelope, cycle)
+        cycle = _start_round(fx, state, cid, envelope, cycle, appended_ms=appended_ms)
     cycle.received.append(call.tool)
     cycle.calls[call.tool] = Call(envelope=envelope)
     if cycle.memory is not None:
@@ -113,14 +126,30 @@ async def on_call(
 
 
 async def on_memory(
-    fx: Effects, state: DispatcherState, envelope: Envelope, body: MemoryContext, ports: Ports
+    fx: Effects,
+    state: DispatcherState,
+    envelope: Envelope,
+    body: MemoryContext,
+    ports: Ports,
+    *,
+    appended_ms: int = -1,
 ) -> None:
-    """Memory answered the round: every held call goes out, in the cycle's tool order."""
+    """Memory answered the round: every held call goes out, in the cycle's tool order,
+    unless memory took the whole budget (then the round fails naming memory)."""
     cid = cycle_of(envelope)
     cycle = state.cycles[cid]
     asked = envelope.payload.context.get("round", cycle.round)
     if not cycle.is_open or not cycle.received or cycle.memory is not None or asked != cycle.round:
         drop_late(state, ports, "memory context", cid)
+        return
+    if cycle.asked_ms >= 0 and appended_ms >= 0:
+        cycle.memory_ms = max(0, appended_ms - cycle.asked_ms)
+    if cycle.memory_ms >= cycle.budget_ms:
+        message = (
+            f"cycle {cid!r} ({cycle.task}) passed its {cycle.budget_ms} ms budget waiting "
+            f"for {MEMORY_CONTEXT}, which answered after {cycle.memory_ms} ms"
+        )
+        fail(fx, cid, cycle, component=MEMORY_CONTEXT, code="timeout", message=message)
         return
     cycle.memory = body
     for tool in cycle.tools:
@@ -218,11 +247,19 @@ def on_continue(state: DispatcherState, envelope: Envelope) -> None:
 
 
 def _waiting_for(cycle: Cycle) -> tuple[str, str]:
-    """The component a timed-out round waits for first, and everything it waits for."""
+    """The component a timed-out round waited for most, and everything it waited for.
+
+    Memory is named while it has not answered, and also when its answer took at least
+    half the budget: the tools it held back then had the smaller part of the time, and
+    the user is not told a tool failed that had no fair chance."""
     names = [] if cycle.memory is not None else [MEMORY_CONTEXT]
     names += [tool_at(tool) for tool in cycle.tools if tool not in cycle.results]
     missing = [tool for tool in cycle.tools if tool not in cycle.received]
     text = ", ".join(names) + (f" (no call yet for {missing})" if missing else "")
+    if cycle.memory is not None and cycle.memory_ms >= 0:
+        text += f" after {MEMORY_CONTEXT} answered in {cycle.memory_ms} ms"
+        if 2 * cycle.memory_ms >= cycle.budget_ms:
+            return MEMORY_CONTEXT, text
     return (names[0] if names else MEMORY_CONTEXT), text
 
 

@@ -90,9 +90,11 @@ def query_memory(
 
 
 async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: HealthView) -> None:
-    """Send ``tool``'s call with the time left of the cycle, as live health advises."""
+    """Send ``tool``'s call with the time left of the cycle, as live health advises. The
+    time memory took is not in the envelopes' times (it answers with its query's time), so
+    it is taken off here: a tool is never given time the cycle no longer has."""
     call = cycle.calls[tool]
-    left = (cycle.deadline_ms or 0) - fx.now_ms
+    left = (cycle.deadline_ms or 0) - fx.now_ms - max(0, cycle.memory_ms)
     if left <= 0:
         fail(fx, cid, cycle, component=tool_at(tool), code="timeout", message=_late(cid, cycle))
         return

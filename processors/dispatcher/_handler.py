@@ -76,15 +76,17 @@ def _refuse(fx: Effects, state: DispatcherState, violation: Violation, ports: Po
         ports.counter.count(violation.rule)
 
 
-async def _route(fx: Effects, state: DispatcherState, envelope: Envelope, ports: Ports) -> None:
+async def _route(
+    fx: Effects, state: DispatcherState, envelope: Envelope, ports: Ports, appended_ms: int
+) -> None:
     body = envelope.payload.body
     if component_of(envelope.source) == CONVERSATION:
         state.last_speaker = envelope.source
     match body:
         case ToolCall():
-            await on_call(fx, state, envelope, body, ports)
+            await on_call(fx, state, envelope, body, ports, appended_ms=appended_ms)
         case MemoryContext():
-            await on_memory(fx, state, envelope, body, ports)
+            await on_memory(fx, state, envelope, body, ports, appended_ms=appended_ms)
         case ToolResult():
             on_result(fx, state, envelope, body, ports)
         case TimerFired():
@@ -110,5 +112,5 @@ async def handle(inp: HandlerInput) -> Outcome:
     if violation is not None:
         _refuse(fx, state, violation, ports)
     else:
-        await _route(fx, state, inp.envelope, ports)
+        await _route(fx, state, inp.envelope, ports, inp.appended_ms)
     return fx.outcome(state.dump())

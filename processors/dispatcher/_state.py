@@ -63,6 +63,11 @@ class Cycle(_Model):
     round: int = 1
     deadline_ms: int | None = None
     budget_ms: int = 0
+    asked_ms: int = -1
+    """When the round's first call was sent (its record's Kafka timestamp), -1 unknown."""
+    memory_ms: int = -1
+    """How long memory took to answer the round, by the records' timestamps; -1 unknown.
+    The envelopes' own times cannot tell: memory answers with its query's time."""
     status: CycleStatus = CycleStatus.OPEN
     received: list[str] = Field(default_factory=list)
     """Tools whose call arrived this round: a second one is a violation (one dispatch)."""
@@ -94,6 +99,7 @@ class Cycle(_Model):
         self.round += 1
         self.deadline_ms = None
         self.budget_ms = 0
+        self.asked_ms = self.memory_ms = -1
         self.received = []
 
 

@@ -186,9 +186,10 @@ class Driver:
         """Armed timers by purpose."""
         return {armed.purpose: armed for armed in self.harness.timers(NAME)}
 
-    async def send(self, env: Envelope) -> tuple[Envelope, ...]:
+    async def send(self, env: Envelope, *, appended_ms: int = -1) -> tuple[Envelope, ...]:
+        """``appended_ms``: the record's Kafka timestamp the runtime would give (-1 none)."""
         self.session = env.session_id
-        handled = await self.harness.handle(NAME, env)
+        handled = await self.harness.handle(NAME, env, appended_ms=appended_ms)
         self.outcomes.append(handled.outcome)
         return handled.emitted
 
