@@ -27,6 +27,7 @@ from hermesbus.config import state_home
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.errors import ConfigError, HermesError
+from hermesbus.homelock import home_lock
 from hermesbus.identity import Keyring, WritePolicy, keys_path
 from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
 from hermesbus.lifecycle import background
@@ -111,6 +112,9 @@ async def stack(
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
+    The state folder's lock (``hermesbus.homelock``) is held while the stack runs: a
+    second stack on the same ``HERMES_HOME`` is refused, naming the process that runs.
+
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
     ``progress`` is told each step as it completes ("broker up", "topics ready",
     "conversation joined", ...). ``index``: the trace index the indexer writes (default:
@@ -127,7 +131,9 @@ async def stack(
     say = progress or _quiet
     settings = settings or RuntimeSettings()
     async with contextlib.AsyncExitStack() as exits:
-        say(f"state: {state_home()}")  # first: the broker's log and the keys are kept there
+        home = state_home()
+        say(f"state: {home}")  # first: the broker's log and the keys are kept there
+        exits.enter_context(home_lock(home))  # one bus per state folder, until it stops
         embedded = not kafka.bootstrap
         broker = (embedded_broker or EmbeddedBroker()) if embedded else None
         if broker is not None:
