@@ -36,6 +36,7 @@ __all__ = [
     "Tailed",
     "catalog_topics",
     "drain",
+    "ends",
     "partitions",
     "position",
     "tail",
@@ -184,14 +185,15 @@ async def tail(
     await start_or_close(consumer.start, consumer.stop, f"tail: cannot reach {kafka.bootstrap}")
     try:
         consumer.assign(parts)
-        firsts, stops, at_end = await _bounds(consumer, parts, start, end, follow=follow)
+        within_s = kafka.request_timeout_ms / 1000
+        firsts, stops = await _bounds(consumer, parts, start, end, follow=follow, within_s=within_s)
         for tp, at in firsts.items():
             consumer.seek(tp, at)
         times = (
             start.value if start.kind == "time" else None,
             end.value if end is not None and end.kind == "time" else None,
         )
-        reading = _read(consumer, firsts, stops, codec, filters, times=times, at_end=at_end)
+        reading = _read(consumer, firsts, stops, codec, filters, times=times)
         if follow:
             async for batch in reading:
                 for tailed in batch:
@@ -217,25 +219,53 @@ async def _bounds(
     end: Position | None,
     *,
     follow: bool,
-) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int | None], set[TopicPartition]]:
-    """Per partition, the first offset to read and the one to stop before (None: never),
-    and the partitions whose stop is their end."""
+    within_s: float,
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int | None]]:
+    """Per partition, the first offset to read and the one to stop before (None: never)."""
     if not parts:
-        return {}, {}, set()
+        return {}, {}
     beginnings = await consumer.beginning_offsets(parts)
-    ends = await consumer.end_offsets(parts)
-    firsts = await _offsets(consumer, parts, start, beginnings, ends)
+    last = await ends(consumer, parts, within_s=within_s)
+    firsts = await _offsets(consumer, parts, start, beginnings, last)
     stops: dict[TopicPartition, int | None]
     if end is not None:
-        stops = dict(await _offsets(consumer, parts, end, beginnings, ends))
+        stops = dict(await _offsets(consumer, parts, end, beginnings, last))
     elif follow:
         stops = dict.fromkeys(parts)
     else:
-        stops = dict(ends)
-    # tansu can answer a partition's end short of its last records: a stop at the end is
-    # read past until the partition is quiet (see drain)
-    at_end = {tp for tp, stop in stops.items() if stop is not None and stop == ends[tp]}
-    return firsts, stops, at_end
+        stops = dict(last)
+    return firsts, stops
+
+
+async def ends(
+    consumer: AIOKafkaConsumer, parts: list[TopicPartition], *, within_s: float
+) -> dict[TopicPartition, int]:
+    """Each partition's end: the offset its next record will get. ``parts`` are assigned
+    to ``consumer`` and not fetched yet (a fetch's high watermark is kept).
+
+    The end ListOffsets reports is not taken as it is: tansu answers the first offset of
+    the partition's last batch plus one, short of the batch's other records (Kafka
+    answers the end). A fetch's high watermark is the end on both, so each partition
+    with a record is fetched once from its last reported record and its end is the high
+    watermark that fetch reports. The consumer is left where that fetch left it: seek
+    before reading. A broker that answers no fetch within ``within_s`` is a BrokerError."""
+    reported = await consumer.end_offsets(parts)
+    beginnings = await consumer.beginning_offsets(parts)
+    fetched = [tp for tp in parts if reported[tp] > beginnings[tp]]
+    for tp in fetched:
+        consumer.seek(tp, reported[tp] - 1)  # a record there: the fetch answers at once
+    try:
+        async with asyncio.timeout(within_s):
+            while any(consumer.highwater(tp) is None for tp in fetched):
+                await consumer.getmany(*fetched, timeout_ms=_POLL_MS)
+    except TimeoutError:
+        unanswered = sorted(
+            f"{tp.topic}/{tp.partition}" for tp in fetched if consumer.highwater(tp) is None
+        )
+        raise BrokerError(
+            f"tail: no fetch of {', '.join(unanswered)} was answered within {within_s:g} s"
+        ) from None
+    return {tp: max(reported[tp], consumer.highwater(tp) or 0) for tp in parts}
 
 
 async def _offsets(
@@ -268,14 +298,13 @@ async def _read(
     filters: Filters,
     *,
     times: tuple[int | None, int | None],
-    at_end: set[TopicPartition],
 ) -> AsyncIterator[list[Tailed]]:
     """Batches of kept records until every partition reached its stop (or for ever).
 
     ``times``: a time range's bounds, checked on each record's own time too, because
     tansu's offset for a time can be a millisecond off (it rounds the record's time)."""
     after, before = times
-    async for batch in drain(consumer, firsts, stops, at_end):
+    async for batch in drain(consumer, firsts, stops, set()):  # ends verified
         kept = []
         for records in batch.values():
             for record in records:

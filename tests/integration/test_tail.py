@@ -4,8 +4,10 @@ and time, filters, undecodable records listed, and no consumer group touched."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,92 @@ async def test_tail_follows_new_records_until_stopped(broker: str, unique: str) 
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)
+
+
+async def _produce_one_batch(bootstrap: str, topic: str, ids: list[str]) -> None:
+    """Append turns of session s1 as one batch (tansu's reported end is short of a
+    batch's last records: one short of this one's)."""
+    codec = default_codec()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=500)
+    await producer.start()
+    try:
+        sent = []
+        for message_id in ids:
+            envelope = turn(message_id=message_id, session_id="s1")
+            sent.append(
+                await producer.send(
+                    topic, codec.encode(envelope), key=b"s1", headers=envelope_headers(envelope)
+                )
+            )
+        await producer.flush()
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def test_tail_from_the_end_lists_none_of_the_records_before(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"tail-{unique}."
+    await _provisioned(broker, prefix)
+    old = [f"old-{n}" for n in range(7)]
+    await _produce_one_batch(broker, prefix + IN, old)
+    options = ("--topic", IN, "--bootstrap", broker, "--prefix", prefix)
+
+    everything = await asyncio.to_thread(_tail, "--json", *options, tmp_path=tmp_path)
+    assert _ids(everything) == old  # the batch is there, whole
+    from_end = await asyncio.to_thread(
+        _tail, "--from", "end", "--json", *options, tmp_path=tmp_path
+    )
+    assert _ids(from_end) == []
+    shown = await asyncio.to_thread(_tail, "--from", "end", *options, tmp_path=tmp_path)
+    assert shown.code == 0, shown.output
+    assert (
+        shown.out.strip() == "nothing in that slice (check --from/--to, the filters and --prefix)"
+    )
+    kafka = KafkaConfig(bootstrap=broker)
+    assert [t async for t in tail(kafka, [prefix + IN], start=Position("end"))] == []
+
+
+async def test_tail_follow_from_the_end_lists_only_records_appended_after(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"tail-{unique}."
+    await _provisioned(broker, prefix)
+    await _produce_one_batch(broker, prefix + IN, [f"old-{n}" for n in range(7)])
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    args = ("--from", "end", "--follow", "--json", "--topic", IN)
+    following = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hermesbus.cli", "tail", *args, "--bootstrap", broker,
+        "--prefix", prefix, env=env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout = following.stdout
+    assert stdout is not None
+
+    async def listed() -> str:
+        line = await stdout.readline()
+        assert line, (await following.communicate())[1].decode()
+        return str(json.loads(line)["envelope"]["message_id"])
+
+    seen: list[str] = []
+    batches: list[list[str]] = []
+    try:
+        async with asyncio.timeout(90):
+            # the follower takes the end some time after it starts: a batch of three a
+            # second until one is listed. The end falls between two batches: one appended
+            # before is not listed at all, one after is listed whole
+            while not seen:
+                batches.append([f"new-{len(batches)}-{n}" for n in range(3)])
+                await _produce_one_batch(broker, prefix + IN, batches[-1])
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        seen.append(await listed())
+            while seen[-1] != batches[-1][-1]:
+                seen.append(await listed())
+    finally:
+        following.kill()  # the subprocess this test started
+        await following.wait()
+    assert seen[0].startswith("new-"), seen  # none of the seven before
+    first = next(k for k, batch in enumerate(batches) if seen[0] in batch)
+    assert seen == [message_id for batch in batches[first:] for message_id in batch]
