@@ -1,31 +1,44 @@
 """hermesbus: an event-driven message bus for AI-agent components on Kafka."""
 
+import importlib
+from typing import TYPE_CHECKING
+
+import hermesbus._sigint  # noqa: F401 - first: Ctrl-C while the command line imports exits 130
 from hermesbus import errors
-from hermesbus.client import Client
-from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata, Priority, RetryPolicy
-from hermesbus.payloads import (
-    Attachment,
-    ContentType,
-    Continue,
-    ErrorReport,
-    MemoryContext,
-    MemoryFact,
-    MemoryQuery,
-    MemoryTier,
-    MemoryWrite,
-    Payload,
-    Reply,
-    Role,
-    StateSnapshot,
-    TimerFired,
-    ToolCall,
-    ToolResult,
-    ToolResults,
-    TrustLevel,
-    UserTurn,
-    Verification,
-)
-from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
+
+if TYPE_CHECKING:
+    from hermesbus.client import Client
+    from hermesbus.envelope import (
+        Diagnostics,
+        Envelope,
+        ExternalCalls,
+        Metadata,
+        Priority,
+        RetryPolicy,
+    )
+    from hermesbus.payloads import (
+        Attachment,
+        ContentType,
+        Continue,
+        ErrorReport,
+        MemoryContext,
+        MemoryFact,
+        MemoryQuery,
+        MemoryTier,
+        MemoryWrite,
+        Payload,
+        Reply,
+        Role,
+        StateSnapshot,
+        TimerFired,
+        ToolCall,
+        ToolResult,
+        ToolResults,
+        TrustLevel,
+        UserTurn,
+        Verification,
+    )
+    from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
 
 __version__ = "0.1.0"
 
@@ -62,3 +75,24 @@ __all__ = [
     "__version__",
     "errors",
 ]
+
+_LAZY = {
+    "Client": "hermesbus.client",
+    "ContextSnapshot": "hermesbus.snapshot",
+    "ToolCallTrace": "hermesbus.snapshot",
+    **dict.fromkeys(
+        ("Diagnostics", "Envelope", "ExternalCalls", "Metadata", "Priority", "RetryPolicy"),
+        "hermesbus.envelope",
+    ),
+}
+"""Where each name of the API is defined: imported when first used, so that a command
+line that needs none of them (``hermesbus --help``) does not pay for pydantic models
+and Kafka clients. Every other name of ``__all__`` is a payload."""
+
+
+def __getattr__(name: str) -> object:
+    if name not in __all__ or name in ("__version__", "errors"):
+        raise AttributeError(f"module 'hermesbus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY.get(name, "hermesbus.payloads")), name)
+    globals()[name] = value
+    return value

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from hermesbus.errors import BrokerError
 
-__all__ = ["UNREACHABLE_HINT", "kafka_reason", "start_or_close"]
+__all__ = ["CANCEL_CLOSE_S", "UNREACHABLE_HINT", "kafka_reason", "start_or_close"]
+
+CANCEL_CLOSE_S = 2.0
+"""How long a client cancelled while starting is waited for to close."""
 
 UNREACHABLE_HINT = (
     "is the broker running, and is the address right? "
@@ -28,13 +32,31 @@ async def start_or_close(
 ) -> None:
     """``await start()``; on a Kafka error ``await close()`` and raise BrokerError(``what``...).
 
-    When no broker answered, the message also says what to check.
+    When no broker answered, the message also says what to check. Cancelled while it
+    starts (Ctrl-C mid start-up), the client is closed too, within CANCEL_CLOSE_S, and the
+    cancellation goes on: a half-started client is never left unclosed.
     """
     try:
         await start()
+    except asyncio.CancelledError:
+        await _close_cancelled(close)
+        raise
     except KafkaError as exc:
         await close()
         hint = isinstance(exc, KafkaConnectionError | KafkaTimeoutError)
         raise BrokerError(
             f"{what}: {kafka_reason(exc)}" + (f"; {UNREACHABLE_HINT}" if hint else "")
         ) from exc
+
+
+async def _close_cancelled(close: Callable[[], Awaitable[None]]) -> None:
+    """Close a client whose start was cancelled; the close runs as a task of its own, so a
+    second cancellation (or its failure, the start having failed half-way) does not stop it."""
+    closing = asyncio.ensure_future(close())
+    closing.add_done_callback(_seen)
+    await asyncio.wait([closing], timeout=CANCEL_CLOSE_S)
+
+
+def _seen(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()

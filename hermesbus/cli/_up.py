@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.status import Status
 
+from hermesbus import _sigint
 from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.index import Indexer
@@ -50,7 +51,10 @@ def up_command(
 
     Exits 1 if the demo did not finish, 3 if the embedded broker died: its topics were in
     memory, so up stops rather than start an empty one. A configured broker that goes
-    away is waited for, and reported every 30 s until it is back.
+    away is waited for, and reported every 30 s until it is back. Ctrl-C (SIGINT), at
+    any moment of the start too, stops whatever started and exits 130; SIGTERM exits as
+    if the run had ended. One ``up`` per ``HERMES_HOME``: a second one is refused (exit 1),
+    naming the process that runs (``hermesbus.homelock``).
     """
     with errors():
         kafka = kafka_with(bootstrap)
@@ -63,20 +67,46 @@ def up_command(
 async def _up(
     kafka: KafkaConfig, prefix: str, settings: RuntimeSettings, *, run_demo: bool, once: bool
 ) -> int:
-    """Run the stack; the exit code: 0, 1 (the demo did not finish) or BROKER_LOST.
+    """Run the stack; the exit code: 0, 1 (the demo did not finish), BROKER_LOST, or 130
+    after Ctrl-C.
 
     A signal, or the embedded broker's death, cancels whatever runs (the start too: with
     the broker gone it may wait for ever), and the stack stops, every part bounded.
     """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[int] = []  # the signals that asked to stop
+    for sig in (signal.SIGINT, signal.SIGTERM):  # first: until now, Ctrl-C exited 130 at once
+        loop.add_signal_handler(sig, _stop_on, sig, received, stop)
+    try:
+        code = await _serve(kafka, prefix, settings, stop, run_demo=run_demo, once=once)
+    finally:  # all stopped: from here on, Ctrl-C exits 130 at once
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        _sigint.guard()
+    return _sigint.INTERRUPTED if signal.SIGINT in received else code
+
+
+def _stop_on(sig: int, received: list[int], stop: asyncio.Event) -> None:
+    received.append(sig)
+    stop.set()
+
+
+async def _serve(
+    kafka: KafkaConfig,
+    prefix: str,
+    settings: RuntimeSettings,
+    stop: asyncio.Event,
+    *,
+    run_demo: bool,
+    once: bool,
+) -> int:
+    """Run the stack until ``stop`` is set, the run ends or the embedded broker dies."""
     broker = None if kafka.bootstrap else EmbeddedBroker()
     finished: list[bool] = []  # the demo's outcome, once it has one
     up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
     work = _run(kafka, broker, prefix, settings, finished, up, run_demo=run_demo, once=once)
     run = asyncio.create_task(work)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     signalled = asyncio.create_task(stop.wait())
     watch = asyncio.create_task(_watch(broker, kafka, up))
     lost = None

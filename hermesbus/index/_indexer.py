@@ -123,8 +123,8 @@ class Indexer(Service):
         consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
         try:
             await start_or_close(consumer.start, consumer.stop, "indexer: cannot reach Kafka")
-        except HermesError:
-            await producer.stop()
+        except BaseException:  # also cancelled while joining (Ctrl-C): nothing left unclosed
+            await producer.stop()  # bounded, never raises
             raise
         self._consumer, self._producer, self._stopping = consumer, producer, False
         self._task = background(self._run(consumer), f"{self.name}-loop")

@@ -166,8 +166,8 @@ class Processor(Service):
         try:
             where = f"processor {self.name}: cannot reach Kafka"
             await start_or_close(consumer.start, consumer.stop, where)
-        except BrokerError:
-            await producer.stop()
+        except BaseException:  # also cancelled while joining (Ctrl-C): nothing left unclosed
+            await producer.stop()  # bounded, never raises
             raise
         self._consumer, self._producer = consumer, producer
         self._records.producer, self._transactions.consumer = producer, consumer
