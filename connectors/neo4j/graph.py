@@ -17,6 +17,7 @@ relationships: a property stored on them beside these is never read back.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
@@ -50,6 +51,8 @@ SCHEMA: tuple[LiteralString, ...] = (
     "FOR (c:GraphChange) REQUIRE (c.ns, c.change_id) IS UNIQUE",
     "CREATE CONSTRAINT hermes_review IF NOT EXISTS "
     "FOR (v:Review) REQUIRE (v.ns, v.review_id) IS UNIQUE",
+    "CREATE CONSTRAINT hermes_counter IF NOT EXISTS "
+    "FOR (k:Counter) REQUIRE (k.ns, k.name) IS UNIQUE",
     "CREATE INDEX hermes_change_seq IF NOT EXISTS FOR (c:GraphChange) ON (c.ns, c.seq)",
     "CREATE INDEX hermes_review_seq IF NOT EXISTS FOR (v:Review) ON (v.ns, v.seq)",
     "CREATE INDEX hermes_fact_relation IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.relation)",
@@ -80,17 +83,16 @@ ORDER BY object
 """
 
 _FACTS: LiteralString = """
-CALL {
-  MATCH (s:Entity {ns: $ns, name: $entity})-[r:FACT]->(o:Entity) RETURN s, r, o
-  UNION
-  MATCH (s:Entity)-[r:FACT]->(o:Entity {ns: $ns, name: $entity}) RETURN s, r, o
-}
-WITH s, r, o WHERE r.trust_rank >= $minimum AND (NOT r.deprecated OR $include_deprecated)
+MATCH (:Entity {ns: $ns, name: $entity})-[r:FACT]-(:Entity)
+WHERE r.trust_rank >= $minimum AND (NOT r.deprecated OR $include_deprecated)
+WITH DISTINCT startNode(r) AS s, r, endNode(r) AS o
 RETURN s.name AS subject, r.relation AS relation, o.name AS object,
        r.trust_level AS trust_level, r.verified_by AS verified_by,
        r.verified_at AS verified_at, r.deprecated AS deprecated
 ORDER BY subject, relation, object
 """
+"""Both directions in one match from the entity's unique-index seek (no ``CALL {UNION}``,
+whose form without a scope clause Neo4j 5.23+ deprecates and which plans slower)."""
 
 _SEEN: LiteralString = """
 MATCH (c:GraphChange {ns: $ns, change_id: $change_id}) RETURN c.plan AS plan
@@ -146,6 +148,18 @@ _REVIEWS: LiteralString = """
 MATCH (v:Review {ns: $ns}) RETURN v.item AS item ORDER BY v.seq
 """
 
+_TOKENS: LiteralString = """
+CREATE (e:Entity {ns: $ns, name: $name})-[r:FACT]->(e)
+SET e.trust_level = '', e.trust_rank = 0, e.verified_by = '', e.verified_at = 0,
+    e.deprecated = false, r.relation = '', r.trust_level = '', r.trust_rank = 0,
+    r.verified_by = '', r.verified_at = 0, r.deprecated = false
+CREATE (:GraphChange {ns: $ns, change_id: $name, plan: '', seq: 0})
+CREATE (:Review {ns: $ns, review_id: $name, item: '', seq: 0})
+CREATE (:Counter {ns: $ns, name: $name, next: 0})
+"""
+"""Every label, relationship type and property the queries name; run once at start and
+rolled back (:func:`_make_tokens`)."""
+
 _LEVELS = {level.value: level for level in TRUST_RANK}
 
 
@@ -169,6 +183,7 @@ class Neo4jGraphStore(Service):
                 await driver.verify_connectivity()
                 for statement in SCHEMA:
                     await driver.execute_query(statement, database_=self.config.database)
+                await _make_tokens(driver, self.config)
         except BaseException:
             await driver.close()
             raise
@@ -266,26 +281,44 @@ class Neo4jGraphStore(Service):
         return tuple(ReviewItem.model_validate_json(row["item"]) for row in rows)
 
 
+class _RolledBack(Exception):
+    """Ends the token transaction: raised out of it, it is rolled back, never retried."""
+
+
+async def _make_tokens(driver: AsyncDriver, config: Neo4jConfig) -> None:
+    """Neo4j keeps the labels, relationship type and property keys a transaction names even
+    when it rolls back: with them known, the queries on an empty graph plan without a
+    ``01N52`` warning (property does not exist) logged for each."""
+
+    async def work(tx: AsyncManagedTransaction) -> None:
+        await tx.run(_TOKENS, ns=config.namespace, name="\x00tokens")
+        raise _RolledBack
+
+    async with driver.session(database=config.database) as session:
+        with contextlib.suppress(_RolledBack):
+            await session.execute_write(work)
+
+
 class _Reader:
     """The graph as one write transaction sees it (a planner's reads in ``decide``)."""
 
     def __init__(self, tx: AsyncManagedTransaction, ns: str) -> None:
         self._tx, self._ns = tx, ns
 
-    async def _rows(self, query: LiteralString, **params: Any) -> list[Any]:
+    async def rows(self, query: LiteralString, **params: Any) -> list[Any]:
         result = await self._tx.run(query, ns=self._ns, **params)
         return [record async for record in result]
 
     async def node(self, entity: str) -> Node | None:
-        rows = await self._rows(_NODE, entity=entity)
+        rows = await self.rows(_NODE, entity=entity)
         return _node(rows[0]) if rows else None
 
     async def edge(self, subject: str, relation: str, object_: str) -> Edge | None:
-        rows = await self._rows(_EDGE, subject=subject, relation=relation, object=object_)
+        rows = await self.rows(_EDGE, subject=subject, relation=relation, object=object_)
         return _edge(rows[0]) if rows else None
 
     async def edges_from(self, subject: str, relation: str) -> tuple[Edge, ...]:
-        rows = await self._rows(_EDGES_FROM, subject=subject, relation=relation)
+        rows = await self.rows(_EDGES_FROM, subject=subject, relation=relation)
         return tuple(_edge(row) for row in rows)
 
 
