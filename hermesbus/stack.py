@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,9 +159,7 @@ async def stack(
         tools.probed.clear()
         probed = asyncio.create_task(_first_probes(tools, say))
         exits.push_async_callback(_cancelled, probed)
-        intent = conversation.build_ports()
-        for port in intent.values():
-            await enter(port)
+        intent = await _conversation_ports(enter)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
         await hand_over_all(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
@@ -171,7 +169,7 @@ async def stack(
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
-        wired = _handlers(running, dict(intent), own, tool_port=tool_port, health=health)
+        wired = _handlers(running, intent, own, tool_port=tool_port, health=health)
         for name, handler, topic, ports in wired:
             processor = Processor(
                 name,
@@ -322,6 +320,17 @@ def wiring(
         tool.NAME: (tool.handle, tool.TOPIC, {tool.PORT: tools}),
         memory.NAME: (memory.handle, memory.TOPIC, {memory.NAME: stores}),
     }
+
+
+async def _conversation_ports(enter: Callable[[Any], Awaitable[object]]) -> dict[str, Any]:
+    """The conversation's ports from its settings: the intent parser, started by ``enter``,
+    and the cycle budgets (a value: nothing to start)."""
+    settings = conversation.ConversationSettings()
+    ports: dict[str, Any] = dict(conversation.build_ports(settings))
+    for port in ports.values():
+        await enter(port)
+    ports[conversation.BUDGETS_PORT] = conversation.Budgets(settings.conversation_budget_scale)
+    return ports
 
 
 def _handlers(

@@ -44,10 +44,18 @@ from ._machine import (
 )
 from ._results import EXITS
 from ._session import MAX_PROBLEMS, Session, canonical_json, digest, snapshot_of
-from ._settings import INTENT_PORT, ConversationSettings, build_ports, zone_of
+from ._settings import (
+    BUDGETS_PORT,
+    INTENT_PORT,
+    Budgets,
+    ConversationSettings,
+    build_ports,
+    zone_of,
+)
 
 __all__ = [
     "ACTIONS",
+    "BUDGETS_PORT",
     "DEFAULT_TIMEZONE",
     "EXITS",
     "FAILURE",
@@ -62,6 +70,7 @@ __all__ = [
     "TOPIC",
     "TRANSITION_TABLE",
     "UNFINISHED_LABEL",
+    "Budgets",
     "ConversationSettings",
     "History",
     "HttpIntentParser",

@@ -38,6 +38,7 @@ from ._session import (
     digest,
     snapshot_of,
 )
+from ._settings import BUDGETS_PORT, Budgets
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
 
@@ -47,6 +48,8 @@ UNFINISHED_LABEL: Final = "未完成报销流程"
 UNFINISHED_TTL_S: Final = 30 * 24 * 3600
 _PROBLEM_CHARS: Final = 200
 RETRY: Final = RetryPolicy(max_attempts=2, backoff_ms=100)
+DOCUMENTS: Final = Budgets()
+"""The design documents' budgets, where no ``budgets`` port is given."""
 
 
 class Step:
@@ -167,7 +170,9 @@ class Step:
         pending = Pending(cycle=cycle, task=task, tools=tuple(tools), turn_id=self.session.turn_id)
         self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
-        metadata = Metadata(timeout_ms=protocol.STATE_TIMEOUT_MS[state], retry_policy=RETRY)
+        budgets = self.inp.ports.get(BUDGETS_PORT)
+        budgets = budgets if isinstance(budgets, Budgets) else DOCUMENTS
+        metadata = Metadata(timeout_ms=budgets.timeout_ms(state), retry_policy=RETRY)
         snapshot = snapshot_of(self.session)
         for tool, arguments_json in encoded:
             call = ToolCall(

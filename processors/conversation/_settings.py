@@ -3,6 +3,7 @@ one function that builds its ports."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -11,13 +12,34 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.errors import ConfigError
 from hermesbus.lifecycle import Service
+from hermesbus.processors import protocol
 
 from ._intent import DEFAULT_TIMEZONE, RuleIntentParser
 from ._llm import HttpIntentParser
 
-__all__ = ["INTENT_PORT", "ConversationSettings", "build_ports", "zone_of"]
+__all__ = [
+    "BUDGETS_PORT",
+    "INTENT_PORT",
+    "Budgets",
+    "ConversationSettings",
+    "build_ports",
+    "zone_of",
+]
 
 INTENT_PORT: Final = "intent"
+BUDGETS_PORT: Final = "budgets"
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """``ports["budgets"]``: the time each state gives a cycle of tool work, the documents'
+    (``protocol.STATE_TIMEOUT_MS``: S1 5 s, S2 and S3 30 s) times ``scale``. Without the
+    port the documents' budgets apply."""
+
+    scale: float = 1.0
+
+    def timeout_ms(self, state: str) -> int:
+        return round(protocol.STATE_TIMEOUT_MS[state] * self.scale)
 
 
 class ConversationSettings(BaseSettings):
@@ -33,6 +55,9 @@ class ConversationSettings(BaseSettings):
     """The bound on one whole request to the endpoint (not per read), in seconds."""
     conversation_timezone: str = DEFAULT_TIMEZONE
     """``HERMES_CONVERSATION_TIMEZONE``: the IANA zone relative dates ("上个月") count in."""
+    conversation_budget_scale: Annotated[float, Field(ge=0.1, le=10)] = 1.0
+    """``HERMES_CONVERSATION_BUDGET_SCALE``: multiplies every state's cycle budget (the
+    documents' 5 s and 30 s at 1): more for a slow machine, or a test not about timing."""
 
     @field_validator("conversation_timezone")
     @classmethod
