@@ -49,6 +49,7 @@ from hermesbus.connectors.redis import connect as connect_redis
 from hermesbus.connectors.redis.client import translated as translated_redis
 from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.errors import HermesError
+from hermesbus.homelock import held_by
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
@@ -165,7 +166,9 @@ def _state() -> Check:
         return Check("state", "FAIL", f"{home} is not writable: {exc.strerror}", f"set {HOME_ENV}")
     stores = sorted(path.name for path in home.glob("*.sqlite3"))
     held = ", ".join(stores) if stores else "no stores yet"
-    return Check("state", "ok", f"{home} ({why}): {held}")
+    bus = held_by(home)  # up's lock: who runs a bus on these stores now
+    running = f"; a bus runs on it: {bus.describe()}" if bus is not None else ""
+    return Check("state", "ok", f"{home} ({why}): {held}{running}")
 
 
 def _keys(*, embedded: bool) -> Check:
