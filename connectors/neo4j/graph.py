@@ -145,8 +145,10 @@ REMOVE e._lock
 """Neo4j's way to take a node's write lock for the rest of the transaction."""
 
 _REVIEWS: LiteralString = """
-MATCH (v:Review {ns: $ns}) RETURN v.item AS item ORDER BY v.seq
+MATCH (v:Review {ns: $ns}) WHERE v.seq IS NOT NULL RETURN v.item AS item ORDER BY v.seq
 """
+"""``seq IS NOT NULL`` lets the (ns, seq) index serve it: by ``ns`` alone, Neo4j scanned
+every namespace's reviews."""
 
 _TOKENS: LiteralString = """
 CREATE (e:Entity {ns: $ns, name: $name})-[r:FACT]->(e)
