@@ -11,6 +11,10 @@
 (c) Neo4j: ``Neo4jGraphStore.apply`` of a plan with one verified edge (ledger check,
     nodes, edge, ledger entry, in one write transaction) against a raw ``execute_query``
     MERGE of the same edge with its properties.
+(d) A memory query: the memory handler answering a ``MemoryQuery`` (a preference from
+    SQLite, the user's 20 facts from the graph) on SQLite and on Neo4j, against the facts
+    query alone by the backend's own client; its p50 and p99, and the first query after
+    the store started (on a Neo4j just started, the server's cold start).
 
     .venv/bin/python bench/stores.py [--count 5000] [--in-flight 32] [--redis URL] [--neo4j URL]
 
@@ -41,13 +45,28 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hermesbus._types import from_epoch_ms  # noqa: E402
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore  # noqa: E402
+from hermesbus.connectors.neo4j import graph as neo4j_graph  # noqa: E402
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore  # noqa: E402
 from hermesbus.connectors.redis.state import _COMMIT  # noqa: E402
 from hermesbus.connectors.sqlite import SqliteStateStore  # noqa: E402
-from hermesbus.payloads import TrustLevel  # noqa: E402
-from hermesbus.processors.memory import Edge, GraphPlan  # noqa: E402
-from hermesbus.runtime import StateChange  # noqa: E402
+from hermesbus.connectors.sqlite.memory import (  # noqa: E402
+    SqliteGraphStore,
+    SqlitePreferenceStore,
+)
+from hermesbus.envelope import Envelope, Payload  # noqa: E402
+from hermesbus.payloads import MemoryContext, MemoryQuery, TrustLevel  # noqa: E402
+from hermesbus.processors import memory  # noqa: E402
+from hermesbus.processors.memory import (  # noqa: E402
+    Edge,
+    GraphPlan,
+    GraphStore,
+    MemorySettings,
+    MemoryStores,
+)
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS  # noqa: E402
+from hermesbus.runtime import HandlerInput, SessionState, StateChange  # noqa: E402
 
 TARGET, P99_MS = 0.8, 2.0
 ROUNDS = 5
@@ -267,6 +286,125 @@ async def part_neo4j(url: str, count: int) -> None:
         )
 
 
+# ---------------------------------------------------------------- (d) a memory query
+
+FACTS = 20
+"""The facts of the queried user: the demo's user has a handful; a busier one, 20."""
+
+
+def _facts_plan() -> GraphPlan:
+    edges = tuple(
+        Edge(
+            subject="user:u_bench",
+            relation="visited",
+            object=f"city:{n}",
+            trust_level=TrustLevel.VERIFIED,
+            verified_tool="trip_tool",
+            verified_at_ms=1_700_000_000_000 + n,
+        )
+        for n in range(FACTS)
+    )
+    return GraphPlan(change_id="bench-facts", edges=edges)
+
+
+def _query(n: int) -> Envelope:
+    body = MemoryQuery(preferences=("ocr_blur_tolerance",), entity="user:u_bench")
+    return Envelope(
+        message_id=f"q{n}",
+        timestamp=from_epoch_ms(1_717_405_200_000 + n),
+        source=DISPATCHER_ADDRESS,
+        target="memory:context",
+        session_id="sess_bench",
+        user_id="u_bench",
+        trace_id="trace_bench",
+        span_id="span",
+        payload=Payload(task="query_context", body=body),
+    )
+
+
+async def _memory_query(
+    name: str, graph: GraphStore, raw: Callable[[], Awaitable[object]], count: int
+) -> None:
+    """The memory handler answering a MemoryQuery (preferences from SQLite, the user's
+    facts from ``graph``) against ``raw``, the facts alone by the backend's own client."""
+    with tempfile.TemporaryDirectory(prefix="bench-stores-") as folder:
+        home = Path(folder)
+        stores = MemoryStores(
+            MemorySettings(home=home),
+            preferences=SqlitePreferenceStore(home / "prefs.sqlite3"),
+            graph=graph,
+        )
+        started = time.perf_counter()
+        async with stores:
+            await graph.apply(_facts_plan())
+            first = time.perf_counter()
+            await memory.handle(
+                HandlerInput(_query(-1), SessionState(), memory.NAME, {memory.NAME: stores})
+            )
+            cold_ms = (time.perf_counter() - first) * 1000
+            start_ms = (first - started) * 1000
+
+            async def ours(n: int) -> None:
+                inp = HandlerInput(_query(n), SessionState(), memory.NAME, {memory.NAME: stores})
+                outcome = await memory.handle(inp)
+                (answer,) = outcome.emit
+                body = answer.payload.body
+                if not isinstance(body, MemoryContext) or len(body.facts) != FACTS:
+                    raise SystemExit(f"{name}: the memory query lost facts: {body!r}")
+
+            for warm in range(50):
+                await raw()
+                await ours(10**6 + warm)
+            (raw_s, raw_ms), (our_s, our_ms) = await _alternating(count, lambda _n: raw(), ours)
+    p50 = statistics.median(our_ms)
+    print(_row(f"{name}: raw facts query", count, raw_s, None, _p99(raw_ms)))
+    print(_row(f"{name}: memory query (handler)", count, our_s, count / raw_s, _p99(our_ms)))
+    print(
+        f"  {name}: memory query p50 {p50:.2f} ms, p99 {_p99(our_ms):.2f} ms; "
+        f"store start {start_ms:.0f} ms, its first query {cold_ms:.1f} ms"
+    )
+
+
+async def part_memory_query(neo4j_url: str | None, count: int) -> None:
+    print(f"(d) a memory query: {count:,} MemoryQuery -> MemoryContext, {FACTS} facts each")
+    with tempfile.TemporaryDirectory(prefix="bench-stores-") as folder:
+        path = Path(folder) / "graph.sqlite3"
+        lite = SqliteGraphStore(path)
+        db = sqlite3.connect(path, check_same_thread=False)
+
+        async def raw_lite() -> None:
+            db.execute(
+                "SELECT subject, relation, object, trust, verified_tool, verified_at_ms, "
+                "deprecated FROM edges WHERE (subject=? OR object=?) AND trust>=? "
+                "AND deprecated=0 ORDER BY subject, relation, object",
+                ("user:u_bench", "user:u_bench", 1),
+            ).fetchall()
+
+        await _memory_query("SQLite", lite, raw_lite, count)
+        db.close()
+    if neo4j_url is None:
+        print("  Neo4j: skipped (no server)")
+        return
+    config = Neo4jConfig(url=neo4j_url, namespace=f"bench{uuid.uuid4().hex[:8]}")
+    graph = Neo4jGraphStore(config)
+
+    async def raw_neo4j() -> None:
+        await graph.driver.execute_query(
+            neo4j_graph._FACTS,
+            ns=config.namespace,
+            entity="user:u_bench",
+            minimum=1,
+            include_deprecated=False,
+            routing_="r",
+        )
+
+    await _memory_query("Neo4j", graph, raw_neo4j, count)
+    async with Neo4jGraphStore(config) as cleaner:
+        await cleaner.driver.execute_query(
+            "MATCH (n {ns: $ns}) DETACH DELETE n", ns=config.namespace
+        )
+
+
 # ---------------------------------------------------------------- servers
 
 
@@ -309,6 +447,7 @@ async def main() -> int:
     parser.add_argument("--count", type=int, default=5_000)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--neo4j-count", type=int, default=1_000)
+    parser.add_argument("--query-count", type=int, default=2_000)
     parser.add_argument("--redis", default=None)
     parser.add_argument("--neo4j", default=None)
     args = parser.parse_args()
@@ -318,6 +457,7 @@ async def main() -> int:
             ok = await part_redis(redis, args.count, args.in_flight)
     await part_sqlite(args.count, args.in_flight)
     async with _server("deploy/local/neo4j.sh", "HERMES_NEO4J_URL", args.neo4j) as neo4j:
+        await part_memory_query(neo4j, args.query_count)  # first: Neo4j as it started
         if neo4j is not None:
             await part_neo4j(neo4j, args.neo4j_count)
         else:

@@ -125,7 +125,9 @@ async def test_every_query_starts_from_an_index_seek_never_a_scan(
     }  # fmt: skip
     for name, query in QUERIES.items():
         result = await graph_store.driver.execute_query("EXPLAIN " + query, params)
-        operators = _operators(result.summary.plan)
+        plan = result.summary.plan
+        assert plan is not None, name
+        operators = _operators(plan)
         assert not [op for op in operators if op in SCANS], (name, operators)
         assert any("IndexSeek" in op for op in operators), (name, operators)
 
