@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
@@ -10,13 +11,18 @@ import platformdirs
 from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.errors import SettingError
+
 __all__ = [
     "HOME_ENV",
     "HermesSettings",
     "StateHome",
     "default_home",
     "state_home",
+    "unwritable_home",
+    "why_unwritable",
     "without_userinfo",
+    "writable_home",
 ]
 
 HOME_ENV = "HERMES_HOME"
@@ -66,6 +72,39 @@ def state_home(settings: HermesSettings | None = None) -> Path:
     """Where state lives, as an absolute path (for messages: ``doctor``, ``up``, and the
     read-only commands that find no state). Looking never creates the folder."""
     return (settings or HermesSettings()).home
+
+
+def writable_home(home: Path | None = None) -> Path:
+    """The state folder (default: :func:`state_home`), created if needed, once a file was
+    written in it; else the SettingError every command says it with."""
+    home = home if home is not None else state_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=home, prefix=".probe-"):
+            pass  # the only way to know a folder is writable is to write in it
+    except OSError as exc:
+        raise unwritable_home(home, exc) from exc
+    return home
+
+
+def unwritable_home(home: Path, exc: OSError) -> SettingError:
+    """``state HOME is not writable: WHY; fix: set HERMES_HOME ...``: how every command (and
+    ``doctor``) says that the state folder cannot be made or written."""
+    return SettingError(
+        f"state {home} is not writable: {why_unwritable(home, exc)}; fix: set {HOME_ENV} "
+        "to a folder you can write"
+    )
+
+
+def why_unwritable(folder: Path, exc: OSError) -> str:
+    """Why ``folder`` could not be made or written: the file it would be under, else the
+    system's reason (``Permission denied``)."""
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if not above.is_dir():
+                return f"{above} is a file, not a folder"
+            break
+    return exc.strerror or type(exc).__name__
 
 
 def without_userinfo(url: str) -> str:

@@ -5,6 +5,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
 
     HermesError
     ├── ConfigError            a setting is missing or malformed
+    │   └── SettingError       a setting's value cannot be used (a bad argument: exit 2)
     ├── SchemaError            a schema file is missing, invalid or unresolvable
     │   └── CompatibilityError a schema change breaks the required compatibility
     ├── CodecError
@@ -42,6 +43,7 @@ __all__ = [
     "RegistryError",
     "ReplyTimeout",
     "SchemaError",
+    "SettingError",
     "StoreError",
     "ToolError",
     "TraceIndexError",
@@ -55,6 +57,11 @@ class HermesError(Exception):
 
 class ConfigError(HermesError):
     """A setting is missing or malformed."""
+
+
+class SettingError(ConfigError):
+    """A setting's value cannot be used, e.g. ``HERMES_HOME`` a folder that cannot be
+    written: a bad argument given by a variable (the command line exits 2)."""
 
 
 class SchemaError(HermesError):

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermesbus.config import HOME_ENV
+from hermesbus.config import HOME_ENV, unwritable_home
 from hermesbus.errors import ConfigError
 
 __all__ = ["LOCK_FILE", "Holder", "held_by", "home_lock"]
@@ -90,17 +90,13 @@ def held_by(home: Path) -> Holder | None:
 
 
 def _open(home: Path, path: Path) -> int:
-    """The lock file's descriptor; the folder not writable: a ConfigError saying so."""
+    """The lock file's descriptor; the folder not writable: the SettingError of every command."""
     try:
         home.mkdir(parents=True, exist_ok=True)
         # O_CLOEXEC: the broker and the tool workers must not inherit it (and keep the lock)
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(
-            f"state folder {home} is not writable: {reason} ({path}); set {HOME_ENV} "
-            "to a folder you can write"
-        ) from exc
+        raise unwritable_home(home, exc) from exc  # said as every command says it
 
 
 def _write(fd: int) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hermesbus.client import Client
-from hermesbus.config import state_home
+from hermesbus.config import state_home, writable_home
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.envelope import Envelope
@@ -253,7 +253,7 @@ async def redrive(
             f"sandbox {prefix} was used before ({home}): its state would skip the turns as "
             "already applied. Choose another --into (or remove that folder and its topics)"
         )
-    production = state_home()  # before HERMES_HOME points at the sandbox
+    production = writable_home()  # before HERMES_HOME points at the sandbox
     home.mkdir(parents=True, exist_ok=True)
     tools = None if live_tools else ArgumentTools.of(recording)
     health = None if live_tools else _recorded_health(recording)

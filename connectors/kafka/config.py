@@ -5,12 +5,30 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from aiokafka.helpers import create_ssl_context
-from pydantic import SecretStr
+from pydantic import PrivateAttr, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.errors import ConfigError
 
-__all__ = ["KafkaConfig"]
+__all__ = ["BOOTSTRAP_ENV", "KafkaConfig", "check_bootstrap"]
+
+BOOTSTRAP_ENV = "HERMES_KAFKA_BOOTSTRAP"
+_MAX_PORT = 65_535
+_FORM = "use HOST:PORT, several separated by commas (e.g. 127.0.0.1:9092)"
+
+
+def check_bootstrap(value: str) -> str:
+    """``value`` without blanks around its entries, if each is ``HOST:PORT`` with a port
+    in 1..65535; else ValueError saying which entry is wrong and the form to use."""
+    entries = [entry.strip() for entry in value.split(",")]
+    for entry in entries:
+        host, colon, port = entry.rpartition(":")
+        where = f" (in {entry!r})" if len(entries) > 1 else ""
+        if not entry or not colon or not host.strip("[]"):
+            raise ValueError(f"{entry!r} is not HOST:PORT; {_FORM}")
+        if not port.isdigit() or not 1 <= int(port) <= _MAX_PORT:
+            raise ValueError(f"port {port!r}{where} is not a number in 1..65535; {_FORM}")
+    return ",".join(entries)
 
 
 class KafkaConfig(BaseSettings):
@@ -27,11 +45,45 @@ class KafkaConfig(BaseSettings):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     request_timeout_ms: int = 30_000
+    _origin: str | None = PrivateAttr(default=None)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        if "bootstrap" not in values and self.bootstrap:
+            self._origin = BOOTSTRAP_ENV
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str | None) -> str | None:
+        return check_bootstrap(value) if value else value
+
+    def given_by(self, origin: str) -> KafkaConfig:
+        """The same settings, their bootstrap named as given by ``origin`` (``--bootstrap``)."""
+        copy = self.model_copy()
+        copy._origin = origin
+        return copy
+
+    @property
+    def origin(self) -> str | None:
+        """Where the bootstrap came from: ``HERMES_KAFKA_BOOTSTRAP``, what ``given_by`` said,
+        or None (given in code)."""
+        return self._origin
+
+    @property
+    def address(self) -> str:
+        """The bootstrap for messages, with where it came from: ``127.0.0.1:9092 (from
+        HERMES_KAFKA_BOOTSTRAP; unset it and `hermesbus up` starts the embedded broker)``."""
+        if self._origin == BOOTSTRAP_ENV:
+            return (
+                f"{self.bootstrap} (from {BOOTSTRAP_ENV}; unset it and `hermesbus up` starts "
+                "the embedded broker)"
+            )
+        return f"{self.bootstrap} (from {self._origin})" if self._origin else str(self.bootstrap)
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments shared by aiokafka's producer, consumer and admin client."""
         if not self.bootstrap:
-            raise ConfigError("no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP or pass --bootstrap")
+            raise ConfigError(f"no Kafka bootstrap: set {BOOTSTRAP_ENV} or pass --bootstrap")
         kwargs: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,
             "security_protocol": self.security_protocol,

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hermesbus.errors import StoreError
+from hermesbus.config import HermesSettings, unwritable_home, why_unwritable
+from hermesbus.errors import HermesError, StoreError
 from hermesbus.lifecycle import Service
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteFile"]
@@ -40,6 +41,9 @@ class SqliteFile(Service):
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unmade(exc) from exc
+        try:
             db = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -47,6 +51,15 @@ class SqliteFile(Service):
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the {self.what} {self.path}: {exc}") from exc
         self._db = db
+
+    def _unmade(self, exc: OSError) -> HermesError:
+        """The store's folder cannot be made: the state folder's SettingError when it is
+        the state folder (HERMES_HOME), else a StoreError naming the store."""
+        folder = self.path.parent
+        if folder.absolute() == HermesSettings().home:
+            return unwritable_home(folder, exc)
+        why = why_unwritable(folder, exc)
+        return StoreError(f"cannot open the {self.what} {self.path}: {why}")
 
     async def stop(self) -> None:
         db, self._db = self._db, None

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from hermesbus.broker import EmbeddedBroker
+from hermesbus.config import writable_home
 
 from ._common import err_console, errors, fail
 
@@ -35,6 +36,8 @@ def broker_command(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
+    with errors():
+        writable_home()  # its log is kept there
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     broker = EmbeddedBroker(port)
     try:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.errors import HermesError
+from hermesbus.errors import HermesError, SettingError
 
 __all__ = [
     "BootstrapOption",
@@ -58,8 +58,18 @@ _TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
 
 
 def kafka_with(bootstrap: str | None) -> KafkaConfig:
-    """``HERMES_KAFKA_*``, with ``--bootstrap`` over the bootstrap when it is given."""
-    return KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    """``HERMES_KAFKA_*``, with ``--bootstrap`` over the bootstrap when it is given; a
+    malformed ``--bootstrap`` is a bad argument (exit 2) that names it."""
+    if not bootstrap:
+        return KafkaConfig()
+    try:
+        return KafkaConfig(bootstrap=bootstrap).given_by("--bootstrap")
+    except ValidationError as exc:
+        wrong = [e for e in exc.errors(include_url=False) if tuple(e["loc"]) == ("bootstrap",)]
+        if not wrong:
+            raise  # another HERMES_KAFKA_* variable: errors() names it
+        reason = str(wrong[0]["msg"]).removeprefix("Value error, ")
+        raise fail(f"invalid --bootstrap {bootstrap!r}: {reason}", 2) from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -131,6 +141,9 @@ def errors() -> Iterator[None]:
         yield
     except _TYPER:
         raise
+    except SettingError as exc:
+        _trace_if_debugging()
+        raise fail(str(exc), 2) from exc
     except HermesError as exc:
         _trace_if_debugging()
         raise fail(str(exc)) from exc

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from hermesbus.config import HermesSettings, writable_home
 from hermesbus.identity import Keyring, keys_path
 from hermesbus.processors.protocol import IDENTITIES
 
@@ -22,6 +24,7 @@ def init_command() -> None:
     identities it lacks; existing keys are kept."""
     with errors():
         path = keys_path()
+        _home_of(path)
         keys = Keyring.ensure(IDENTITIES, path)
         console.print(f"keyring {path}: {', '.join(keys.identities)} (mode 0600)")
 
@@ -42,8 +45,16 @@ def rotate_command(
         if not path.exists():
             raise fail(f"no keyring at {path}: run `hermesbus keys init` first", 2)
         rotated = Keyring.read(path).rotated(identity)
+        _home_of(path)
         rotated.write(path)
         console.print(f"{identity} now signs with {rotated.signing(identity).kid} ({path})")
+
+
+def _home_of(path: Path) -> None:
+    """A keyring in the state folder: the folder must be writable (said as everywhere)."""
+    home = HermesSettings().home
+    if path.absolute().parent == home:
+        writable_home(home)
 
 
 @app.command("list")

@@ -102,6 +102,7 @@ def test_another_process_is_named_and_its_kill_9_frees_the_home(tmp_path: Path) 
 def test_an_unwritable_home_is_one_clear_error(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("")
-    with pytest.raises(ConfigError, match="is not writable: Not a directory.*set HERMES_HOME"):
+    said = "is not writable: .*afile is a file, not a folder; fix: set HERMES_HOME"
+    with pytest.raises(ConfigError, match=said):
         with home_lock(afile / "home"):
             pass
