@@ -66,7 +66,11 @@ def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> K
         elif overrides:
             config = KafkaConfig.model_validate({**config.model_dump(), **overrides})
     except ValidationError as exc:
-        raise ConfigError(f"invalid Kafka settings: {exc}") from exc
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)
+        )
+        raise ConfigError(f"invalid Kafka settings: {said}") from exc
     if not config.bootstrap:
         raise ConfigError(
             "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP or pass Client(bootstrap='HOST:PORT')"
@@ -122,7 +126,7 @@ class Client(Service):
             return
         # acks=all without idempotence: the embedded broker has no idempotent producers.
         producer = AIOKafkaProducer(**self._kwargs, acks="all", enable_idempotence=False)
-        where = f"cannot reach Kafka at {self.config.bootstrap}"
+        where = f"cannot reach Kafka at {self.config.address}"
         await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
 

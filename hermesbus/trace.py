@@ -90,7 +90,7 @@ async def collect(
         cluster = kafka.bootstrap or "the cluster"
         raise BrokerError(_missing(missing, len(names), cluster, prefix), retriable=False)
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    where = f"trace: cannot reach Kafka at {kafka.bootstrap}"
+    where = f"trace: cannot reach Kafka at {kafka.address}"
     await start_or_close(consumer.start, consumer.stop, where)
     try:
         hops = await _read(consumer, partitions(counts, session_id), trace_id, codec)

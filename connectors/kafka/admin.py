@@ -61,7 +61,7 @@ class KafkaAdmin(Service):
         if self._client is not None:
             return
         client = AIOKafkaAdminClient(**self._config.client_kwargs())
-        where = f"cannot reach Kafka at {self._config.bootstrap}"
+        where = f"cannot reach Kafka at {self._config.address}"
         await start_or_close(client.start, client.close, where)
         self._client = client
 

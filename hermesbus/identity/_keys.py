@@ -36,6 +36,7 @@ __all__ = [
     "Key",
     "Keyring",
     "keys_path",
+    "missing_key",
     "new_key",
 ]
 
@@ -108,6 +109,19 @@ def keys_path(settings: HermesSettings | None = None) -> Path:
     return (settings or HermesSettings()).home / "keys.json"
 
 
+def missing_key(identity: str, source: str) -> str:
+    """No key for ``identity`` in ``source``: use the bus's keyring, never a new one (keys
+    the running bus does not know get what they sign dead-lettered)."""
+    variable = ENV_PREFIX + identity.upper().replace("-", "_")
+    return (
+        f"no signing key for identity {identity!r} in {source}: sign with the bus's own "
+        f"keyring, the file its processes verify with: set {KEYS_FILE_ENV} to it, or "
+        "HERMES_HOME to the bus's state folder (its keys.json; `hermesbus up` prints it as "
+        f"`signing keys: PATH`), or set {variable}. Not `hermesbus keys init`: its new keys "
+        "are unknown to the running bus, which dead-letters what they sign"
+    )
+
+
 class Keyring:
     """Keys by identity; read-only once built (``rotated`` and ``with_missing`` copy)."""
 
@@ -138,11 +152,7 @@ class Keyring:
         """The key ``identity`` signs with (its first); ConfigError naming where to put one."""
         keys = self._keys.get(identity)
         if not keys:
-            raise ConfigError(
-                f"no signing key for identity {identity!r} in {self.source or 'the keyring'}: "
-                f"set {ENV_PREFIX}{identity.upper().replace('-', '_')}, or {KEYS_FILE_ENV}, "
-                "or run `hermesbus keys init`"
-            )
+            raise ConfigError(missing_key(identity, self.source or "the keyring"))
         return keys[0]
 
     def verifying(self, identity: str, kid: str) -> Key | None:

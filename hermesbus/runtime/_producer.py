@@ -59,7 +59,7 @@ class Producer:
         producer = AIOKafkaProducer(
             **self._kafka.client_kwargs(), acks="all", enable_idempotence=False, linger_ms=2
         )
-        where = f"cannot reach Kafka at {self._kafka.bootstrap}"
+        where = f"cannot reach Kafka at {self._kafka.address}"
         await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
 
@@ -130,7 +130,7 @@ class Producer:
         try:
             await probe.start()
         except kafka_errors.KafkaConnectionError as exc:
-            raise BrokerError(f"cannot reach Kafka at {self._kafka.bootstrap}: {exc}") from exc
+            raise BrokerError(f"cannot reach Kafka at {self._kafka.address}: {exc}") from exc
         except KafkaError as exc:
             raise ConfigError(
                 f"--exactly-once needs a broker with transactions (Apache Kafka); the broker at "

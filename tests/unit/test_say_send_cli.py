@@ -148,7 +148,10 @@ def test_no_broker_is_said_plainly_without_a_traceback(command: str, tmp_path: P
     args = [str(path)] if command == "send" else ["s-1", "hello"]
     result = hermesbus(command, *args, "--bootstrap", f"127.0.0.1:{port}")
     assert result.returncode == 1
-    assert f"error: cannot reach Kafka at 127.0.0.1:{port}: KafkaConnectionError" in result.stderr
+    assert (
+        f"error: cannot reach Kafka at 127.0.0.1:{port} (from --bootstrap): KafkaConnectionError"
+        in result.stderr
+    )
     assert result.stderr.rstrip().endswith(UNREACHABLE_HINT)
     assert "Traceback" not in result.stderr
     assert result.stdout == ""  # no message id: nothing was sent
