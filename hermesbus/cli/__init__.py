@@ -130,6 +130,9 @@ class _LazyGroup(TyperGroup):
         self.commands = _Commands()  # type: ignore[assignment]
         self._listing = False
 
+    def list_commands(self, ctx: _click.Context) -> list[str]:
+        return list(COMMANDS)
+
     def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
         if self._listing and cmd_name in COMMANDS:
             return TyperCommand(cmd_name, help=COMMANDS[cmd_name][2])
