@@ -6,8 +6,9 @@
 #
 #   deploy/local/neo4j.sh fetch          cache the jars and compile the runner (once)
 #   deploy/local/neo4j.sh start [PORT]   start it; prints HERMES_NEO4J_URL=bolt://127.0.0.1:PORT
-#   deploy/local/neo4j.sh stop [--fast]  stop it (--fast: SIGKILL, the data is thrown away)
-#                                        and delete its folder
+#   deploy/local/neo4j.sh stop [--fast] [--keep-logs]  stop it (--fast: SIGKILL, the data
+#                                        is thrown away) and delete its folder, but for its
+#                                        logs with --keep-logs (after a failed test run)
 #   deploy/local/neo4j.sh status         exit 0 and print the URL if running, else exit 3
 #
 # Environment: HERMES_NEO4J_CACHE (the jars' folder), HERMES_NEO4J_RUN_DIR (pid, folder and
@@ -22,6 +23,7 @@ RUN_DIR=${HERMES_NEO4J_RUN_DIR:-/tmp/hermesbus-neo4j}
 PID_FILE="$RUN_DIR/neo4j.pid"
 DIR_FILE="$RUN_DIR/neo4j.dir"
 URL_FILE="$RUN_DIR/neo4j.url"
+LOG_FILE="$RUN_DIR/neo4j.logfile"
 HEAP=${HERMES_NEO4J_HEAP:-512m}
 START_TIMEOUT=${HERMES_NEO4J_START_TIMEOUT:-90}
 JAVA=${JAVA:-java}
@@ -100,17 +102,28 @@ do_start() {
     fi
     sleep 0.2
   done
-  local url="bolt://127.0.0.1:$port"
+  local url="bolt://127.0.0.1:$port" debug
   echo "$url" >"$URL_FILE"
-  log "ready after $((waited / 5))s"
+  # the server's own log (the runner's stderr is its own errors only)
+  debug=$(find "$dir/data" -path '*/logs/debug.log' -print -quit 2>/dev/null || true)
+  echo "${debug:-$dir/neo4j.log}" >"$LOG_FILE"
+  log "ready after $((waited / 5))s (log: ${debug:-$dir/neo4j.log})"
   echo "HERMES_NEO4J_URL=$url"
 }
 
-do_stop() {
+do_stop() { # [--fast] [--keep-logs]
+  local fast="" keep="" flag
+  for flag in "$@"; do
+    case $flag in
+      --fast) fast=1 ;;
+      --keep-logs) keep=1 ;;
+      *) die "stop takes --fast and --keep-logs, not '$flag'" ;;
+    esac
+  done
   if running; then
     local pid
     pid=$(cat "$PID_FILE")
-    if [[ ${1:-} == --fast ]]; then
+    if [[ -n $fast ]]; then
       kill -KILL "$pid" 2>/dev/null || true
     else
       kill -TERM "$pid" 2>/dev/null || true
@@ -125,19 +138,29 @@ do_stop() {
       sleep 0.1
     done
   fi
-  if [[ -f $DIR_FILE ]]; then rm -rf -- "$(cat "$DIR_FILE")"; fi
-  rm -f -- "$PID_FILE" "$DIR_FILE" "$URL_FILE"
+  if [[ -f $DIR_FILE ]]; then
+    local dir
+    dir=$(cat "$DIR_FILE")
+    if [[ -n $keep && -d $dir ]]; then # the logs stay where they were, the store files go
+      find "$dir" -type f ! -name '*.log' ! -name runner.out -delete
+      find "$dir" -mindepth 1 -type d -empty -delete
+      log "logs kept: $dir"
+    else
+      rm -rf -- "$dir"
+    fi
+  fi
+  rm -f -- "$PID_FILE" "$DIR_FILE" "$URL_FILE" "$LOG_FILE"
 }
 
 case ${1:-} in
   fetch) do_fetch ;;
   start) do_start "${2:-}" ;;
-  stop) do_stop "${2:-}" ;;
+  stop) shift; do_stop "$@" ;;
   status)
     if running; then cat "$URL_FILE"; else exit 3; fi
     ;;
   *)
-    echo "usage: $0 fetch | start [PORT] | stop [--fast] | status" >&2
+    echo "usage: $0 fetch | start [PORT] | stop [--fast] [--keep-logs] | status" >&2
     exit 2
     ;;
 esac

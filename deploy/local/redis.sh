@@ -6,7 +6,8 @@
 #
 #   deploy/local/redis.sh fetch          cache the server (once; about 1.4 MB)
 #   deploy/local/redis.sh start [PORT]   start it; prints HERMES_REDIS_URL=redis://127.0.0.1:PORT/0
-#   deploy/local/redis.sh stop           stop it and delete its folder
+#   deploy/local/redis.sh stop [--keep-logs]  stop it and delete its folder (all but its
+#                                        redis.log, kept: after a failed test run)
 #   deploy/local/redis.sh status         exit 0 and print the URL if running, else exit 3
 #
 # Environment: HERMES_REDIS_CACHE (the unpacked server's folder), HERMES_REDIS_RUN_DIR
@@ -124,19 +125,28 @@ do_stop() {
     done
     kill -KILL "$pid" 2>/dev/null || true
   fi
-  if [[ -f $DIR_FILE ]]; then rm -rf -- "$(cat "$DIR_FILE")"; fi
+  if [[ -f $DIR_FILE ]]; then
+    local dir
+    dir=$(cat "$DIR_FILE")
+    if [[ ${1:-} == --keep-logs && -d $dir ]]; then # no persistence: its log is all it has
+      find "$dir" -mindepth 1 ! -name redis.log -delete
+      log "log kept: $dir/redis.log"
+    else
+      rm -rf -- "$dir"
+    fi
+  fi
   rm -f -- "$PID_FILE" "$DIR_FILE" "$URL_FILE"
 }
 
 case ${1:-} in
   fetch) do_fetch ;;
   start) do_start "${2:-}" ;;
-  stop) do_stop ;;
+  stop) do_stop "${2:-}" ;;
   status)
     if running; then cat "$URL_FILE"; else exit 3; fi
     ;;
   *)
-    echo "usage: $0 fetch | start [PORT] | stop | status" >&2
+    echo "usage: $0 fetch | start [PORT] | stop [--keep-logs] | status" >&2
     exit 2
     ;;
 esac

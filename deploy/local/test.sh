@@ -11,6 +11,7 @@ set -euo pipefail
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 source deploy/local/setup.sh
+source deploy/local/evidence.sh # evidence(): which services' logs a failed run keeps
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -38,9 +39,10 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   ((status == 0)) || keep=(--keep-logs)
   bash deploy/local/kafka.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true # bash 3.2: set -u
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
-  bash deploy/local/redis.sh stop >/dev/null 2>&1 || true
+  bash deploy/local/redis.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if [[ -n $NEO4J_STARTER ]]; then wait "$NEO4J_STARTER" 2>/dev/null || true; fi
-  bash deploy/local/neo4j.sh stop --fast >/dev/null 2>&1 || true # its data is thrown away
+  # its data is thrown away (its logs are kept when something failed)
+  bash deploy/local/neo4j.sh stop --fast ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if [[ -n $ES_STARTER ]]; then wait "$ES_STARTER" 2>/dev/null || true; fi
   bash deploy/local/elasticsearch.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if ((status == 0)); then
@@ -48,25 +50,6 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   else
     evidence "$status"
   fi
-}
-evidence() { # exit status
-  local what path found=""
-  for what in "embedded broker" "Apache Kafka" "schema registry" "Elasticsearch" "Redis" "Neo4j"; do
-    case $what in
-      "embedded broker") path=$HERMES_TEST_EMBEDDED_LOG ;;
-      "Apache Kafka") path=$HERMES_TEST_KAFKA_LOG ;;
-      "Elasticsearch") path=$HERMES_TEST_ELASTICSEARCH_LOG ;;
-      "Redis") path=$HERMES_TEST_REDIS_LOG ;;
-      "Neo4j") path=$HERMES_TEST_NEO4J_LOG ;;
-      *) path=$HERMES_TEST_SCHEMA_REGISTRY_LOG ;;
-    esac
-    if [[ -s $path ]]; then
-      [[ -n $found ]] || printf '\n== failed (exit %s): the logs of the services are kept in %s\n' "$1" "$RUN_DIR"
-      found=1
-      printf '%-16s log: %s\n' "$what" "$path"
-    fi
-  done
-  [[ -n $found ]] || rm -rf "$RUN_DIR" # it failed before any service started: nothing to keep
 }
 trap 'stop_services $?' EXIT
 
@@ -172,7 +155,7 @@ ES_STARTER=""
 if [[ -n $NEO4J_STARTER ]] && wait "$NEO4J_STARTER"; then
   line=$(grep -m1 '^HERMES_NEO4J_URL=' "$neo4j_out" || true)
   export HERMES_TEST_NEO4J_URL=${line#HERMES_NEO4J_URL=}
-  HERMES_TEST_NEO4J_LOG="$(cat "$HERMES_NEO4J_RUN_DIR/neo4j.dir")/neo4j.log"
+  HERMES_TEST_NEO4J_LOG="$(cat "$HERMES_NEO4J_RUN_DIR/neo4j.logfile")" # the server's debug.log
   echo "Neo4j: at $HERMES_TEST_NEO4J_URL"
 else
   cat "$HERMES_TEST_NEO4J_LOG" >&2
