@@ -90,8 +90,9 @@ class Redriven:
     bootstrap: str
     embedded: bool
     sent: list[Envelope] = field(default_factory=list)
-    replies: dict[str, list[str]] = field(default_factory=dict)
-    """Message id of each turn sent -> the texts of its replies (notices, then the answer)."""
+    replies: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """Message id of each turn sent -> its replies as ``(source, text)``: the dispatcher's
+    notices, then the conversation's answer."""
     unanswered: list[str] = field(default_factory=list)
     """Message ids of turns that got no reply within the timeout."""
     forks: list[dict[str, Any]] = field(default_factory=list)
@@ -300,7 +301,7 @@ async def _send(
                 "set": dict(fork.sets),
             }
         )
-    texts: list[str] = []
+    texts: list[tuple[str, str]] = []
     async with client.replies(envelope.session_id) as replies:
         await client.send(envelope, headers=extra)
         done.sent.append(envelope)
@@ -310,7 +311,7 @@ async def _send(
                     if reply.trace_id == envelope.trace_id and isinstance(
                         reply.payload.body, Reply
                     ):
-                        texts.append(reply.payload.body.text)
+                        texts.append((reply.source, reply.payload.body.text))
                         if reply.source.startswith("conversation:"):
                             break  # the answer; dispatcher notices come before it
         except TimeoutError:

@@ -10,21 +10,27 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import HermesError, SettingError
 
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+
+    from hermesbus.connectors.kafka import KafkaConfig
+
 __all__ = [
+    "COMPONENTS",
     "BootstrapOption",
+    "HomeOption",
     "PrefixOption",
     "ServingBootstrapOption",
+    "check_component",
     "console",
     "debug",
     "err_console",
@@ -43,6 +49,25 @@ ServingBootstrapOption = Annotated[
     typer.Option(help="Kafka bootstrap; default HERMES_KAFKA_BOOTSTRAP, else the embedded broker."),
 ]
 """``--bootstrap`` of the commands that start the embedded broker when none is given."""
+
+
+def _home(value: str | None) -> str | None:
+    """``--home``: the state folder for everything the command reads, as ``HERMES_HOME``
+    (every settings model reads that variable, so they all see the same folder)."""
+    if value:
+        os.environ["HERMES_HOME"] = value
+    return value
+
+
+HomeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--home",
+        callback=_home,
+        help="State folder (keys, stores, trace index); default HERMES_HOME, else the "
+        "user data folder.",
+    ),
+]
 PrefixOption = Annotated[
     str, typer.Option(envvar="HERMES_TOPIC_PREFIX", help="Prefix of every topic name.")
 ]
@@ -51,6 +76,8 @@ _WIDTH = None if sys.stdout.isatty() else 160  # pipes and CI logs get whole tab
 console = Console(highlight=False, width=_WIDTH)
 err_console = Console(stderr=True, highlight=False, width=_WIDTH)
 
+COMPONENTS = ("app", "conversation", "dispatcher", "tool", "memory")
+"""What ``--component`` takes: the component part of a source (the dispatcher's too)."""
 _SHORT = 60
 _TRUE = {"1", "true", "yes", "on"}
 _WORDS = {"missing": "missing", "extra_forbidden": "unknown field"}
@@ -60,6 +87,8 @@ _TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
 def kafka_with(bootstrap: str | None) -> KafkaConfig:
     """``HERMES_KAFKA_*``, with ``--bootstrap`` over the bootstrap when it is given; a
     malformed ``--bootstrap`` is a bad argument (exit 2) that names it."""
+    from hermesbus.connectors.kafka import KafkaConfig
+
     if not bootstrap:
         return KafkaConfig()
     try:
@@ -70,6 +99,12 @@ def kafka_with(bootstrap: str | None) -> KafkaConfig:
             raise  # another HERMES_KAFKA_* variable: errors() names it
         reason = str(wrong[0]["msg"]).removeprefix("Value error, ")
         raise fail(f"invalid --bootstrap {bootstrap!r}: {reason}", 2) from None
+
+
+def check_component(component: str | None) -> None:
+    """``--component`` is one of :data:`COMPONENTS` (or not given); else exit 2 naming them."""
+    if component is not None and component not in COMPONENTS:
+        raise fail(f"--component {component!r}: use one of {', '.join(COMPONENTS)}", 2)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -118,6 +153,8 @@ def variables(title: str, lines: list[str]) -> list[str]:
 
 def _settings_models() -> dict[str, type[BaseSettings]]:
     """Every settings model by name (they are all imported by the time a command runs)."""
+    from pydantic_settings import BaseSettings
+
     found: dict[str, type[BaseSettings]] = {}
     todo = list(BaseSettings.__subclasses__())
     while todo:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -31,14 +29,22 @@ from hermesbus.redrive import lineage_of, sandbox_home
 from hermesbus.topics import DLQ
 from hermesbus.trace import Hop, collect, hops_of, spans, waterfall
 
-from ._common import BootstrapOption, PrefixOption, console, errors, fail, kafka_with
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    check_component,
+    console,
+    errors,
+    fail,
+    kafka_with,
+)
+from ._when import TIMES, parse_when
 
-__all__ = ["parse_when", "search_command", "session_command", "trace_command"]
+__all__ = ["search_command", "session_command", "trace_command"]
 
 T = TypeVar("T")
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
-_UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_RELATIVE = re.compile(r"^-?(\d+)([smhd])$")
 
 
 def trace_command(
@@ -60,6 +66,7 @@ def trace_command(
     as_json: JsonOption = False,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Print the trace's spans: component, state, what it handled, a time bar, ms, outcome."""
     if not trace_id.strip():
@@ -156,6 +163,7 @@ def session_command(
     session_id: Annotated[str, typer.Argument(help="The session (the Kafka key).")],
     as_json: JsonOption = False,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Every trace of a session from the trace index, each as a waterfall, in log order."""
     if not session_id.strip():
@@ -186,9 +194,7 @@ def search_command(
         str | None, typer.Option(help="conversation, dispatcher, tool, memory or app.")
     ] = None,
     outcome: Annotated[str | None, typer.Option(help="success or failure.")] = None,
-    since: Annotated[
-        str | None, typer.Option(help="-1h, -15m, -2d, an ISO time or epoch ms.")
-    ] = None,
+    since: Annotated[str | None, typer.Option(help=f"From this time: {TIMES}.")] = None,
     until: Annotated[str | None, typer.Option(help="Like --since; the end, excluded.")] = None,
     text: Annotated[
         str | None, typer.Option(help="Words in the summary, payload or error.")
@@ -198,15 +204,20 @@ def search_command(
     action: Annotated[
         str | None, typer.Option(help="Body type: ToolCall, ErrorReport, undecodable...")
     ] = None,
-    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
+    topic: Annotated[
+        str | None, typer.Option(help="Only this topic (the prefix is added).")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
     as_json: JsonOption = False,
+    prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Envelopes that match every filter, oldest first, with the sessions they touch.
 
     ``hermesbus search --outcome failure --since -1h``: which sessions failed in the last
     hour, at which component.
     """
+    check_component(component)
     with errors():
         now = int(time.time() * 1000)
         query = Search(
@@ -218,7 +229,7 @@ def search_command(
             session_id=session,
             trace_id=trace,
             action=action,
-            topic=topic,
+            topic=prefix + topic if topic and not topic.startswith(prefix) else topic,
             limit=limit,
         )
         docs, where = _ask(lambda index: index.search(query))
@@ -230,25 +241,6 @@ def search_command(
         return
     _table(docs)
     _sessions(docs)
-
-
-def parse_when(value: str | None, now_ms: int, option: str) -> int | None:
-    """``-1h``/``1h`` (before now), an ISO 8601 time (UTC unless it says), or epoch ms."""
-    if value is None:
-        return None
-    text = value.strip()
-    relative = _RELATIVE.match(text)
-    if relative:
-        return now_ms - int(relative.group(1)) * _UNITS[relative.group(2)]
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise fail(f"{option} {value!r}: use -1h, -15m, -2d, an ISO time or epoch ms", 2) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
-    return int(moment.timestamp() * 1000)
 
 
 def _ask(question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
@@ -324,7 +316,7 @@ def _table(docs: Sequence[Document]) -> None:
             doc["event"].get("action", ""),
             f"[red]{outcome}[/red]" if outcome == "failure" else outcome,
             escape(session_of(doc) or "-"),
-            escape(str((doc.get("trace") or {}).get("id", "-"))),
+            escape(str((doc.get("trace") or {}).get("id") or "-")),  # undecodable: none
             escape(str(error or doc.get("message", ""))),
         )
     console.print(table)
@@ -349,10 +341,11 @@ def _sessions(docs: Sequence[Document]) -> None:
 
 
 def _kibana(kuery: str, docs: Sequence[Document]) -> str | None:
-    """The Discover link for ``kuery`` over the documents' time, when HERMES_KIBANA_URL is set."""
+    """The Discover link for ``kuery`` over the documents' time, when HERMES_KIBANA_URL is set
+    and the index read is Elasticsearch."""
     base = HermesSettings().kibana_url
-    if not base or not docs:
-        return None
+    if not base or not docs or isinstance(trace_index(install=False), SqliteTraceIndex):
+        return None  # Kibana shows Elasticsearch's documents, not the SQLite index's
     times = [doc["hermes"]["kafka"]["timestamp_ms"] for doc in docs]
     start, end = iso_ms(min(times) - 60_000), iso_ms(max(times) + 60_000)
     rison = kuery.replace("!", "!!").replace("'", "!'")

@@ -30,12 +30,16 @@ from hermesbus.replay import (
 from hermesbus.stack import REPLAYABLE, shadows
 from hermesbus.topics import CONVERSATION_IN
 
-from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
-from ._index import parse_when
+from ._common import BootstrapOption, HomeOption, PrefixOption, console, err_console, errors, fail
 from ._sources import Slice, read_sessions
+from ._when import TIMES, parse_when
 
 __all__ = ["replay_command"]
 
+_NOTHING_COMPARED = (
+    "nothing to compare: no input of the slice reached the processors replayed; check "
+    "--from/--to, --trace, --offsets and --processor (exit 1: no verdict)"
+)
 _SHOW_PROGRESS_FROM = 500
 """Inputs from which a replay shows a progress bar (on a terminal)."""
 
@@ -49,7 +53,7 @@ def replay_command(
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option("--from", help="Compare from this log time: -15m, -2h, ISO time, epoch ms."),
+        typer.Option("--from", help=f"Compare from this log time: {TIMES}."),
     ] = None,
     until: Annotated[
         str | None, typer.Option("--to", help="Compare up to this log time (excluded).")
@@ -118,6 +122,7 @@ def replay_command(
     ] = False,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Replay a slice of the log: a session, a trace, a time range or offsets.
 
@@ -127,16 +132,7 @@ def replay_command(
     replayed values).
     """
     redriving = redrive_mode or fork is not None
-    if shadow_mode == redriving:
-        raise fail(
-            "say how to replay: --shadow (re-run and compare, writing nothing) or --redrive "
-            "--into PREFIX (run again in sandbox topics; --fork changes one turn)",
-            2,
-        )
-    if redriving and not into:
-        raise fail("--redrive and --fork need --into PREFIX: the sandbox's topics and groups", 2)
-    if fork is not None and not set_:
-        raise fail("--fork needs at least one --set FIELD=VALUE (e.g. payload.body.text=...)", 2)
+    _check_modes(shadow_mode, redriving, into, fork, set_)
     changes = Fork(fork, dict(_assignment(text) for text in set_ or ())) if fork else None
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
@@ -189,8 +185,31 @@ def replay_command(
         tune_collector()  # a long replay makes many objects: rare collections, as `up` does
         report = asyncio.run(_shadow(recording, sessions, names, chosen, prefix))
     _print(report, recording, sessions, as_json)
-    if report.diverged:
+    if report.diverged or not sum(report.compared.values()):
         raise typer.Exit(1)
+
+
+def _check_modes(
+    shadow_mode: bool, redriving: bool, into: str | None, fork: str | None, set_: list[str] | None
+) -> None:
+    """One way to replay, with what it needs; else exit 2 saying what to pass."""
+    if shadow_mode and redriving:
+        raise fail(
+            "--shadow and --redrive/--fork are two ways to replay, one at a time: --shadow "
+            "re-runs the code and compares, writing nothing; --redrive --into PREFIX runs "
+            "the turns again in sandbox topics",
+            2,
+        )
+    if not shadow_mode and not redriving:
+        raise fail(
+            "say how to replay: --shadow (re-run and compare, writing nothing) or --redrive "
+            "--into PREFIX (run again in sandbox topics; --fork changes one turn)",
+            2,
+        )
+    if redriving and not into:
+        raise fail("--redrive and --fork need --into PREFIX: the sandbox's topics and groups", 2)
+    if fork is not None and not set_:
+        raise fail("--fork needs at least one --set FIELD=VALUE (e.g. payload.body.text=...)", 2)
 
 
 def _assignment(text: str) -> tuple[str, str]:
@@ -258,8 +277,9 @@ def _redrive(
     )
     for envelope in done.sent:
         console.print(escape(f"user    {_said(envelope)}"), soft_wrap=True)
-        for text in done.replies.get(envelope.message_id, []):
-            console.print(escape(f"hermes  {text}"), soft_wrap=True)
+        for source, text in done.replies.get(envelope.message_id, []):
+            who = "hermes" if source.startswith("conversation:") else "notice"  # as up says
+            console.print(escape(f"{who}  {text}"), soft_wrap=True)
         if envelope.message_id in done.unanswered:
             console.print(f"[red]no answer within {reply_timeout:g} s[/red]")
     where = (
@@ -400,6 +420,9 @@ def _print(report: ShadowReport, recording: Recording, sessions: list[str], as_j
         f"compared/run: {ran}; {report.outputs} outputs compared",
         soft_wrap=True,
     )
+    if not sum(report.compared.values()):
+        console.print(_NOTHING_COMPARED)
+        return
     if not report.diverged:
         console.print("no divergence")
         return

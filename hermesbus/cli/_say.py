@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
-from hermesbus.client import Client, Replies
-from hermesbus.demo import DEMO_USER, reply_text
-from hermesbus.envelope import Envelope
 from hermesbus.errors import EncodeError
-from hermesbus.identity import APP
-from hermesbus.topics import CONVERSATION_OUT, DLQ
 
-from ._bus import BAD_ARGUMENT, CLIENT_NAME, connect, kafka_config, one_line, signing_keys
-from ._common import BootstrapOption, PrefixOption, console, err_console, errors, fail
+from ._common import BootstrapOption, HomeOption, PrefixOption, console, err_console, errors, fail
+
+if TYPE_CHECKING:
+    from hermesbus.client import Client, Replies
+    from hermesbus.envelope import Envelope
 
 __all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
 
@@ -25,6 +22,9 @@ DEFAULT_WAIT_S = 30.0
 """How long ``--wait`` waits for the answer when no ``--timeout`` is given."""
 NO_ANSWER = 3
 """Exit code of ``say --wait`` when the turn was sent but no answer came in time."""
+DEMO_USER = "u_xyz789"
+"""``--user``'s default: :data:`hermesbus.demo.DEMO_USER` (a unit test checks), written
+here so that ``say --help`` does not import the demo (and with it the client)."""
 
 
 def say_command(
@@ -49,6 +49,7 @@ def say_command(
     ] = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Send TEXT as a user turn of SESSION from app:cli; print its message id, or its replies.
 
@@ -57,6 +58,11 @@ def say_command(
     a bad argument (empty text or session), nothing sent; 1: nothing was sent (no broker,
     no key, no such topic).
     """
+    from hermesbus.client import Client
+    from hermesbus.identity import APP
+
+    from ._bus import BAD_ARGUMENT, CLIENT_NAME, kafka_config, signing_keys
+
     if not text.strip():
         raise fail(
             "nothing to say: TEXT is empty or blank; give the words of the user's turn",
@@ -77,6 +83,10 @@ def say_command(
 
 def _turn(client: Client, session: str, user: str, text: str) -> Envelope:
     """The user turn to send; a bad session, user or text is one line naming the field (exit 2)."""
+    from pydantic import ValidationError
+
+    from ._bus import BAD_ARGUMENT, one_line
+
     try:
         return client.turn(session, user, text)
     except EncodeError as exc:
@@ -87,6 +97,8 @@ def _turn(client: Client, session: str, user: str, text: str) -> Envelope:
 
 def _no_answer(turn: Envelope, seconds: float, prefix: str) -> str:
     """The two usual causes of a silent bus, and how to tell them apart."""
+    from hermesbus.topics import DLQ
+
     trace = f"hermesbus trace {turn.trace_id} --session {turn.session_id}"
     trace += f" --prefix {prefix}" if prefix else ""
     return (
@@ -99,6 +111,10 @@ def _no_answer(turn: Envelope, seconds: float, prefix: str) -> str:
 
 async def _say(client: Client, turn: Envelope, seconds: float | None) -> bool:
     """Send ``turn``; with ``seconds``, print its replies and say whether the answer came."""
+    from hermesbus.topics import CONVERSATION_OUT
+
+    from ._bus import connect
+
     topics = [client.check(turn)]
     if seconds is not None:
         topics.append(client.topic_prefix + CONVERSATION_OUT)  # where the replies come from
@@ -143,6 +159,8 @@ def _sent(client: Client, turn: Envelope) -> None:
 
 def _show(reply: Envelope) -> None:
     """A reply as ``hermesbus up --demo`` prints it: who, the text, its source."""
+    from hermesbus.demo import reply_text
+
     who = "hermes" if reply.source.startswith("conversation:") else "notice"
     console.print(
         f"[bold]{who}[/bold]  {escape(reply_text(reply))}  [dim]({escape(reply.source)})[/dim]",

@@ -33,7 +33,7 @@ from ._bus import (
     signing_keys,
     unknown_identity,
 )
-from ._common import BootstrapOption, PrefixOption, err_console, errors, fail
+from ._common import BootstrapOption, HomeOption, PrefixOption, err_console, errors, fail
 
 __all__ = [
     "BAD_INPUT",
@@ -123,6 +123,7 @@ def send_command(
     ] = APP,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Send each line's envelope to its target's topic, keyed by session, signed; print its id.
 

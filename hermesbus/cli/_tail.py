@@ -5,22 +5,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from typing import Annotated
+import time
+from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.markup import escape
 
-from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.index import iso_ms
-from hermesbus.tail import Filters, Position, Tailed, position, tail
-from hermesbus.topics import Catalog
+from ._common import (
+    BootstrapOption,
+    PrefixOption,
+    check_component,
+    console,
+    errors,
+    fail,
+    kafka_with,
+)
+from ._when import TIMES, tail_position
 
-from ._common import BootstrapOption, PrefixOption, console, errors, fail, kafka_with
+if TYPE_CHECKING:
+    from hermesbus.connectors.kafka import KafkaConfig
+    from hermesbus.tail import Filters, Position, Tailed
 
 __all__ = ["tail_command"]
 
-_WHERE = "beginning, end, OFFSET, @EPOCH_MS or -DURATION (-15m, -2h, -1d)"
+_WHERE = f"beginning, end, an offset (fewer than 13 digits) or a time: {TIMES}"
 
 
 def tail_command(
@@ -58,11 +66,17 @@ def tail_command(
     Reads by plain assignment: no consumer group is joined and no offset is committed,
     so no processor is disturbed. An undecodable record is listed with the reason.
     """
+    from hermesbus.tail import Filters
+    from hermesbus.topics import Catalog
+
+    now = int(time.time() * 1000)  # what -15m counts back from
     try:
-        first = position(start)
-        last = position(end) if end is not None else None
+        first = tail_position(start, now)
+        last = tail_position(end, now) if end is not None else None
     except ValueError as exc:
         raise fail(f"--from/--to: {exc}", 2) from None
+    if component is not None and ":" not in component:  # a whole source is taken too
+        check_component(component)
     names = (
         [prefix + name for name in topic]
         if topic
@@ -86,6 +100,10 @@ async def _print(
     as_json: bool,
     missing_ok: bool,
 ) -> None:
+    import orjson
+
+    from hermesbus.tail import tail
+
     listed = 0
     async for tailed in tail(
         kafka,
@@ -107,6 +125,8 @@ async def _print(
 
 
 def _line(tailed: Tailed) -> str:
+    from hermesbus.index import iso_ms
+
     where = f"{tailed.topic}/{tailed.partition}@{tailed.offset}"
     at = iso_ms(tailed.timestamp_ms)
     envelope = tailed.envelope

@@ -100,7 +100,7 @@ async def test_a_redrive_replays_the_demo_in_sandbox_topics_and_touches_nothing_
         for line in ran.out.splitlines()
         if line.startswith("hermes  ")
     ]
-    assert [a for a in answered if "处理中" not in a] == original
+    assert answered == original  # the dispatcher's notices are labelled notice, as up does
     assert f"sandbox {sandbox}: topics {sandbox}* and groups {sandbox}* on {broker}" in ran.out
     # the copies say what they are copies of
     copies = [

@@ -1,0 +1,91 @@
+"""The smaller rough edges of #24 (item 11), run as a user runs them where it is the CLI."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hermesbus.cli._when import parse_time, tail_position
+from hermesbus.tail import Position
+from tests.cli_process import clean_env, hermesbus
+
+NOW = 1_764_669_600_000
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("1764669000000", 1_764_669_000_000),
+        ("@1764669000000", 1_764_669_000_000),
+        ("-15m", NOW - 15 * 60_000),
+        ("15m", NOW - 15 * 60_000),
+        ("-30s", NOW - 30_000),
+        ("-2h", NOW - 2 * 3_600_000),
+        ("-1d", NOW - 86_400_000),
+        ("-500ms", NOW - 500),
+        ("2025-12-02T10:00:00Z", int(datetime(2025, 12, 2, 10, tzinfo=UTC).timestamp() * 1000)),
+    ],
+)
+def test_one_time_syntax_for_tail_search_and_replay(text: str, ms: int) -> None:
+    assert parse_time(text, NOW) == ms
+    assert tail_position(text, NOW) == Position("time", ms)
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ("beginning", Position("beginning")),
+        ("end", Position("end")),
+        ("42", Position("offset", 42)),
+        ("999999999999", Position("offset", 999_999_999_999)),  # 12 digits: an offset
+    ],
+)
+def test_tail_keeps_its_positions(text: str, position: Position) -> None:
+    assert tail_position(text, NOW) == position
+
+
+@pytest.mark.parametrize("text", ["yesterday", "@12x", "--5m", ""])
+def test_a_bad_time_names_every_form(text: str) -> None:
+    with pytest.raises(ValueError, match=r"epoch ms \(1764669600000 or @1764669600000\)"):
+        parse_time(text, NOW)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("search", "--component", "tools"), "--component 'tools': use one of app, "
+         "conversation, dispatcher, tool, memory"),
+        (("tail", "--component", "tools"), "--component 'tools': use one of app,"),
+        (("search", "--since", "yesterday"), "--since 'yesterday' is not a time: use -15m"),
+        (("replay", "--shadow", "--session", "s", "--from", "soon"), "--from 'soon' is not a time"),
+        (("tail", "--from", "soon"), "'soon' is not a position: use beginning, end, an offset"),
+        (("replay", "--shadow", "--redrive", "--session", "s"),
+         "--shadow and --redrive/--fork are two ways to replay, one at a time"),
+        (("replay", "--shadow", "--fork", "m1", "--session", "s"),
+         "--shadow and --redrive/--fork are two ways to replay, one at a time"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_exit_2_and_say_what_fits(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    ran = hermesbus(*args, env=clean_env(tmp_path / "home"), cwd=tmp_path)
+    assert ran.code == 2, ran.output
+    assert says in ran.err
+    assert "Traceback" not in ran.output and "unexpected" not in ran.output
+
+
+@pytest.mark.parametrize(
+    "args", [("search",), ("trace", "t1"), ("session", "s1"), ("replay", "--shadow", "--session",
+                                                               "s1", "--source", "archive")]
+)  # fmt: skip
+def test_home_is_an_option_of_the_commands_that_read_state(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """--home says which state folder to read, as HERMES_HOME does (here: one with no index)."""
+    home = tmp_path / "bus-home"
+    ran = hermesbus(*args, "--home", str(home), env=clean_env(tmp_path / "other"), cwd=tmp_path)
+    assert ran.code == 1, ran.output
+    assert str(home / "index.sqlite3") in ran.err, ran.output
+    assert str(tmp_path / "other") not in ran.output
