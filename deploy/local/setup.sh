@@ -29,7 +29,11 @@ stamp="$VENV/.hermesbus-installed"
 if [[ ! -f $stamp || $ROOT/pyproject.toml -nt $stamp ]]; then
   echo "setup: installing hermesbus and its dev tools into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[dev]"
+  # setuptools' editable finder warns that a folder named like the package in the working
+  # directory may take precedence on import: here that folder IS the package (package-dir
+  # maps hermesbus to hermesbus/), so the block it prints on every first run says nothing
+  PYTHONWARNINGS="ignore:Editable installation" \
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[dev]"
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
