@@ -4,7 +4,9 @@ Each command line runs ``--runs`` times as a new process (``python -m hermesbus.
 the ``hermesbus`` script does, with the same interpreter), its output discarded; the
 figure is the best run (the least disturbed by the rest of the machine), with the median
 beside it. Baseline, measured in the same run the same way: ``python -c pass``, the
-interpreter's own start-up; the ratio says how many of those a command line costs.
+interpreter's own start-up; the ratio says how many of those a command line costs. A
+second reference: the help of one command of a minimal typer app (two commands of one
+option each), what typer, its pydantic coercion and rich's help cost with no code of ours.
 
 Lines: the top level's help, ``say --help`` (the target's two), and the help of a few
 other commands (``tail``, ``up``, ``doctor``), whose modules are imported for it.
@@ -24,8 +26,20 @@ import subprocess
 import sys
 import time
 
+MINIMAL = """
+import typer
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False)
+@app.command()
+def a(x: int = 1) -> None:
+    \"\"\"Do a.\"\"\"
+@app.command()
+def b(y: str = "") -> None:
+    \"\"\"Do b.\"\"\"
+app()
+"""
 LINES: list[tuple[str, list[str]]] = [
     ("python -c pass (baseline)", ["-c", "pass"]),
+    ("minimal typer app a --help", ["-c", MINIMAL, "a", "--help"]),
     ("hermesbus --help", ["-m", "hermesbus.cli", "--help"]),
     ("hermesbus say --help", ["-m", "hermesbus.cli", "say", "--help"]),
     ("hermesbus tail --help", ["-m", "hermesbus.cli", "tail", "--help"]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -58,6 +57,8 @@ def say_command(
     a bad argument (empty text or session), nothing sent; 1: nothing was sent (no broker,
     no key, no such topic).
     """
+    import asyncio
+
     from hermesbus.client import Client
     from hermesbus.identity import APP
 
@@ -134,6 +135,8 @@ async def _say(client: Client, turn: Envelope, seconds: float | None) -> bool:
 
 async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
     """Print the replies of ``turn``'s trace until the conversation's answer, or time is up."""
+    import asyncio
+
     try:
         async with asyncio.timeout(seconds):
             async for reply in replies:
