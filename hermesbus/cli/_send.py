@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from hermesbus.client import Client
+from hermesbus.config import state_home
 from hermesbus.envelope import Envelope
 from hermesbus.errors import HermesError
 from hermesbus.identity import APP
@@ -51,8 +52,12 @@ RESEND_NOTE = (
     "note: a processor skips an envelope whose message_id it already applied in that "
     "session, so sending the same lines again does nothing; give them new message ids"
 )
-"""Said on every send: the broker takes a re-sent file, the processors ignore it."""
+"""Said when ids were sent before: the broker takes a re-sent file, the processors ignore it."""
+SENT_IDS = "sent-ids.txt"
+"""The message ids ``send`` sent from this state folder, newest last (at most :data:`KEEP_SENT`)."""
+KEEP_SENT = 10_000
 _SHOWN = 20
+_SHOWN_IDS = 3
 """Bad lines named one by one; past these, only counted."""
 
 
@@ -148,10 +153,42 @@ def send_command(
     if not good:  # nothing to send: no broker needed to say so
         err_console.print("sent 0 envelopes: the input has no envelope", soft_wrap=True)
         return
+    ids = [line.envelope.message_id for line in good]
+    before = _sent_before(ids)
     with errors():
         asyncio.run(_send(client, good))
+    _remember(ids)
     err_console.print(f"sent {len(good)} envelope{'' if len(good) == 1 else 's'}", soft_wrap=True)
-    err_console.print(RESEND_NOTE, soft_wrap=True)
+    if before:
+        shown = ", ".join(before[:_SHOWN_IDS]) + (", ..." if len(before) > _SHOWN_IDS else "")
+        said = f"{len(before)} of them were sent before from here ({shown})"
+        err_console.print(escape(said), soft_wrap=True)
+        err_console.print(RESEND_NOTE, soft_wrap=True)
+
+
+def _sent_path() -> Path:
+    return state_home() / SENT_IDS
+
+
+def _sent_before(ids: list[str]) -> list[str]:
+    """Which of ``ids`` ``send`` already sent from this state folder (none if unreadable)."""
+    try:
+        sent = set(_sent_path().read_text(encoding="utf-8").split())
+    except OSError:
+        return []
+    return [i for i in ids if i in sent]
+
+
+def _remember(ids: list[str]) -> None:
+    """Add ``ids`` to the record, keeping the newest; a folder that cannot be written
+    only costs the note next time, never the send."""
+    path = _sent_path()
+    try:
+        old = path.read_text(encoding="utf-8").split() if path.exists() else []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join([*old, *ids][-KEEP_SENT:]) + "\n", encoding="utf-8")
+    except OSError:
+        return
 
 
 def _read(file: str) -> list[str]:
