@@ -182,7 +182,7 @@ async def tail(
         )
     parts = partitions(counts, filters.session)
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    await start_or_close(consumer.start, consumer.stop, f"tail: cannot reach {kafka.bootstrap}")
+    await start_or_close(consumer.start, consumer.stop, f"tail: cannot reach {kafka.address}")
     try:
         consumer.assign(parts)
         within_s = kafka.request_timeout_ms / 1000

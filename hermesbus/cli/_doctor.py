@@ -155,6 +155,9 @@ def _state() -> Check:
     home = state_home()
     why = f"{HOME_ENV}" if home != default_home() else f"{HOME_ENV} unset: the per-user folder"
     if not home.exists():
+        blocked = _uncreatable(home)
+        if blocked is not None:
+            return Check("state", "FAIL", f"{home} cannot be created: {blocked}", f"set {HOME_ENV}")
         return Check("state", "ok", f"{home} ({why}); not created yet: `hermesbus up` creates it")
     if not home.is_dir():
         return Check("state", "FAIL", f"{home} is not a folder", f"remove it or set {HOME_ENV}")
@@ -169,6 +172,21 @@ def _state() -> Check:
     bus = held_by(home)  # up's lock: who runs a bus on these stores now
     running = f"; a bus runs on it: {bus.describe()}" if bus is not None else ""
     return Check("state", "ok", f"{home} ({why}): {held}{running}")
+
+
+def _uncreatable(home: Path) -> str | None:
+    """Why ``home`` could not be made (a file on its way, a folder not writable): its
+    nearest existing ancestor must be a folder this process can write in."""
+    parent = home.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    try:  # as for an existing home: the only way to know is to try (and leave nothing)
+        Path(tempfile.mkdtemp(dir=parent, prefix=".doctor-")).rmdir()
+    except OSError as exc:
+        return f"{parent} is not writable ({exc.strerror})"
+    return None
 
 
 def _keys(*, embedded: bool) -> Check:
@@ -256,7 +274,7 @@ async def _configured(kafka: KafkaConfig, prefix: str) -> list[Check]:
 
 async def _speaks(kafka: KafkaConfig) -> str:
     """The Kafka protocol the broker speaks: the newest version of the APIs hermesbus uses."""
-    bootstrap = kafka.bootstrap
+    bootstrap = kafka.address  # with where it came from
     client = AIOKafkaClient(**kafka.client_kwargs())
     try:
         await client.bootstrap()

@@ -120,6 +120,22 @@ def test_an_unusable_hermes_home_is_said_as_doctor_says_it(
     assert not home.exists()
 
 
+@pytest.mark.parametrize("case", ["unwritable", "under a file"])
+def test_doctor_fails_a_hermes_home_that_cannot_be_made(
+    tmp_path: Path, elsewhere: Path, case: str
+) -> None:
+    """It said ``ok, not created yet`` of a home under a file, which ``up`` then refused."""
+    if case == "unwritable":
+        home, why = UNWRITABLE, "/sys is not writable ("
+    else:
+        home, why = _a_file_above(tmp_path)
+    ran = hermesbus("doctor", env=clean_env(home), cwd=elsewhere, timeout=120)
+    assert ran.code == 1, ran.output
+    state = next(line for line in ran.out.splitlines() if "state" in line and str(home) in line)
+    assert "FAIL" in state and f"{home} cannot be created: {why}" in state, ran.out
+    assert "Traceback" not in ran.output and not home.exists()
+
+
 # -- where the address came from (item 6) ---------------------------------------------
 
 
