@@ -247,20 +247,31 @@ def on_continue(state: DispatcherState, envelope: Envelope) -> None:
 
 
 def _waiting_for(cycle: Cycle) -> tuple[str, str]:
-    """The component a timed-out round waited for most, and everything it waited for.
+    """The component to name for a timed-out round, and everything it waited for.
 
-    Memory is named while it has not answered, and also when its answer took at least
-    half the budget: the tools it held back then had the smaller part of the time, and
-    the user is not told a tool failed that had no fair chance."""
+    Memory is named while it has not answered. Once it has, a pending tool is named only
+    if it had a fair chance in the time memory left (:func:`_had_time`); when none had,
+    memory is: the user is not told a tool failed that never had the time to answer."""
+    pending = [tool for tool in cycle.tools if tool not in cycle.results]
     names = [] if cycle.memory is not None else [MEMORY_CONTEXT]
-    names += [tool_at(tool) for tool in cycle.tools if tool not in cycle.results]
+    names += [tool_at(tool) for tool in pending]
     missing = [tool for tool in cycle.tools if tool not in cycle.received]
     text = ", ".join(names) + (f" (no call yet for {missing})" if missing else "")
-    if cycle.memory is not None and cycle.memory_ms >= 0:
-        text += f" after {MEMORY_CONTEXT} answered in {cycle.memory_ms} ms"
-        if 2 * cycle.memory_ms >= cycle.budget_ms:
-            return MEMORY_CONTEXT, text
-    return (names[0] if names else MEMORY_CONTEXT), text
+    if cycle.memory is None or cycle.memory_ms < 0:
+        return (names[0] if names else MEMORY_CONTEXT), text
+    left = cycle.budget_ms - cycle.memory_ms
+    text += f" after {MEMORY_CONTEXT} answered in {cycle.memory_ms} ms ({left} ms left)"
+    fair = [tool for tool in pending if _had_time(cycle, tool, left)]
+    return (tool_at(fair[0]) if fair else MEMORY_CONTEXT), text
+
+
+def _had_time(cycle: Cycle, tool: str, left_ms: int) -> bool:
+    """At least twice the tool's usual latency (its live health when the call was sent);
+    with that unknown, at least half the budget."""
+    call = cycle.calls.get(tool)
+    if call is None or call.expected_ms is None:
+        return 2 * left_ms > cycle.budget_ms
+    return left_ms >= 2 * call.expected_ms
 
 
 async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports: Ports) -> None:

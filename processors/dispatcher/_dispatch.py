@@ -129,6 +129,7 @@ async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: Healt
         diag=diag,
     )
     call.status, call.health = CallStatus.SENT, choice.verdict.value
+    call.expected_ms = choice.latency_ms
 
 
 def _late(cid: str, cycle: Cycle) -> str:
@@ -143,7 +144,10 @@ def schedule_retry(fx: Effects, cid: str, cycle: Cycle, tool: str, status_code: 
     call = cycle.calls[tool]
     policy = call.envelope.metadata.retry_policy
     backoff = policy.backoff_ms * 2 ** (call.attempt - 1)
-    if call.attempt >= policy.max_attempts or fx.now_ms + backoff >= (cycle.deadline_ms or 0):
+    late = max(0, cycle.memory_ms)  # the envelopes' times do not hold memory's time
+    if call.attempt >= policy.max_attempts or fx.now_ms + backoff + late >= (
+        cycle.deadline_ms or 0
+    ):
         return False
     data = {CYCLE: cid, "tool": tool, "round": cycle.round, "attempt": call.attempt + 1}
     fx.arm(backoff, retry_purpose(cid, tool), data)

@@ -52,6 +52,9 @@ class Call(_Model):
     status: CallStatus = CallStatus.WAITING
     attempt: int = 1
     health: str = ""
+    expected_ms: float | None = None
+    """The tool's usual latency by its live health when the call was sent (None unknown):
+    whether a timed-out tool had a fair chance."""
 
 
 class Cycle(_Model):

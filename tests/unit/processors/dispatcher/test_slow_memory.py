@@ -9,12 +9,23 @@ reply names it too.
 
 from __future__ import annotations
 
+import pytest
+
 from hermesbus import ErrorReport, ToolCall
 from hermesbus.processors.protocol import ToolHealth
 
 from ..conversation.demo import Driver as Conversation
 from ..conversation.demo import the_reply
-from .helpers import CYCLE, FINANCE_RESULT, Driver, answer_query, answers, call, result_for
+from .helpers import (
+    CYCLE,
+    FINANCE_RESULT,
+    Driver,
+    answer_query,
+    answers,
+    call,
+    cont,
+    result_for,
+)
 
 TOOLS = ["org_tool", "finance_tool"]
 SENT_MS = 1_717_405_200_000
@@ -92,3 +103,74 @@ async def test_the_user_is_told_memory_timed_out_not_the_tool() -> None:
     reply = the_reply(await user.send(report_env))
     assert "memory:context 暂时无法完成请求（timeout）" in reply.text
     assert "tool:" not in reply.text
+
+
+async def test_a_tool_that_had_many_times_its_usual_latency_is_named_even_after_memory() -> None:
+    """Memory took half (2,500 ms); org_tool, usually 50 ms, then had 2,500 ms and did not
+    answer: it had its chance, so it is named, with memory's time in the message."""
+    d = driver()
+    org_out, finance_out = await _open(d, 2_500)
+    assert org_out.metadata.timeout_ms == 2_500
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    report = _report(await d.fire(f"cycle:{CYCLE}"))
+    assert (report.component, report.code) == ("tool:org_tool", "timeout")
+    assert "memory:context answered in 2500 ms (2500 ms left)" in report.message
+
+
+@pytest.mark.parametrize(
+    ("memory_ms", "named"), [(2_499, "tool:org_tool"), (2_500, "memory:context")]
+)
+async def test_with_no_usual_latency_known_memory_is_named_from_half_the_budget(
+    memory_ms: int, named: str
+) -> None:
+    d = Driver()  # no health recorded for any tool
+    org_out, finance_out = await _open(d, memory_ms)
+    assert org_out.payload.context.get("health_latency_ms") is None
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    report = _report(await d.fire(f"cycle:{CYCLE}"))
+    assert (report.component, report.code) == (named, "timeout")
+
+
+async def test_no_retry_is_scheduled_into_time_memory_already_used() -> None:
+    """Memory took 4,950 ms; a 503 with a 100 ms backoff would retry after the budget is
+    gone: the round fails now, naming the tool with its own code, not a later timeout."""
+    d = driver()
+    _, finance_out = await _open(d, 4_950)
+    report = _report(await d.send(result_for(finance_out, 503, error="ledger down")))
+    assert (report.component, report.code) == ("tool:finance_tool", "503")
+    assert f"retry:{CYCLE}:finance_tool" not in d.timers
+
+
+async def test_a_retry_still_happens_when_memory_left_the_time_for_it() -> None:
+    d = driver()
+    _, finance_out = await _open(d, 300)
+    assert await d.send(result_for(finance_out, 503)) == ()
+    (again,) = await d.fire(f"retry:{CYCLE}:finance_tool")
+    assert again.metadata.timeout_ms == 5_000 - 100 - 300  # the backoff and memory's time
+
+
+async def test_without_record_times_the_rounds_are_judged_as_before() -> None:
+    """The harness, and state saved before record times were kept: memory's time unknown."""
+    d = driver()
+    (query,) = await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    org_out, finance_out = await d.send(answer_query(query), appended_ms=SENT_MS + 4_907)
+    assert org_out.metadata.timeout_ms == 5_000
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    report = _report(await d.fire(f"cycle:{CYCLE}"))
+    assert (report.component, report.code) == ("tool:org_tool", "timeout")
+    assert "answered in" not in report.message
+
+
+async def test_a_continued_round_measures_memory_afresh() -> None:
+    d = driver()
+    org_out, finance_out = await _open(d, 4_000)
+    await d.send(result_for(org_out, 200, {"dept": "采购部"}))
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))  # round 1 answered
+    assert await d.send(cont()) == ()
+    again = [
+        call("org_tool", TOOLS, message_id="c2-org"),
+        call("finance_tool", TOOLS, message_id="c2-fin"),
+    ]
+    org_2, _ = await _open(d, 100, calls=again)
+    assert org_2.metadata.timeout_ms == 4_900  # round 2's memory took 100 ms, not 4,000
