@@ -32,7 +32,7 @@ from hermesbus.identity import Keyring, WritePolicy, keys_path
 from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
 from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
-from hermesbus.processors.recorded import RecordedHealth, RecordedTools
+from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.replay import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
@@ -481,12 +481,15 @@ async def shadows(
         )
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
         async with memory_in(Path(folder), in_ram=True) as stores:
-            health, tools = RecordedHealth(), RecordedTools()
+            health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
             parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
-            table = wiring(
-                intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
-            )
-            cues = {dispatcher.NAME: health.cue, tool.NAME: tools.cue}
+            ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
+            table = wiring(intent=ports, tools=tools, health=health, stores=stores)
+            cues = {
+                dispatcher.NAME: health.cue,
+                tool.NAME: tools.cue,
+                conversation.NAME: budgets.cue,
+            }
             yield [
                 Shadow(
                     name,

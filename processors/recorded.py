@@ -6,7 +6,8 @@ For :class:`hermesbus.testing.Harness` and for shadow replay (``hermesbus replay
 * :class:`ScriptedTools` (a ``ToolPort``): each tool answers what the script says, and
   every call is kept, so a test can say what a tool returns and check what it was asked.
 * :class:`RecordedTools` (a ``ToolPort``) and :class:`RecordedHealth` (a ``HealthView``):
-  answer what the log says was answered for the envelope being replayed. Before each
+  answer what the log says was answered for the envelope being replayed;
+  :class:`RecordedBudgets` gives the conversation the cycle budget it used then. Before each
   envelope, :meth:`cue` them with what the processor emitted for it then; a call or a
   health question the recording has no answer for gets a clear "not recorded" answer,
   which the replay then shows as a divergence.
@@ -26,6 +27,7 @@ from hermesbus.processors.protocol import (
     ALERTS,
     NOT_REGISTERED,
     OK,
+    STATE_TIMEOUT_MS,
     ToolHealth,
     component_of,
     tool_at,
@@ -35,7 +37,14 @@ from hermesbus.processors.tool import CallReport
 if TYPE_CHECKING:
     from hermesbus.replay import Recording
 
-__all__ = ["ArgumentTools", "RecordedHealth", "RecordedTools", "ScriptedTools", "health_of"]
+__all__ = [
+    "ArgumentTools",
+    "RecordedBudgets",
+    "RecordedHealth",
+    "RecordedTools",
+    "ScriptedTools",
+    "health_of",
+]
 
 Script = Mapping[str, Any] | Callable[[ToolCall], ToolResult | Mapping[str, Any]]
 """A tool's answer: its result JSON (a mapping), or a function of the call returning a
@@ -126,6 +135,24 @@ class RecordedHealth:
 
     async def health(self, tool: str) -> ToolHealth | None:
         return self._health.get(tool)
+
+
+class RecordedBudgets:
+    """The conversation's ``budgets`` port in a replay: the ``timeout_ms`` its recorded
+    calls carried for the envelope being replayed, so a log made with another
+    ``HERMES_CONVERSATION_BUDGET_SCALE`` replays without diverging; the documents'
+    budget where it sent no call then."""
+
+    def __init__(self) -> None:
+        self._timeout_ms: int | None = None
+
+    def cue(self, recorded: Iterable[Envelope]) -> None:
+        """What the conversation emitted then for the envelope about to be replayed."""
+        calls = (e for e in recorded if isinstance(e.payload.body, ToolCall))
+        self._timeout_ms = next((e.metadata.timeout_ms for e in calls), None)
+
+    def timeout_ms(self, state: str) -> int:
+        return self._timeout_ms if self._timeout_ms is not None else STATE_TIMEOUT_MS[state]
 
 
 def health_of(dispatched: Envelope) -> ToolHealth | None:

@@ -49,6 +49,7 @@ from ._settings import (
     INTENT_PORT,
     Budgets,
     ConversationSettings,
+    CycleBudgets,
     build_ports,
     zone_of,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "UNFINISHED_LABEL",
     "Budgets",
     "ConversationSettings",
+    "CycleBudgets",
     "History",
     "HttpIntentParser",
     "Intent",

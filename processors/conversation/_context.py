@@ -38,7 +38,7 @@ from ._session import (
     digest,
     snapshot_of,
 )
-from ._settings import BUDGETS_PORT, Budgets
+from ._settings import BUDGETS_PORT, Budgets, CycleBudgets
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
 
@@ -170,8 +170,7 @@ class Step:
         pending = Pending(cycle=cycle, task=task, tools=tuple(tools), turn_id=self.session.turn_id)
         self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
-        budgets = self.inp.ports.get(BUDGETS_PORT)
-        budgets = budgets if isinstance(budgets, Budgets) else DOCUMENTS
+        budgets: CycleBudgets = self.inp.ports.get(BUDGETS_PORT, DOCUMENTS)
         metadata = Metadata(timeout_ms=budgets.timeout_ms(state), retry_policy=RETRY)
         snapshot = snapshot_of(self.session)
         for tool, arguments_json in encoded:

@@ -4,7 +4,7 @@ one function that builds its ports."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Final
+from typing import Annotated, Final, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator
@@ -22,12 +22,19 @@ __all__ = [
     "INTENT_PORT",
     "Budgets",
     "ConversationSettings",
+    "CycleBudgets",
     "build_ports",
     "zone_of",
 ]
 
 INTENT_PORT: Final = "intent"
 BUDGETS_PORT: Final = "budgets"
+
+
+class CycleBudgets(Protocol):
+    """``ports["budgets"]``: the ``timeout_ms`` a cycle of tool work gets in ``state``."""
+
+    def timeout_ms(self, state: str) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

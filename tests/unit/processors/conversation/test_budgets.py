@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from hermesbus.envelope import Envelope
 from hermesbus.processors.conversation import BUDGETS_PORT, Budgets, ConversationSettings
 from hermesbus.processors.protocol import STATE_TIMEOUT_MS
+from hermesbus.processors.recorded import RecordedBudgets
 
 from .demo import Driver
 
@@ -42,3 +43,15 @@ def test_the_scale_comes_from_the_environment_within_bounds(
         monkeypatch.setenv("HERMES_CONVERSATION_BUDGET_SCALE", bad)
         with pytest.raises(ValidationError, match="conversation_budget_scale"):
             ConversationSettings()
+
+
+async def test_a_replay_gives_the_conversation_the_budget_its_recorded_calls_carried() -> None:
+    """A log made at 6x replays at 6x whatever this machine's setting: no divergence on
+    ``metadata.timeout_ms`` (``hermesbus replay --shadow`` cues it like the tools' health)."""
+    recorded = await _s1_calls({BUDGETS_PORT: Budgets(6.0)})
+    budgets = RecordedBudgets()
+    budgets.cue(recorded)
+    replayed = await _s1_calls({BUDGETS_PORT: budgets})
+    assert [c.metadata.timeout_ms for c in replayed] == [c.metadata.timeout_ms for c in recorded]
+    budgets.cue([])  # an envelope for which it sent no call then
+    assert budgets.timeout_ms("S1") == 5_000
