@@ -58,7 +58,19 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX hermes_fact_relation IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.relation)",
     "CREATE INDEX hermes_fact_trust IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.trust_rank)",
 )
-"""Created at start, each idempotent."""
+"""Created at start, each idempotent (after :data:`_ONE_COUNTER_EACH`)."""
+
+_ONE_COUNTER_EACH: LiteralString = """
+MATCH (k:Counter)
+WITH k.ns AS ns, k.name AS name, collect(k) AS copies, max(k.next) AS top
+WHERE size(copies) > 1
+WITH copies[0] AS kept, copies[1..] AS extra, top
+SET kept.next = top
+WITH extra UNWIND extra AS k DELETE k
+"""
+"""Before its unique constraint existed, two writers could each create a counter: keep one
+per (ns, name) with the highest number taken, so the constraint can be made on a database
+written by an earlier version (a no-op once it exists: the constraint allows no copies)."""
 
 _NODE: LiteralString = """
 MATCH (e:Entity {ns: $ns, name: $entity}) WHERE e.trust_level IS NOT NULL
@@ -153,7 +165,7 @@ every namespace's reviews."""
 _TOKENS: LiteralString = """
 CREATE (e:Entity {ns: $ns, name: $name})-[r:FACT]->(e)
 SET e.trust_level = '', e.trust_rank = 0, e.verified_by = '', e.verified_at = 0,
-    e.deprecated = false, r.relation = '', r.trust_level = '', r.trust_rank = 0,
+    e.deprecated = false, e._lock = true, r.relation = '', r.trust_level = '', r.trust_rank = 0,
     r.verified_by = '', r.verified_at = 0, r.deprecated = false
 CREATE (:GraphChange {ns: $ns, change_id: $name, plan: '', seq: 0})
 CREATE (:Review {ns: $ns, review_id: $name, item: '', seq: 0})
@@ -183,6 +195,7 @@ class Neo4jGraphStore(Service):
         try:
             async with translated(self.config, "connecting"):
                 await driver.verify_connectivity()
+                await driver.execute_query(_ONE_COUNTER_EACH, database_=self.config.database)
                 for statement in SCHEMA:
                     await driver.execute_query(statement, database_=self.config.database)
                 await _make_tokens(driver, self.config)
