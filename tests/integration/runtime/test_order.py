@@ -165,3 +165,32 @@ async def test_a_zombie_that_lost_the_race_is_fenced_and_emits_nothing(
     out = await read(broker, prefix + OUT, until=2, timeout=3)
     assert len(out) == 1
     assert (await store.load("fence", "s1")).data["count"] == 1
+
+
+async def test_a_handler_gets_its_records_kafka_timestamp(
+    broker: str, prefix: str, store: StateStore
+) -> None:
+    """``HandlerInput.appended_ms`` is the record's timestamp as the broker holds it (what
+    the dispatcher measures memory's time with, and what a replay gives back)."""
+    seen: dict[str, int] = {}
+
+    async def handler(inp: HandlerInput) -> Outcome:
+        seen[inp.envelope.message_id] = inp.appended_ms
+        return await counting(inp)
+
+    envelopes = [turn("s-time", q) for q in range(3)]
+    await produce(broker, prefix + IN, envelopes)
+    records = await read(broker, prefix + IN, until=len(envelopes))
+    stamped = {decode(r.value).message_id: r.timestamp for r in records}
+    processor = ConversationProcessor(
+        "stamps",
+        handler,
+        [IN],
+        store=store,
+        kafka=KafkaConfig(bootstrap=broker),
+        topic_prefix=prefix,
+    )
+    async with processor:
+        await wait_for(processed(processor, len(envelopes)), timeout=90)
+    assert seen == stamped
+    assert all(ms > 1_700_000_000_000 for ms in seen.values())  # a wall-clock time, not -1
