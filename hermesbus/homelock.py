@@ -6,6 +6,11 @@ kernel releases it when the process ends in any way (``kill -9`` too): no stale 
 is ever left. The file says who holds it (pid, command, since when), for the next
 ``up`` to name and for ``doctor``; reading it takes no lock, so the read-only commands
 (trace, tail, doctor, ...) work while a bus runs.
+
+On NFS, Linux emulates ``flock`` with POSIX locks held per process and kept by the server
+until a dead client's lease ends (about 90 s): keep ``HERMES_HOME`` on a local disk. A
+second bus on one host takes a folder of its own (with Redis and Neo4j configured, only
+its keys file, ``HERMES_KEYS_FILE``, needs to be shared).
 """
 
 from __future__ import annotations
@@ -57,9 +62,7 @@ def home_lock(home: Path) -> Iterator[Path]:
     path = home / LOCK_FILE
     fd = _open(home, path)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _exclusive(fd):
             holder = _read(fd)
             raise ConfigError(
                 f"a bus already runs on {home}: {holder.describe()} holds {path}. Stop it "
@@ -70,6 +73,24 @@ def home_lock(home: Path) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
+
+
+_PATIENCE_S = 0.5
+"""How long a held lock is tried again: ``held_by`` (doctor) holds it shared for an instant."""
+
+
+def _exclusive(fd: int) -> bool:
+    """The exclusive lock, tried again for up to :data:`_PATIENCE_S` (False: still held)."""
+    deadline = time.monotonic() + _PATIENCE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        else:
+            return True
 
 
 def held_by(home: Path) -> Holder | None:

@@ -11,8 +11,9 @@ from hermesbus.errors import BrokerError
 
 __all__ = ["CANCEL_CLOSE_S", "UNREACHABLE_HINT", "kafka_reason", "start_or_close"]
 
-CANCEL_CLOSE_S = 2.0
-"""How long a client cancelled while starting is waited for to close."""
+CANCEL_CLOSE_S = 10.0
+"""How long a client cancelled while starting is waited for to close (a consumer's stop
+can take seconds on a busy machine; past this, it is left to the loop's shutdown)."""
 
 UNREACHABLE_HINT = (
     "is the broker running, and is the address right? "

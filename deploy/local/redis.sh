@@ -141,7 +141,10 @@ do_stop() {
 case ${1:-} in
   fetch) do_fetch ;;
   start) do_start "${2:-}" ;;
-  stop) do_stop "${2:-}" ;;
+  stop)
+    [[ $# -le 1 || ( $# -eq 2 && $2 == --keep-logs ) ]] || die "stop takes --keep-logs, not '${*:2}'"
+    do_stop "${2:-}"
+    ;;
   status)
     if running; then cat "$URL_FILE"; else exit 3; fi
     ;;

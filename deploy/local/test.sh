@@ -41,8 +41,13 @@ stop_services() { # exit status: the run folder (the services' logs) is kept unl
   bash deploy/local/schema-registry.sh stop >/dev/null 2>&1 || true
   bash deploy/local/redis.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if [[ -n $NEO4J_STARTER ]]; then wait "$NEO4J_STARTER" 2>/dev/null || true; fi
-  # its data is thrown away (its logs are kept when something failed)
-  bash deploy/local/neo4j.sh stop --fast ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
+  # its data is thrown away: SIGKILL, unless something failed (then SIGTERM, so its log
+  # is written to the end, and kept)
+  if ((status == 0)); then
+    bash deploy/local/neo4j.sh stop --fast >/dev/null 2>&1 || true
+  else
+    bash deploy/local/neo4j.sh stop --keep-logs >/dev/null 2>&1 || true
+  fi
   if [[ -n $ES_STARTER ]]; then wait "$ES_STARTER" 2>/dev/null || true; fi
   bash deploy/local/elasticsearch.sh stop ${keep[@]+"${keep[@]}"} >/dev/null 2>&1 || true
   if ((status == 0)); then

@@ -23,12 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def _script(name: str, *args: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
     variable = f"HERMES_{name.upper()}_RUN_DIR"
     env = {**os.environ, variable: str(run_dir), "TMPDIR": str(run_dir)}
+    env["HERMES_NEO4J_START_TIMEOUT"] = "300"  # a second JVM beside the run's services
     return subprocess.run(
         ["bash", str(ROOT / "deploy/local" / f"{name}.sh"), *args],
         capture_output=True,
         text=True,
         env=env,
-        timeout=180,
+        timeout=400,
         check=False,
     )
 
