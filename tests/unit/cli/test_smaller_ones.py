@@ -89,3 +89,34 @@ def test_home_is_an_option_of_the_commands_that_read_state(
     assert ran.code == 1, ran.output
     assert str(home / "index.sqlite3") in ran.err, ran.output
     assert str(tmp_path / "other") not in ran.output
+
+
+def test_search_shows_a_dash_as_the_trace_of_an_undecodable_record() -> None:
+    """It showed ``None``: a record that did not decode and carried no trace_id header."""
+    from hermesbus.cli import _index
+    from hermesbus.codec import default_codec
+    from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
+
+    record = ArchivedRecord(
+        topic="hermes.conversation.in", partition=0, offset=7, timestamp_ms=1_717_405_200_000,
+        key=b"s1", value=b"\x00garbage", headers=(),
+    )  # fmt: skip
+    doc = document(record, decode(record, default_codec()), DocumentSettings())
+    with _index.console.capture() as shown:
+        _index._table([doc])
+    row = next(line for line in shown.get().splitlines() if "undecodable" in line)
+    assert "None" not in row and " - " in row, row
+
+
+def test_a_kibana_link_only_for_the_elasticsearch_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kibana shows Elasticsearch's documents: over the SQLite index a link led nowhere."""
+    from hermesbus.cli import _index
+
+    docs = [{"hermes": {"kafka": {"timestamp_ms": 1_717_405_200_000}}}]
+    monkeypatch.setenv("HERMES_KIBANA_URL", "http://kibana.example:5601")
+    monkeypatch.delenv("HERMES_ELASTICSEARCH_URL", raising=False)
+    assert _index._kibana('trace.id:"t1"', docs) is None  # SQLite
+    monkeypatch.setenv("HERMES_ELASTICSEARCH_URL", "http://127.0.0.1:1")  # never contacted
+    link = _index._kibana('trace.id:"t1"', docs)
+    assert link is not None and link.startswith("http://kibana.example:5601/app/discover#/?")
+    assert "t1" in link
