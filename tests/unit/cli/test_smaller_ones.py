@@ -93,7 +93,7 @@ def test_home_is_an_option_of_the_commands_that_read_state(
 
 def test_search_shows_a_dash_as_the_trace_of_an_undecodable_record() -> None:
     """It showed ``None``: a record that did not decode and carried no trace_id header."""
-    from hermesbus.cli import _index
+    from hermesbus.cli import _common, _index
     from hermesbus.codec import default_codec
     from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
 
@@ -102,7 +102,7 @@ def test_search_shows_a_dash_as_the_trace_of_an_undecodable_record() -> None:
         key=b"s1", value=b"\x00garbage", headers=(),
     )  # fmt: skip
     doc = document(record, decode(record, default_codec()), DocumentSettings())
-    with _index.console.capture() as shown:
+    with _common.console.capture() as shown:
         _index._table([doc])
     row = next(line for line in shown.get().splitlines() if "undecodable" in line)
     assert "None" not in row and " - " in row, row
