@@ -12,7 +12,7 @@ import typer
 from hermesbus.broker import EmbeddedBroker
 from hermesbus.config import writable_home
 
-from ._common import err_console, errors, fail
+from ._common import HomeOption, err_console, errors, fail
 
 __all__ = ["broker_command"]
 
@@ -25,6 +25,7 @@ def broker_command(
         int | None,
         typer.Option(min=1, max=65535, help="Port on 127.0.0.1; default: a free one."),
     ] = None,
+    home: HomeOption = None,
 ) -> None:
     """Run the embedded broker (tansu, in memory) and print KAFKA_BOOTSTRAP=HOST:PORT.
 

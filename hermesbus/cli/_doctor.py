@@ -58,6 +58,7 @@ from hermesbus.topics import Catalog, apply_command, plan, sized_by_existing
 
 from ._check import Check
 from ._common import (
+    HomeOption,
     PrefixOption,
     ServingBootstrapOption,
     console,
@@ -81,6 +82,7 @@ _APIS = {0: "Produce", 1: "Fetch", 11: "JoinGroup", 22: "InitProducerId", 26: "E
 def doctor_command(
     bootstrap: ServingBootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Check Python, state, keys, the broker, topics, schema registry and tools; say each fix."""
     with errors():

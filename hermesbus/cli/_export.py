@@ -17,7 +17,7 @@ from hermesbus.index import Document
 from hermesbus.replay import documents
 from hermesbus.stack import REPLAYABLE
 
-from ._common import BootstrapOption, PrefixOption, console, errors, fail
+from ._common import BootstrapOption, HomeOption, PrefixOption, console, errors, fail
 from ._sources import read_sessions
 
 __all__ = ["export_command"]
@@ -34,6 +34,7 @@ def export_command(
     ] = "auto",
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
+    home: HomeOption = None,
 ) -> None:
     """Write a session's records, the writer schemas they need and their trace index
     documents to one file, for `hermesbus replay --bundle FILE --shadow` on any machine.

@@ -11,7 +11,7 @@ from hermesbus.config import HermesSettings, writable_home
 from hermesbus.identity import Keyring, keys_path
 from hermesbus.processors.protocol import IDENTITIES
 
-from ._common import console, errors, fail
+from ._common import HomeOption, console, errors, fail
 
 __all__ = ["app"]
 
@@ -19,7 +19,7 @@ app = typer.Typer(help="The components' signing keys.", no_args_is_help=True)
 
 
 @app.command("init")
-def init_command() -> None:
+def init_command(home: HomeOption = None) -> None:
     """Create the keyring file (HERMES_KEYS_FILE, else $HERMES_HOME/keys.json), or add the
     identities it lacks; existing keys are kept."""
     with errors():
@@ -32,6 +32,7 @@ def init_command() -> None:
 @app.command("rotate")
 def rotate_command(
     identity: Annotated[str, typer.Argument(help=f"One of {', '.join(IDENTITIES)}.")],
+    home: HomeOption = None,
 ) -> None:
     """Sign as IDENTITY with a new key; the previous key stays live for verification.
 
@@ -58,7 +59,7 @@ def _home_of(path: Path) -> None:
 
 
 @app.command("list")
-def list_command() -> None:
+def list_command(home: HomeOption = None) -> None:
     """Each identity's live key ids (the first signs); secrets are never shown."""
     with errors():
         path = keys_path()

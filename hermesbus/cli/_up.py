@@ -22,7 +22,14 @@ from hermesbus.runtime import Processor, RuntimeSettings
 from hermesbus.stack import stack
 
 from . import _demo
-from ._common import PrefixOption, ServingBootstrapOption, err_console, errors, kafka_with
+from ._common import (
+    HomeOption,
+    PrefixOption,
+    ServingBootstrapOption,
+    err_console,
+    errors,
+    kafka_with,
+)
 
 __all__ = ["BROKER_LOST", "up_command"]
 
@@ -46,6 +53,7 @@ def up_command(
     exactly_once: Annotated[
         bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
     ] = False,
+    home: HomeOption = None,
 ) -> None:
     """Start the broker (embedded unless configured), create the topics, run the processors.
 

@@ -120,3 +120,20 @@ def test_a_kibana_link_only_for_the_elasticsearch_index(monkeypatch: pytest.Monk
     link = _index._kibana('trace.id:"t1"', docs)
     assert link is not None and link.startswith("http://kibana.example:5601/app/discover#/?")
     assert "t1" in link
+
+
+def test_home_is_an_option_of_up_doctor_keys_export_and_broker_too(tmp_path: Path) -> None:
+    """Every command that reads or writes the state folder takes --home (some did not)."""
+    home = tmp_path / "bus-home"
+    env = clean_env(tmp_path / "other")
+    made = hermesbus("keys", "init", "--home", str(home), env=env, cwd=tmp_path)
+    assert made.code == 0, made.output
+    assert (home / "keys.json").exists() and not (tmp_path / "other").exists()
+    listed = hermesbus("keys", "list", "--home", str(home), env=env, cwd=tmp_path)
+    assert listed.code == 0 and "conversation" in listed.out, listed.output
+    checked = hermesbus("doctor", "--home", str(home), env=env, cwd=tmp_path, timeout=120)
+    state = next(line for line in checked.out.splitlines() if " state " in line)
+    assert str(home) in state and str(tmp_path / "other") not in checked.output
+    for command in (("up",), ("export",), ("broker",)):
+        shown = hermesbus(*command, "--help", env=env, cwd=tmp_path)
+        assert "--home" in shown.out, (command, shown.output)
