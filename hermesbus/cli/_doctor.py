@@ -38,6 +38,7 @@ from hermesbus.config import (
     HermesSettings,
     default_home,
     state_home,
+    why_unwritable,
     without_userinfo,
 )
 from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
@@ -177,16 +178,14 @@ def _state() -> Check:
 
 
 def _uncreatable(home: Path) -> str | None:
-    """Why ``home`` could not be made (a file on its way, a folder not writable): its
-    nearest existing ancestor must be a folder this process can write in."""
-    parent = home.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{parent} is a file, not a folder"
+    """Why ``home`` could not be made: a file on its way (said as every command says it,
+    :func:`why_unwritable`), or its nearest existing folder not writable."""
+    parent = next(above for above in home.parents if above.exists())
     try:  # as for an existing home: the only way to know is to try (and leave nothing)
         Path(tempfile.mkdtemp(dir=parent, prefix=".doctor-")).rmdir()
     except OSError as exc:
+        if not parent.is_dir():
+            return why_unwritable(home, exc)
         return f"{parent} is not writable ({exc.strerror})"
     return None
 
