@@ -69,6 +69,7 @@ from ._common import (
     variables,
 )
 from ._doctor_index import indexing_check, trace_index_check
+from ._doctor_keys import key_file_check
 
 __all__ = ["Check", "doctor_command"]
 
@@ -195,6 +196,9 @@ def _keys(*, embedded: bool) -> Check:
         keys = Keyring.load()
     except HermesError as exc:
         return Check("signing keys", "FAIL", str(exc), "fix or remove the file, then keys init")
+    exposed = key_file_check()
+    if exposed is not None:
+        return exposed
     missing = keys.lacking(protocol.IDENTITIES)
     if not missing:
         return Check(
