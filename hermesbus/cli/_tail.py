@@ -70,11 +70,8 @@ def tail_command(
     from hermesbus.topics import Catalog
 
     now = int(time.time() * 1000)  # what -15m counts back from
-    try:
-        first = tail_position(start, now)
-        last = tail_position(end, now) if end is not None else None
-    except ValueError as exc:
-        raise fail(f"--from/--to: {exc}", 2) from None
+    first = _position("--from", start, now)
+    last = _position("--to", end, now) if end is not None else None
     if component is not None and ":" not in component:  # a whole source is taken too
         check_component(component)
     names = (
@@ -88,6 +85,14 @@ def tail_command(
         asyncio.run(
             _print(kafka_with(bootstrap), names, first, last, follow, filters, as_json, not topic)
         )
+
+
+def _position(option: str, text: str, now_ms: int) -> Position:
+    """``text`` of ``option`` as a position; a bad one or a time out of range exits 2."""
+    try:
+        return tail_position(text, now_ms)
+    except ValueError as exc:
+        raise fail(f"{option} {exc}", 2) from None
 
 
 async def _print(

@@ -4,6 +4,8 @@
 ``1764669600000`` (epoch ms), or an ISO 8601 time (local time unless it says).
 ``tail --from/--to`` also take ``beginning``, ``end`` and an offset: there a bare number
 of fewer than 13 digits is an offset, one of 13 or more is epoch ms (a time after 2001).
+A time before 1970 or after the year 9999 is refused: the log holds none (Kafka refuses
+a negative time, and epoch ms past year 9999 overflow its field or mean nothing).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ._common import fail
 if TYPE_CHECKING:
     from hermesbus.tail import Position
 
-__all__ = ["TIMES", "parse_time", "parse_when", "tail_position"]
+__all__ = ["LAST_MS", "TIMES", "OutOfRange", "parse_time", "parse_when", "tail_position"]
 
 TIMES = "-15m, -2h, -1d, an ISO time, or epoch ms (1764669600000 or @1764669600000)"
 """The forms of a time, for help texts and errors."""
@@ -25,10 +27,28 @@ _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _BEFORE = re.compile(r"^-?(\d+)(ms|s|m|h|d)$")
 _EPOCH_MS_DIGITS = 13
 """A bare number this long is epoch ms in ``tail`` (10**12 ms is 2001-09-09); shorter, an offset."""
+LAST_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last time a command takes (the first is the epoch, 0)."""
+
+
+class OutOfRange(ValueError):
+    """A time in a form that is understood, but before 1970 or after the year 9999."""
 
 
 def parse_time(text: str, now_ms: int) -> int:
-    """Epoch ms of ``text`` in any of the forms above; ValueError naming them."""
+    """Epoch ms of ``text`` in any of the forms above; ValueError naming them, OutOfRange
+    for a time before 1970 or after the year 9999."""
+    ms = _epoch_ms(text, now_ms)
+    if ms < 0:
+        raise OutOfRange(
+            f"{text!r} is before 1970-01-01 (epoch ms 0): the log holds no earlier time"
+        )
+    if ms > LAST_MS:
+        raise OutOfRange(f"{text!r} is after the year 9999 (epoch ms {LAST_MS}): not a time")
+    return ms
+
+
+def _epoch_ms(text: str, now_ms: int) -> int:
     value = text.strip()
     before = _BEFORE.match(value.lower())
     if before:
@@ -56,6 +76,8 @@ def tail_position(text: str, now_ms: int) -> Position:
         return Position("offset", int(value))
     try:
         return Position("time", parse_time(text, now_ms))
+    except OutOfRange:
+        raise
     except ValueError:
         raise ValueError(
             f"{text!r} is not a position: use beginning, end, an offset (42) or a time: {TIMES}"
