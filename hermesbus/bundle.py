@@ -20,27 +20,67 @@ session rebuilds them from those. Other users' records are never exported.
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
 import tarfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final, Protocol
 
 from hermesbus.codec import Codec, default_codec
-from hermesbus.errors import ConfigError, HermesError
+from hermesbus.errors import ConfigError, HermesError, SettingError
 from hermesbus.index import ArchivedRecord, Document
 from hermesbus.replay import Recording, recording_of
 
-__all__ = ["FORMAT", "VERSION", "Bundle", "read_bundle", "same_user", "write_bundle"]
+__all__ = [
+    "FORMAT",
+    "LIMITS",
+    "VERSION",
+    "Bundle",
+    "Limits",
+    "read_bundle",
+    "same_user",
+    "write_bundle",
+]
 
 FORMAT: Final = "hermesbus-bundle"
 VERSION: Final = 1
 _MEMBERS: Final = ("manifest.json", "records.jsonl", "schemas.json", "documents.jsonl")
-_MAX_MEMBER: Final = 1 << 30
-"""A member larger than 1 GiB is refused (a bundle is one session)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much a bundle may hold once decompressed, checked while it is decompressed: a
+    bomb is refused as soon as it passes one, having held at most a chunk and a line of
+    what does not fit (a member's size is checked from its header, before it is read)."""
+
+    total: int = 256 << 20
+    """Bytes of the whole tar (headers and members), decompressed."""
+    members: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "manifest.json": 1 << 20,
+            "records.jsonl": 256 << 20,
+            "schemas.json": 16 << 20,
+            "documents.jsonl": 256 << 20,
+        }
+    )
+    """Bytes of each member."""
+    line: int = 8 << 20
+    """Bytes of one line of ``records.jsonl`` or ``documents.jsonl`` (a record's value
+    is at most about 1 MB on a default broker: 1.4 MB in base64)."""
+    lines: int = 200_000
+    """Lines of ``records.jsonl`` or ``documents.jsonl`` (blank ones too)."""
+    header: int = 1 << 20
+    """Bytes of one member's tar headers (pax, long names) before its data."""
+
+
+LIMITS: Final = Limits()
+_CHUNK: Final = 1 << 20
+"""Bytes read from a member at a time."""
 
 
 @dataclass(frozen=True)
@@ -176,49 +216,160 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def read_bundle(path: Path) -> Bundle:
-    """Read a bundle; a file that is not one is a ConfigError saying what is wrong."""
+def read_bundle(path: Path, limits: Limits = LIMITS) -> Bundle:
+    """Read a bundle within ``limits``; a file that is not one, or one that would not fit
+    (a gzip bomb), is a SettingError saying what is wrong (a bad ``--bundle``: exit 2)."""
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            members = {name: _member(tar, name, path) for name in _MEMBERS}
+        with gzip.open(path, "rb") as raw:
+            stream = _Capped(raw, limits, path)
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                read = _Read(path, limits)
+                for info in tar:
+                    read.member(tar, info, stream)
     except FileNotFoundError:
-        raise ConfigError(f"no bundle at {path}") from None
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ConfigError(
+        raise SettingError(f"no bundle at {path}") from None
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise SettingError(
             f"{path} is not a hermesbus bundle (a .tar.gz from `hermesbus export`): {exc}"
         ) from None
-    try:
-        manifest = json.loads(members["manifest.json"])
-        if manifest.get("format") != FORMAT:
-            raise ConfigError(f"{path}: manifest.json is not a {FORMAT} manifest")
-        if manifest.get("version") != VERSION:
-            raise ConfigError(
-                f"{path}: bundle version {manifest.get('version')!r}; this hermesbus reads "
-                f"version {VERSION}"
-            )
-        records = tuple(
-            _record(json.loads(line)) for line in members["records.jsonl"].splitlines() if line
-        )
-        documents = tuple(
-            json.loads(line) for line in members["documents.jsonl"].splitlines() if line
-        )
-        schemas = json.loads(members["schemas.json"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: a damaged bundle ({type(exc).__name__}: {exc})") from None
-    return Bundle(manifest, records, documents, _codec(schemas, path), path)
+    return read.bundle()
 
 
-def _member(tar: tarfile.TarFile, name: str, path: Path) -> bytes:
-    try:
-        info = tar.getmember(name)
-    except KeyError:
-        raise ConfigError(f"{path}: not a hermesbus bundle, it has no {name}") from None
-    if not info.isfile() or info.size > _MAX_MEMBER:
-        raise ConfigError(f"{path}: {name} is not a file of at most 1 GiB")
-    handle = tar.extractfile(info)
-    if handle is None:
-        raise ConfigError(f"{path}: {name} cannot be read")
-    return handle.read()
+def _mib(size: int) -> str:
+    """``256 MiB``; under a MiB, in bytes."""
+    return f"{size / (1 << 20):g} MiB" if size >= 1 << 20 else f"{size:,} bytes"
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class _Capped(io.RawIOBase):
+    """The decompressed tar stream, refusing to go past ``limits.total`` bytes, or past
+    ``limits.header`` bytes of headers before a member's data (a pax header can say it is
+    gigabytes long, and tarfile reads it whole)."""
+
+    def __init__(self, raw: _Readable, limits: Limits, path: Path) -> None:
+        super().__init__()
+        self._raw, self._limits, self._path = raw, limits, path
+        self._read = 0
+        self._headers = 0
+        self.in_data = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._limits.total + 1 - self._read
+        data = self._raw.read(min(size, self._limits.total + 1 - self._read))
+        self._read += len(data)
+        if self._read > self._limits.total:
+            raise _too_big(self._path, f"more than {_mib(self._limits.total)}")
+        if not self.in_data:
+            self._headers += len(data)
+            if self._headers > self._limits.header:
+                raise _too_big(self._path, f"a tar header of more than {_mib(self._limits.header)}")
+        return data
+
+    def data(self) -> None:
+        """A member's data is read from now on (until :meth:`headers`)."""
+        self.in_data, self._headers = True, 0
+
+    def headers(self) -> None:
+        self.in_data = False
+
+
+def _too_big(path: Path, what: str) -> SettingError:
+    return SettingError(
+        f"{path}: refused, it holds {what} once decompressed (a gzip bomb, or not one "
+        "session's bundle)"
+    )
+
+
+class _Read:
+    """A bundle's members as they come out of the tar stream, each parsed as it is read."""
+
+    def __init__(self, path: Path, limits: Limits) -> None:
+        self._path, self._limits = path, limits
+        self._parsed: dict[str, Any] = {}
+
+    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo, stream: _Capped) -> None:
+        name, path = info.name, self._path
+        if name not in _MEMBERS or name in self._parsed:
+            why = "twice" if name in self._parsed else "a bundle holds only " + ", ".join(_MEMBERS)
+            raise SettingError(f"{path}: not a hermesbus bundle, it holds {name!r} ({why})")
+        cap = self._limits.members[name]
+        if not info.isfile() or info.issparse():
+            raise SettingError(f"{path}: {name} is not a plain file")
+        if info.size > cap:
+            raise _too_big(path, f"{name} of {info.size:,} bytes (at most {_mib(cap)})")
+        handle = tar.extractfile(info)
+        if handle is None:
+            raise SettingError(f"{path}: {name} cannot be read")
+        stream.data()
+        try:
+            self._parsed[name] = self._parse(name, handle)
+        finally:
+            stream.headers()
+
+    def _parse(self, name: str, handle: IO[bytes]) -> Any:
+        try:
+            if name.endswith(".jsonl"):
+                parse = _record if name == "records.jsonl" else _document
+                return tuple(parse(json.loads(line)) for line in self._lines(name, handle))
+            return json.loads(handle.read())
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise SettingError(
+                f"{self._path}: a damaged bundle ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def _lines(self, name: str, handle: IO[bytes]) -> Iterator[bytes]:
+        """The member's non-blank lines, read a chunk at a time: never more than a chunk
+        and a line in memory, however many lines (a bomb of newlines) or long."""
+        limits, carry, count = self._limits, b"", 0
+        while chunk := handle.read(_CHUNK):
+            parts = (carry + chunk).split(b"\n")
+            carry = parts.pop()
+            count += len(parts)
+            if count > limits.lines:
+                raise _too_big(self._path, f"{name} of more than {limits.lines:,} lines")
+            if len(carry) > limits.line or any(len(p) > limits.line for p in parts):
+                raise _too_big(self._path, f"{name} with a line longer than {_mib(limits.line)}")
+            yield from filter(None, parts)
+        if carry:
+            yield carry
+
+    def bundle(self) -> Bundle:
+        path = self._path
+        for name in _MEMBERS:
+            if name not in self._parsed:
+                raise SettingError(f"{path}: not a hermesbus bundle, it has no {name}")
+        parsed = self._parsed
+        _check_manifest(parsed["manifest.json"], path)
+        try:
+            codec = _codec(parsed["schemas.json"], path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SettingError(f"{path}: a damaged bundle ({type(exc).__name__}: {exc})") from None
+        return Bundle(
+            parsed["manifest.json"], parsed["records.jsonl"], parsed["documents.jsonl"], codec, path
+        )
+
+
+def _check_manifest(manifest: Any, path: Path) -> None:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise SettingError(f"{path}: manifest.json is not a {FORMAT} manifest")
+    if manifest.get("version") != VERSION:
+        raise SettingError(
+            f"{path}: bundle version {manifest.get('version')!r}; this hermesbus reads "
+            f"version {VERSION}"
+        )
+
+
+def _document(value: Any) -> Document:
+    if not isinstance(value, dict):
+        raise TypeError(f"a document is a JSON object, not {type(value).__name__}")
+    return value
 
 
 def _record(line: dict[str, Any]) -> ArchivedRecord:
