@@ -18,6 +18,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import PARTITIONER_HINT, partition_of
 from hermesbus.envelope import Envelope
@@ -27,6 +28,7 @@ from hermesbus.identity import Guard
 from hermesbus.topics import ALERTS, DLQ
 
 from . import _effects as fx
+from ._applied import appended, floor_of
 from ._model import Handler, HandlerInput, ModelState, SessionState
 from ._partition import Partition, ProcessorStats, Record, attempt_of, check_key
 from ._producer import Producer
@@ -147,6 +149,17 @@ class Records:
             self.stats.duplicates += 1
             await self.flush(part, envelope.session_id, envelope.message_id)
             return True
+        if epoch_ms(envelope.timestamp) <= floor_of(state.applied):  # see ``_applied``
+            self.stats.duplicates += 1
+            log.warning(
+                "processor=%s skipped message=%s of session=%s offset=%s: dated at or before "
+                "what the session applied long ago (a re-sent record)",
+                self.name,
+                envelope.message_id,
+                envelope.session_id,
+                record.offset,
+            )
+            return True
         return await self._apply(part, record, envelope, state)
 
     async def _apply(
@@ -261,7 +274,9 @@ class Records:
             expected_version=state.version,
             message_id=envelope.message_id,
             data=state.data if outcome.state is None else outcome.state,
-            applied=(*state.applied, envelope.message_id)[-window:],
+            applied=appended(
+                state.applied, envelope.message_id, epoch_ms(envelope.timestamp), window
+            ),
             outbox=(
                 fx.outputs(self.codec, self.guard.sign, envelope, outcome, self.prefix)
                 if outcome.emit
