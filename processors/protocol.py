@@ -286,6 +286,8 @@ class ToolHealth:
     unhealthy_after_ms: float = 2_000.0
     min_success_rate: float = 0.95
     estimate_s: int = 30
+    queued: int = 0
+    """Calls waiting for a free worker of the tool now: a queue means busy, not failing."""
 
     @property
     def healthy(self) -> bool:

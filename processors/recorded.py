@@ -157,11 +157,14 @@ class RecordedBudgets:
 
 def health_of(dispatched: Envelope) -> ToolHealth | None:
     """The tool health that makes the dispatcher decide as it did on ``dispatched`` (a call
-    it sent to ``tool:<name>``, whose context says ``health`` and ``health_latency_ms``);
-    None for any other envelope, or when the dispatcher did not know the tool's health."""
+    it sent to ``tool:<name>``, whose context says ``health`` and ``health_latency_ms``, or
+    a round it failed as ``busy``: that tool had calls queued); None for any other envelope,
+    or when the dispatcher did not know the tool's health."""
     body = dispatched.payload.body
     context = dispatched.payload.context
     verdict = context.get("health")
+    if isinstance(body, ErrorReport) and body.code == "busy" and body.component.startswith("tool:"):
+        return ToolHealth(body.component.partition(":")[2], 0.0, 1.0, queued=1)  # it was busy
     if not isinstance(body, ToolCall) or component_of(dispatched.target) != "tool":
         return None
     if verdict not in ("ok", "slow", "unhealthy"):

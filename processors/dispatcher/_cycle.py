@@ -41,7 +41,7 @@ from ._dispatch import (
     timer_data,
 )
 from ._emit import ALERTS_ADDRESS, Effects
-from ._health import bilingual, result_notices
+from ._health import BUSY, BUSY_ADVICE, bilingual, busy_tool, result_notices
 from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
 from ._ports import Ports
 from ._state import Call, CallStatus, Cycle, DispatcherState
@@ -291,7 +291,8 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
         component, pending = _waiting_for(cycle)
         budget = f"its {cycle.budget_ms} ms budget"
         message = f"cycle {cid!r} ({cycle.task}) passed {budget} waiting for {pending}"
-        fail(fx, cid, cycle, component=component, code="timeout", message=message)
+        if not await _failed_busy(fx, cid, cycle, message, ports):
+            fail(fx, cid, cycle, component=component, code="timeout", message=message)
         return
     tool = data.get("tool")
     call = cycle.calls.get(tool) if isinstance(tool, str) else None
@@ -304,6 +305,28 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
         return
     call.attempt += 1
     await dispatch(fx, cid, cycle, str(tool), ports.need_health())
+
+
+async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports: Ports) -> bool:
+    """Fail the round as ``busy`` if a tool it waits for has calls queued for its workers
+    (its live health says so): the user hears the bus is busy, not that a tool failed."""
+    sent = [tool for tool, call in cycle.calls.items() if call.status is CallStatus.SENT]
+    tool = await busy_tool(sent, ports.need_health())
+    if tool is None:
+        return False
+    message += f"; {tool} had calls waiting for a free worker: the bus is busy"
+    component, advice = tool_at(tool), BUSY_ADVICE
+    fail(
+        fx,
+        cid,
+        cycle,
+        component=component,
+        code=BUSY,
+        message=message,
+        advice=advice,
+        retryable=True,
+    )
+    return True
 
 
 def on_memory_error(

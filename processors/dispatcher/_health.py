@@ -8,18 +8,46 @@ about ``estimate_s`` seconds; stale results say since when.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from hermesbus.payloads import ToolResult
-from hermesbus.processors.protocol import ToolHealth
+from hermesbus.processors.protocol import HealthView, ToolHealth
 
-__all__ = ["HealthChoice", "Verdict", "bilingual", "choose", "result_notices"]
+__all__ = [
+    "BUSY",
+    "BUSY_ADVICE",
+    "HealthChoice",
+    "Verdict",
+    "bilingual",
+    "busy_tool",
+    "choose",
+    "result_notices",
+]
 
 
 def bilingual(zh: str, en: str) -> str:
     """A user-facing text: Chinese, then the English in full-width parentheses."""
     return f"{zh}\uff08{en}\uff09"
+
+
+BUSY: Final = "busy"
+"""The code of a round whose deadline passed while its call waited for a free worker."""
+BUSY_ADVICE: Final = bilingual(
+    "系统繁忙，请求仍在排队，请稍后重试", "the bus is busy and the request is queued; retry shortly"
+)
+
+
+async def busy_tool(tools: Iterable[str], health: HealthView) -> str | None:
+    """The first of ``tools`` whose live health has calls waiting for a free worker (None:
+    none has): a deadline passed in that queue is a busy bus, not a failed tool."""
+    for tool in tools:
+        seen = await health.health(tool)
+        if seen is not None and seen.queued > 0:
+            return tool
+    return None
 
 
 class Verdict(enum.StrEnum):

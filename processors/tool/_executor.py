@@ -74,6 +74,8 @@ class Execution:
     signature: str | None = None
     error: str = ""
     latency_ms: float = 0.0
+    queued_ms: float = 0.0
+    """How long the call waited for a free worker of its tool's pool."""
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,11 @@ class PythonWorker:
     def pid(self) -> int | None:
         """The live worker's pid (None: no worker is running)."""
         return None if self._proc is None else self._proc.pid
+
+    async def start(self) -> None:
+        """Start the worker process now if none runs (OSError: it did not start)."""
+        async with self._lock:
+            await self._ensure()
 
     async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
         async with self._lock:

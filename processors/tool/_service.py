@@ -8,6 +8,7 @@ and ``tools.health_view`` (or ``tools`` itself) is the dispatcher's ``HealthView
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -31,10 +32,12 @@ from hermesbus.processors.protocol import (
     ToolHealth,
     is_failure,
 )
+from hermesbus.runtime import outage
 
 from ._executor import Execution, Executor, PythonWorker, worker_env
 from ._health import RegistryHealth, parse_probe
 from ._http import HttpExecutor
+from ._pool import WorkerPool
 from ._registry import ToolRegistry, refusal
 from ._release import arguments_digest, failure, release
 from ._settings import ToolSettings
@@ -136,20 +139,29 @@ class ToolService(Service):
         """:class:`~hermesbus.processors.protocol.HealthView` of the registered tools (once
         ``probed``)."""
         await self.probed.wait()
-        return await self.health_view.health(tool)
+        health = await self.health_view.health(tool)
+        if health is None:
+            return None
+        return dataclasses.replace(health, queued=self.queued(tool))
+
+    def queued(self, tool: str) -> int:
+        """Calls of ``tool`` waiting for a free worker of its pool now (0: none, or no pool)."""
+        entry = self._executors.get((tool, "main"))
+        return entry[1].queued if entry is not None and isinstance(entry[1], WorkerPool) else 0
 
     def worker_pid(self, tool: str) -> int | None:
-        """The pid of a python tool's live worker (None when none is running)."""
+        """The pid of a python tool's (first) live worker (None when none is running)."""
         entry = self._executors.get((tool, "main"))
-        return entry[1].pid if entry is not None and isinstance(entry[1], PythonWorker) else None
+        return entry[1].pid if entry is not None and isinstance(entry[1], WorkerPool) else None
 
     # -- calls --------------------------------------------------------------------------
 
     async def call(
         self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
     ) -> CallReport:
-        """Answer one call; ``now`` is the envelope's time (the cache's clock). Never raises:
-        an unexpected error is a 500 result (raising would make the runtime run it again).
+        """Answer one call; ``now`` is the envelope's time (the cache's clock). Raises only
+        for an outage of a store (the runtime holds the call in place until it is back); any
+        other unexpected error is a 500 result (raising would make the runtime run it again).
 
         Only successes are stored under the idempotency key: a call whose outcome is
         unknown (504) may run again on a retry, so a tool with side effects must honour
@@ -159,7 +171,9 @@ class ToolService(Service):
         meter = _Meter()
         try:
             result, alert = await self._answer(call, epoch_ms(now), fallback, timeout_ms, meter)
-        except Exception as exc:  # the boundary: a result, never an exception
+        except Exception as exc:  # the boundary: a result, never an exception ...
+            if outage(exc):
+                raise  # ... but a store that is away: the runtime holds the call in place
             log.exception("tool %s: the call failed inside the processor", call.tool)
             result = failure(call.tool, INTERNAL, f"internal error: {type(exc).__name__}")
             alert = None
@@ -345,7 +359,11 @@ class ToolService(Service):
         secret = spec.signature.key_env if spec.signature else None
         env = worker_env(spec.env, secret, os.environ)
         spawn = self.settings.tool_spawn_timeout_s
-        return PythonWorker(name, targets, spec.memory_limit_mb, spawn, env)
+
+        def worker(_: int) -> PythonWorker:
+            return PythonWorker(name, targets, spec.memory_limit_mb, spawn, env)
+
+        return WorkerPool(name, spec.workers, worker)
 
     # -- probes -------------------------------------------------------------------------
 
@@ -360,7 +378,10 @@ class ToolService(Service):
         if refused := self.registry.runnable_problems(spec):
             execution = Execution(FORBIDDEN, error=refusal(spec, refused))
         else:
-            execution = await self._executor(spec, "main").run("probe", None, spec.timeout_s)
+            executor = self._executor(spec, "main")
+            execution = await executor.run("probe", None, spec.timeout_s)
+            if isinstance(executor, WorkerPool):  # a burst must not wait for workers to start
+                await executor.warm()
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:
             log.warning("tool %s: probe failed: %s", spec.name, probe.error)

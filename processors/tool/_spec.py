@@ -17,6 +17,7 @@ from hermesbus.processors.protocol import ToolHealth
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "MAX_RESULT_CAP",
+    "MAX_WORKERS",
     "TOOL_NAME_PATTERN",
     "Fallback",
     "SignatureConfig",
@@ -29,6 +30,8 @@ __all__ = [
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024
 MAX_RESULT_CAP = 1024 * 1024
 """The largest ``max_result_bytes`` the registry admits."""
+MAX_WORKERS = 32
+"""The most worker processes one python tool may have."""
 
 TOOL_NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,63}$"
 """Every tool's name: a lowercase letter, then up to 63 lowercase letters, digits or ``_``
@@ -114,6 +117,10 @@ class ToolSpec(_Frozen):
     TZ and PYTHONPATH; never the signature's ``key_env``. The rest of the processor's
     environment (broker credentials, keys) is not visible to the tool."""
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
+    """python: warm worker processes that run calls at once (started as they are needed);
+    further calls wait for a free one, and the tool's health reports how many wait, so a
+    deadline passed in that queue is told as a busy bus, not a failed tool."""
     memory_limit_mb: Annotated[int, Field(gt=0)] = 256
     """python: address space the worker may add after importing the tool (RLIMIT_AS)."""
     max_result_bytes: Annotated[int, Field(ge=256)] = DEFAULT_MAX_RESULT_BYTES

@@ -191,3 +191,15 @@ def pid_verifier(result: dict[str, Any]) -> bool:
 def slow_verifier(result: dict[str, Any]) -> bool:
     time.sleep(30)
     return True
+
+
+def gate(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Marks itself running in ``arguments["dir"]`` (a file per call), waits there until
+    ``open`` exists in it (at most a minute), then answers its worker's pid."""
+    folder = Path(arguments["dir"])
+    running = folder / f"running-{arguments['n']}"
+    running.write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + 60
+    while not (folder / "open").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return {"echo": str(os.getpid())}
