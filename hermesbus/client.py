@@ -10,8 +10,10 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, TopicPartition
@@ -31,12 +33,12 @@ from hermesbus.errors import (
     ReplyTimeout,
 )
 from hermesbus.headers import envelope_headers
-from hermesbus.identity import APP, Keyring, Signer
+from hermesbus.identity import APP, Keyring, PublicKeys, Signer, public_keys_path
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import Payload, UserTurn
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
-__all__ = ["CONVERSATION_TARGET", "Client", "Replies", "partition_for_key"]
+__all__ = ["CONVERSATION_TARGET", "Client", "Replies", "Unverified", "partition_for_key"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,18 @@ def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> K
     return config
 
 
+@dataclass(frozen=True, slots=True)
+class Unverified:
+    """A record of the replies topic the client dropped: its place, why, what it claimed."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    claimed: Envelope | None
+    """Its envelope if it decodes; not to be believed."""
+
+
 _FETCH_MAX_WAIT_MS = 50
 """How long the broker may hold a replies fetch (the embedded broker always waits it out)."""
 
@@ -92,6 +106,14 @@ class Client(Service):
     Every record is signed. An app signs as ``app`` (``HERMES_KEY_APP`` or the keyring
     file) and may send only user turns to the ingress topic; ``identity=`` a component
     (whose key it must hold) lets it speak as that component, e.g. in tests or tools.
+
+    Every reply is checked (``replies``, ``ask``): only one whose Ed25519 signature
+    verifies with ``trust`` (a :class:`PublicKeys` or the path of ``public-keys.json``;
+    default ``HERMES_PUBLIC_KEYS_FILE``, else the file beside the keyring), signed by
+    the conversation or dispatcher its ``source`` names, is returned. Anything else is
+    dropped: logged as a warning, counted in ``unverified``, and passed to
+    ``on_unverified`` if given. With no public keys to check with, reading replies
+    raises ConfigError saying where to get them: nothing unchecked is ever returned.
     """
 
     def __init__(
@@ -104,6 +126,8 @@ class Client(Service):
         framing: Framing = "single-object",
         identity: str = APP,
         keys: Keyring | None = None,
+        trust: PublicKeys | Path | str | None = None,
+        on_unverified: Callable[[Unverified], None] | None = None,
         **overrides: Any,
     ) -> None:
         if not _INSTANCE.match(name):
@@ -120,6 +144,10 @@ class Client(Service):
         self._framing: Framing = framing
         self._producer: Any = None
         self._replies: set[Replies] = set()
+        self._trust = trust
+        self.on_unverified = on_unverified
+        self.unverified = 0
+        """Replies-topic records dropped because their signature did not verify."""
 
     async def start(self) -> None:
         if self._producer is not None:
@@ -244,6 +272,13 @@ class Client(Service):
                 ) from exc
         raise BrokerError("the client stopped before a reply arrived")
 
+    def trusted(self) -> PublicKeys:
+        """The public keys replies are checked with, loaded once; ConfigError if none."""
+        if not isinstance(self._trust, PublicKeys):
+            named = self._trust
+            self._trust = PublicKeys.load(Path(named) if named else public_keys_path())
+        return self._trust
+
     def _started(self) -> Any:
         if self._producer is None:
             raise BrokerError("the client is not started: use `async with Client(...)` or start()")
@@ -266,7 +301,8 @@ class Replies(Service):
 
     Reads just the session's partition, without a consumer group, from the end offset
     taken at ``start()`` (``async with`` or the first ``__anext__``). Records of other
-    sessions are passed over; undecodable ones are logged and skipped.
+    sessions are passed over; undecodable ones are logged and skipped; unverified ones
+    are dropped and reported (see :class:`Client`).
     """
 
     def __init__(self, client: Client, session_id: str) -> None:
@@ -297,6 +333,7 @@ class Replies(Service):
             raise BrokerError("these replies are stopped: call Client.replies() again")
         if self._consumer is not None:
             return
+        self._client.trusted()  # no keys to check replies with: refuse to read them
         partition = TopicPartition(self.topic, await self._client._partition(self.topic, self._key))
         consumer = AIOKafkaConsumer(
             **self._client._kwargs,
@@ -338,6 +375,13 @@ class Replies(Service):
         if record.key != self._key:
             return None
         try:
+            signer = self._client.trusted().verify(
+                record.topic, record.key, record.value or b"", list(record.headers or ())
+            )
+        except IdentityError as exc:
+            self._unverified(record, str(exc))
+            return None
+        try:
             envelope = self._client.codec.decode(record.value or b"")
         except HermesError as exc:  # DecodeError, or RegistryError when the registry is down
             log.warning(
@@ -356,4 +400,27 @@ class Replies(Service):
                 envelope.session_id,
             )
             return None
+        if identity_of(envelope.source) != signer:
+            reason = f"signed by {signer!r}, but its source {envelope.source!r} is not"
+            self._unverified(record, reason, envelope)
+            return None
         return envelope
+
+    def _unverified(self, record: Any, reason: str, claimed: Envelope | None = None) -> None:
+        """Drop a record whose signature does not prove it: log, count, report."""
+        if claimed is None:
+            try:
+                claimed = self._client.codec.decode(record.value or b"")
+            except HermesError:
+                claimed = None
+        log.warning(
+            "reply dropped: unverified topic=%s partition=%s offset=%s: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+        )
+        self._client.unverified += 1
+        report = self._client.on_unverified
+        if report is not None:
+            report(Unverified(record.topic, record.partition, record.offset, reason, claimed))

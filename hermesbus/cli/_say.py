@@ -12,7 +12,7 @@ from hermesbus.errors import EncodeError
 from ._common import BootstrapOption, HomeOption, PrefixOption, console, err_console, errors, fail
 
 if TYPE_CHECKING:
-    from hermesbus.client import Client, Replies
+    from hermesbus.client import Client, Replies, Unverified
     from hermesbus.envelope import Envelope
 
 __all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
@@ -53,9 +53,12 @@ def say_command(
     """Send TEXT as a user turn of SESSION from app:cli; print its message id, or its replies.
 
     With --wait (or --timeout), each reply of the turn is printed as it arrives, notices
-    too, until the conversation's answer; exit code 3 if none came in time. Exit code 2:
-    a bad argument (empty text or session), nothing sent; 1: nothing was sent (no broker,
-    no key, no such topic).
+    too, until the conversation's answer; exit code 3 if none came in time. Only replies
+    whose signature verifies with the bus's public keys (public-keys.json beside the
+    keyring, or HERMES_PUBLIC_KEYS_FILE) are shown; anything else on the replies topic is
+    dropped with a warning, never taken for an answer. Exit code 2: a bad argument (empty
+    text or session), nothing sent; 1: nothing was sent (no broker, no key, no such topic,
+    no public keys for --wait).
     """
     import asyncio
 
@@ -72,7 +75,13 @@ def say_command(
     seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
     with errors():
         kafka = kafka_config(bootstrap)
-        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix, keys=signing_keys(APP))
+        client = Client(
+            kafka,
+            name=CLIENT_NAME,
+            topic_prefix=prefix,
+            keys=signing_keys(APP),
+            on_unverified=_dropped,
+        )
     turn = _turn(client, session, user, text)
     with errors():
         answered = asyncio.run(_say(client, turn, seconds))
@@ -155,6 +164,17 @@ def _sent(client: Client, turn: Envelope) -> None:
         escape(
             f"sent {turn.message_id} from {turn.source} to {client.check(turn)}"
             f" (session {turn.session_id}, trace {turn.trace_id})"
+        ),
+        soft_wrap=True,
+    )
+
+
+def _dropped(record: Unverified) -> None:
+    """Say that a record on the replies topic was not believed, and why."""
+    err_console.print(
+        escape(
+            f"warning: dropped a record on {record.topic} (partition {record.partition}, offset "
+            f"{record.offset}) that the bus did not sign: {record.reason}"
         ),
         soft_wrap=True,
     )

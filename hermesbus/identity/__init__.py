@@ -2,23 +2,40 @@
 
 A component (``conversation``, ``dispatcher``, ``tool``, ``memory``, or ``app`` for
 applications) signs what it produces with its own key (HMAC-SHA256 over topic, key
-and value, in the ``hermes.signature`` header). A receiver checks the signature,
-that the signer is the component its ``source`` names, and that this component may
-write this topic with this body. See ``_keys`` for where keys come from.
+and value, in the ``hermes.signature`` header); what apps read is also signed with
+Ed25519 (``hermes.signature.public``), checked by apps with public keys (``_public``).
+A receiver checks the signature, that the signer is the component its ``source``
+names, and that this component may write this topic with this body. See ``_keys`` for
+where keys come from.
 """
 
 from ._guard import Guard, SourcePolicy, WritePolicy
-from ._keys import ENV_PREFIX, KEYS_FILE_ENV, Key, Keyring, check_identity, keys_path, new_key
+from ._keys import (
+    ENV_PREFIX,
+    KEYS_FILE_ENV,
+    PUBLIC_KEYS_FILE_ENV,
+    Key,
+    Keyring,
+    check_identity,
+    keys_path,
+    new_key,
+    public_keys_path,
+)
+from ._public import PUBLIC_SIGNATURE, PUBLIC_SIGNERS, PublicKeys, read_by_apps
 from ._sign import SIGNATURE, Signer, Verifier, signature_of
 
 __all__ = [
     "APP",
     "ENV_PREFIX",
     "KEYS_FILE_ENV",
+    "PUBLIC_KEYS_FILE_ENV",
+    "PUBLIC_SIGNATURE",
+    "PUBLIC_SIGNERS",
     "SIGNATURE",
     "Guard",
     "Key",
     "Keyring",
+    "PublicKeys",
     "Signer",
     "SourcePolicy",
     "Verifier",
@@ -26,6 +43,8 @@ __all__ = [
     "check_identity",
     "keys_path",
     "new_key",
+    "public_keys_path",
+    "read_by_apps",
     "signature_of",
 ]
 

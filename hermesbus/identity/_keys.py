@@ -7,7 +7,8 @@ Where keys come from, first match wins per identity:
    ``{"version": 1, "keys": {"<identity>": [{"kid": ..., "secret": ...}, ...]}}``.
 
 The file is created (mode 0600) by ``hermesbus up`` on the embedded broker and by
-``hermesbus keys init``; ``hermesbus keys rotate IDENTITY`` puts a new key first and
+``hermesbus keys init``, with ``public-keys.json`` beside it (the public halves apps
+check replies with, see ``_public``); ``hermesbus keys rotate IDENTITY`` puts a new key first and
 keeps the previous one, so two keys are live while a rotation rolls out. Secrets are
 never printed: a key's repr shows its id only.
 """
@@ -30,18 +31,25 @@ from typing import Any
 from hermesbus.config import HermesSettings
 from hermesbus.errors import ConfigError
 
+from ._public import PublicKeys
+
 __all__ = [
     "ENV_PREFIX",
     "KEYS_FILE_ENV",
+    "PUBLIC_KEYS_FILE_ENV",
+    "PUBLIC_KEYS_NAME",
     "Key",
     "Keyring",
     "keys_path",
     "missing_key",
     "new_key",
+    "public_keys_path",
 ]
 
 ENV_PREFIX = "HERMES_KEY_"
 KEYS_FILE_ENV = "HERMES_KEYS_FILE"
+PUBLIC_KEYS_FILE_ENV = "HERMES_PUBLIC_KEYS_FILE"
+PUBLIC_KEYS_NAME = "public-keys.json"
 _IDENTITY = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _KID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _MIN_SECRET = 16
@@ -107,6 +115,15 @@ def keys_path(settings: HermesSettings | None = None) -> Path:
     if named:
         return Path(named)
     return (settings or HermesSettings()).home / "keys.json"
+
+
+def public_keys_path(settings: HermesSettings | None = None) -> Path:
+    """The public keys apps check replies with: ``HERMES_PUBLIC_KEYS_FILE``, else
+    ``public-keys.json`` beside the keyring file (where writing the keyring puts it)."""
+    named = os.environ.get(PUBLIC_KEYS_FILE_ENV)
+    if named:
+        return Path(named)
+    return keys_path(settings).with_name(PUBLIC_KEYS_NAME)
 
 
 def missing_key(identity: str, source: str) -> str:
@@ -243,6 +260,19 @@ class Keyring:
             with contextlib.suppress(OSError):
                 temporary.unlink(missing_ok=True)
             raise ConfigError(f"cannot write the keyring {path}: {exc.strerror or exc}") from exc
+        self.publish(path)
+
+    def publish(self, path: Path) -> None:
+        """Write the public keys of the reply signers beside the keyring file ``path``, if
+        it holds any and the file there does not say the same already."""
+        public = PublicKeys.of(self)
+        target = path.with_name(PUBLIC_KEYS_NAME)
+        if not public.identities:
+            return
+        with contextlib.suppress(ConfigError):
+            if target.exists() and PublicKeys.read(target).document() == public.document():
+                return
+        public.write(target)
 
     @classmethod
     def ensure(cls, identities: Iterable[str], path: Path | None = None) -> Keyring:
@@ -253,4 +283,6 @@ class Keyring:
         complete = on_file.with_missing(wanted)
         if complete.identities != on_file.identities:
             complete.write(path)
+        else:
+            complete.publish(path)  # a keyring made before public keys were
         return cls.load(path)

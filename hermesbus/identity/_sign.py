@@ -5,6 +5,9 @@ key and value (the encoded envelope), and puts the result in the ``hermes.signat
 header as ``v1:<identity>:<key id>:<mac>``. The identity and key id are inside the
 MAC too, so neither can be swapped, and a record copied to another topic no longer
 verifies. Receivers recompute the MAC with the signer's live key.
+
+What apps read (``hermes.conversation.out``) is signed twice: the MAC for the bus, and
+an Ed25519 signature for apps, who hold only public keys (see ``_public``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Final
 from hermesbus.errors import ConfigError, IdentityError
 
 from ._keys import Key, Keyring, check_identity
+from ._public import PUBLIC_SIGNATURE, PUBLIC_SIGNERS, PublicSigner, read_by_apps
 
 __all__ = ["SIGNATURE", "Signer", "Verifier", "signature_of"]
 
@@ -67,6 +71,7 @@ class Signer:
     def __init__(self, identity: str, keyring: Keyring) -> None:
         self.identity = check_identity(identity)
         self._key = keyring.signing(identity)
+        self._public = PublicSigner(identity, self._key) if identity in PUBLIC_SIGNERS else None
 
     @property
     def kid(self) -> str:
@@ -81,8 +86,11 @@ class Signer:
     def sign(
         self, topic: str, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]
     ) -> tuple[tuple[str, bytes], ...]:
-        """``headers`` without any signature they carried, plus this signer's."""
-        kept = tuple((k, v) for k, v in headers if k != SIGNATURE)
+        """``headers`` without any signature they carried, plus this signer's (and, on a
+        topic apps read, its public signature if it is a reply signer)."""
+        kept = tuple((k, v) for k, v in headers if k not in (SIGNATURE, PUBLIC_SIGNATURE))
+        if self._public is not None and read_by_apps(topic):
+            return (*kept, self.header(topic, key, value), self._public.header(topic, key, value))
         return (*kept, self.header(topic, key, value))
 
 

@@ -11,6 +11,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from hermesbus.errors import (
     ReplyTimeout,
 )
 from hermesbus.headers import traceparent
-from hermesbus.identity import SIGNATURE, Keyring, Verifier
+from hermesbus.identity import SIGNATURE, Keyring, Signer, Verifier
 from tests import signing
 from tests.builders import reply_to
 
@@ -71,10 +72,18 @@ class FakeKafka:
         self.queue(topic, partition).put_nowait(record)
 
 
+class FakeCluster:
+    """What the client asks of the producer's metadata: every topic exists."""
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return PARTITIONS
+
+
 class FakeProducer:
     def __init__(self, kafka: FakeKafka, **kwargs: Any) -> None:
         self.kafka, self.kwargs = kafka, kwargs
         self.started = self.stopped = False
+        self.client = SimpleNamespace(cluster=FakeCluster())
         kafka.producers.append(self)
 
     async def start(self) -> None:
@@ -137,7 +146,13 @@ def make_client(**kwargs: Any) -> Client:
 
 def put(kafka: FakeKafka, envelope: h.Envelope) -> None:
     """A reply written by the conversation (not by the app under test)."""
-    kafka.append(OUT, envelope.session_id.encode(), CODEC.encode(envelope))
+    as_conversation(kafka, envelope.session_id.encode(), CODEC.encode(envelope))
+
+
+def as_conversation(kafka: FakeKafka, key: bytes, value: bytes | None) -> None:
+    """Bytes on the replies topic signed as the conversation signs them (apps check that)."""
+    headers = Signer("conversation", signing.keys()).sign(OUT, key, value or b"", ())
+    kafka.append(OUT, key, value, headers)
 
 
 # -- the envelope say() builds ------------------------------------------------------------
@@ -356,8 +371,8 @@ async def test_replies_read_the_session_partition_and_skip_others_and_garbage(
                 partition_for_key(b"s-1", range(6)),
             )
             assert consumer.kwargs["group_id"] is None
-            kafka.append(OUT, b"s-1", b"\xc3\x01garbage")
-            kafka.append(OUT, b"s-1", None)
+            as_conversation(kafka, b"s-1", b"\xc3\x01garbage")
+            as_conversation(kafka, b"s-1", None)
             put(kafka, reply_to(turn, "first"))
             with caplog.at_level(logging.WARNING, logger="hermesbus.client"):
                 first = await anext(replies)
@@ -387,7 +402,7 @@ async def test_ask_returns_the_first_reply_of_its_trace(kafka: FakeKafka) -> Non
     def echo(topic: str, envelope: h.Envelope) -> None:
         if topic == IN:  # a reply of another trace first, then the answer
             for reply in (reply_to(envelope, "other", "t-other"), reply_to(envelope, "echo")):
-                kafka.append(OUT, reply.session_id.encode(), CODEC.encode(reply))
+                put(kafka, reply)
 
     kafka.on_send = echo
     async with make_client() as client:
