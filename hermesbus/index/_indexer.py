@@ -23,6 +23,7 @@ from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import HermesError, TraceIndexError
+from hermesbus.identity import Keyring, Verifier
 from hermesbus.lifecycle import Service, background, cancelled
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.runtime._effects import dead_letter
@@ -32,6 +33,7 @@ from hermesbus.topics import DLQ, Catalog
 
 from ._ecs import DocumentSettings, decode, document, refused_document
 from ._model import ArchivedRecord, Document, TraceIndex, WriteResult
+from ._signature import check, mark
 
 __all__ = ["INDEXER_GROUP", "Indexer", "IndexerStats"]
 
@@ -64,6 +66,8 @@ class IndexerStats:
     existing: int = 0
     """Documents already stored (a batch written again after a crash or rebalance)."""
     undecodable: int = 0
+    unverified: int = 0
+    """Records whose signature did not prove their source (marked so in the index)."""
     refused: int = 0
     """Documents the index refused: dead-lettered with the reason, a stripped copy kept."""
     outages: int = 0
@@ -71,7 +75,11 @@ class IndexerStats:
 
 
 class Indexer(Service):
-    """Indexes every record of the catalog's topics (dead letters included) into ``index``."""
+    """Indexes every record of the catalog's topics (dead letters included) into ``index``.
+
+    Each record's signature is checked with ``keys`` (default: the bus's keyring, as the
+    processors load it); one that does not prove its source is marked (see ``_signature``).
+    """
 
     def __init__(
         self,
@@ -83,6 +91,7 @@ class Indexer(Service):
         codec: Codec | None = None,
         group_id: str = NAME,
         documents: DocumentSettings | None = None,
+        keys: Keyring | None = None,
     ) -> None:
         self.name = group_id
         self.index = index
@@ -93,6 +102,7 @@ class Indexer(Service):
         self._codec = codec or default_codec()
         self._topics = Catalog.load().with_overrides(prefix=prefix).names()
         self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
+        self._verifier = Verifier(keys if keys is not None else Keyring.load(), Keyring.load)
         self._causes: OrderedDict[str, int] = OrderedDict()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None
@@ -241,7 +251,9 @@ class Indexer(Service):
         self, record: ArchivedRecord, decoded: Envelope | HermesError, causes: dict[str, int]
     ) -> Document:
         try:
-            return document(record, decoded, self._documents, causes)
+            checked = check(record, decoded, self._verifier, self._documents.dlq_topic)
+            self.stats.unverified += not checked.verified
+            return mark(document(record, decoded, self._documents, causes), checked)
         except Exception as exc:  # a bug must not stop the indexer: keep what can be kept
             log.exception("indexer: no document for %s", record.id)
             return refused_document(record, f"no document could be made: {exc!r}")
