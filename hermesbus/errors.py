@@ -16,6 +16,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     ├── CatalogError           the topic catalog is invalid
     ├── BrokerError            the Kafka cluster refused or failed a request
     ├── StoreError             a state store refused or failed a request
+    │   ├── StoreLost          a store came back empty (its mark is gone): paused until adopted
     │   └── TraceIndexError    the trace index (SQLite, Elasticsearch) refused or failed
     ├── IdentityError          a record is unsigned, mis-signed, or its signer may not send it
     ├── ToolError              a tool failed, or cannot be used as registered
@@ -45,6 +46,7 @@ __all__ = [
     "SchemaError",
     "SettingError",
     "StoreError",
+    "StoreLost",
     "ToolError",
     "TraceIndexError",
     "VerificationError",
@@ -114,6 +116,12 @@ class BrokerError(HermesError):
 
 class StoreError(HermesError):
     """A state store (SQLite, Redis, ...) refused or failed a request."""
+
+
+class StoreLost(StoreError):
+    """A store's mark of identity is gone or differs (it came back empty, or is another
+    store): every operation on it raises this, retried in place, until the operator runs
+    ``hermesbus stores adopt`` or the store's data (and its mark) come back."""
 
 
 class TraceIndexError(StoreError):

@@ -18,7 +18,7 @@ relationships: a property stored on them beside these is never read back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 from hermesbus.errors import StoreError
@@ -34,6 +34,7 @@ from hermesbus.processors.memory import (
     ReviewItem,
 )
 
+from . import mark as marks
 from .client import connect, translated
 from .config import Neo4jConfig
 
@@ -53,6 +54,7 @@ SCHEMA: tuple[LiteralString, ...] = (
     "FOR (v:Review) REQUIRE (v.ns, v.review_id) IS UNIQUE",
     "CREATE CONSTRAINT hermes_counter IF NOT EXISTS "
     "FOR (k:Counter) REQUIRE (k.ns, k.name) IS UNIQUE",
+    "CREATE CONSTRAINT hermes_mark IF NOT EXISTS FOR (m:StoreMark) REQUIRE m.ns IS UNIQUE",
     "CREATE INDEX hermes_change_seq IF NOT EXISTS FOR (c:GraphChange) ON (c.ns, c.seq)",
     "CREATE INDEX hermes_review_seq IF NOT EXISTS FOR (v:Review) ON (v.ns, v.seq)",
     "CREATE INDEX hermes_fact_relation IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.relation)",
@@ -170,6 +172,7 @@ SET e.trust_level = '', e.trust_rank = 0, e.verified_by = '', e.verified_at = 0,
 CREATE (:GraphChange {ns: $ns, change_id: $name, plan: '', seq: 0})
 CREATE (:Review {ns: $ns, review_id: $name, item: '', seq: 0})
 CREATE (:Counter {ns: $ns, name: $name, next: 0})
+CREATE (:StoreMark {ns: $name, mark: ''})
 """
 """Every label, relationship type and property the queries name; run once at start and
 rolled back (:func:`_make_tokens`)."""
@@ -183,6 +186,7 @@ class Neo4jGraphStore(Service):
     def __init__(self, config: Neo4jConfig | None = None) -> None:
         self.config = config or Neo4jConfig()
         self._driver: AsyncDriver | None = None
+        self.marks = marks.guard_for(self.config)
 
     @property
     def where(self) -> str:
@@ -199,10 +203,48 @@ class Neo4jGraphStore(Service):
                 for statement in SCHEMA:
                     await driver.execute_query(statement, database_=self.config.database)
                 await _make_tokens(driver, self.config)
+                await self._settle(driver)
         except BaseException:
             await driver.close()
             raise
         self._driver = driver
+
+    async def _settle(self, driver: AsyncDriver) -> None:
+        """The mark at start: written at first use, else compared with the book's (a loss
+        is noted here and raised by the first operation)."""
+        found = await marks.query_mark(driver, self.config, marks.READ)
+        with contextlib.suppress(StoreError):  # a loss: raised by the operations
+            first = self.marks.settle(found)
+            if first is not None:
+                self.marks.made(await marks.query_mark(driver, self.config, marks.CLAIM, first))
+
+    async def adopt(self) -> marks.Mark:
+        """Accept the store as it is now (``stores adopt``): a new mark, written and recorded."""
+        async with translated(self.config, "adopting"):
+            mark = await marks.query_mark(self.driver, self.config, marks.REPLACE, marks.Mark.new())
+        if mark is None:
+            raise StoreError(f"{self.marks.where}: its mark was not written")
+        self.marks.made(mark)
+        return mark
+
+    async def peek(self) -> marks.Mark | None:
+        """The mark in the store now, on a driver of its own (``doctor``)."""
+        return await marks.peek(self.config)
+
+    @contextlib.asynccontextmanager
+    async def _doing(self, what: str) -> AsyncIterator[None]:
+        """One operation: its errors made ours, refused while the mark is gone, the mark read
+        first when due (every ``CHECK_EVERY_S``, after an error)."""
+        try:
+            async with translated(self.config, what):
+                if self.marks.due():
+                    found = await marks.query_mark(self.driver, self.config, marks.READ)
+                    self.marks.verify(found)
+                self.marks.raise_if_lost()
+                yield
+        except StoreError:
+            self.marks.suspect()
+            raise
 
     async def stop(self) -> None:
         driver, self._driver = self._driver, None
@@ -216,7 +258,7 @@ class Neo4jGraphStore(Service):
         return self._driver
 
     async def _read(self, query: LiteralString, doing: str, **params: Any) -> list[Any]:
-        async with translated(self.config, doing):
+        async with self._doing(doing):
             result = await self.driver.execute_query(
                 query,
                 parameters_={"ns": self.config.namespace, **params},
@@ -286,7 +328,7 @@ class Neo4jGraphStore(Service):
         self, doing: str, work: Callable[[AsyncManagedTransaction], Awaitable[R]]
     ) -> R:
         async with (
-            translated(self.config, doing),
+            self._doing(doing),
             self.driver.session(database=self.config.database) as session,
         ):
             return await session.execute_write(work)

@@ -16,26 +16,33 @@ cancellation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermesbus.errors import ConfigError, StoreError
 from hermesbus.lifecycle import Service
+from hermesbus.storemark import Mark, MarkGuard
 
 from .config import RedisConfig
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.connection import AbstractConnection
     from redis.commands.core import AsyncScript
 
-__all__ = ["INSTALL_HINT", "RedisService", "connect", "translated"]
+__all__ = ["INSTALL_HINT", "RedisService", "connect", "mark_key", "translated"]
 
 INSTALL_HINT = "pip install 'hermesbus[redis]'"
 
 
-def connect(config: RedisConfig) -> Redis:
-    """A client for ``config.url`` (bytes in, bytes out); no connection is made yet."""
+OnConnect = Callable[["AbstractConnection"], Awaitable[None]]
+
+
+def connect(config: RedisConfig, on_connect: OnConnect | None = None) -> Redis:
+    """A client for ``config.url`` (bytes in, bytes out); no connection is made yet.
+    ``on_connect`` runs on every new connection, before any command is sent on it."""
     if config.url is None:
         raise ConfigError("no Redis URL: set HERMES_REDIS_URL")
     try:
@@ -49,7 +56,13 @@ def connect(config: RedisConfig) -> Redis:
         socket_timeout=None,  # translated() times each operation (see the module's doc)
         socket_connect_timeout=config.timeout_s,
         decode_responses=False,
+        redis_connect_func=on_connect,
     )
+
+
+def mark_key(config: RedisConfig, name: str) -> str:
+    """Where the store ``name`` (``state``, ``tools``, ``memory``) keeps its mark."""
+    return f"{config.prefix}:{{{config.prefix}:mark}}:{name}"
 
 
 @asynccontextmanager
@@ -73,21 +86,39 @@ async def translated(config: RedisConfig, doing: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({exc})") from exc
 
 
+class _MarkGone(Exception):  # never escapes: doing() raises StoreLost for it
+    """Raised on a new connection whose server lacks the store's mark (after dropping
+    it): the command that opened it is not sent, and redis-py does not retry this."""
+
+
 class RedisService(Service):
     """What every Redis store shares: one client for ``config``, opened by ``start()`` (the
     server must answer a PING) with the store's :attr:`scripts` registered, closed by
     ``stop()``. redis-py calls a registered script by SHA and loads it again after
-    NOSCRIPT (a restarted or failed-over server)."""
+    NOSCRIPT (a restarted or failed-over server).
+
+    The store's mark (:mod:`hermesbus.storemark`) is the key :func:`mark_key`: read on every
+    new connection before its first command (a server restarted empty is caught before
+    anything is read from it or written to it), every ``CHECK_EVERY_S`` and after an error.
+    Every operation runs in :meth:`doing`, which raises ``StoreLost`` while it is gone."""
 
     scripts: ClassVar[Mapping[str, str]] = {}
     """Name -> Lua source of the store's scripts."""
     what: ClassVar[str] = "store"
     """How errors name the store, e.g. ``state store``."""
+    mark_name: ClassVar[str] = "store"
+    """The store's mark's name (:func:`mark_key`)."""
+    held: ClassVar[str] = "what it held"
+    """What is lost with the store, for the log line that says so."""
 
     def __init__(self, config: RedisConfig | None = None) -> None:
         self.config = config or RedisConfig()
         self._redis: Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
+        self._mark_key = mark_key(self.config, self.mark_name)
+        store = f"redis {self.config.shown_url} {self.config.prefix} {self.mark_name}"
+        where = f"the Redis {self.what} at {self.config.shown_url} (prefix {self.config.prefix})"
+        self.marks = MarkGuard(store, where, self.held)
 
     @property
     def where(self) -> str:
@@ -96,15 +127,75 @@ class RedisService(Service):
     async def start(self) -> None:
         if self._redis is not None:
             return
-        client = connect(self.config)
+        client = connect(self.config, self._connected)
         try:
             async with translated(self.config, "connecting"):
                 await client.ping()
+                await self._settle(client)
         except BaseException:
             await client.aclose()
             raise
         self._scripts = {name: client.register_script(s) for name, s in self.scripts.items()}
         self._redis = client
+
+    async def _settle(self, client: Redis) -> None:
+        """The mark at start: written at first use, else compared with the book's (a loss
+        is noted here and raised by the first operation)."""
+        found = Mark.loads(await client.get(self._mark_key))
+        with contextlib.suppress(StoreError):  # a loss: raised by the operations
+            first = self.marks.settle(found)
+            if first is not None:
+                await client.set(self._mark_key, first.dumps(), nx=True)
+                self.marks.made(Mark.loads(await client.get(self._mark_key)))
+
+    async def _connected(self, connection: AbstractConnection) -> None:
+        """Every new connection: the server's handshake, then its mark read back first."""
+        await connection.on_connect()
+        if not self.marks.watching:
+            return
+        await connection.send_command("GET", self._mark_key)
+        found = Mark.loads(await connection.read_response())
+        try:
+            self.marks.verify(found)
+        except StoreError as exc:
+            await connection.disconnect()  # a fresh one reads the mark again
+            raise _MarkGone(str(exc)) from exc
+
+    async def adopt(self) -> Mark:
+        """Accept the store as it is now (``stores adopt``): a new mark, written and recorded."""
+        mark = Mark.new()
+        async with translated(self.config, "adopting"):
+            await self.redis.set(self._mark_key, mark.dumps())
+        self.marks.made(mark)
+        return mark
+
+    async def peek(self) -> Mark | None:
+        """The mark in the store now, read on a connection of its own (``doctor``)."""
+        client = connect(self.config)
+        try:
+            async with translated(self.config, "reading its mark"):
+                return Mark.loads(await client.get(self._mark_key))
+        finally:
+            await client.aclose()
+
+    @asynccontextmanager
+    async def doing(self, what: str) -> AsyncIterator[None]:
+        """One operation (``what``, e.g. ``commit``): bounded and its errors made ours
+        (:func:`translated`), refused while the store's mark is gone, the mark read first
+        when it is due (every ``CHECK_EVERY_S``, after an error or a reconnect)."""
+        try:
+            async with translated(self.config, what):
+                if self.marks.due():
+                    self.marks.verify(Mark.loads(await self.redis.get(self._mark_key)))
+                self.marks.raise_if_lost()
+                yield
+        except _MarkGone:
+            self.marks.raise_if_lost()
+            raise
+        except StoreError:
+            self.marks.suspect()
+            self.marks.raise_if_lost()
+            raise
 
     async def stop(self) -> None:
         client, self._redis = self._redis, None

@@ -25,7 +25,7 @@ import orjson
 
 from hermesbus.processors.memory import CHOICE_HISTORY, ChoiceCount, MidTermItem, Preference
 
-from .client import RedisService, translated
+from .client import RedisService
 from .config import RedisConfig
 
 __all__ = ["RedisPreferenceStore"]
@@ -114,6 +114,8 @@ class RedisPreferenceStore(RedisService):
         "evict": _EVICT,
     }
     what = "mid-term store"
+    mark_name = "memory"
+    held = "memory's confirmed preferences, choice observations and items"
 
     def __init__(self, config: RedisConfig | None = None) -> None:
         super().__init__(config)
@@ -142,13 +144,13 @@ class RedisPreferenceStore(RedisService):
             "expires_at_ms": "" if p.expires_at_ms is None else p.expires_at_ms,
         }
         key = self._pref(p.user_id, p.name)
-        async with translated(self.config, "put_preference"):
+        async with self.doing("put_preference"):
             await self.redis.hset(key, mapping=fields)  # type: ignore[arg-type]
 
     async def preference(
         self, user_id: str, name: str, now_ms: int | None = None
     ) -> Preference | None:
-        async with translated(self.config, "preference"):
+        async with self.doing("preference"):
             found: dict[Any, Any] = await self.redis.hgetall(self._pref(user_id, name))
         if not found:
             return None
@@ -176,7 +178,7 @@ class RedisPreferenceStore(RedisService):
         *,
         keep: int = CHOICE_HISTORY,
     ) -> None:
-        async with translated(self.config, "observe_choice"):
+        async with self.doing("observe_choice"):
             await self.script(
                 "observe",
                 keys=self._choices(user_id, name),
@@ -184,7 +186,7 @@ class RedisPreferenceStore(RedisService):
             )
 
     async def choices(self, user_id: str, name: str) -> tuple[ChoiceCount, ...]:
-        async with translated(self.config, "choices"):
+        async with self.doing("choices"):
             found: dict[Any, Any] = await self.redis.hgetall(self._choices(user_id, name)[0])
         counts: dict[str, list[int]] = {}
         for raw in found.values():
@@ -198,7 +200,7 @@ class RedisPreferenceStore(RedisService):
     # -- items --------------------------------------------------------------------------
 
     async def put_item(self, item: MidTermItem) -> None:
-        async with translated(self.config, "put_item"):
+        async with self.doing("put_item"):
             await self.script(
                 "put_item",
                 keys=self._items(item.user_id),
@@ -207,7 +209,7 @@ class RedisPreferenceStore(RedisService):
 
     async def item(self, user_id: str, key: str, now_ms: int | None = None) -> MidTermItem | None:
         items, created = self._items(user_id)
-        async with translated(self.config, "item"):
+        async with self.doing("item"):
             found: Any = await self.redis.hget(items, key)
             at: Any = await self.redis.hget(created, key)
         if found is None:
@@ -217,19 +219,19 @@ class RedisPreferenceStore(RedisService):
 
     async def items(self, user_id: str, now_ms: int | None = None) -> tuple[MidTermItem, ...]:
         items, created = self._items(user_id)
-        async with translated(self.config, "items"):
+        async with self.doing("items"):
             found: dict[Any, Any] = await self.redis.hgetall(items)
             times: dict[Any, Any] = await self.redis.hgetall(created)
         stored = [_item(raw, times.get(key)) for key, raw in found.items()]
         return tuple(sorted((i for i in stored if _live(i, now_ms)), key=lambda i: i.key))
 
     async def purge_expired(self, user_id: str, now_ms: int) -> tuple[str, ...]:
-        async with translated(self.config, "purge_expired"):
+        async with self.doing("purge_expired"):
             gone: list[Any] = await self.script("purge", keys=self._items(user_id), args=[now_ms])
         return tuple(k.decode() for k in gone)
 
     async def evict(self, user_id: str, keep: int) -> tuple[str, ...]:
-        async with translated(self.config, "evict"):
+        async with self.doing("evict"):
             doomed: list[Any] = await self.script("evict", keys=self._items(user_id), args=[keep])
         return tuple(k.decode() for k in doomed)
 

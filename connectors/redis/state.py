@@ -32,7 +32,7 @@ import orjson
 
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
 
-from .client import RedisService, translated
+from .client import RedisService
 from .config import RedisConfig
 
 __all__ = ["RedisStateStore"]
@@ -162,6 +162,8 @@ class RedisStateStore(RedisService):
         "drop_timer": _DROP_TIMER,
     }
     what = "state store"
+    mark_name = "state"
+    held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
     def __init__(self, config: RedisConfig | None = None) -> None:
         super().__init__(config)
@@ -194,7 +196,7 @@ class RedisStateStore(RedisService):
 
     async def load(self, processor: str, session_id: str) -> SessionState:
         key = self._session("state", processor, session_id)
-        async with translated(self.config, "load"):
+        async with self.doing("load"):
             found: list[Any] = await self.redis.hmget(key, ["version", "data", "applied"])
         version, data, applied = found
         if version is None or data is None:
@@ -213,7 +215,7 @@ class RedisStateStore(RedisService):
             [t.timer_id, t.purpose, orjson.dumps(self._timer_json(t)).decode()]
             for t in change.timers
         ]
-        async with translated(self.config, "commit"):
+        async with self.doing("commit"):
             if change.timers:  # indexed first: a timer is never saved without its entry
                 await self._index(change.timers)
             result = await self.script(
@@ -232,24 +234,26 @@ class RedisStateStore(RedisService):
             )
             moved, *removed = result
             await self._unindex(removed)  # their index entries too (else dropped when due)
+        if not moved:  # a rival worker, or a store that came back empty: read the mark first
+            self.marks.suspect()
         return bool(moved)
 
     async def outbox(self, processor: str, session_id: str, message_id: str) -> list[OutRecord]:
         key = self._session("outbox", processor, session_id)
-        async with translated(self.config, "outbox"):
+        async with self.doing("outbox"):
             found = await self.redis.hget(key, message_id)
         return [] if found is None else [_record(row) for row in orjson.loads(found)]
 
     async def clear_outbox(self, processor: str, session_id: str, message_id: str) -> None:
         key = self._session("outbox", processor, session_id)
-        async with translated(self.config, "clear_outbox"):
+        async with self.doing("clear_outbox"):
             await self.redis.hdel(key, message_id)
 
     async def schedule(self, timer: StoredTimer) -> None:
         """Insert or replace ``timer`` (one per session and purpose), outside a commit."""
         keys = self._session_keys(timer.processor, timer.session_id)
         body = [[timer.timer_id, timer.purpose, orjson.dumps(self._timer_json(timer)).decode()]]
-        async with translated(self.config, "schedule"):
+        async with self.doing("schedule"):
             await self._index([timer])
             replaced = await self.script(
                 "set_timers", keys=[keys[2], keys[3]], args=[orjson.dumps(body)]
@@ -261,7 +265,7 @@ class RedisStateStore(RedisService):
     ) -> list[StoredTimer]:
         if not partitions or limit <= 0:
             return []
-        async with translated(self.config, "due"):
+        async with self.doing("due"):
             entries: list[tuple[float, bytes]] = []
             for topic, partition in partitions:
                 found: list[Any] = await self.redis.zrangebyscore(
@@ -282,7 +286,7 @@ class RedisStateStore(RedisService):
         return timers
 
     async def delete_timer(self, timer_id: str) -> None:
-        async with translated(self.config, "delete_timer"):
+        async with self.doing("delete_timer"):
             await self._drop(timer_id)
 
     async def heartbeat(
@@ -291,11 +295,11 @@ class RedisStateStore(RedisService):
         if not partitions:
             return
         fields = {_alive_field(processor, t, p): now_ms for t, p in partitions}
-        async with translated(self.config, "heartbeat"):
+        async with self.doing("heartbeat"):
             await self.redis.hset(self._alive, mapping=fields)  # type: ignore[arg-type]
 
     async def resume(self, processor: str, topic: str, partition: int, now_ms: int) -> int:
-        async with translated(self.config, "resume"):
+        async with self.doing("resume"):
             gap = await self.script(
                 "resume",
                 keys=[self._due_set(processor, topic, partition), self._alive],

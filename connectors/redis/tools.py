@@ -22,7 +22,7 @@ import orjson
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
 
-from .client import RedisService, translated
+from .client import RedisService
 from .config import RedisConfig
 
 __all__ = ["RedisToolStore"]
@@ -62,6 +62,11 @@ class RedisToolStore(RedisService):
 
     scripts: ClassVar[Mapping[str, str]] = {"put_result": _PUT_RESULT}
     what = "tool store"
+    mark_name = "tools"
+    held = (
+        "the tool registry (every registered tool: calls answer 'not registered'), "
+        "released results, call samples and probes"
+    )
 
     def __init__(self, config: RedisConfig | None = None) -> None:
         super().__init__(config)
@@ -77,16 +82,16 @@ class RedisToolStore(RedisService):
     # -- specs --------------------------------------------------------------------------
 
     async def save_spec(self, spec: ToolSpec) -> None:
-        async with translated(self.config, "save_spec"):
+        async with self.doing("save_spec"):
             await self.redis.hset(self._key("specs"), spec.name, spec.model_dump_json())
 
     async def get_spec(self, name: str) -> ToolSpec | None:
-        async with translated(self.config, "get_spec"):
+        async with self.doing("get_spec"):
             found: Any = await self.redis.hget(self._key("specs"), name)
         return None if found is None else ToolSpec.model_validate_json(found)
 
     async def list_specs(self) -> list[ToolSpec]:
-        async with translated(self.config, "list_specs"):
+        async with self.doing("list_specs"):
             found: dict[Any, Any] = await self.redis.hgetall(self._key("specs"))
         return [ToolSpec.model_validate_json(found[name]) for name in sorted(found)]
 
@@ -105,7 +110,7 @@ class RedisToolStore(RedisService):
             }
         )
         prune = "" if prune_before_ms is None else prune_before_ms
-        async with translated(self.config, "put_result"):
+        async with self.doing("put_result"):
             await self.script(
                 "put_result",
                 keys=[self._key("results"), self._key("results-by-time")],
@@ -113,12 +118,12 @@ class RedisToolStore(RedisService):
             )
 
     async def get_result(self, key: str) -> StoredResult | None:
-        async with translated(self.config, "get_result"):
+        async with self.doing("get_result"):
             found: Any = await self.redis.hget(self._key("results"), key)
         return None if found is None else _stored(found)
 
     async def last_result(self, tool: str, digest: str) -> StoredResult | None:
-        async with translated(self.config, "last_result"):
+        async with self.doing("last_result"):
             newest: list[Any] = await self.redis.zrevrange(self._key(f"args:{tool}:{digest}"), 0, 0)
             if not newest:
                 return None
@@ -129,14 +134,14 @@ class RedisToolStore(RedisService):
 
     async def record_call(self, tool: str, at_ms: int, latency_ms: float, ok: bool) -> None:
         key = self._key(f"calls:{tool}")
-        async with translated(self.config, "record_call"):
+        async with self.doing("record_call"):
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.lpush(key, orjson.dumps([at_ms, latency_ms, ok]))
                 pipe.ltrim(key, 0, KEEP_CALLS - 1)
                 await pipe.execute()
 
     async def call_stats(self, tool: str, window: int) -> CallStats | None:
-        async with translated(self.config, "call_stats"):
+        async with self.doing("call_stats"):
             found: list[Any] = await self.redis.lrange(
                 self._key(f"calls:{tool}"), 0, max(0, window - 1)
             )
@@ -157,11 +162,11 @@ class RedisToolStore(RedisService):
                 probe.error,
             ]
         )
-        async with translated(self.config, "save_probe"):
+        async with self.doing("save_probe"):
             await self.redis.hset(self._key("probes"), tool, value)
 
     async def get_probe(self, tool: str) -> Probe | None:
-        async with translated(self.config, "get_probe"):
+        async with self.doing("get_probe"):
             found: Any = await self.redis.hget(self._key("probes"), tool)
         return None if found is None else Probe(*orjson.loads(found))
 

@@ -7,6 +7,7 @@ naming the store and its file.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +17,9 @@ from typing import Any, ClassVar
 from hermesbus.config import HermesSettings, unwritable_home, why_unwritable
 from hermesbus.errors import HermesError, StoreError
 from hermesbus.lifecycle import Service
+from hermesbus.storemark import Mark, MarkGuard
+
+from .mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteFile"]
 
@@ -30,11 +34,21 @@ class SqliteFile(Service):
     schema: ClassVar[str] = ""
     what: ClassVar[str] = "store"
     """How errors name the store, e.g. ``state store``."""
+    mark_name: ClassVar[str | None] = None
+    """The store's mark's name in ``hermes_mark`` (:mod:`.mark`); None: not marked."""
+    held: ClassVar[str] = "what it held"
+    """What is lost with the store, for the log line that says so."""
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = Path(path)
         self._timeout_s = busy_timeout_ms / 1000
         self._db: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None
+        self.marks: MarkGuard | None = None
+        if self.mark_name is not None and str(path) != ":memory:":
+            store = f"sqlite {self.path.absolute()} {self.mark_name}"
+            where = f"the SQLite {self.what} {self.path}"
+            self.marks = MarkGuard(store, where, self.held)
 
     async def start(self) -> None:
         if self._db is not None:
@@ -43,14 +57,56 @@ class SqliteFile(Service):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._unmade(exc) from exc
+        self._db = self._open()
+        if self.marks is not None:
+            with contextlib.suppress(StoreError):  # a loss: raised by the operations
+                first = self.marks.settle(read_mark(self._db, str(self.mark_name)))
+                if first is not None:
+                    with self._write(checked=False) as db:
+                        self.marks.made(write_mark(db, str(self.mark_name), first, replace=False))
+
+    def _open(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(self.schema)
+            db.executescript(self.schema + (MARK_SCHEMA if self.marks is not None else ""))
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the {self.what} {self.path}: {exc}") from exc
-        self._db = db
+        self._file = file_id(self.path)
+        return db
+
+    def _check_mark(self) -> None:
+        """The mark read back when due (every CHECK_EVERY_S, after an error): a file deleted
+        or replaced under the store, or without its mark, is a loss (``StoreLost``). While
+        lost, a file replaced (by ``stores adopt``, or a restored copy) is opened again."""
+        marks = self.marks
+        if marks is None or not marks.due():
+            return
+        now = file_id(self.path)
+        if now != self._file and marks.lost is not None and now is not None:
+            self.db.close()
+            self._db = self._open()
+        found = read_mark(self.db, str(self.mark_name)) if now == self._file else None
+        marks.verify(found)
+
+    async def adopt(self) -> Mark:
+        """Accept the store as it is now (``stores adopt``): a new mark, written and recorded."""
+        if self.marks is None:
+            raise StoreError(f"the SQLite {self.what} {self.path} carries no mark")
+        if file_id(self.path) != self._file:
+            self.db.close()
+            self._db = self._open()
+        with self._write(checked=False) as db:
+            mark = write_mark(db, str(self.mark_name), Mark.new(), replace=True)
+        if mark is None:
+            raise StoreError(f"the SQLite {self.what} {self.path}: its mark was not written")
+        self.marks.made(mark)
+        return mark
+
+    async def peek(self) -> Mark | None:
+        """The mark in the file now, opened read-only (``doctor``)."""
+        return peek(self.path, str(self.mark_name))
 
     def _unmade(self, exc: OSError) -> HermesError:
         """The store's folder cannot be made: the state folder's SettingError when it is
@@ -73,14 +129,28 @@ class SqliteFile(Service):
         return self._db
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        self._checked()
         try:
             return self.db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.what} read failed ({self.path}): {exc}") from exc
 
+    def _checked(self) -> None:
+        """Raise ``StoreLost`` while the store's mark is gone (read when due)."""
+        if self.marks is not None:
+            try:
+                self._check_mark()
+            except sqlite3.Error as exc:
+                self.marks.suspect()
+                raise StoreError(f"{self.what} mark read failed ({self.path}): {exc}") from exc
+            self.marks.raise_if_lost()
+
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One exclusive write transaction; rolled back if the block raises."""
+    def _write(self, *, checked: bool = True) -> Iterator[sqlite3.Connection]:
+        """One exclusive write transaction; rolled back if the block raises. ``checked``:
+        refused while the store's mark is gone (every operation's write)."""
+        if checked:
+            self._checked()
         db = self.db
         try:
             db.execute("BEGIN IMMEDIATE")

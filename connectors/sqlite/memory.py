@@ -74,6 +74,8 @@ class SqlitePreferenceStore(SqliteFile):
 
     schema = _MID_TERM
     what = "mid-term memory store"
+    mark_name = "memory"
+    held = "memory's confirmed preferences, choice observations and items"
 
     async def put_preference(self, preference: Preference) -> None:
         p = preference
@@ -225,6 +227,8 @@ class SqliteGraphStore(SqliteFile):
 
     schema = _GRAPH
     what = "graph store"
+    mark_name = "graph"
+    held = "memory's long-term graph (entities, facts, reviews, its change ledger)"
 
     async def node(self, entity: str) -> Node | None:
         rows = self._rows(

@@ -69,6 +69,8 @@ class SqliteStateStore(SqliteFile):
 
     schema = _SCHEMA
     what = "state store"
+    mark_name = "state"
+    held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
     def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
         self._config = config or SqliteConfig()

@@ -40,6 +40,8 @@ class SqliteToolStore(SqliteFile):
 
     schema = _SCHEMA
     what = "tool store"
+    mark_name = "tools"
+    held = "the tool registry (every registered tool), released results, call samples and probes"
 
     def __init__(
         self, path: Path | str | None = None, settings: ToolSettings | None = None

@@ -83,6 +83,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "topics": ("._topics", "app", "The topic catalog and its provisioning."),
     "tools": ("._tools", "app", "Tools: admission, the registry and live health."),
     "keys": ("._keys", "app", "The components' signing keys."),
+    "stores": (
+        "._stores",
+        "app",
+        "Store marks: which store came back empty, and accepting one that did.",
+    ),
     "kibana": ("._kibana", "app", "Kibana: import the saved objects for the traces."),
 }
 """Each command, in the order the help lists them: its module, the command function (or

@@ -3,9 +3,10 @@
 Checks, in order: Python, where state lives, the signing keys, the broker (reachable, the
 Kafka protocol it speaks, transactions), the topics against the catalog, the schema
 registry (if configured), the trace index (and, on a configured broker, how far the
-indexer is behind) and the registered tools with a live health probe. Without a
-configured broker the embedded one is started for the check, in a folder of its own,
-and stopped. Read-only: doctor creates no state folder, key or topic.
+indexer is behind), each store's mark (one back empty fails, naming it) and the registered
+tools with a live health probe. Without a configured broker the embedded one is started for
+the check, in a folder of its own, and stopped. Read-only: doctor creates no state folder,
+key or topic.
 
 Exit code 1 when something required is missing or broken (a ``FAIL`` line); ``warn`` lines
 say what would degrade the bus but does not stop it.
@@ -70,6 +71,7 @@ from ._common import (
 )
 from ._doctor_index import indexing_check, trace_index_check
 from ._doctor_keys import key_file_check
+from ._stores import store_checks
 
 __all__ = ["Check", "doctor_command"]
 
@@ -116,6 +118,7 @@ async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
     checks += await _bounded("trace index", trace_index_check)
     checks += await _bounded("redis", _redis)
     checks += await _bounded("neo4j", _neo4j)
+    checks += await _bounded("stores", store_checks)  # a store back empty: its mark gone
     broker_ok = any(check.name == "broker" and check.status == "ok" for check in checks)
     if not embedded and broker_ok:  # the embedded broker doctor starts holds no records
         checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
