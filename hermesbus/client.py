@@ -22,7 +22,13 @@ from pydantic import ValidationError
 
 from hermesbus.codec import Codec, Framing, default_codec
 from hermesbus.config import HermesSettings
-from hermesbus.connectors.kafka import KafkaConfig, kafka_reason, partition_of, start_or_close
+from hermesbus.connectors.kafka import (
+    KafkaConfig,
+    kafka_reason,
+    partition_of,
+    require_topic,
+    start_or_close,
+)
 from hermesbus.envelope import Envelope
 from hermesbus.errors import (
     BrokerError,
@@ -184,6 +190,7 @@ class Client(Service):
         own = (*envelope_headers(envelope), *headers)
         signed = self._signer.sign(topic, key, value, own)
         producer = self._started()
+        await require_topic(producer.client, topic, self.config.address)  # never created here
         try:
             await producer.send_and_wait(topic, value, key=key, headers=list(signed))
         except KafkaError as exc:
@@ -286,6 +293,7 @@ class Client(Service):
 
     async def _partition(self, topic: str, key: bytes) -> int:
         """The partition the producer writes ``key`` to on ``topic``."""
+        await require_topic(self._started().client, topic, self.config.address)
         try:
             partitions = await self._started().partitions_for(topic)
         except KafkaError as exc:

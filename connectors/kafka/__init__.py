@@ -1,12 +1,13 @@
 """Kafka connector: connection settings, topic administration, client start-up."""
 
 from .admin import ExistingTopic, KafkaAdmin, NewTopicSpec
-from .client import UNREACHABLE_HINT, kafka_reason, start_or_close
+from .client import NO_TOPIC_HINT, UNREACHABLE_HINT, kafka_reason, require_topic, start_or_close
 from .config import KafkaConfig
 from .errors import BrokerError, ConfigError
 from .partitioner import PARTITIONER_HINT, partition_of
 
 __all__ = [
+    "NO_TOPIC_HINT",
     "PARTITIONER_HINT",
     "UNREACHABLE_HINT",
     "BrokerError",
@@ -17,5 +18,6 @@ __all__ = [
     "NewTopicSpec",
     "kafka_reason",
     "partition_of",
+    "require_topic",
     "start_or_close",
 ]

@@ -96,6 +96,14 @@ class KafkaAdmin(Service):
             )
         return result
 
+    async def missing(self, names: Sequence[str]) -> list[str]:
+        """The topics among ``names`` the cluster does not list (asking creates none)."""
+        try:
+            existing = set(await self.client.list_topics())
+        except KafkaError as exc:
+            raise BrokerError(f"cannot list topics: {kafka_reason(exc)}") from exc
+        return [name for name in names if name not in existing]
+
     async def create(self, specs: Iterable[NewTopicSpec]) -> list[str]:
         """Create ``specs``; a topic that appeared meanwhile is not an error. Returns created."""
         new = [

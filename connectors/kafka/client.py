@@ -1,15 +1,28 @@
-"""Starting an aiokafka client the same way everywhere: close it again if it cannot start."""
+"""Starting an aiokafka client the same way everywhere (close it again if it cannot start),
+and never letting one create a topic by naming it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+import aiokafka.admin.client
+import aiokafka.client
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from hermesbus.errors import BrokerError
 
-__all__ = ["CANCEL_CLOSE_S", "UNREACHABLE_HINT", "kafka_reason", "start_or_close"]
+__all__ = [
+    "CANCEL_CLOSE_S",
+    "NO_TOPIC_HINT",
+    "UNREACHABLE_HINT",
+    "NoAutoCreate",
+    "kafka_reason",
+    "require_topic",
+    "start_or_close",
+]
 
 CANCEL_CLOSE_S = 10.0
 """How long a client cancelled while starting is waited for to close (a consumer's stop
@@ -20,6 +33,51 @@ UNREACHABLE_HINT = (
     "Set HERMES_KAFKA_BOOTSTRAP or pass --bootstrap HOST:PORT"
 )
 """What to check when no broker answers, for every message that says so."""
+
+NO_TOPIC_HINT = (
+    "hermesbus clients never create topics: `hermesbus up` creates the catalog's "
+    "(again when the broker comes back empty), or run `hermesbus topics apply`"
+)
+"""What to do about a topic that does not exist, for every message that says so."""
+
+
+class NoAutoCreate(MetadataRequest):  # type: ignore[misc]  # aiokafka is untyped
+    """A Metadata request that never asks the broker to create the topics it names.
+
+    aiokafka asks for creation in every request (v4+: ``allow_auto_topic_creation`` is
+    always True), so a producer's send, a consumer's subscription or assignment would
+    create a missing topic on a broker with ``auto.create.topics.enable`` (tansu does),
+    with the broker's default partition count instead of the catalog's.
+    """
+
+    def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation: Any = None):
+        super().__init__(topics, allow_auto_topic_creation=False)
+
+
+def _forbid_auto_create() -> None:
+    """Make every aiokafka client of this process send :class:`NoAutoCreate` (producer,
+    consumer and admin; done when the connector is imported, before any client exists).
+    A broker older than Kafka 1.0 (Metadata < v4) cannot be told: there ``require_topic``
+    is what keeps a send from creating one."""
+    aiokafka.client.MetadataRequest = NoAutoCreate
+    aiokafka.admin.client.MetadataRequest = NoAutoCreate
+
+
+_forbid_auto_create()
+
+
+async def require_topic(client: Any, topic: str, where: str) -> None:
+    """BrokerError unless ``topic`` exists: asked of the whole cluster (a Metadata request
+    for every topic creates none) when ``client`` (an ``AIOKafkaClient``, a producer's
+    ``.client``) does not know it yet. ``where`` names the broker in the message."""
+    if client.cluster.partitions_for_topic(topic):
+        return
+    try:
+        metadata = await client.fetch_all_metadata()
+    except KafkaError as exc:
+        raise BrokerError(f"cannot list the topics at {where}: {kafka_reason(exc)}") from exc
+    if topic not in metadata.topics():
+        raise BrokerError(f"topic {topic} does not exist at {where}; {NO_TOPIC_HINT}")
 
 
 def kafka_reason(exc: BaseException) -> str:

@@ -45,6 +45,10 @@ class KafkaConfig(BaseSettings):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     request_timeout_ms: int = 30_000
+    metadata_max_age_ms: int = 10_000
+    """How often a client asks for the cluster's metadata unprompted: how soon a consumer
+    sees a topic that was gone made again (a broker back empty; aiokafka's 5 min default
+    left the processors on no partitions that long)."""
     _origin: str | None = PrivateAttr(default=None)
 
     def __init__(self, **values: Any) -> None:
@@ -88,6 +92,7 @@ class KafkaConfig(BaseSettings):
             "bootstrap_servers": self.bootstrap,
             "security_protocol": self.security_protocol,
             "request_timeout_ms": self.request_timeout_ms,
+            "metadata_max_age_ms": self.metadata_max_age_ms,
         }
         if self.security_protocol.startswith("SASL"):
             if not (self.sasl_mechanism and self.sasl_username and self.sasl_password):

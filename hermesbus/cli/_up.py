@@ -14,12 +14,14 @@ from rich.markup import escape
 from rich.status import Status
 
 from hermesbus import _sigint
-from hermesbus.broker import BrokerWatch, EmbeddedBroker
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.broker import BrokerWatch, EmbeddedBroker, answers
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.index import Indexer
 from hermesbus.lifecycle import tune_collector
 from hermesbus.runtime import Processor, RuntimeSettings
-from hermesbus.stack import stack
+from hermesbus.stack import _provision, stack
+from hermesbus.topics import Catalog
 
 from . import _demo
 from ._common import (
@@ -31,10 +33,16 @@ from ._common import (
     kafka_with,
 )
 
-__all__ = ["BROKER_LOST", "up_command"]
+__all__ = ["BROKER_LOST", "TOPICS_CHECK_S", "up_command"]
 
 BROKER_LOST = 3
-"""Exit code of ``up`` when the embedded broker died (1: the demo did not finish)."""
+"""Exit code of ``up`` when the embedded broker died, or a configured one came back
+without the catalog's topics and they cannot be created (1: the demo did not finish)."""
+TOPICS_CHECK_S = 10.0
+"""How often ``up`` makes sure the catalog's topics exist on a configured broker (and
+at once when it answers again): a restart quicker than a probe is not seen as an outage."""
+_PROBE_S = 2.0
+"""How often a configured broker is probed."""
 
 
 def up_command(
@@ -59,7 +67,9 @@ def up_command(
 
     Exits 1 if the demo did not finish, 3 if the embedded broker died: its topics were in
     memory, so up stops rather than start an empty one. A configured broker that goes
-    away is waited for, and reported every 30 s until it is back. Ctrl-C (SIGINT), at
+    away is waited for, and reported every 30 s until it is back; the catalog's topics it
+    lost (a broker that came back empty) are created again, or up stops (exit 3) if it
+    may not create them. Ctrl-C (SIGINT), at
     any moment of the start too, stops whatever started and exits 130; SIGTERM exits as
     if the run had ended. One ``up`` per ``HERMES_HOME``: a second one is refused (exit 1),
     naming the process that runs (``hermesbus.homelock``).
@@ -116,7 +126,7 @@ async def _serve(
     work = _run(kafka, broker, prefix, settings, finished, up, run_demo=run_demo, once=once)
     run = asyncio.create_task(work)
     signalled = asyncio.create_task(stop.wait())
-    watch = asyncio.create_task(_watch(broker, kafka, up))
+    watch = asyncio.create_task(_watch(broker, kafka, prefix, up))
     lost = None
     try:
         await asyncio.wait({run, signalled, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -178,13 +188,55 @@ async def _run(
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
 
 
-async def _watch(broker: EmbeddedBroker | None, kafka: KafkaConfig, up: asyncio.Event) -> str:
-    """Why the embedded broker died; a configured one is reported on while it is away."""
+async def _watch(
+    broker: EmbeddedBroker | None, kafka: KafkaConfig, prefix: str, up: asyncio.Event
+) -> str:
+    """Why the embedded broker died, or why a configured one cannot serve: that one is
+    reported on while it is away, and its missing topics are created again when it is
+    back (and every TOPICS_CHECK_S)."""
     if broker is not None:
         return await broker.died()
     await up.wait()  # before, a broker that does not answer fails the start itself
     plaintext = kafka.security_protocol == "PLAINTEXT"  # else only TCP: no request before TLS/SASL
-    await BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext).run()
+    watch = BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext, probe_s=_PROBE_S)
+    checked = time.monotonic()
+    while True:
+        was = watch.reachable
+        await watch.check()
+        if watch.reachable and (not was or time.monotonic() - checked >= TOPICS_CHECK_S):
+            checked = time.monotonic()
+            refused = await _topics_back(kafka, prefix, plaintext=plaintext)
+            if refused is not None:
+                return refused
+        await asyncio.sleep(_PROBE_S)
+
+
+async def _topics_back(kafka: KafkaConfig, prefix: str, *, plaintext: bool) -> str | None:
+    """Create the catalog's topics the broker lost, as ``up`` does at its start (missing
+    ones sized as the existing session topics); None, or why ``up`` must stop: the broker
+    answers but refuses to create them, or its session topics disagree."""
+    try:
+        async with KafkaAdmin(kafka) as admin:
+            if not await admin.missing(Catalog.load().with_overrides(prefix=prefix).names()):
+                return None
+        created = await _provision(kafka, prefix, _broker_news, announce=False)
+    except ConfigError as exc:
+        return f"the topics at {kafka.bootstrap} changed under up: {exc}"
+    except BrokerError as exc:
+        if not await answers(str(kafka.bootstrap), kafka=plaintext):
+            return None  # away again: the watch says so, and checks once it is back
+        return (
+            f"the broker at {kafka.bootstrap} lacks some of the catalog's topics (did it "
+            f"come back empty?) and up cannot create them: {exc}. Create them (`hermesbus "
+            "topics apply`, or whoever may) and start up again"
+        )
+    if created:
+        _broker_news(
+            f"{len(created)} of the catalog's topics were missing at {kafka.bootstrap} (did "
+            f"it come back empty? their messages and the groups' offsets are gone); created "
+            f"again: {', '.join(sorted(created))}"
+        )
+    return None
 
 
 def _broker_news(line: str) -> None:

@@ -1,0 +1,240 @@
+"""A broker that comes back empty under a running ``up``, and clients that never create topics.
+
+The embedded broker (tansu, in memory; what ``hermesbus broker`` runs) is this test's own,
+SIGKILLed and started again on its port: it comes back with no topic, no group, no
+offset. Apache Kafka (shared) cannot be restarted empty, so there the run's own topics
+(a unique prefix) are deleted under ``up``, which is what an emptied broker looks like
+to it. Either way ``up`` creates the catalog's topics again with the catalog's
+partitions, the next turn is answered, and nothing is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from hermesbus.broker import EmbeddedBroker, free_port
+from hermesbus.client import Client
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.errors import BrokerError, ReplyTimeout
+from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
+from tests.cli_process import clean_env
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+START_S = 300.0
+"""How long ``up --demo`` (or a broker) may take to start on a slow, busy machine."""
+RECREATE_S = 120.0
+"""How long ``up`` may take to see the emptied broker and create the topics again."""
+ANSWER_S = 120.0
+"""How long the turn after that may take to be answered."""
+STOP_S = 90.0
+"""How long ``up`` may take to stop once signalled."""
+POLL_S = 0.1
+
+
+class _Process:
+    """A ``hermesbus`` command in a session of its own; stdout and stderr go to files."""
+
+    def __init__(self, folder: Path, *args: str, env: dict[str, str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.out, self.err = folder / "out", folder / "err"
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "hermesbus.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=folder,
+                start_new_session=True,
+            )
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def wait_for(self, text: str, *, within_s: float, stdout: bool = False) -> None:
+        """Poll its output until ``text`` appears; fails if it exits first or time runs out."""
+        deadline = time.monotonic() + within_s
+        where = self.out if stdout else self.err
+        while time.monotonic() < deadline:
+            if text in where.read_text(errors="replace"):
+                return
+            if self.process.poll() is not None:
+                pytest.fail(f"exited ({self.process.returncode}) before {text!r}:\n{self.stderr()}")
+            time.sleep(POLL_S)
+        pytest.fail(f"no {text!r} within {within_s:g} s; stderr:\n{self.stderr()}")
+
+    def stop(self) -> None:
+        """Ctrl-C (SIGINT to its group), so it stops its tool workers too; else SIGKILL."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(STOP_S)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def _running(folder: Path, *args: str, env: dict[str, str]) -> Iterator[_Process]:
+    process = _Process(folder, *args, env=env)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def _killed(broker: EmbeddedBroker) -> None:
+    """SIGKILL the broker's process and wait until it is gone: its topics with it."""
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGKILL)
+    while broker.running:
+        await asyncio.sleep(POLL_S)
+
+
+async def _partitions(bootstrap: str, prefix: str) -> dict[str, int]:
+    catalog = Catalog.load().with_overrides(prefix=prefix)
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        existing = await admin.describe(catalog.names())
+    return {name: topic.partitions for name, topic in existing.items()}
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    catalog = Catalog.load().with_overrides(prefix=prefix)
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        await admin.client.delete_topics(catalog.names())
+        while len(await admin.missing(catalog.names())) < len(catalog.names()):
+            await asyncio.sleep(POLL_S)
+
+
+async def _records(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record of ``topic`` from its start to its current end."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.assignment()
+        while not partitions:
+            await asyncio.sleep(POLL_S)
+            partitions = consumer.assignment()
+        ends = await consumer.end_offsets(list(partitions))
+        found: list[bytes] = []
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            batches = await consumer.getmany(timeout_ms=1000)
+            found += [r.value or b"" for records in batches.values() for r in records]
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def _answered(bootstrap: str, prefix: str) -> str:
+    """The reply to a first turn of a new session (kept trying while up re-creates)."""
+    session = f"after-{uuid.uuid4().hex[:8]}"
+    async with Client(bootstrap=bootstrap, topic_prefix=prefix) as client:
+        reply = await client.ask(session, "u-1", "我要报上个月去深圳的差旅费", timeout=ANSWER_S)
+    return str(reply.payload.body)
+
+
+@pytest.mark.timeout(START_S * 2 + RECREATE_S + ANSWER_S + 120)
+@pytest.mark.parametrize("kind", ["embedded", "apache-kafka"])
+async def test_up_creates_the_topics_again_when_the_broker_comes_back_empty(
+    kind: str, tmp_path: Path, unique: str, request: pytest.FixtureRequest
+) -> None:
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    prefix = f"empty-{unique}."
+    async with contextlib.AsyncExitStack() as stack:
+        if kind == "embedded":
+            request.getfixturevalue("broker_binary")
+            broker = EmbeddedBroker(home=tmp_path / "broker", port=free_port())
+            await stack.enter_async_context(broker)
+            bootstrap = broker.bootstrap
+        else:
+            bootstrap = str(request.getfixturevalue("kafka_bootstrap"))
+        up = stack.enter_context(
+            _running(
+                tmp_path / "up",
+                "up",
+                "--demo",
+                "--bootstrap",
+                bootstrap,
+                "--prefix",
+                prefix,
+                env=env,
+            )
+        )
+        up.wait_for("serving; Ctrl-C stops", within_s=START_S)
+        catalog = {
+            spec.name: spec.partitions for spec in Catalog.load().with_overrides(prefix=prefix)
+        }
+        assert await _partitions(bootstrap, prefix) == catalog
+
+        if kind == "embedded":  # killed, and started again on its port: empty
+            await _killed(broker)
+            await asyncio.to_thread(broker.stop)  # reaps the killed process
+            await asyncio.to_thread(broker.start)
+        else:
+            await _delete_topics(bootstrap, prefix)
+        up.wait_for("created again:", within_s=RECREATE_S)
+        assert f"{len(catalog)} of the catalog's topics were missing" in up.stderr()
+        assert await _partitions(bootstrap, prefix) == catalog
+
+        try:
+            assert await _answered(bootstrap, prefix)
+        except ReplyTimeout:
+            pytest.fail(f"no answer after the topics came back; up said:\n{up.stderr()}")
+        assert await _records(bootstrap, prefix + "hermes.dlq") == []
+        assert "misrouted" not in up.stderr()
+        assert up.process.poll() is None
+
+
+async def test_a_client_never_creates_a_missing_topic(broker: str, unique: str) -> None:
+    """Client.say, Client.replies, and aiokafka's own producer and consumer in this
+    process: a missing topic is an error (the client's names it), never created."""
+    prefix = f"none-{unique}."
+    ingress, replies = prefix + CONVERSATION_IN, prefix + CONVERSATION_OUT
+    async with Client(bootstrap=broker, topic_prefix=prefix) as client:
+        with pytest.raises(BrokerError) as said:
+            await client.say("s-1", "u-1", "你好")
+        with pytest.raises(BrokerError) as read:
+            await client.replies("s-1").start()
+    assert f"topic {ingress} does not exist at {broker}" in str(said.value)
+    assert "hermesbus clients never create topics" in str(said.value)
+    assert f"topic {replies} does not exist at {broker}" in str(read.value)
+
+    raw = prefix + "raw"
+    producer = AIOKafkaProducer(bootstrap_servers=broker, request_timeout_ms=3000)
+    await producer.start()
+    try:
+        with pytest.raises(KafkaError):
+            await producer.send_and_wait(raw, b"x")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        raw, bootstrap_servers=broker, group_id=None, request_timeout_ms=3000
+    )
+    try:  # its start waits for the topic, then gives up: UnknownTopicOrPartitionError
+        with pytest.raises(KafkaError):
+            await consumer.start()
+    finally:
+        await consumer.stop()
+    async with KafkaAdmin(KafkaConfig(bootstrap=broker)) as admin:
+        assert await admin.missing([ingress, replies, raw]) == [ingress, replies, raw]
