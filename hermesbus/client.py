@@ -29,7 +29,7 @@ from hermesbus.connectors.kafka import (
     require_topic,
     start_or_close,
 )
-from hermesbus.envelope import Envelope
+from hermesbus.envelope import Envelope, check_session_id
 from hermesbus.errors import (
     BrokerError,
     ConfigError,
@@ -204,6 +204,7 @@ class Client(Service):
         ConfigError for a target no topic serves, IdentityError as ``send`` says. Nothing
         is sent, so a batch can be checked whole before any of it goes out.
         """
+        check_session_id(envelope.session_id)  # a model_construct'ed envelope too
         topic = topic_for(envelope.target, self.topic_prefix)
         claimed = identity_of(envelope.source)
         if self.identity != APP:
@@ -228,7 +229,9 @@ class Client(Service):
     def turn(
         self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None
     ) -> Envelope:
-        """The envelope ``say`` sends: a user turn from this app, in a new trace by default."""
+        """The envelope ``say`` sends: a user turn from this app, in a new trace by default.
+        EncodeError for a session id no envelope may carry (``SESSION_ID_RULE``)."""
+        check_session_id(session_id)
         try:
             return Envelope(
                 message_id=str(uuid.uuid4()),
@@ -316,7 +319,7 @@ class Replies(Service):
     def __init__(self, client: Client, session_id: str) -> None:
         self.session_id = session_id
         self.topic = client.topic_prefix + CONVERSATION_OUT
-        self._key = session_id.encode()
+        self._key = check_session_id(session_id).encode()
         self._client = client
         self._consumer: Any = None
         self._partition: Any = None

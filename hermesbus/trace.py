@@ -9,16 +9,16 @@ it). Nothing here is recorded on the side: replaying the topics gives the same p
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from hermesbus._printable import printable
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import BrokerError, HermesError
-from hermesbus.headers import TRACE_ID, header
 from hermesbus.index import ArchivedRecord, Document, archived
 from hermesbus.payloads import (
     ErrorReport,
@@ -146,9 +146,9 @@ async def _read(
 
 
 def _hop(record: object, trace: str, codec: Codec) -> Hop | None:
-    headers = list(getattr(record, "headers", ()) or ())
-    if header(headers, TRACE_ID) not in (None, trace):
-        return None  # another trace: not decoded at all
+    """The record's hop if its envelope is of ``trace``. The envelope's own ``trace_id``
+    decides, never a ``trace_id`` header: headers are not signed, and one added to a
+    record (or a second one) must not hide it from its trace or put it in another."""
     try:
         envelope = codec.decode(getattr(record, "value", b"") or b"")
     except HermesError:
@@ -238,9 +238,13 @@ def _outcome(outputs: Sequence[Hop]) -> str:
 
 
 def waterfall(spans: Sequence[Span], width: int = _BAR) -> list[str]:
-    """Text lines: component, state, what, a bar on the trace's time axis, ms, outcome."""
+    """Text lines: component, state, what, a bar on the trace's time axis, ms, outcome.
+
+    What comes from the log (states, tasks, tools, keys) has its control characters
+    escaped (:func:`printable`): the lines are for a terminal."""
     if not spans:
         return ["(no spans)"]
+    spans = [replace(s, state=printable(s.state), what=printable(s.what)) for s in spans]
     t0 = min(s.start_ms for s in spans)
     total = max(max(s.end_ms for s in spans) - t0, 1)
     state_w = max(len("state"), *(len(s.state) for s in spans)) + 2
@@ -254,7 +258,7 @@ def waterfall(spans: Sequence[Span], width: int = _BAR) -> list[str]:
         what = s.what if len(s.what) <= _WHAT else s.what[: _WHAT - 1] + "…"
         lines.append(
             f"{s.component:<13}{s.state:<{state_w}}{what:<{what_w}}|{bar}|{s.duration_ms:>7}"
-            f"  {s.outcome}"
+            f"  {printable(s.outcome)}"
         )
     lines.append(f"total {total} ms, {len(spans)} spans: " + _per_component(spans))
     return lines

@@ -13,6 +13,16 @@ INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 TEXT = st.text(max_size=40)
 IDS = st.text(min_size=1, max_size=24)
+SESSION_IDS = st.text(
+    st.characters(
+        exclude_categories=("Cc", "Zl", "Zp"),
+        exclude_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+        "\u2066\u2067\u2068\u2069",
+    ),
+    min_size=1,
+    max_size=24,
+)
+"""Session ids as the envelope takes them (hermesbus.envelope.SESSION_ID_RULE)."""
 FLOATS = st.floats(allow_nan=False, allow_infinity=False)
 PLUS = st.floats(min_value=0, allow_nan=False, allow_infinity=False)
 # Avro timestamp-millis is a signed 64-bit count of ms; Python datetimes span years 1-9999.
@@ -165,7 +175,7 @@ envelopes = st.builds(
     timestamp=MILLIS,
     source=ADDRESS,
     target=ADDRESS,
-    session_id=IDS,
+    session_id=SESSION_IDS,
     user_id=TEXT,
     trace_id=IDS,
     span_id=TEXT,

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from hermesbus._printable import json_safe, printable
 from hermesbus.errors import HermesError, SettingError
 
 if TYPE_CHECKING:
@@ -36,8 +37,11 @@ __all__ = [
     "err_console",
     "errors",
     "fail",
+    "json_safe",
     "kafka_with",
+    "printable",
     "problems",
+    "shown",
     "variables",
 ]
 
@@ -107,8 +111,15 @@ def check_component(component: str | None) -> None:
         raise fail(f"--component {component!r}: use one of {', '.join(COMPONENTS)}", 2)
 
 
+def shown(value: object) -> str:
+    """Data from the log (a key, a trace id, a reply) inside a line ``console.print``
+    renders: every control character escaped (:func:`printable`), then rich's markup."""
+    return escape(printable(value))
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    """Print ``error: message`` (which may quote the log: shown escaped); the exit to raise."""
+    err_console.print(f"[red]error:[/red] {shown(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -13,8 +13,6 @@ import asyncio
 import json
 import time
 
-from rich.markup import escape
-
 from hermesbus import demo
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.envelope import Envelope
@@ -23,7 +21,7 @@ from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.stack import Stack
 from hermesbus.trace import collect, spans, waterfall
 
-from ._common import console, err_console
+from ._common import console, err_console, shown
 
 __all__ = ["APPROVER", "ENDINGS", "evidence", "lacks", "run"]
 
@@ -40,22 +38,22 @@ async def run(running: Stack) -> bool:
     kafka = KafkaConfig(bootstrap=running.bootstrap)
     for conversation_said, ending in zip(said, ENDINGS, strict=True):
         started = conversation_said.conversation
-        console.rule(escape(f"session {started.session_id} · trace {started.trace_id}"))
+        console.rule(shown(f"session {started.session_id} · trace {started.trace_id}"))
         hops = await collect(
             kafka, started.trace_id, session_id=started.session_id, prefix=running.prefix
         )
         for line in waterfall(spans(hops)):
-            console.print(escape(line), soft_wrap=True)
+            console.print(shown(line), soft_wrap=True)
         problems = demo.missing(conversation_said, ending) + await lacks(running, conversation_said)
         for line in await evidence(running, conversation_said):
-            console.print(escape(line), soft_wrap=True)
+            console.print(shown(line), soft_wrap=True)
         finished = _report(problems) and finished
     finished = _report(running.problems()) and finished
     console.print(
         "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
     )
     sessions = " ".join(f"--session {s.conversation.session_id}" for s in said)
-    console.print(escape(f"replay them: hermesbus replay {sessions} --shadow"), soft_wrap=True)
+    console.print(shown(f"replay them: hermesbus replay {sessions} --shadow"), soft_wrap=True)
     return finished
 
 
@@ -116,17 +114,17 @@ async def _lacks(running: Stack, said: demo.Said) -> list[str]:
 
 def _report(problems: list[str]) -> bool:
     for problem in problems:
-        err_console.print(f"[red]not finished:[/red] {escape(problem)}", soft_wrap=True)
+        err_console.print(f"[red]not finished:[/red] {shown(problem)}", soft_wrap=True)
     return not problems
 
 
 def _show(kind: str, item: Envelope | demo.Turn) -> None:
     if isinstance(item, demo.Turn):
         files = f"  (+{len(item.attachments)} files)" if item.attachments else ""
-        console.print(f"[bold]user[/bold]    {escape(item.text)}{files}", soft_wrap=True)
+        console.print(f"[bold]user[/bold]    {shown(item.text)}{files}", soft_wrap=True)
         return
     who = "hermes" if item.source.startswith("conversation:") else "notice"
     console.print(
-        f"[bold]{who}[/bold]  {escape(demo.reply_text(item))}  [dim]({item.source})[/dim]",
+        f"[bold]{who}[/bold]  {shown(demo.reply_text(item))}  [dim]({item.source})[/dim]",
         soft_wrap=True,
     )

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from hermesbus.backends import trace_index
 from hermesbus.bundle import same_user, write_bundle
@@ -17,7 +16,7 @@ from hermesbus.index import Document
 from hermesbus.replay import documents
 from hermesbus.stack import REPLAYABLE
 
-from ._common import BootstrapOption, HomeOption, PrefixOption, console, errors, fail
+from ._common import BootstrapOption, HomeOption, PrefixOption, console, errors, fail, shown
 from ._sources import read_sessions
 
 __all__ = ["export_command"]
@@ -69,14 +68,14 @@ def export_command(
             documents=docs,
         )
     console.print(
-        escape(
+        shown(
             f"exported {manifest['records']} records ({own} of session {session_id}, "
             f"{manifest['records'] - own} of memory for the same user) and "
             f"{manifest['documents']} index documents from {found.where} to {output}"
         ),
         soft_wrap=True,
     )
-    console.print(escape(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
+    console.print(shown(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
 
 
 async def _index_documents(session_id: str, memory_topic: str) -> list[Document]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from hermesbus.backends import trace_index
@@ -37,7 +36,9 @@ from ._common import (
     console,
     errors,
     fail,
+    json_safe,
     kafka_with,
+    shown,
 )
 from ._when import TIMES, parse_when
 
@@ -122,20 +123,20 @@ def _beside(trace_id: str, sandbox: str, found: Sequence[Hop], where: str, as_js
             }
         )
         return
-    console.rule(escape(f"original: {where}"))
+    console.rule(shown(f"original: {where}"))
     _draw(found)
     changed = "; ".join(
         f"fork of {f['original']}: " + ", ".join(f"{k}={v}" for k, v in f["set"].items())
         for f in forks
     )
-    console.rule(escape(f"sandbox {prefix}: {path}" + (f" ({changed})" if changed else "")))
+    console.rule(shown(f"sandbox {prefix}: {path}" + (f" ({changed})" if changed else "")))
     _draw(theirs)
     table = Table("original", f"sandbox {prefix}", title="replies, in order")
     ours, others = _replies(found), _replies(theirs)
     for index in range(max(len(ours), len(others))):
         table.add_row(
-            escape(ours[index]) if index < len(ours) else "-",
-            escape(others[index]) if index < len(others) else "-",
+            shown(ours[index]) if index < len(ours) else "-",
+            shown(others[index]) if index < len(others) else "-",
         )
     console.print(table)
 
@@ -179,9 +180,9 @@ def session_command(
     traces: dict[str, list[Hop]] = {}
     for hop in found:
         traces.setdefault(hop.envelope.trace_id, []).append(hop)
-    console.print(f"session {escape(session_id)}: {len(docs)} envelopes, {len(traces)} traces")
+    console.print(f"session {shown(session_id)}: {len(docs)} envelopes, {len(traces)} traces")
     for trace_id, hops in traces.items():
-        console.rule(f"trace {escape(trace_id)}")
+        console.rule(f"trace {shown(trace_id)}")
         _draw(hops)
     _dead_letters(docs)
     link = _kibana(f'gen_ai.conversation.id:"{session_id}"', docs)
@@ -237,7 +238,7 @@ def search_command(
         _print_json({"index": where, "documents": [_row(doc) for doc in docs]})
         return
     if not docs:
-        console.print(f"nothing matches in {escape(where)}")
+        console.print(f"nothing matches in {shown(where)}")
         return
     _table(docs)
     _sessions(docs)
@@ -262,7 +263,7 @@ def _ask(question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
 
 def _draw(hops: Sequence[Hop]) -> None:
     for line in waterfall(spans(hops)):
-        console.print(escape(line), soft_wrap=True, highlight=False)
+        console.print(shown(line), soft_wrap=True, highlight=False)
 
 
 def _dead_letters(docs: Sequence[Document]) -> None:
@@ -271,8 +272,8 @@ def _dead_letters(docs: Sequence[Document]) -> None:
     for doc in letters:
         error = doc.get("error") or {}
         console.print(
-            f"[red]{escape(doc['event'].get('action', '?'))}[/red] {escape(doc['_id'])}: "
-            f"{escape(str(error.get('type')))}: {escape(str(error.get('message')))}",
+            f"[red]{shown(doc['event'].get('action', '?'))}[/red] {shown(doc['_id'])}: "
+            f"{shown(str(error.get('type')))}: {shown(str(error.get('message')))}",
             soft_wrap=True,
         )
 
@@ -302,7 +303,7 @@ def _row(doc: Document) -> dict[str, Any]:
 
 
 def _print_json(value: dict[str, Any]) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False, indent=1))
+    typer.echo(json_safe(json.dumps(value, ensure_ascii=False, indent=1)))
 
 
 def _table(docs: Sequence[Document]) -> None:
@@ -311,13 +312,13 @@ def _table(docs: Sequence[Document]) -> None:
         error = (doc.get("error") or {}).get("message")
         outcome = doc["event"].get("outcome", "")
         table.add_row(
-            doc["@timestamp"],
-            (doc.get("service") or {}).get("name", "-"),
-            doc["event"].get("action", ""),
-            f"[red]{outcome}[/red]" if outcome == "failure" else outcome,
-            escape(session_of(doc) or "-"),
-            escape(str((doc.get("trace") or {}).get("id") or "-")),  # undecodable: none
-            escape(str(error or doc.get("message", ""))),
+            shown(doc["@timestamp"]),
+            shown((doc.get("service") or {}).get("name", "-")),
+            shown(doc["event"].get("action", "")),
+            "[red]failure[/red]" if outcome == "failure" else shown(outcome),
+            shown(session_of(doc) or "-"),
+            shown(str((doc.get("trace") or {}).get("id") or "-")),  # undecodable: none
+            shown(str(error or doc.get("message", ""))),
         )
     console.print(table)
 
@@ -335,7 +336,7 @@ def _sessions(docs: Sequence[Document]) -> None:
         for session, counts in seen.items()
     ]
     console.print(
-        escape(f"{len(docs)} envelopes in {len(seen)} sessions: " + "; ".join(parts)),
+        shown(f"{len(docs)} envelopes in {len(seen)} sessions: " + "; ".join(parts)),
         soft_wrap=True,
     )
 

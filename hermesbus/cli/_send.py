@@ -17,7 +17,6 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 
 from hermesbus.client import Client
 from hermesbus.config import state_home
@@ -34,7 +33,7 @@ from ._bus import (
     signing_keys,
     unknown_identity,
 )
-from ._common import BootstrapOption, HomeOption, PrefixOption, err_console, errors, fail
+from ._common import BootstrapOption, HomeOption, PrefixOption, err_console, errors, fail, shown
 
 __all__ = [
     "BAD_INPUT",
@@ -160,9 +159,9 @@ def send_command(
     _remember(ids)
     err_console.print(f"sent {len(good)} envelope{'' if len(good) == 1 else 's'}", soft_wrap=True)
     if before:
-        shown = ", ".join(before[:_SHOWN_IDS]) + (", ..." if len(before) > _SHOWN_IDS else "")
-        said = f"{len(before)} of them were sent before from here ({shown})"
-        err_console.print(escape(said), soft_wrap=True)
+        ids_shown = ", ".join(before[:_SHOWN_IDS]) + (", ..." if len(before) > _SHOWN_IDS else "")
+        said = f"{len(before)} of them were sent before from here ({ids_shown})"
+        err_console.print(shown(said), soft_wrap=True)
         err_console.print(RESEND_NOTE, soft_wrap=True)
 
 
@@ -204,7 +203,7 @@ def _read(file: str) -> list[str]:
 
 def _report(bad: list[Problem], total: int) -> None:
     for problem in bad[:_SHOWN]:
-        err_console.print(escape(str(problem)), soft_wrap=True)
+        err_console.print(shown(str(problem)), soft_wrap=True)
     if len(bad) > _SHOWN:
         err_console.print(f"... and {len(bad) - _SHOWN} more bad lines", soft_wrap=True)
     if any(problem.reason.startswith("identity.") for problem in bad):

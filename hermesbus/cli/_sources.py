@@ -20,7 +20,7 @@ from hermesbus.replay import (
 from hermesbus.tail import Position, catalog_topics, tail
 from hermesbus.trace import Hop
 
-from ._common import err_console
+from ._common import err_console, shown
 
 __all__ = ["Read", "Slice", "read_sessions"]
 
@@ -90,7 +90,7 @@ async def read_sessions(
         except BrokerError as exc:
             if source == "broker":
                 raise
-            err_console.print(f"the broker is unreachable ({exc}): reading the trace index")
+            err_console.print(f"the broker is unreachable ({shown(exc)}): reading the trace index")
     elif source == "broker":
         raise ConfigError(
             "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"

@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from ._common import (
     BootstrapOption,
@@ -18,7 +17,9 @@ from ._common import (
     console,
     errors,
     fail,
+    json_safe,
     kafka_with,
+    shown,
 )
 from ._when import TIMES, tail_position
 
@@ -121,7 +122,8 @@ async def _print(
     ):
         listed += 1
         if as_json:
-            sys.stdout.buffer.write(orjson.dumps(tailed.as_json()) + b"\n")
+            line = json_safe(orjson.dumps(tailed.as_json()).decode())
+            sys.stdout.buffer.write(line.encode() + b"\n")
             sys.stdout.buffer.flush()
         else:
             console.print(_line(tailed), soft_wrap=True)
@@ -130,17 +132,18 @@ async def _print(
 
 
 def _line(tailed: Tailed) -> str:
+    """One record as a line of markup; everything from the record is ``shown`` escaped."""
     from hermesbus.index import iso_ms
 
     where = f"{tailed.topic}/{tailed.partition}@{tailed.offset}"
     at = iso_ms(tailed.timestamp_ms)
     envelope = tailed.envelope
     if envelope is None:
-        return f"{at} {escape(where)}  [red]undecodable[/red]: {escape(tailed.error or '')}"
+        return f"{at} {shown(where)}  [red]undecodable[/red]: {shown(tailed.error or '')}"
     body = envelope.payload.body
     kind = type(body).__name__ if body is not None else "-"
     return (
-        f"{at} {escape(where)}  {escape(envelope.source)} → {escape(envelope.target)}  "
-        f"{kind} {escape(envelope.payload.task)}  session {escape(envelope.session_id)} "
-        f"trace {escape(envelope.trace_id)} id {escape(envelope.message_id)}"
+        f"{at} {shown(where)}  {shown(envelope.source)} → {shown(envelope.target)}  "
+        f"{kind} {shown(envelope.payload.task)}  session {shown(envelope.session_id)} "
+        f"trace {shown(envelope.trace_id)} id {shown(envelope.message_id)}"
     )
