@@ -50,3 +50,8 @@ class ElasticsearchConfig(BaseSettings):
     def template_pattern(self) -> str:
         """The data streams the index template applies to (every namespace)."""
         return self.data_stream.rsplit("-", 1)[0] + "-*"
+
+    @property
+    def dataset(self) -> str:
+        """The stream's dataset: ``hermes.envelopes`` in ``logs-hermes.envelopes-default``."""
+        return self.data_stream.split("-", 2)[1]

@@ -3,11 +3,17 @@
 Writes are ``create`` operations with the record's place in the log (and time) as ``_id``
 (``async_streaming_bulk``; 429s retried with back-off), so a record indexed twice is
 stored once. Reads page with ``search_after`` in log order.
+
+The templates go in before the first write, again after any failed write (Elasticsearch
+may come back empty) and whenever a check every TEMPLATE_CHECK_S finds them gone: a
+write into a stream without them would make it with the built-in ``logs`` mappings.
+A stream whose write index was made so anyway is rolled over once they are back.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -26,7 +32,13 @@ from .config import ElasticsearchConfig
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-__all__ = ["ElasticsearchTraceIndex", "ServerState", "bulk_actions"]
+__all__ = [
+    "TEMPLATE_CHECK_S",
+    "ElasticsearchTraceIndex",
+    "ServerState",
+    "WrongIndex",
+    "bulk_actions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +54,23 @@ _ORDER = [
 ]
 _UNSUPPORTED = (400, 404, 405, 410)
 """How a server without a feature (lifecycle management) answers its API."""
+_MISSING = 404
+TEMPLATE_CHECK_S = 10.0
+"""How often, at most, a write first checks that the index template is still there."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrongIndex:
+    """A backing index of the stream whose mappings are not the template's."""
+
+    name: str
+    differences: tuple[str, ...]
+    """What differs, e.g. ``trace.id is text, not keyword`` (a few)."""
+    write_index: bool
+    """The stream's write index (new documents go there until it is rolled over)."""
+    data_stream: bool = True
+    """False: a plain index has the stream's name (written before any template of ours
+    existed on a server without a data stream template of its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +85,8 @@ class ServerState:
     highest first: the first is the one a new backing index gets."""
     lifecycle: bool
     """Whether the server has index lifecycle management."""
+    wrong: tuple[WrongIndex, ...] = ()
+    """The stream's backing indices mapped otherwise than the template says."""
 
 
 class ElasticsearchTraceIndex(Service):
@@ -69,11 +100,13 @@ class ElasticsearchTraceIndex(Service):
         self.config = config or ElasticsearchConfig()
         self.stream = self.config.data_stream
         self.where = f"{self.config.shown_url} ({self.stream})"
+        self.template = templates.template_name(self.config.dataset)
         self._install = install
         self._client: AsyncElasticsearch | None = None
         self.lifecycle: bool | None = None
         """Whether the server has index lifecycle management (known once installed)."""
         self._installed = not install
+        self._checked = 0.0  # time.monotonic() of the last look at the template
 
     async def start(self) -> None:
         if self._client is not None:
@@ -103,15 +136,77 @@ class ElasticsearchTraceIndex(Service):
         return self._client
 
     async def install(self) -> None:
-        """The lifecycle policy (where supported), component templates, index template."""
+        """The lifecycle policy (where supported), component templates, index template;
+        then a stream whose write index lacks their mappings is rolled over."""
         client = self.client
         with translated("the index templates", self.config.shown_url):
             self.lifecycle = await self._put_policy()
-            for name, body in templates.component_templates(lifecycle=self.lifecycle).items():
+            components = templates.component_templates(lifecycle=self.lifecycle, name=self.template)
+            for name, body in components.items():
                 await client.cluster.put_component_template(name=name, **body)
-            template = templates.index_template(self.config.template_pattern)
-            await client.indices.put_index_template(name=templates.INDEX_TEMPLATE, **template)
-        self._installed = True
+            template = templates.index_template(self.config.template_pattern, self.template)
+            await client.indices.put_index_template(name=self.template, **template)
+            await self._roll_over_if_wrong()
+        self._installed, self._checked = True, time.monotonic()
+
+    async def _roll_over_if_wrong(self) -> None:
+        """Roll the stream over when its write index was made without the template (a
+        write came first): new documents then go into one made from it. A plain index
+        in the stream's place (a server with no data stream template then) cannot be:
+        it is logged, for the operator (``hermesbus doctor`` says how)."""
+        for wrong in await self._wrong():
+            if not wrong.write_index:
+                continue
+            log.error(
+                "trace index: %s was made without the template %s (%s); %s. `hermesbus "
+                "doctor` says how to repair it",
+                wrong.name,
+                self.template,
+                "; ".join(wrong.differences),
+                f"rolling {self.stream} over so new documents are mapped right"
+                if wrong.data_stream
+                else "documents go on into it until it is deleted",
+            )
+            if wrong.data_stream:
+                await self.client.indices.rollover(alias=self.stream)
+
+    async def _wrong(self) -> list[WrongIndex]:
+        """The stream's backing indices (or the plain index in its place) whose mappings
+        are not the template's; the last backing index is the write index."""
+        reply = await self.client.indices.get_mapping(
+            index=self.stream, ignore_unavailable=True, allow_no_indices=True
+        )
+        found: dict[str, Any] = dict(reply.body)
+        if self.stream in found:  # an index, not a data stream, has the name
+            mapped = found[self.stream].get("mappings", {})
+            differences = ("a plain index, not a data stream", *templates.wrongly_mapped(mapped))
+            return [WrongIndex(self.stream, differences, write_index=True, data_stream=False)]
+        backing = sorted(found, key=_generation)
+        wrong = []
+        for name in backing:
+            differs = tuple(templates.wrongly_mapped(found[name].get("mappings", {})))
+            if differs:
+                wrong.append(WrongIndex(name, differs, name == backing[-1]))
+        return wrong
+
+    async def _ensure_templates(self) -> None:
+        """Install them unless they are known to be there (looked at within
+        TEMPLATE_CHECK_S); Elasticsearch back empty has none."""
+        if self._installed and time.monotonic() - self._checked < TEMPLATE_CHECK_S:
+            return
+        if self._installed:
+            with translated("a template check", self.config.shown_url):
+                there = await self.client.indices.exists_index_template(name=self.template)
+            self._checked = time.monotonic()
+            if there:
+                return
+            log.warning(
+                "trace index: the index template %s is gone from %s (did Elasticsearch "
+                "come back empty?); putting the templates back before writing",
+                self.template,
+                self.config.shown_url,
+            )
+        await self.install()
 
     async def _put_policy(self) -> bool:
         from elasticsearch import ApiError  # noqa: PLC0415 - an optional extra
@@ -127,11 +222,20 @@ class ElasticsearchTraceIndex(Service):
         return True
 
     async def write(self, docs: Sequence[Document]) -> WriteResult:
+        await self._ensure_templates()  # no stream without them, even after an outage
+        result = WriteResult()
+        try:
+            await self._bulk(docs, result)
+        except TraceIndexError as exc:
+            if exc.retriable:  # away: it may come back empty, so they go in again first
+                self._installed = False
+            raise
+        return result
+
+    async def _bulk(self, docs: Sequence[Document], result: WriteResult) -> None:
         from elasticsearch.helpers import async_streaming_bulk  # noqa: PLC0415
 
-        if not self._installed:  # Elasticsearch was away at start: no stream without them
-            await self.install()
-        result, later = WriteResult(), 0
+        later = 0
         with translated("a bulk write", self.config.shown_url):
             async for _ok, item in async_streaming_bulk(
                 self.client,
@@ -150,7 +254,6 @@ class ElasticsearchTraceIndex(Service):
                 f"Elasticsearch at {self.config.shown_url} did not store {later} of {len(docs)} "
                 "documents for now (429 or 5xx after retries)"
             )
-        return result
 
     def _create(
         self, doc: bytes | str | Document
@@ -192,7 +295,8 @@ class ElasticsearchTraceIndex(Service):
 
     async def state(self) -> ServerState:
         """The cluster's health, the stream's documents, the index template that applies to
-        the stream and whether lifecycle management exists; read-only."""
+        the stream, whether lifecycle management exists and the backing indices mapped
+        otherwise than the template says; read-only."""
         from elasticsearch import ApiError  # noqa: PLC0415 - an optional extra
 
         client = self.client
@@ -207,8 +311,9 @@ class ElasticsearchTraceIndex(Service):
                 if status_of(exc) not in _UNSUPPORTED:
                     raise
                 lifecycle = False
+            wrong = tuple(await self._wrong())
         matching = _matching(listed.get("index_templates", []), self.stream)
-        return ServerState(str(health["status"]), documents, matching, lifecycle)
+        return ServerState(str(health["status"]), documents, matching, lifecycle, wrong)
 
     async def _all(self, query: dict[str, Any], limit: int | None = None) -> list[Document]:
         return [doc async for doc in self._pages(query, limit=limit)]
@@ -251,6 +356,12 @@ def bulk_actions(stream: str, docs: Sequence[Document]) -> list[dict[str, Any]]:
         }
         for doc in docs
     ]
+
+
+def _generation(backing: str) -> int:
+    """A backing index's generation: ``.ds-<stream>-<date>-000002`` is 2."""
+    tail = backing.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _matching(templates: Sequence[dict[str, Any]], stream: str) -> tuple[tuple[str, int], ...]:

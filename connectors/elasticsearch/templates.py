@@ -3,7 +3,9 @@
 Installed idempotently when the index starts (a PUT of the same body changes nothing).
 The index template's priority is above the built-in ``logs`` template (100), so these
 explicit mappings win for ``logs-hermes.envelopes-*``. A lifecycle policy is installed
-and referenced only where the server has index lifecycle management.
+and referenced only where the server has index lifecycle management. Another dataset
+(``HERMES_ELASTICSEARCH_DATA_STREAM=logs-other-default``) gets templates of its own
+(``hermes-envelopes-other``): two buses on one cluster do not overwrite each other's.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ __all__ = [
     "index_template",
     "lifecycle_policy",
     "mappings",
+    "template_name",
+    "wrongly_mapped",
 ]
 
 PRIORITY = 250
 LIFECYCLE_POLICY = "hermes-envelopes"
 _NAME = "hermes-envelopes"
 INDEX_TEMPLATE = _NAME
+"""The index template's name for the default dataset (``template_name``)."""
+_DATASET = "hermes.envelopes"
 
 _KEYWORD = {"type": "keyword"}
 _LONG = {"type": "long"}
@@ -92,24 +98,32 @@ def mappings() -> dict[str, Any]:
     }
 
 
-def component_templates(*, lifecycle: bool) -> dict[str, dict[str, Any]]:
-    """Name → body of the component templates: mappings, and settings."""
+def template_name(dataset: str = _DATASET) -> str:
+    """The index template of ``dataset``'s streams (its component templates are named
+    after it): ``hermes-envelopes`` for the default one, ``hermes-envelopes-<dataset>``."""
+    return _NAME if dataset == _DATASET else f"{_NAME}-{dataset}"
+
+
+def component_templates(*, lifecycle: bool, name: str = _NAME) -> dict[str, dict[str, Any]]:
+    """Name → body of the component templates of index template ``name``: mappings, and
+    settings."""
     settings: dict[str, Any] = {"index": {"codec": "best_compression"}}
     if lifecycle:
         settings["index"]["lifecycle"] = {"name": LIFECYCLE_POLICY}
     return {
-        f"{_NAME}@mappings": {"template": {"mappings": mappings()}},
-        f"{_NAME}@settings": {"template": {"settings": settings}},
+        f"{name}@mappings": {"template": {"mappings": mappings()}},
+        f"{name}@settings": {"template": {"settings": settings}},
     }
 
 
-def index_template(pattern: str) -> dict[str, Any]:
-    """The composable index template that makes ``pattern`` data streams of these docs."""
+def index_template(pattern: str, name: str = _NAME) -> dict[str, Any]:
+    """The composable index template ``name`` that makes ``pattern`` data streams of these
+    docs."""
     return {
         "index_patterns": [pattern],
         "data_stream": {},
         "priority": PRIORITY,
-        "composed_of": [f"{_NAME}@mappings", f"{_NAME}@settings"],
+        "composed_of": [f"{name}@mappings", f"{name}@settings"],
         "_meta": {"managed_by": "hermesbus", "description": "one document per envelope"},
     }
 
@@ -122,3 +136,29 @@ def lifecycle_policy() -> dict[str, Any]:
             "delete": {"min_age": "30d", "actions": {"delete": {}}},
         }
     }
+
+
+def wrongly_mapped(actual: dict[str, Any], limit: int = 3) -> list[str]:
+    """How a backing index's ``actual`` mappings differ from :func:`mappings` (up to
+    ``limit`` differences, e.g. ``trace.id is text, not keyword``); none: it was made from
+    our template. A field the index lacks is no difference (no document had it yet)."""
+    found: list[str] = []
+    if str(actual.get("dynamic", "true")) != "false":
+        found.append("dynamic mapping on (made without hermesbus's template)")
+    _compare(mappings()["properties"], actual.get("properties", {}), "", found)
+    return found[:limit]
+
+
+def _compare(want: dict[str, Any], have: dict[str, Any], path: str, found: list[str]) -> None:
+    for field, spec in want.items():
+        there = have.get(field)
+        if there is None:
+            continue
+        name = path + field
+        if "properties" in spec:
+            _compare(spec["properties"], there.get("properties", {}), name + ".", found)
+        elif spec.get("enabled") is False:
+            if there.get("enabled", True) is not False:
+                found.append(f"{name} is indexed, not kept unindexed")
+        elif there.get("type", "object") != spec["type"]:
+            found.append(f"{name} is {there.get('type', 'object')}, not {spec['type']}")

@@ -1,10 +1,12 @@
-"""``hermesbus doctor``'s trace index checks: the index answers with the right template, and
-how far the indexer is behind the topics. Read-only, like the other checks."""
+"""``hermesbus doctor``'s trace index checks: the index answers with the right template and
+its stream is mapped by it, and how far the indexer is behind the topics. Read-only, like
+the other checks."""
 
 from __future__ import annotations
 
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
-from hermesbus.connectors.elasticsearch.templates import INDEX_TEMPLATE
+from hermesbus.connectors.elasticsearch.index import ServerState
+from hermesbus.connectors.elasticsearch.templates import template_name
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import behind
 from hermesbus.connectors.sqlite import SqliteConfig
@@ -43,15 +45,18 @@ async def _elasticsearch(config: ElasticsearchConfig) -> Check:
         said = f"{where}: the cluster is red (a primary shard is unassigned)"
         fix = "GET _cluster/allocation/explain says which shard and why"
         return Check(NAME, "FAIL", said, fix)
-    ours = dict(state.templates).get(INDEX_TEMPLATE)
+    template = template_name(config.dataset)
+    if state.wrong:
+        return _wrongly_mapped(config, state, where, template)
+    ours = dict(state.templates).get(template)
     if ours is None:
-        said = f"{where}: the index template {INDEX_TEMPLATE} is not installed yet"
+        said = f"{where}: the index template {template} is not installed yet"
         return Check(NAME, "warn", said, "`hermesbus up` installs it before the first write")
     winner, priority = state.templates[0]
-    if winner != INDEX_TEMPLATE:
+    if winner != template:
         said = (
             f"{where}: the index template {winner} (priority {priority}) wins over "
-            f"{INDEX_TEMPLATE} (priority {ours}): its mappings would apply to new indices"
+            f"{template} (priority {ours}): its mappings would apply to new indices"
         )
         fix = f"give {winner} a priority below {ours}, or patterns that leave the stream out"
         return Check(NAME, "FAIL", said, fix)
@@ -62,9 +67,40 @@ async def _elasticsearch(config: ElasticsearchConfig) -> Check:
     )
     said = (
         f"{where}: {state.documents:,} envelopes, cluster {state.health}; index template "
-        f"{INDEX_TEMPLATE} (priority {ours}); {lifecycle}"
+        f"{template} (priority {ours}); {lifecycle}"
     )
     return Check(NAME, "ok", said)
+
+
+def _wrongly_mapped(
+    config: ElasticsearchConfig, state: ServerState, where: str, template: str
+) -> Check:
+    """FAIL naming the backing indices made without the template (Elasticsearch came back
+    empty and a write came before the template), with the commands that repair the stream."""
+    names = ", ".join(f"{w.name} ({'; '.join(w.differences)})" for w in state.wrong)
+    said = (
+        f"{where}: backing indices mapped without the index template {template}: {names}. "
+        "Searches of the stream fail on them (400 search_phase_execution_exception)"
+    )
+    return Check(NAME, "FAIL", said, _repair(config, state, template))
+
+
+def _repair(config: ElasticsearchConfig, state: ServerState, template: str) -> str:
+    """The exact commands: roll the stream over (its write index is wrong) once the
+    template is back, then delete each wrongly mapped backing index."""
+    auth = ' -H "Authorization: ApiKey $HERMES_ELASTICSEARCH_API_KEY"' if config.api_key else ""
+    url = config.shown_url.rstrip("/")
+    steps = []
+    if template not in dict(state.templates):
+        steps.append(f"start `hermesbus up` (it puts the template {template} back)")
+    if any(w.write_index and w.data_stream for w in state.wrong):
+        steps.append(f"curl -X POST{auth} '{url}/{config.data_stream}/_rollover'")
+    steps += [f"curl -X DELETE{auth} '{url}/{w.name}'" for w in state.wrong]
+    return (
+        "; then ".join(steps)
+        + " (the deleted indices' documents leave the trace index; their records stay "
+        "in Kafka, where `hermesbus trace --from-log` reads them)"
+    )
 
 
 async def _sqlite(config: SqliteConfig) -> Check:

@@ -98,7 +98,7 @@ def test_a_stream_no_template_covers_yet_is_a_warning(
     result = _doctor(env=_es_env(tmp_path, config), cwd=tmp_path)
     status, said = _line(result.out, "trace index")
     assert status == "warn", result.out
-    assert "the index template hermes-envelopes is not installed yet" in said
+    assert f"the index template hermes-envelopes-doc{unique} is not installed yet" in said
     assert "`hermesbus up` installs it before the first write" in said
 
 
