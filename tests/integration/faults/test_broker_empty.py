@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import NewPartitions
 from aiokafka.errors import KafkaError
 
 from hermesbus.broker import EmbeddedBroker, free_port
@@ -204,6 +205,28 @@ async def test_up_creates_the_topics_again_when_the_broker_comes_back_empty(
         assert await _records(bootstrap, prefix + "hermes.dlq") == []
         assert "misrouted" not in up.stderr()
         assert up.process.poll() is None
+
+
+@pytest.mark.timeout(START_S + RECREATE_S + STOP_S + 60)
+async def test_up_stops_saying_why_when_it_cannot_make_the_lost_topics_as_at_start(
+    kafka_bootstrap: str, tmp_path: Path, unique: str
+) -> None:
+    """Apache Kafka: one session topic grown to 8 partitions, then another topic lost. Made
+    again, the lost one would disagree with one of the session topics: up stops (exit 3)
+    saying so, rather than serve sessions split over two partition counts."""
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    prefix = f"odd-{unique}."
+    args = ("up", "--bootstrap", kafka_bootstrap, "--prefix", prefix)
+    with _running(tmp_path / "up", *args, env=env) as up:
+        up.wait_for("serving; Ctrl-C stops", within_s=START_S)
+        async with KafkaAdmin(KafkaConfig(bootstrap=kafka_bootstrap)) as admin:
+            await admin.client.create_partitions({prefix + CONVERSATION_IN: NewPartitions(8)})
+            await admin.client.delete_topics([prefix + CONVERSATION_OUT])
+        code = await asyncio.to_thread(up.process.wait, RECREATE_S + STOP_S)
+        said = up.stderr()
+    assert code == 3, said
+    assert f"the topics at {kafka_bootstrap} changed under up: topics keyed by session" in said
+    assert f"{prefix}{CONVERSATION_IN}=8" in said and "stopping (exit code 3)" in said
 
 
 async def test_a_client_never_creates_a_missing_topic(broker: str, unique: str) -> None:
