@@ -9,7 +9,6 @@ store and no model.
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -166,10 +165,9 @@ def _top() -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # we report its failures once
-    # elastic_transport logs a traceback per retry: the index reports its failures once
-    logging.getLogger("elastic_transport").setLevel(logging.CRITICAL)
+    from hermesbus._logging import configure
+
+    configure()  # each condition logged once per 30 s, third-party loggers quiet
     if sys.argv[1:2] != ["up"]:  # up keeps exiting 130 at once until its loop handles Ctrl-C
         _sigint.release()  # the other commands get KeyboardInterrupt, as they expect
     app()
