@@ -7,9 +7,12 @@ in the slice (the apps' user turns, in the order they were consumed), copies eac
 the four processors on the ``PREFIX.`` topics, each turn sent once the previous one was
 answered, as a user would. Everything the sandbox keeps is its own:
 
-* topics ``PREFIX.*`` and consumer groups ``PREFIX.<processor>``;
+* topics ``PREFIX.*`` and consumer groups ``PREFIX.<processor>``, on a prefix that was
+  fresh or that a redrive marked as its sandbox (``hermesbus.sandbox``): another
+  environment's prefix is refused before anything is written;
 * state, memory, tool registry and a trace index (SQLite) under
-  ``$HERMES_HOME/replays/<PREFIX>/``; only the keyring is shared (read);
+  ``$HERMES_HOME/replays/<PREFIX>/``, never a production server or file from settings;
+  only the keyring is shared (read);
 * tools answer what they answered then for the same arguments (recorded mode), or run
   for real with ``--live-tools`` (the production registry's specs, copied); the
   dispatcher sees the tool health it saw then.
@@ -36,17 +39,23 @@ from pydantic import ValidationError
 
 from hermesbus.client import Client
 from hermesbus.config import state_home, writable_home
+from hermesbus.connectors.elasticsearch import ElasticsearchConfig
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.neo4j import Neo4jConfig
+from hermesbus.connectors.redis import RedisConfig
+from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.envelope import Envelope
 from hermesbus.errors import ConfigError
 from hermesbus.identity import KEYS_FILE_ENV, keys_path
+from hermesbus.index import INDEXER_GROUP
 from hermesbus.payloads import Reply, UserTurn
-from hermesbus.processors import dispatcher
+from hermesbus.processors import dispatcher, memory, tool
 from hermesbus.processors.recorded import ArgumentTools, health_of
 from hermesbus.replay import Recording, consumed_order
 from hermesbus.runtime import derive_id
-from hermesbus.stack import Progress, stack
+from hermesbus.sandbox import claim
+from hermesbus.stack import REPLAYABLE, Progress, stack
 from hermesbus.topics import CONVERSATION_IN
 from hermesbus.trace import Hop
 
@@ -185,8 +194,14 @@ def _step(node: Any, part: str, so_far: str, path: str) -> Any:
     raise ConfigError(f"--set {path}: the envelope has no field {so_far!r}")
 
 
-_SERVERS = ("HERMES_ELASTICSEARCH_URL", "HERMES_REDIS_URL", "HERMES_NEO4J_URL")
-"""The production stores a sandbox must never use."""
+_PRODUCTION = (
+    "HERMES_ELASTICSEARCH_URL",
+    "HERMES_REDIS_URL",
+    "HERMES_NEO4J_URL",
+    "HERMES_MEMORY_PATH",
+)
+"""The production stores a sandbox must never use: servers, and files outside the state
+folder (memory's SQLite file)."""
 
 
 @contextlib.contextmanager
@@ -194,15 +209,17 @@ def _sandbox_settings(home: Path) -> Iterator[None]:
     """``HERMES_HOME`` the sandbox's folder while it runs; the keyring stays the bus's.
 
     Every store of the sandbox is SQLite in that folder: the production servers
-    (Elasticsearch, Redis, Neo4j) are not configured while it runs, so nothing of theirs
-    is read or written (the sandbox's sessions have the production sessions' ids)."""
+    (Elasticsearch, Redis, Neo4j) and memory's own file are not configured while it runs,
+    so nothing of theirs is read or written (the sandbox's sessions have the production
+    sessions' ids); :func:`_sandboxed` checks what the settings then give."""
     keys = keys_path()
-    saved = {name: os.environ.get(name) for name in ("HERMES_HOME", KEYS_FILE_ENV, *_SERVERS)}
+    saved = {name: os.environ.get(name) for name in ("HERMES_HOME", KEYS_FILE_ENV, *_PRODUCTION)}
     os.environ["HERMES_HOME"] = str(home)
     os.environ[KEYS_FILE_ENV] = str(keys)
-    for name in _SERVERS:
+    for name in _PRODUCTION:
         os.environ.pop(name, None)
     try:
+        _sandboxed(home)
         yield
     finally:
         for name, value in saved.items():
@@ -210,6 +227,34 @@ def _sandbox_settings(home: Path) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+_GROUPS = (*REPLAYABLE, INDEXER_GROUP)
+"""The consumer groups a sandbox joins (after its prefix; each tool's own only with
+``--live-tools``)."""
+
+
+def _sandboxed(home: Path) -> None:
+    """ConfigError unless every store the settings now pick is the sandbox's own: a SQLite
+    file in ``home``, no server (the state, memory's two stores, the tools' results and
+    idempotency keys; the trace index is given to the stack explicitly)."""
+    files = {
+        "session state": SqliteConfig().path,
+        "memory": memory.MemorySettings().db_path,
+        "tools": tool.ToolSettings().tools_path,
+    }
+    servers = {
+        "Redis": RedisConfig().url is not None,
+        "Neo4j": bool(Neo4jConfig().url),
+        "Elasticsearch": bool(ElasticsearchConfig().url),
+    }
+    outside = [f"{what} at {path}" for what, path in files.items() if not path.is_relative_to(home)]
+    outside += [f"{what} (a server)" for what, configured in servers.items() if configured]
+    if outside:
+        raise ConfigError(
+            f"a redrive keeps every store in its sandbox {home}, but the settings give "
+            f"{', '.join(outside)}: refused, it would write production's stores"
+        )
 
 
 def _recorded_health(recording: Recording) -> dispatcher.StaticHealth:
@@ -254,6 +299,8 @@ async def redrive(
             f"sandbox {prefix} was used before ({home}): its state would skip the turns as "
             "already applied. Choose another --into (or remove that folder and its topics)"
         )
+    if kafka.bootstrap:  # else a new embedded broker: nothing on it but the sandbox
+        await claim(kafka, prefix, [prefix + name for name in _GROUPS])
     production = writable_home()  # before HERMES_HOME points at the sandbox
     home.mkdir(parents=True, exist_ok=True)
     tools = None if live_tools else ArgumentTools.of(recording)

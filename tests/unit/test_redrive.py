@@ -145,10 +145,28 @@ def test_a_sandbox_uses_no_production_server(
     # the sandbox's sessions have the production ids: its state must stay in its folder
     for name in ("HERMES_ELASTICSEARCH_URL", "HERMES_REDIS_URL", "HERMES_NEO4J_URL"):
         monkeypatch.setenv(name, f"{name.lower()}://prod:1")
+    production_memory = tmp_path / "prod" / "memory.sqlite3"
+    monkeypatch.setenv("HERMES_MEMORY_PATH", str(production_memory))
     with sandboxes._sandbox_settings(tmp_path / "sandbox"):
         assert os.environ["HERMES_HOME"] == str(tmp_path / "sandbox")
         assert isinstance(backends.state_store(), SqliteStateStore)
         stores = backends.memory_stores()
         assert isinstance(stores.graph, SqliteGraphStore)
         assert isinstance(stores.preferences, SqlitePreferenceStore)
+        assert stores.settings.db_path == tmp_path / "sandbox" / "memory.sqlite3"
+        assert backends.tool_store().where == str(tmp_path / "sandbox" / "tools.sqlite3")
     assert os.environ["HERMES_REDIS_URL"] == "hermes_redis_url://prod:1"  # given back
+    assert os.environ["HERMES_MEMORY_PATH"] == str(production_memory)
+
+
+def test_a_sandbox_whose_settings_still_name_a_production_store_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a store location the sandbox does not clear (a settings field added later): refused
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "prod"))
+    with pytest.raises(ConfigError, match=r"but the settings give session state at .*prod"):
+        sandboxes._sandboxed(tmp_path / "sandbox")
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "sandbox"))
+    monkeypatch.setenv("HERMES_REDIS_URL", "redis://prod:1")
+    with pytest.raises(ConfigError, match=r"settings give Redis \(a server\): refused"):
+        sandboxes._sandboxed(tmp_path / "sandbox")

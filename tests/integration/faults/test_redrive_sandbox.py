@@ -1,0 +1,299 @@
+"""Issue 25 item 5: a redrive cannot reach another environment, on each real broker.
+
+With two tenants on one broker, ``replay --redrive --into prod`` from the first fed the
+second's running groups, wrote its state and ran its tools; with ``HERMES_MEMORY_PATH``
+set, a redrive wrote production's memory file. Here: a prefix with topics, or with a
+consumer group that has a member or committed offsets, is refused (exit 2, one line)
+unless a redrive marked it as its sandbox; a redrive into a fresh prefix writes none of
+production's stores, files or servers. In every case nothing outside the sandbox
+changes: topics' end offsets, groups' committed offsets, every file of the state folder
+and memory's own file (by digest), Redis keys and Neo4j nodes of production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
+from hermesbus.connectors.redis import RedisConfig, RedisStateStore
+from hermesbus.demo import Said, run
+from hermesbus.errors import SettingError
+from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.sandbox import MARKER, claim, marker_of
+from hermesbus.topics import CONVERSATION_IN, Catalog
+from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.stacks import demo_stack
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+_BUS_GROUPS = ("conversation", "dispatcher", "memory", "tool", "indexer")
+"""The bus's own consumer groups (a tenant's groups are not prefixed), besides tool-*."""
+_JOIN_S = 60.0
+
+
+def _quiet(kind: str, item: object) -> None:
+    """The demo's printer, silenced."""
+
+
+async def _demo(broker: str, prefix: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> Said:
+    """The demo's two conversations on ``prefix``, run and stopped; the second (stopped
+    at S4, its report unsubmitted) is the one redriven."""
+    async with demo_stack(broker, prefix, home, monkeypatch) as running:
+        return (await run(running.bootstrap, running.prefix, _quiet))[1]
+
+
+async def _topics(kafka: KafkaConfig, prefixes: Sequence[str]) -> dict[str, int]:
+    """The broker's topics under ``prefixes``, with their partition counts."""
+    async with KafkaAdmin(kafka) as admin:
+        names = [t for t in await admin.client.list_topics() if t.startswith(tuple(prefixes))]
+        return {name: t.partitions for name, t in (await admin.describe(names)).items()}
+
+
+async def _groups(kafka: KafkaConfig) -> list[str]:
+    async with KafkaAdmin(kafka) as admin:
+        return sorted(str(g[0]) for g in await admin.client.list_consumer_groups())
+
+
+async def _broker_state(kafka: KafkaConfig, prefixes: Sequence[str]) -> dict[str, Any]:
+    """Under ``prefixes``: every topic's end offsets, and the commits there of the bus's
+    groups and of every group named with one of the prefixes; those groups' names."""
+    topics = await _topics(kafka, prefixes)
+    parts = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None)
+    await consumer.start()
+    try:
+        consumer.assign(parts)
+        ends = {
+            f"{tp.topic}/{tp.partition}": o for tp, o in (await consumer.end_offsets(parts)).items()
+        }
+    finally:
+        await consumer.stop()
+    groups = await _groups(kafka)
+    ours = [g for g in groups if g.startswith(tuple(prefixes))]
+    watched = [g for g in groups if g in _BUS_GROUPS or g.startswith("tool-")] + ours
+    commits = {g: await _commits(kafka, g, parts) for g in watched}
+    return {"topics": sorted(topics), "ends": ends, "groups": ours, "commits": commits}
+
+
+async def _commits(
+    kafka: KafkaConfig, group: str, parts: Sequence[TopicPartition]
+) -> dict[str, int]:
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        found = {f"{tp.topic}/{tp.partition}": await consumer.committed(tp) for tp in parts}
+    finally:
+        await consumer.stop()
+    return {place: offset for place, offset in found.items() if offset is not None}
+
+
+def _files(*roots: Path) -> dict[str, str | None]:
+    """Every file under ``roots`` but the sandboxes' folder, by digest (None: a root that
+    does not exist)."""
+    found: dict[str, str | None] = {}
+    for root in roots:
+        if not root.exists():
+            found[str(root)] = None
+            continue
+        paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in paths:
+            if "replays" not in path.relative_to(root.parent).parts:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _redrive(session: str, source: str, into: str, *, broker: str, env: dict[str, str]) -> Ran:
+    cwd = Path(env["HERMES_HOME"]).parent
+    args = ["--session", session, "--bootstrap", broker, "--prefix", source, "--into", into]
+    return hermesbus("replay", *args, "--redrive", env=env, cwd=cwd, timeout=300)
+
+
+async def _environment(kafka: KafkaConfig, prefix: str) -> None:
+    """Another environment on the same broker: the catalog's topics, a turn waiting."""
+    catalog = Catalog.load().with_overrides(prefix=prefix)
+    async with KafkaAdmin(kafka) as admin:
+        await admin.create(catalog.topics)
+    producer = AIOKafkaProducer(**kafka.client_kwargs())
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            prefix + CONVERSATION_IN, b"a turn of that environment", key=b"s"
+        )
+    finally:
+        await producer.stop()
+
+
+async def _commit(kafka: KafkaConfig, group: str, topic: str) -> None:
+    """``group`` commits offset 1 on ``topic`` from outside (no member stays)."""
+    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        place = TopicPartition(topic, 0)
+        consumer.assign([place])
+        await consumer.commit({place: 1})
+    finally:
+        await consumer.stop()
+
+
+@asynccontextmanager
+async def _member(kafka: KafkaConfig, group: str, topic: str) -> AsyncIterator[None]:
+    """A member of ``group`` (subscribed to ``topic``, committing nothing) while inside."""
+    consumer = AIOKafkaConsumer(
+        **kafka.client_kwargs(),
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="latest",
+    )
+    consumer.subscribe([topic])
+    await consumer.start()
+    try:
+        async with asyncio.timeout(_JOIN_S):
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=500)
+        yield
+    finally:
+        await consumer.stop()
+
+
+async def test_a_redrive_into_another_environment_is_refused_and_changes_nothing(
+    broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, home = f"dev-{unique}.", tmp_path / "home"
+    stopped = await _demo(broker, source, home, monkeypatch)
+    session = stopped.conversation.session_id
+    kafka = KafkaConfig(bootstrap=broker)
+    live, busy, idle = f"live-{unique}", f"busy-{unique}", f"idle-{unique}"
+    await _environment(kafka, live + ".")  # its topics exist
+    await _commit(kafka, idle + ".conversation", source + CONVERSATION_IN)  # offsets only
+    env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    prefixes = [source, live + ".", busy + ".", idle + "."]
+    async with _member(kafka, busy + ".conversation", source + CONVERSATION_IN):  # a member
+        before = await _broker_state(kafka, prefixes)
+        files = _files(home)
+        refusals = {  # in threads: the member keeps beating meanwhile
+            into: await asyncio.to_thread(_redrive, session, source, into, broker=broker, env=env)
+            for into in (live, busy, idle)
+        }
+        after = await _broker_state(kafka, prefixes)
+    says = {
+        live: f"topics {live}.hermes.",
+        busy: f"consumer groups {busy}.conversation exist (members or offsets)",
+        idle: f"consumer groups {idle}.conversation exist (members or offsets)",
+    }
+    for into, ran in refusals.items():
+        assert ran.code == 2, ran.output
+        lines = ran.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --into {into}.: refused, "), ran.err
+        assert says[into] in lines[0] and f"no {into}.{MARKER} marker" in lines[0], lines[0]
+        assert "Traceback" not in ran.output and ran.out == ""
+    assert after == before  # no topic, group, offset or record more; no marker either
+    assert not any(t.endswith(MARKER) for t in after["topics"])
+    assert _files(home) == files
+    assert not (home / "replays").exists()  # refused before its folder was made
+
+
+@pytest.mark.parametrize("production", ["sqlite", "servers"])
+async def test_a_redrive_writes_none_of_productions_stores(
+    broker: str,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    production: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Production's settings in the environment (memory's own file; with "servers",
+    Redis and Neo4j too): the sandbox uses its own SQLite files, nothing of those."""
+    source, home = f"prod-{unique}.", tmp_path / "home"
+    memory_file = tmp_path / "production" / "memory.sqlite3"
+    settings = {"HERMES_MEMORY_PATH": str(memory_file)}
+    if production == "servers":
+        settings |= {
+            "HERMES_REDIS_URL": request.getfixturevalue("redis_url"),
+            "HERMES_REDIS_PREFIX": f"prod{unique}",
+            "HERMES_NEO4J_URL": request.getfixturevalue("neo4j_url"),
+            "HERMES_NEO4J_NAMESPACE": f"prod{unique}",
+        }
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    memory_file.parent.mkdir()
+    stopped = await _demo(broker, source, home, monkeypatch)
+    assert memory_file.exists() == (production == "sqlite")  # production's memory is there
+    kafka = KafkaConfig(bootstrap=broker)
+    sandbox = f"sandbox-{unique}."
+    before = await _broker_state(kafka, [source])
+    files = _files(home, memory_file)
+    servers = await _servers(settings)
+    env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}, **settings)
+    ran = _redrive(stopped.conversation.session_id, source, sandbox, broker=broker, env=env)
+    assert ran.code == 0, ran.output
+    assert "hermes  " in ran.out  # the sandbox answered
+    assert await _broker_state(kafka, [source]) == before
+    assert _files(home, memory_file) == files
+    assert await _servers(settings) == servers
+    # what the sandbox kept is in its own folder: memory's choice of "不用，就这三张" too
+    own = home / "replays" / sandbox.rstrip(".")
+    assert (own / "state.sqlite3").exists() and (own / "memory.sqlite3").exists()
+    if production == "servers":
+        assert servers["redis"] > 0 and servers["neo4j"] > 0  # production had data there
+
+
+async def _servers(settings: dict[str, str]) -> dict[str, int]:
+    """Production's Redis keys and Neo4j nodes (under its prefix and namespace)."""
+    if "HERMES_REDIS_URL" not in settings:
+        return {}
+    prefix = settings["HERMES_REDIS_PREFIX"]
+    async with RedisStateStore(RedisConfig(url=settings["HERMES_REDIS_URL"], prefix=prefix)) as r:
+        keys = [k async for k in r.redis.scan_iter(match=f"{prefix}:*")]
+    config = Neo4jConfig(
+        url=settings["HERMES_NEO4J_URL"], namespace=settings["HERMES_NEO4J_NAMESPACE"]
+    )
+    async with Neo4jGraphStore(config) as graph:
+        rows = await graph.driver.execute_query(
+            "MATCH (n {ns: $ns}) RETURN count(n) AS n", ns=config.namespace
+        )
+    return {"redis": len(keys), "neo4j": int(rows.records[0]["n"])}
+
+
+async def test_only_a_fresh_prefix_or_a_marked_sandbox_is_claimed(broker: str, unique: str) -> None:
+    kafka = KafkaConfig(bootstrap=broker)
+    sandbox = f"sb-{unique}."
+    assert await claim(kafka, sandbox) is True  # fresh: marked now
+    async with KafkaAdmin(kafka) as admin:  # the topics a redrive then makes
+        await admin.create(Catalog.load().with_overrides(prefix=sandbox).topics)
+    assert await claim(kafka, sandbox) is False  # a sandbox a redrive made: allowed again
+    await _commit(kafka, sandbox + "conversation", sandbox + CONVERSATION_IN)
+    assert await claim(kafka, sandbox) is False  # its own groups' offsets too
+    # a marker topic whose record names another prefix does not make a sandbox
+    forged = f"fg-{unique}."
+    await _environment(kafka, forged)
+    async with KafkaAdmin(kafka) as admin:
+        await admin.create([_Topic(forged + MARKER)])
+    producer = AIOKafkaProducer(**kafka.client_kwargs())
+    await producer.start()
+    try:
+        await producer.send_and_wait(forged + MARKER, marker_of(sandbox), partition=0)
+    finally:
+        await producer.stop()
+    with pytest.raises(SettingError, match=f"--into {forged}: refused, topics {forged}hermes"):
+        await claim(kafka, forged)
+
+
+class _Topic:
+    """A one-partition topic as KafkaAdmin.create takes it."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.partitions, self.replication_factor = name, 1, 1
+
+    def kafka_configs(self) -> dict[str, str]:
+        return {}
