@@ -224,16 +224,19 @@ class MarkGuard:
         """The store's mark as just read: a loss is noted (logged once) and raised; the mark
         back as expected (or adopted meanwhile) ends a loss."""
         self._next_check = self._clock() + CHECK_EVERY_S
-        if self.lost is not None:
-            self._reread()
+        if found is None or found != self.expected:
+            self._reread()  # an adoption may have recorded a new mark meanwhile
         if found is not None and found == self.expected:
             if self.lost is not None:
                 log.warning("%s: its mark is back (%s): resuming", self.where, found)
             self.lost = None
             return
-        if self.lost is None:
-            self.lost = StoreLost(self._said(found))
-            log.error("%s", self.lost)
+        if self.lost is None:  # said in full once; each retry raises the short form
+            log.error("%s", self._said(found))
+            self.lost = StoreLost(
+                f"{self.where} is lost (its mark is {'gone' if found is None else 'another'}): "
+                "paused until `hermesbus stores adopt` (see the STORE LOST error logged)"
+            )
         raise self.lost
 
     def raise_if_lost(self) -> None:
