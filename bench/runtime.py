@@ -6,9 +6,13 @@
     Timed from the first record consumed to the last record done (group joins excluded).
 (b) calls/s of a handler sleeping 0.1 s, one envelope per session, vs max_in_flight / 0.1 s.
 (c) p50/p99 of one hop (input produced -> output consumed) at a modest pace, raw vs runtime.
+(d) what a reply's public signature costs: the conversation signs it with Ed25519 and the
+    app's Client verifies it, against the HMAC sign + verify every record had before (the
+    baseline, measured in the same run), and as a share of (a)'s CPU per reply.
 Every scenario has its own topic prefix, consumer group and SQLite file.
 
     python bench/runtime.py [--bootstrap HOST:PORT] [--count 5000] [--sessions 500]
+    python bench/runtime.py --signatures-only    # (d) alone, no broker
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import BrokerError
-from hermesbus.identity import Keyring, Signer, new_key
+from hermesbus.identity import Keyring, PublicKeys, Signer, Verifier, new_key
 from hermesbus.runtime import Handler, HandlerInput, Outcome, Processor, RuntimeSettings, derive_id
 from hermesbus.runtime import SessionState as State
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
@@ -376,6 +380,87 @@ def report(
     print(f"    (b) vs one at a time ({1 / SLEEP_S:.0f}/s): {calls * SLEEP_S:.1f}x")
 
 
+def reply_records(count: int) -> list[tuple[bytes, bytes]]:
+    """Key and value of ``count`` ~1 KB replies, as the echo handler emits them."""
+    codec, out = default_codec(), []
+    for i in range(count):
+        turn = user_turn(i, f"d-{i % 500:05d}")
+        body = Reply(text=turn.payload.body.text if isinstance(turn.payload.body, UserTurn) else "")
+        reply = turn.model_copy(
+            update={"source": "conversation:S1", "target": "user:u", "payload": Payload(body=body)}
+        )
+        out.append((reply.session_id.encode(), codec.encode(reply)))
+    return out
+
+
+def per_reply_us(count: int, job: Callable[[], object]) -> float:
+    """CPU microseconds of one ``job()``, over ``count`` runs after a warm-up."""
+    for _ in range(WARMUP):
+        job()
+    started = time.process_time()
+    for _ in range(count):
+        job()
+    return (time.process_time() - started) / count * 1e6
+
+
+def signature_cost(count: int) -> dict[str, float]:
+    """CPU microseconds per reply of each step, the HMAC ones being the baseline (as before)."""
+    topic, records = CONVERSATION_OUT, reply_records(count)
+    conversation, verifier, public = (
+        Signer("conversation", KEYS),
+        Verifier(KEYS),
+        PublicKeys.of(KEYS),
+    )
+    hmac_only = conversation.header  # the MAC alone, as every record had before
+    signed = [conversation.sign(topic, k, v, ()) for k, v in records]
+    turns = iter(range(10**9))
+
+    def mac() -> None:
+        key, value = records[next(turns) % count]
+        hmac_only(topic, key, value)
+
+    def mac_both() -> None:
+        key, value = records[next(turns) % count]
+        verifier.signer(topic, key, value, [hmac_only(topic, key, value)])
+
+    def sign() -> None:
+        key, value = records[next(turns) % count]
+        conversation.sign(topic, key, value, ())
+
+    def verify() -> None:
+        index = next(turns) % count
+        key, value = records[index]
+        public.verify(topic, key, value, signed[index])
+
+    def both() -> None:
+        key, value = records[next(turns) % count]
+        public.verify(topic, key, value, conversation.sign(topic, key, value, ()))
+
+    jobs = {"mac": mac, "mac_both": mac_both, "sign": sign, "verify": verify, "both": both}
+    return {name: per_reply_us(count, job) for name, job in jobs.items()}
+
+
+def report_signatures(count: int, ours: Timing | None = None, replies: int = 0) -> None:
+    us = signature_cost(count)
+    print(f"(d) per reply, {count} ~1 KB replies (CPU us each)")
+    for label, name in (
+        ("HMAC sign (the bus, as before)", "mac"),
+        ("HMAC sign + verify (baseline)", "mac_both"),
+        ("HMAC + Ed25519 sign (the bus, now)", "sign"),
+        ("Ed25519 verify (the app, now)", "verify"),
+        ("sign + verify, one reply (now)", "both"),
+    ):
+        print(f"    {label:54s} {us[name]:8.1f}")
+    print(f"    (d) sign + verify now / HMAC sign + verify = {us['both'] / us['mac_both']:.1f}x")
+    print(f"    (d) the bus's signing now / before = {us['sign'] / us['mac']:.1f}x")
+    if ours is not None and replies:
+        each = ours[1] / replies * 1e6
+        print(
+            f"    (d) added to the bus per reply (Ed25519 sign) / (a) one-Reply CPU each "
+            f"({each:,.0f} us) = {(us['sign'] - us['mac']) / each:.1%}"
+        )
+
+
 def report_hops(args: argparse.Namespace, raw: list[float], ours: list[float]) -> None:
     cut = [statistics.quantiles(ms, n=100, method="inclusive") for ms in (raw, ours)]
     (raw50, raw99), (ours50, ours99) = [(c[49], c[98]) for c in cut]
@@ -406,6 +491,7 @@ async def run(args: argparse.Namespace) -> None:
         first = lambda mid: derive_id(mid, "out", 0)  # noqa: E731 - the id the runtime gives it
         ours_ms = await hop(kafka, "c-runtime", runtime_pipe(echo, settings), first, args)
         report_hops(args, raw_ms, ours_ms)
+        report_signatures(args.signature_count, ours, args.count)
 
 
 def main() -> None:
@@ -417,7 +503,12 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=64, help="RuntimeSettings.max_in_flight")
     parser.add_argument("--latency-count", type=int, default=200, help="envelopes in (c)")
     parser.add_argument("--interval-ms", type=float, default=10.0, help="pace of (c)")
+    parser.add_argument("--signature-count", type=int, default=2000, help="replies in (d)")
+    parser.add_argument("--signatures-only", action="store_true", help="(d) alone, no broker")
     args = parser.parse_args()
+    if args.signatures_only:
+        report_signatures(args.signature_count)
+        return
     logging.basicConfig(level=logging.WARNING)  # the runtime's own warnings stay visible
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retries while brokers settle
     asyncio.run(run(args))

@@ -51,13 +51,18 @@ def appended(applied: tuple[str, ...], message_id: str, at_ms: int, window: int)
     """``applied`` after the record ``message_id`` dated ``at_ms`` was applied."""
     half = max(1, window // 2)
     if applied and applied[0].startswith(MARK):
-        floor, previous, newest, count = (int(n) for n in applied[0][len(MARK) :].split(","))
-        ids = applied[1:]
+        floor, previous, newest, count = map(int, applied[0][len(MARK) :].split(","))
+        start = 1
     else:  # none yet, or saved before the mark: these ids are the previous epoch
         floor, previous, newest, count = _NONE, at_ms if applied else _NONE, _NONE, 0
-        ids = applied
-    ids = (*ids, message_id)
+        start = 0
     newest, count = max(newest, at_ms), count + 1
-    if count >= half:  # the epoch is full: forget the one before it, raise the floor
-        floor, previous, newest, ids, count = max(floor, previous), newest, _NONE, ids[-count:], 0
-    return (f"{MARK}{floor},{previous},{newest},{count}", *ids)
+    if count < half:
+        return (
+            f"{MARK}{floor},{previous},{newest},{count}",
+            *applied[start:],
+            message_id,
+        )
+    # the epoch is full: forget the one before it, raise the floor
+    kept = applied[len(applied) - count + 1 :] if count > 1 else ()
+    return (f"{MARK}{max(floor, previous)},{newest},{_NONE},0", *kept, message_id)
