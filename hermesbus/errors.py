@@ -115,7 +115,17 @@ class BrokerError(HermesError):
 
 
 class StoreError(HermesError):
-    """A state store (SQLite, Redis, ...) refused or failed a request."""
+    """A state store (SQLite, Redis, ...) refused or failed a request.
+
+    ``retriable`` is True for an outage (the server is gone, busy, full, or lost the
+    connection): the runtime pauses the record in place and tries it again, however long
+    it takes, and never dead-letters it. False when trying again cannot help (a query the
+    store refuses, a constraint a bug broke): the handler's retry policy applies.
+    """
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class StoreLost(StoreError):
@@ -130,10 +140,6 @@ class TraceIndexError(StoreError):
     ``retriable`` is False when trying again cannot help (a document the index refuses,
     a query it cannot run); True for an outage, which pauses the indexer in place.
     """
-
-    def __init__(self, message: str, *, retriable: bool = True) -> None:
-        super().__init__(message)
-        self.retriable = retriable
 
 
 class IdentityError(HermesError):

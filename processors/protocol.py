@@ -39,6 +39,7 @@ from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
 
+from hermesbus._types import from_epoch_ms
 from hermesbus.envelope import Envelope
 from hermesbus.identity import APP
 from hermesbus.payloads import (
@@ -59,7 +60,7 @@ from hermesbus.payloads import (
     ToolResults,
     UserTurn,
 )
-from hermesbus.runtime import derive_id
+from hermesbus.runtime import Pause, derive_id
 from hermesbus.topics import ALERTS as ALERTS_TOPIC
 from hermesbus.topics import AUDIT as AUDIT_TOPIC
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of
@@ -81,6 +82,9 @@ __all__ = [
     "MEMORY_TOPIC",
     "NOT_REGISTERED",
     "OK",
+    "PAUSED",
+    "PAUSED_SINCE",
+    "PAUSE_EVERY",
     "RESULT_FACTS",
     "RESULT_SYMBOLS",
     "STATES",
@@ -105,6 +109,7 @@ __all__ = [
     "cycle_of",
     "is_failure",
     "memory_at",
+    "pause_notice",
     "tool_at",
 ]
 
@@ -154,6 +159,18 @@ NOT_REGISTERED: Final = 404
 VERIFICATION_FAILED: Final = 502
 UNAVAILABLE: Final = 503
 TIMEOUT: Final = 504
+
+# a pause notice: a backend outage holds a request of the dispatcher in place
+PAUSED: Final = "paused"
+"""``ErrorReport.code`` of a pause notice (``retryable``: it is answered once it is back)."""
+PAUSED_SINCE: Final = "paused_since_ms"
+"""Context key of a pause notice: when the outage began holding the request (epoch ms)."""
+PAUSE_EVERY: Final = "pause_every_ms"
+"""Context key of a pause notice: the longest gap before the next while the outage lasts."""
+
+_WAITS_IN_PLACE: Final = (
+    "后端暂时不可用，请求原地等待\uff08a backend is away: the request waits in place\uff09"
+)
 
 STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 30_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
 """``metadata.timeout_ms`` the conversation sets per state (S1 5 s, S3 30 s).
@@ -233,7 +250,7 @@ WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
     },
     DISPATCHER_TOPIC: {
         CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue),
-        TOOL: (ToolResult,),
+        TOOL: (ToolResult, ErrorReport),  # an error report only as a pause notice
         MEMORY: (MemoryContext, ErrorReport),
         DISPATCHER: (TimerFired,),
     },
@@ -337,4 +354,39 @@ def answer(
         causation_id=causation_id or to.message_id,
         payload=Payload(task=task, context=dict(context), body=body),
         **fields,
+    )
+
+
+def pause_notice(envelope: Envelope, pause: Pause) -> Envelope | None:
+    """What memory and a tool tell the dispatcher while a backend outage holds its query or
+    call in place (the runtime's ``PauseNotice``): an ``ErrorReport`` coded ``paused`` in
+    the request's cycle, so the cycle is not charged the downtime. Nothing for others."""
+    body = envelope.payload.body
+    if envelope.source != DISPATCHER_ADDRESS or not isinstance(body, MemoryQuery | ToolCall):
+        return None
+    if not cycle_of(envelope):
+        return None
+    component = envelope.target
+    report = ErrorReport(
+        component=component,
+        code=PAUSED,
+        message=f"{component} waits for a backend: {pause.error}"[:1000],
+        advice=_WAITS_IN_PLACE,
+        retryable=True,
+    )
+    context = dict(envelope.payload.context)
+    context[PAUSED_SINCE] = pause.since_ms
+    context[PAUSE_EVERY] = pause.every_ms
+    return Envelope(
+        message_id=derive_id(envelope.message_id, PAUSED, pause.number),
+        timestamp=from_epoch_ms(pause.now_ms),
+        source=component,
+        target=DISPATCHER_ADDRESS,
+        session_id=envelope.session_id,
+        user_id=envelope.user_id,
+        trace_id=envelope.trace_id,
+        span_id=derive_id(envelope.message_id, PAUSED, "span", pause.number)[:16],
+        parent_span_id=envelope.span_id or None,
+        causation_id=envelope.message_id,
+        payload=Payload(task=envelope.payload.task, context=context, body=report),
     )

@@ -39,7 +39,9 @@ def connect(config: Neo4jConfig) -> AsyncDriver:
         auth=auth,
         connection_timeout=config.timeout_s,
         connection_acquisition_timeout=config.timeout_s,
-        max_transaction_retry_time=config.timeout_s,
+        # no retries inside the driver: a query fails at once when the server is away, so
+        # the runtime holds the record in place and tells whoever waits, from the start
+        max_transaction_retry_time=0,
     )
 
 
@@ -52,6 +54,24 @@ async def translated(config: Neo4jConfig, doing: str) -> AsyncIterator[None]:
         yield
     except (Neo4jError, DriverError) as exc:
         kind = type(exc).__name__
-        raise StoreError(f"Neo4j at {config.shown_url}: {doing} failed ({kind}: {exc})") from exc
+        raise StoreError(
+            f"Neo4j at {config.shown_url}: {doing} failed ({kind}: {exc})",
+            retriable=_outage(exc),
+        ) from exc
     except OSError as exc:
         raise StoreError(f"Neo4j at {config.shown_url}: {doing} failed ({exc})") from exc
+
+
+def _outage(exc: Exception) -> bool:
+    """True for a server that is gone, unavailable or transiently failing; False for a
+    query or a use of the driver the server refuses (``Neo.ClientError.*`` other than
+    security, a misconfigured driver, a result read twice): trying again cannot help."""
+    from neo4j.exceptions import (  # noqa: PLC0415 - an optional extra
+        ClientError,
+        ConfigurationError,
+        ResultError,
+    )
+
+    if isinstance(exc, ClientError):
+        return exc.code is not None and exc.code.startswith("Neo.ClientError.Security.")
+    return not isinstance(exc, (ConfigurationError, ResultError))

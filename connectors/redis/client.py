@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from hermesbus.errors import ConfigError, StoreError
 from hermesbus.lifecycle import Service
@@ -81,9 +81,30 @@ async def translated(config: RedisConfig, doing: str) -> AsyncIterator[None]:
         ) from exc
     except RedisError as exc:
         kind = type(exc).__name__
-        raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({kind}: {exc})") from exc
+        raise StoreError(
+            f"Redis at {config.shown_url}: {doing} failed ({kind}: {exc})",
+            retriable=_outage(exc),
+        ) from exc
     except OSError as exc:  # a socket error redis-py did not wrap
         raise StoreError(f"Redis at {config.shown_url}: {doing} failed ({exc})") from exc
+
+
+_BUSY_REPLIES: Final = frozenset(
+    {"LOADING", "READONLY", "MASTERDOWN", "OOM", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"}
+)
+"""Error replies of a server that is starting, full, busy or failing over: outages."""
+
+
+def _outage(exc: Exception) -> bool:
+    """True unless the server refused the command itself (a bug: trying again cannot help):
+    a lost or refused connection, a timeout, or a busy, loading or read-only server."""
+    from redis.exceptions import DataError, ResponseError  # noqa: PLC0415 - an optional extra
+
+    if isinstance(exc, DataError):
+        return False
+    if isinstance(exc, ResponseError):
+        return str(exc).split(" ", 1)[0] in _BUSY_REPLIES
+    return True
 
 
 class _MarkGone(Exception):  # never escapes: doing() raises StoreLost for it

@@ -11,12 +11,15 @@ from ._model import (
     HandlerInput,
     ModelState,
     Outcome,
+    Pause,
+    PauseNotice,
     SessionState,
     TimerRequest,
     derive_id,
     kept,
 )
 from ._offsets import OffsetTracker
+from ._records import outage
 from ._runtime import Processor, ProcessorStats
 from ._settings import RuntimeSettings
 from ._store import OutRecord, StateChange, StateStore, StoredTimer
@@ -29,6 +32,8 @@ __all__ = [
     "OffsetTracker",
     "OutRecord",
     "Outcome",
+    "Pause",
+    "PauseNotice",
     "Processor",
     "ProcessorStats",
     "RuntimeSettings",
@@ -39,4 +44,5 @@ __all__ = [
     "TimerRequest",
     "derive_id",
     "kept",
+    "outage",
 ]

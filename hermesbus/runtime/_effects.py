@@ -28,6 +28,7 @@ __all__ = [
     "dead_letter",
     "emitted",
     "identity_alert",
+    "notice",
     "outputs",
     "retry_timer",
     "timer_fired",
@@ -64,6 +65,11 @@ def outputs(
     for final in emitted(source, outcome):
         records.append(_record(codec, sign, final, topic_for(final.target, prefix), None))
     return tuple(records)
+
+
+def notice(codec: Codec, sign: Sign, envelope: Envelope, prefix: str) -> OutRecord:
+    """A processor's news to another (a pause notice), on its target's topic."""
+    return _record(codec, sign, envelope, topic_for(envelope.target, prefix), None)
 
 
 def emitted(source: Envelope, outcome: Outcome) -> tuple[Envelope, ...]:

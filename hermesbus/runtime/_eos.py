@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
-from hermesbus.errors import BrokerError, StoreError
+from hermesbus.errors import BrokerError, RegistryError, StoreError
 
 from ._offsets import OffsetTracker
 from ._partition import Partition, Record
@@ -71,7 +71,7 @@ class Transactions:
         except* ProducerFenced:
             part.closed = True  # a newer owner of this partition took over: we are a zombie
             log.warning("processor=%s fenced out of %s", self.records.name, part.tp)
-        except* (KafkaError, IllegalOperation, BrokerError, StoreError) as failures:
+        except* (KafkaError, IllegalOperation, BrokerError, StoreError, RegistryError) as failures:
             log.warning(
                 "processor=%s transaction of %s failed: %s", self.records.name, part.tp, failures
             )

@@ -20,6 +20,8 @@ __all__ = [
     "HandlerInput",
     "ModelState",
     "Outcome",
+    "Pause",
+    "PauseNotice",
     "SessionState",
     "TimerRequest",
     "derive_id",
@@ -222,3 +224,25 @@ class Effects:
             timers=self.timers,
             cancel=self.cancelled,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A record held in place by a backend outage, as its :data:`PauseNotice` is told.
+
+    ``since_ms``: when the outage first stopped it (wall clock); ``every_ms``: the longest
+    gap before the next notice while it lasts; ``number``: 0 for the first notice."""
+
+    error: BaseException
+    since_ms: int
+    now_ms: int
+    every_ms: int
+    number: int
+
+
+PauseNotice = Callable[[Envelope, Pause], Envelope | None]
+"""What a processor tells the sender of an envelope held by an outage (None: nothing).
+
+The runtime sends it at once and again at least every ``every_ms`` while the outage
+lasts, so a sender waiting on a budget (the dispatcher's cycle) does not charge the
+downtime to it. It is news about the bus, not an output of the handler: never replayed."""

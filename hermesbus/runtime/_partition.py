@@ -39,6 +39,8 @@ class ProcessorStats:
     """Records whose signature or signer was refused (dead-lettered, alerted, never run)."""
     misrouted: int = 0
     """Records on another partition than their key's (dead-lettered, never run)."""
+    held: int = 0
+    """Records an outage (a store, the broker, the schema registry) held in place a while."""
 
 
 class Partition:

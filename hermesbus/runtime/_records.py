@@ -22,22 +22,49 @@ from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import PARTITIONER_HINT, partition_of
 from hermesbus.envelope import Envelope
-from hermesbus.errors import BrokerError, ContractError, DecodeError, IdentityError, StoreError
+from hermesbus.errors import (
+    BrokerError,
+    ContractError,
+    DecodeError,
+    IdentityError,
+    RegistryError,
+    StoreError,
+)
 from hermesbus.headers import DLQ_NOTE
 from hermesbus.identity import Guard
 from hermesbus.topics import ALERTS, DLQ
 
 from . import _effects as fx
 from ._applied import appended, floor_of
-from ._model import Handler, HandlerInput, ModelState, SessionState
+from ._model import Handler, HandlerInput, ModelState, Pause, PauseNotice, SessionState
 from ._partition import Partition, ProcessorStats, Record, attempt_of, check_key
 from ._producer import Producer
 from ._settings import RuntimeSettings
 from ._store import OutRecord, StateChange, StateStore
 
-__all__ = ["Records"]
+__all__ = ["Records", "outage"]
 
 log = logging.getLogger(__name__)
+
+_MAX_RETRY_PAUSE_S = 10.0
+
+
+class _MovedOn(StoreError):
+    """Another worker saved the session first: retried at once, not an outage to tell."""
+
+
+def outage(error: BaseException) -> bool:
+    """A backend that is away, busy or full (a store, the broker, the schema registry):
+    the record waits in place until it answers, in order, and is never dead-lettered.
+
+    A handler's own bug, a store refusing the request itself (``retriable=False``), or
+    a registry that answers 4xx, is not: the retry policy and the dead-letter topic are."""
+    if isinstance(error, StoreError | BrokerError):
+        return error.retriable
+    if isinstance(error, RegistryError):
+        code = error.status_code
+        return code is None or code >= 500 or code == 429  # noqa: PLR2004 - HTTP classes
+    return False
 
 
 class Records:
@@ -58,10 +85,13 @@ class Records:
         clock: Callable[[], float] = time.time,
         dead_letter_undecodable: bool = True,
         partitions: Callable[[str], int | None] = lambda _topic: None,
+        paused: PauseNotice | None = None,
     ) -> None:
         """``partitions(topic)`` is the topic's partition count (None: unknown yet), to
-        refuse a record that is not on the partition its key maps to."""
+        refuse a record that is not on the partition its key maps to; ``paused`` says
+        what to tell the sender of a record an outage holds (see :data:`PauseNotice`)."""
         self.name = name
+        self.paused = paused
         self.guard = guard
         self.partitions = partitions
         self.clock = clock
@@ -77,6 +107,8 @@ class Records:
         self.producer: Producer | None = None
         self.stopping = False
         self.cache: OrderedDict[str, tuple[Partition, SessionState]] = OrderedDict()
+        self.used: dict[str, float] = {}
+        """When each cached state was last used (``time.monotonic``), for ``expire``."""
 
     def forget(self, parts: Sequence[Partition]) -> None:
         """Drop the cached states of sessions on partitions this worker no longer owns."""
@@ -84,25 +116,41 @@ class Records:
             del self.cache[session_id]
 
     async def guarded(self, part: Partition, record: Record) -> None:
-        """Process one record; store and broker outages are retried in place, in order."""
+        """Process one record; an outage of a store, the broker or the schema registry
+        (:func:`outage`), wherever it shows (the runtime's own state or a handler's
+        port), is retried in place with back-off, in order, committing nothing past it.
+        The record's sender is told it is paused (``paused``) at once and while it lasts."""
         part.active += 1
         part.idle.clear()
         pause = self.settings.infra_retry_ms / 1000
+        held: list[int] = []  # [since_ms, notices sent] once an outage holds the record
         try:
             while True:
                 try:
                     finished = await self._attempt(part, record)
-                except (BrokerError, StoreError) as exc:
-                    if self.eos:
-                        raise  # the transaction is rewound as a whole
+                except Exception as exc:
+                    if not outage(exc) or self.eos:
+                        raise  # exactly-once: the transaction is rewound as a whole
                     if part.closed or self.stopping:
                         return
                     log.warning(
-                        "processor=%s retrying offset=%s: %s", self.name, record.offset, exc
+                        "processor=%s retrying offset=%s in place: %s",
+                        self.name,
+                        record.offset,
+                        exc,
                     )
+                    await self._tell_paused(record, exc, held)
                     await asyncio.sleep(pause)
-                    pause = min(pause * 2, 10.0)
+                    pause = min(pause * 2, self._longest_pause())
                     continue
+                if held:
+                    lasted = (self.clock() * 1000 - held[0]) / 1000
+                    log.info(
+                        "processor=%s offset=%s done after an outage of %.1f s",
+                        self.name,
+                        record.offset,
+                        lasted,
+                    )
                 if finished:
                     part.tracker.finish(record.offset)
                 return
@@ -111,22 +159,48 @@ class Records:
             if not part.active:
                 part.idle.set()
 
+    def _longest_pause(self) -> float:
+        if self.paused is None:
+            return _MAX_RETRY_PAUSE_S
+        return min(_MAX_RETRY_PAUSE_S, self.settings.pause_notice_ms / 1000)
+
+    async def _tell_paused(self, record: Record, error: Exception, held: list[int]) -> None:
+        """Send the record's pause notice, if its processor has one for it (best effort:
+        the broker may be what is away)."""
+        now_ms = int(self.clock() * 1000)
+        if not held:
+            held.extend((now_ms, 0))
+            self.stats.held += 1
+        if self.paused is None or not record.value or isinstance(error, _MovedOn):
+            return
+        try:
+            envelope = self.codec.decode(record.value)
+        except Exception:  # undecodable while the registry is away: no notice
+            return
+        every = self.settings.pause_notice_ms
+        news = self.paused(envelope, Pause(error, held[0], now_ms, every, held[1]))
+        if news is None:
+            return
+        held[1] += 1
+        try:
+            await self.produce((fx.notice(self.codec, self.guard.sign, news, self.prefix),))
+        except (BrokerError, StoreError, RegistryError) as exc:
+            log.debug("processor=%s pause notice not sent: %s", self.name, exc)
+
     async def _attempt(self, part: Partition, record: Record) -> bool:
         """``process``; a record that can never be handled is dead-lettered instead.
 
-        Outages (a retriable BrokerError, a StoreError) go up to be retried in place.
+        Outages (:func:`outage`) go up to be retried in place.
         """
         try:
             return await self.process(part, record)
-        except BrokerError as exc:
-            if exc.retriable:
+        except Exception as exc:
+            if outage(exc):
                 raise
-            error: Exception = exc  # e.g. an output larger than the broker accepts
-        except StoreError:
-            raise
-        except Exception as exc:  # a bug: dead-letter the record rather than stall
-            log.exception("processor=%s failed on offset=%s", self.name, record.offset)
-            error = exc
+            if not isinstance(exc, BrokerError | StoreError):  # else: e.g. an output
+                # larger than the broker accepts, a query the store refuses
+                log.exception("processor=%s failed on offset=%s", self.name, record.offset)
+            error: Exception = exc  # a bug: dead-letter the record rather than stall
         await self.dead_letter(part, record, error, attempt_of(record))
         return True
 
@@ -171,7 +245,9 @@ class Records:
         except ContractError as exc:
             await self.dead_letter(part, record, exc, envelope.metadata.attempt)
             return True
-        except Exception as exc:  # any handler failure: retried or dead-lettered
+        except Exception as exc:  # a handler's failure: retried or dead-lettered
+            if outage(exc):
+                raise  # a port's backend is away: the record waits in place
             if self.eos:  # aborts the partition's transaction; settled after the batch
                 part.failed.append((record, envelope, exc))
             else:
@@ -218,13 +294,14 @@ class Records:
             return True
         if part.closed:
             return False
-        raise StoreError(f"session {envelope.session_id} moved on meanwhile: retrying")
+        raise _MovedOn(f"session {envelope.session_id} moved on meanwhile: retrying")
 
     async def state(self, part: Partition, session_id: str) -> SessionState:
         """The session's state: cached while this worker owns its partition, else loaded."""
         cached = self.cache.get(session_id)
         if cached is not None and cached[0] is part:
             self.cache.move_to_end(session_id)
+            self.used[session_id] = time.monotonic()
             return cached[1]
         state = await self.store.load(self.name, session_id)
         self.remember(part, session_id, state)
@@ -234,8 +311,25 @@ class Records:
         cache = self.cache
         cache[session_id] = (part, state)
         cache.move_to_end(session_id)
+        self.used[session_id] = time.monotonic()
         if len(cache) > self.settings.state_cache_size:
-            cache.popitem(last=False)
+            self.used.pop(cache.popitem(last=False)[0], None)
+
+    def expire(self, now: float) -> int:
+        """Drop the cached states unused for ``state_cache_idle_s`` (least recently used
+        first, in the cache's order); how many were dropped."""
+        oldest = now - self.settings.state_cache_idle_s
+        cache, used, dropped = self.cache, self.used, 0
+        while cache:
+            session_id = next(iter(cache))
+            if used.get(session_id, 0.0) > oldest:
+                break
+            del cache[session_id]
+            used.pop(session_id, None)
+            dropped += 1
+        if len(used) > len(cache):  # states dropped elsewhere (a revoke, a failed save)
+            self.used = {s: t for s, t in used.items() if s in cache}
+        return dropped
 
     async def run(
         self, part: Partition, record: Record, envelope: Envelope, state: SessionState

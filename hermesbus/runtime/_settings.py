@@ -28,13 +28,18 @@ class RuntimeSettings(BaseSettings):
     applied_window: Positive = 256
     """Ids of the latest applied envelopes kept per session, to skip redeliveries."""
     infra_retry_ms: Positive = 200
-    """First pause before retrying a store or broker failure (doubles up to 10 s)."""
+    """First pause before retrying a store or broker failure (doubles up to 10 s, or up
+    to ``pause_notice_ms`` for a record whose sender is told it is paused)."""
+    pause_notice_ms: Positive = 2_000
+    """While an outage holds a record, its sender is told again at least this often."""
     max_backoff_ms: Positive = 3_600_000
     max_poll_records: Positive = 500
     fetch_max_wait_ms: Positive = 50
     """How long the broker may hold a fetch for data; the embedded broker always waits it out."""
     state_cache_size: Positive = 10_000
     """Session states kept in memory while this worker owns their partitions."""
+    state_cache_idle_s: Positive = 60
+    """A cached state unused this long is dropped: a burst's sessions do not stay in memory."""
     session_timeout_ms: Positive = 10_000
     """How long a silent member keeps its partitions on real Kafka: a crashed worker's
     sessions wait this long before another worker takes them (Kafka's own default is 45 s;

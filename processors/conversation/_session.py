@@ -100,7 +100,9 @@ def load_session(data: Mapping[str, Any], session_id: str) -> Session:
     try:
         return Session.model_validate(dict(data))
     except ValidationError as exc:
-        raise StoreError(f"conversation state of session {session_id!r} is invalid") from exc
+        raise StoreError(
+            f"conversation state of session {session_id!r} is invalid", retriable=False
+        ) from exc
 
 
 def canonical_json(value: Any) -> str:

@@ -25,6 +25,8 @@ from hermesbus.payloads import (
 from hermesbus.processors.protocol import (
     CYCLE,
     MEMORY_CONTEXT,
+    PAUSE_EVERY,
+    PAUSED_SINCE,
     TOOLS,
     cycle_of,
     is_failure,
@@ -44,7 +46,7 @@ from ._emit import ALERTS_ADDRESS, Effects
 from ._health import BUSY, BUSY_ADVICE, bilingual, busy_tool, result_notices
 from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
 from ._ports import Ports
-from ._state import Call, CallStatus, Cycle, DispatcherState
+from ._state import PAUSE_SLACK_MS, Call, CallStatus, Cycle, DispatcherState
 
 __all__ = [
     "CAPPED_WRITES",
@@ -142,8 +144,10 @@ async def on_memory(
     if not cycle.is_open or not cycle.received or cycle.memory is not None or asked != cycle.round:
         drop_late(state, ports, "memory context", cid)
         return
-    if cycle.asked_ms >= 0 and appended_ms >= 0:
-        cycle.memory_ms = max(0, appended_ms - cycle.asked_ms)
+    if cycle.asked_ms >= 0 and appended_ms >= 0:  # a backend's downtime is not charged
+        cycle.memory_ms = max(0, appended_ms - cycle.asked_ms - _downtime(cycle, appended_ms))
+        if cycle.still_paused(appended_ms):  # the pause lasted until this answer
+            cycle.pause_seen_ms = max(cycle.pause_seen_ms, appended_ms)
     if cycle.memory_ms >= cycle.budget_ms:
         message = (
             f"cycle {cid!r} ({cycle.task}) passed its {cycle.budget_ms} ms budget waiting "
@@ -288,6 +292,10 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
         log.debug("dispatcher: stale timer %s ignored", fired.purpose)
         return
     if fired.purpose == deadline_purpose(cid):
+        owed = _owed_ms(cycle, fx.now_ms)
+        if owed > 0:  # a backend outage held the round: its downtime is given back
+            fx.arm(owed, deadline_purpose(cid), {CYCLE: cid, "round": cycle.round})
+            return
         component, pending = _waiting_for(cycle)
         budget = f"its {cycle.budget_ms} ms budget"
         message = f"cycle {cid!r} ({cycle.task}) passed {budget} waiting for {pending}"
@@ -327,6 +335,57 @@ async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports:
         retryable=True,
     )
     return True
+
+
+def _downtime(cycle: Cycle, now_ms: int) -> int:
+    """The round's downtime up to ``now_ms``: a pause still going on by its notices when an
+    answer comes lasted until it came (the answer is what ended it)."""
+    if cycle.still_paused(now_ms):
+        return cycle.downtime_ms + max(0, now_ms - cycle.pause_seen_ms)
+    return cycle.downtime_ms
+
+
+def _owed_ms(cycle: Cycle, now_ms: int) -> int:
+    """How much longer the round may wait at its deadline: until a pause still going on
+    could have been told again, else the downtime credited past the deadline."""
+    owed = 0 if cycle.deadline_ms is None else cycle.deadline_ms + cycle.downtime_ms - now_ms
+    if cycle.still_paused(now_ms):
+        owed = max(owed, cycle.pause_seen_ms + 2 * cycle.pause_every_ms + PAUSE_SLACK_MS - now_ms)
+    return max(0, owed)
+
+
+def on_paused(fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport) -> None:
+    """Memory or a tool is held in place by a backend outage: the round it answers is not
+    charged the downtime. Notices of one outage extend one pause; overlapping ones merge."""
+    cid = cycle_of(envelope)
+    cycle = state.cycles.get(cid)
+    context = envelope.payload.context
+    since, every = context.get(PAUSED_SINCE), context.get(PAUSE_EVERY)
+    if (
+        cycle is None
+        or not cycle.is_open
+        or context.get("round", cycle.round) != cycle.round
+        or not cycle.waits_on(report.component)
+        or not isinstance(since, int)
+        or not isinstance(every, int)
+    ):
+        log.debug("dispatcher: pause of %s in cycle %s: nothing waits", report.component, cid)
+        return
+    now = fx.now_ms
+    if cycle.pause_from_ms < 0 or since > cycle.pause_seen_ms:  # a new pause
+        cycle.paused_ms = cycle.downtime_ms
+        cycle.pause_from_ms = min(since, now)
+        cycle.paused_by = []
+    if report.component not in cycle.paused_by:
+        cycle.paused_by.append(report.component)
+    cycle.pause_seen_ms = max(cycle.pause_seen_ms, now)
+    cycle.pause_every_ms = max(0, every)
+    log.info(
+        "dispatcher: cycle %s waits for %s, held by a backend outage (%d ms not charged)",
+        cid,
+        report.component,
+        cycle.downtime_ms,
+    )
 
 
 def on_memory_error(

@@ -101,7 +101,9 @@ async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: Healt
     envelope = call.envelope
     body = envelope.payload.body
     if not isinstance(body, ToolCall):
-        raise StoreError(f"cycle {cid!r}: the saved call of {tool!r} is not a ToolCall")
+        raise StoreError(
+            f"cycle {cid!r}: the saved call of {tool!r} is not a ToolCall", retriable=False
+        )
     choice = choose(tool, await health.health(tool), body.fallback_allowed)
     if choice.notice and tool not in cycle.notified:
         cycle.notified.append(tool)

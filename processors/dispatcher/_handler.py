@@ -27,12 +27,21 @@ from hermesbus.processors.protocol import (
     CYCLE,
     DISPATCHER,
     DISPATCHER_ADDRESS,
+    PAUSED,
     component_of,
     cycle_of,
 )
 from hermesbus.runtime import HandlerInput, Outcome
 
-from ._cycle import on_call, on_continue, on_memory, on_memory_error, on_result, on_timer
+from ._cycle import (
+    on_call,
+    on_continue,
+    on_memory,
+    on_memory_error,
+    on_paused,
+    on_result,
+    on_timer,
+)
 from ._emit import ALERTS_ADDRESS, Effects
 from ._health import bilingual
 from ._memory import forward_snapshot, forward_write
@@ -97,6 +106,8 @@ async def _route(
             forward_snapshot(fx, envelope, body)
         case MemoryWrite():
             forward_write(fx, envelope, body)
+        case ErrorReport() if body.code == PAUSED:
+            on_paused(fx, state, envelope, body)
         case ErrorReport():
             on_memory_error(fx, state, envelope, body, ports)
         case _:  # the body rule lets nothing else through

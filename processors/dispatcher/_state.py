@@ -17,12 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import MemoryContext, ToolResult
+from hermesbus.processors.protocol import MEMORY_CONTEXT, tool_at
 from hermesbus.runtime import ModelState
 
 __all__ = ["KEEP_CLOSED", "Call", "CallStatus", "Cycle", "CycleStatus", "DispatcherState"]
 
 KEEP_CLOSED = 16
 """Closed cycles remembered per session, so their late results are recognised."""
+PAUSE_SLACK_MS = 1_000
+"""Beyond two notice gaps, how long a pause may still be going on without a notice."""
 
 
 class CycleStatus(enum.StrEnum):
@@ -71,6 +74,16 @@ class Cycle(_Model):
     memory_ms: int = -1
     """How long memory took to answer the round, by the records' timestamps; -1 unknown.
     The envelopes' own times cannot tell: memory answers with its query's time."""
+    paused_ms: int = 0
+    """Downtime of backend outages that held the round's query or calls (pauses over)."""
+    pause_from_ms: int = -1
+    """When the pause going on (as far as notices tell) began; -1: none seen."""
+    pause_seen_ms: int = -1
+    """The latest pause notice's time; the pause lasted at least until then."""
+    pause_every_ms: int = 0
+    """The longest gap between two pause notices while a pause lasts."""
+    paused_by: list[str] = Field(default_factory=list)
+    """Who the pause going on holds (memory, tools): it is over once they all answered."""
     status: CycleStatus = CycleStatus.OPEN
     received: list[str] = Field(default_factory=list)
     """Tools whose call arrived this round: a second one is a violation (one dispatch)."""
@@ -85,6 +98,24 @@ class Cycle(_Model):
     @property
     def is_open(self) -> bool:
         return self.status is CycleStatus.OPEN
+
+    @property
+    def downtime_ms(self) -> int:
+        """Backend downtime credited to the round: not charged to its budget."""
+        going = self.pause_seen_ms - self.pause_from_ms if self.pause_from_ms >= 0 else 0
+        return self.paused_ms + going
+
+    def still_paused(self, now_ms: int) -> bool:
+        """A pause notice came recently enough that the pause may still be going on."""
+        if self.pause_from_ms < 0 or not any(map(self.waits_on, self.paused_by)):
+            return False
+        return now_ms - self.pause_seen_ms <= 2 * self.pause_every_ms + PAUSE_SLACK_MS
+
+    def waits_on(self, component: str) -> bool:
+        """The round still waits for ``component`` (memory, or one of its tools)."""
+        if component == MEMORY_CONTEXT:
+            return self.memory is None
+        return any(component == tool_at(t) and t not in self.results for t in self.tools)
 
     def close(self, status: CycleStatus) -> None:
         """Mark the round answered or failed and drop what only an open round needs."""
@@ -103,6 +134,8 @@ class Cycle(_Model):
         self.deadline_ms = None
         self.budget_ms = 0
         self.asked_ms = self.memory_ms = -1
+        self.paused_ms, self.pause_from_ms, self.pause_seen_ms = 0, -1, -1
+        self.paused_by = []
         self.received = []
 
 

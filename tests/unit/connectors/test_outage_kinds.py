@@ -1,0 +1,110 @@
+"""Which failures of a store are outages (held in place) and which are refusals (a bug).
+
+The drivers' own exception classes, raised inside each connector's ``translated`` (SQLite:
+real errors from a real database file)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from neo4j.exceptions import ClientError, ServiceUnavailable, SessionExpired, TransientError
+from redis.exceptions import BusyLoadingError, DataError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from hermesbus.connectors.neo4j import client as neo4j_client
+from hermesbus.connectors.neo4j.config import Neo4jConfig
+from hermesbus.connectors.redis import client as redis_client
+from hermesbus.connectors.redis.config import RedisConfig
+from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.errors import StoreError
+
+
+def neo4j_error(code: str) -> ClientError:
+    error = ClientError._hydrate_neo4j(code=code, message="refused")  # noqa: SLF001
+    assert isinstance(error, ClientError)
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "retriable"),
+    [
+        (RedisConnectionError("Connection closed by server."), True),
+        (RedisTimeoutError("Timeout reading from socket"), True),
+        (BusyLoadingError("Redis is loading the dataset in memory"), True),
+        (ResponseError("READONLY You can't write against a read only replica."), True),
+        (ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True),
+        (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
+        (DataError("Invalid input of type: 'dict'"), False),
+    ],
+)
+async def test_redis(error: Exception, retriable: bool) -> None:
+    with pytest.raises(StoreError) as raised:
+        async with redis_client.translated(RedisConfig(url="redis://127.0.0.1:1/0"), "commit"):
+            raise error
+    assert raised.value.retriable is retriable
+
+
+@pytest.mark.parametrize(
+    ("error", "retriable"),
+    [
+        (ServiceUnavailable("Unable to retrieve routing information"), True),
+        (SessionExpired("the session expired"), True),
+        (OSError("connection reset"), True),
+    ],
+)
+async def test_neo4j_outages(error: Exception, retriable: bool) -> None:
+    with pytest.raises(StoreError) as raised:
+        async with neo4j_client.translated(Neo4jConfig(url="bolt://127.0.0.1:1"), "query"):
+            raise error
+    assert raised.value.retriable is retriable
+
+
+@pytest.mark.parametrize(
+    ("code", "retriable"),
+    [
+        ("Neo.ClientError.Statement.SyntaxError", False),
+        ("Neo.ClientError.Schema.ConstraintValidationFailed", False),
+        ("Neo.ClientError.Security.Unauthorized", True),
+        ("Neo.TransientError.Transaction.DeadlockDetected", True),
+    ],
+)
+async def test_neo4j_server_answers(code: str, retriable: bool) -> None:
+    error = (
+        TransientError._hydrate_neo4j(code=code, message="busy")  # noqa: SLF001
+        if ".TransientError." in code
+        else neo4j_error(code)
+    )
+    with pytest.raises(StoreError) as raised:
+        async with neo4j_client.translated(Neo4jConfig(url="bolt://127.0.0.1:1"), "query"):
+            raise error
+    assert raised.value.retriable is retriable
+
+
+class Table(SqliteFile):
+    what = "test table"
+    schema = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY)"
+
+
+async def test_sqlite_constraint_is_a_refusal_and_a_locked_database_an_outage(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.sqlite3"
+    async with Table(path) as table:
+        with table._write() as db:  # noqa: SLF001
+            db.execute("INSERT INTO t VALUES ('a')")
+        with pytest.raises(StoreError) as refused, table._write() as db:  # noqa: SLF001
+            db.execute("INSERT INTO t VALUES ('a')")
+        assert refused.value.retriable is False
+        other = sqlite3.connect(path, timeout=0)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the database
+        try:
+            with pytest.raises(StoreError) as locked, table._write() as db:  # noqa: SLF001
+                db.execute("INSERT INTO t VALUES ('b')")
+        finally:
+            other.rollback()
+            other.close()
+        assert "locked" in str(locked.value)
+        assert locked.value.retriable is True
