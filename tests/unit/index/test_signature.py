@@ -1,0 +1,77 @@
+"""What the index believes: a record's signature checked as the processors check it."""
+
+from __future__ import annotations
+
+from hermesbus.codec import default_codec
+from hermesbus.envelope import Envelope, Metadata
+from hermesbus.headers import DLQ_ORIGIN_TOPIC
+from hermesbus.identity import Verifier
+from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
+from hermesbus.index._signature import UNVERIFIED, check, mark
+from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ
+from tests import signing
+from tests.builders import reply_to, turn
+
+CODEC = default_codec()
+
+
+def record(
+    envelope: Envelope, topic: str, signer: str | None, *, signed_on: str | None = None
+) -> ArchivedRecord:
+    key, value = envelope.session_id.encode(), CODEC.encode(envelope)
+    headers = signing.signed(signed_on or topic, key, value, identity=signer) if signer else []
+    if signed_on is not None:
+        headers.append((DLQ_ORIGIN_TOPIC, signed_on.encode()))
+    return ArchivedRecord(topic, 0, 0, 0, key, value, tuple(headers))
+
+
+def checked(r: ArchivedRecord) -> tuple[bool, str | None, str | None]:
+    result = check(r, decode(r, CODEC), Verifier(signing.keys()), DLQ)
+    return result.verified, result.signer, (result.error or "").split(":")[0] or None
+
+
+def test_a_record_signed_by_its_source_is_believed() -> None:
+    asked = turn()
+    assert checked(record(asked, CONVERSATION_IN, "app")) == (True, "app", None)
+    assert checked(record(reply_to(asked, "ok"), CONVERSATION_OUT, "conversation")) == (
+        True,
+        "conversation",
+        None,
+    )
+
+
+def test_unsigned_moved_and_impersonating_records_are_not() -> None:
+    answer = reply_to(turn(), "已提交")
+    assert checked(record(answer, CONVERSATION_OUT, None)) == (False, None, "identity.unsigned")
+    moved = record(answer, CONVERSATION_OUT, "conversation", signed_on=CONVERSATION_IN)
+    assert checked(moved) == (False, None, "identity.bad_signature")  # copied from another topic
+    assert checked(record(answer, CONVERSATION_OUT, "app")) == (
+        False,
+        "app",
+        "identity.impersonation",
+    )
+
+
+def test_a_dead_letter_is_checked_over_its_origin_topic() -> None:
+    asked = turn()
+    assert checked(record(asked, DLQ, "app", signed_on=CONVERSATION_IN)) == (True, "app", None)
+    forged = record(asked, DLQ, None, signed_on=CONVERSATION_IN)
+    assert checked(forged)[0] is False
+
+
+def test_timers_and_retries_a_processor_signs_itself_are_believed() -> None:
+    asked = turn()
+    timer = asked.model_copy(update={"source": "conversation:timer"})
+    assert checked(record(timer, CONVERSATION_IN, "conversation"))[0] is True
+    retry = asked.model_copy(update={"metadata": Metadata(attempt=2)})
+    assert checked(record(retry, CONVERSATION_IN, "conversation")) == (True, "conversation", None)
+
+
+def test_a_record_not_believed_loses_its_service_and_its_success() -> None:
+    r = record(reply_to(turn(), "已提交报销单 EXP-FAKE"), CONVERSATION_OUT, None)
+    result = check(r, decode(r, CODEC), Verifier(signing.keys()), DLQ)
+    doc = mark(document(r, decode(r, CODEC), DocumentSettings()), result)
+    assert doc["service"]["name"] == UNVERIFIED
+    assert doc["event"]["outcome"] == "unknown"
+    assert doc["hermes"]["signature"]["verified"] is False
+    assert doc["message"].startswith(UNVERIFIED)
