@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from hermesbus.backends import memory_stores, state_store, tool_store, trace_index
-from hermesbus.broker import EmbeddedBroker
+from hermesbus.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.config import state_home
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
@@ -168,6 +168,7 @@ async def stack(
             exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say, group=group_prefix
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
+        watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
         wired = _handlers(running, intent, own, tool_port=tool_port, health=health)
         for name, handler, topic, ports in wired:
@@ -186,6 +187,8 @@ async def stack(
                 identity=tool.NAME if name in sharing else name,
                 policy=protocol.ProtocolPolicy(),
                 timers_gate=gate,
+                paused=protocol.pause_notice,  # the dispatcher hears of outages holding work
+                broker_answers=lambda: watch.reachable,
             )
             running.processors.append(processor)  # stopped by _stop_all, side by side
         await asyncio.gather(  # the groups join in parallel
@@ -197,6 +200,19 @@ async def stack(
         gate.set()
         say("ready")
         yield running
+
+
+def _broker_watch(exits: contextlib.AsyncExitStack, kafka: KafkaConfig) -> BrokerWatch:
+    """One probe of the broker, every second, for all the processors' timers (``up`` says
+    when the broker is lost and back; this one only logs it)."""
+    plaintext = kafka.security_protocol == "PLAINTEXT"  # else only TCP: no request before TLS
+    watch = BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext, probe_s=1.0)
+    exits.callback(background(watch.run(), "broker-watch").cancel)
+    return watch
+
+
+def _broker_news(line: str) -> None:
+    log.info("%s", line)
 
 
 Progress = Callable[[str], None]

@@ -24,10 +24,10 @@ from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
-from hermesbus.lifecycle import Service, background, cancelled
+from hermesbus.lifecycle import Service, background, cancelled, return_freed_memory
 
 from ._eos import Transactions
-from ._model import EMPTY, Handler
+from ._model import EMPTY, Handler, PauseNotice
 from ._partition import Partition, ProcessorStats, Record
 from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
 from ._rebalance import Rebalance
@@ -69,6 +69,8 @@ class Processor(Service):
         keys: Keyring | None = None,
         policy: WritePolicy | None = None,
         timers_gate: asyncio.Event | None = None,
+        paused: PauseNotice | None = None,
+        broker_answers: Callable[[], bool] | None = None,
     ) -> None:
         """``clock`` (seconds since the epoch) decides when durable timers are due; tests
         pass a controllable one. Handlers never see it: their time is the envelope's.
@@ -89,6 +91,12 @@ class Processor(Service):
         its group), when the time waited for the gate is not charged either. ``hermesbus
         up`` opens one gate for every processor once all have joined, so a deadline waiting
         for a tool's group gets its remaining time once that group runs.
+
+        Time the broker is away is not charged either: while ``broker_answers()`` is False
+        (a probe shared by a program's processors; default: always True) no timer fires
+        and no heartbeat is recorded, and when it answers again every timer of the owned
+        partitions moves later by the time since the last heartbeat. ``paused`` says what
+        to tell the sender of a record a backend outage holds in place (see ``Records``).
         """
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
@@ -117,6 +125,8 @@ class Processor(Service):
         self._gate = timers_gate if timers_gate is not None else self.joined
         self._gate_passed = False
         self._beat_ms = 0
+        self._broker_answers = broker_answers or _always
+        self._away_ms: int | None = None
         guard = Guard(
             identity or name,
             keys if keys is not None else Keyring.load(),
@@ -138,6 +148,7 @@ class Processor(Service):
             clock=clock,
             dead_letter_undecodable=dead_letter_undecodable,
             partitions=self._partition_count,
+            paused=paused,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
 
@@ -353,6 +364,8 @@ class Processor(Service):
         while not self._stopping:
             await asyncio.sleep(self._settings.commit_interval_ms / 1000)
             await self._commit(list(self._parts.values()))
+            if self._records.expire(time.monotonic()):  # a burst's sessions went idle
+                return_freed_memory()
 
     async def _commit(self, parts: Sequence[Partition]) -> None:
         if self._eos:
@@ -416,6 +429,34 @@ class Processor(Service):
         if opening:
             self._gate_passed = True
 
+    async def _broker_back(self, now_ms: int) -> bool:
+        """False while the broker is away (nothing fires, no heartbeat is recorded); once
+        it is back, every owned partition's timers move later by the time since their last
+        heartbeat, so a deadline is not charged the time nothing could answer it."""
+        if not self._broker_answers():
+            if self._away_ms is None:
+                self._away_ms = now_ms
+                log.warning(
+                    "processor=%s the broker is away: timers wait, moved later by the time "
+                    "it is away",
+                    self.name,
+                )
+            return False
+        if self._away_ms is None:
+            return True
+        for part in list(self._parts.values()):
+            if not part.closed and part.resumed == _AT_GATE:
+                tp = part.tp
+                await self._store.resume(self.name, tp.topic, tp.partition, now_ms)
+        log.info(
+            "processor=%s the broker is back after %.1f s: timers moved later by that",
+            self.name,
+            (now_ms - self._away_ms) / 1000,
+        )
+        self._away_ms = None
+        self._beat_ms = now_ms
+        return True
+
     async def _beat(self, now_ms: int) -> None:
         """Record, about every second, that this worker runs its partitions."""
         if now_ms - self._beat_ms < _HEARTBEAT_MS:
@@ -429,6 +470,8 @@ class Processor(Service):
     async def _fire_due(self) -> None:
         """Produce every due timer of the partitions this worker owns, then forget it."""
         now_ms = int(self._clock() * 1000)
+        if not await self._broker_back(now_ms):
+            return
         await self._resume(now_ms)
         if not self._gate_passed:
             return  # the processors the timers wait for may not run yet
@@ -441,3 +484,7 @@ class Processor(Service):
         for timer in due:
             await self._store.delete_timer(timer.timer_id)
         self.stats.timers_fired += len(due)
+
+
+def _always() -> bool:
+    return True

@@ -159,3 +159,44 @@ async def test_the_time_nobody_ran_a_partition_is_not_charged_to_its_timers(
     assert second.stats.timers_fired == 1
     out = replies(await read(broker, prefix + OUT, until=2))
     assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]
+
+
+async def test_the_time_the_broker_is_away_is_not_charged_to_timers(
+    broker: str, prefix: str, store: SqliteStateStore
+) -> None:
+    """A 2 s wait, 1 s run down when the broker goes away for 30 s: nothing fires while it
+    is away, and once it answers again the wait still has its 1 s (a deadline waiting for
+    a tool's answer is not spent on a broker nobody could answer through)."""
+    kafka = KafkaConfig(bootstrap=broker)
+    clock = Clock(1_000.0)
+    partitions = [(prefix + IN, p) for p in range(6)]
+    answers = [True]
+    waits = ConversationProcessor(
+        "away",
+        waiting,
+        [IN],
+        store=store,
+        kafka=kafka,
+        topic_prefix=prefix,
+        settings=FAST,
+        clock=clock,
+        broker_answers=lambda: answers[0],
+    )
+    await produce(broker, prefix + IN, [turn("s1", 0)])  # sets the 2 s timer: due at 1002
+    async with waits:
+        await wait_for(lambda: waits.stats.processed == 1)
+        clock.now = 1_001.0  # 1 s with the broker there: it counts
+        await wait_for(lambda: waits._beat_ms == 1_001_000)  # its heartbeat at 1001
+        answers[0] = False  # the broker is away ...
+        clock.now = 1_031.0  # ... for 30 s, long past the timer's due time
+        await asyncio.sleep(0.5)
+        assert waits.stats.timers_fired == 0
+        answers[0] = True  # back: the wait gets its remaining 1 s from here
+        await asyncio.sleep(0.5)
+        assert waits.stats.timers_fired == 0
+        (pending,) = await store.due("away", partitions, 2**62, 10)
+        assert pending.due_at_ms == 1_032_000
+        clock.now = 1_032.0
+        await wait_for(lambda: waits.stats.timers_fired == 1)
+    out = replies(await read(broker, prefix + OUT, until=2))
+    assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]
