@@ -79,16 +79,18 @@ class SqliteFile(Service):
     def _check_mark(self) -> None:
         """The mark read back when due (every CHECK_EVERY_S, after an error): a file deleted
         or replaced under the store, or without its mark, is a loss (``StoreLost``). While
-        lost, a file replaced (by ``stores adopt``, or a restored copy) is opened again."""
+        lost or not, a file replaced by one with the expected mark (``stores adopt``, a restored
+        copy) is opened in its place."""
         marks = self.marks
         if marks is None or not marks.due():
             return
         now = file_id(self.path)
-        if now != self._file and marks.lost is not None and now is not None:
-            self.db.close()
-            self._db = self._open()
-        found = read_mark(self.db, str(self.mark_name)) if now == self._file else None
-        marks.verify(found)
+        if now == self._file:
+            marks.verify(read_mark(self.db, str(self.mark_name)))
+            return
+        marks.verify(peek(self.path, str(self.mark_name)) if now is not None else None)
+        self.db.close()  # the file there now carries the mark (adopted, or restored): use it
+        self._db = self._open()
 
     async def adopt(self) -> Mark:
         """Accept the store as it is now (``stores adopt``): a new mark, written and recorded."""
@@ -133,9 +135,7 @@ class SqliteFile(Service):
         try:
             return self.db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"{self.what} read failed ({self.path}): {exc}", retriable=_outage(exc)
-            ) from exc
+            raise StoreError(f"{self.what} read failed ({self.path}): {exc}") from exc
 
     def _checked(self) -> None:
         """Raise ``StoreLost`` while the store's mark is gone (read when due)."""
@@ -163,13 +163,4 @@ class SqliteFile(Service):
                 raise
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"{self.what} write failed ({self.path}): {exc}", retriable=_outage(exc)
-            ) from exc
-
-
-def _outage(exc: sqlite3.Error) -> bool:
-    """Busy, locked, full, read-only or an I/O error (the disk or another process): an
-    outage. A constraint or a statement SQLite refuses is a bug: trying again cannot help."""
-    refused = str(exc).startswith(("no such", "near ", "table ", "incomplete input"))
-    return isinstance(exc, sqlite3.OperationalError) and not refused
+            raise StoreError(f"{self.what} write failed ({self.path}): {exc}") from exc
