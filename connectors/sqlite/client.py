@@ -135,7 +135,9 @@ class SqliteFile(Service):
         try:
             return self.db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.what} read failed ({self.path}): {exc}") from exc
+            raise StoreError(
+                f"{self.what} read failed ({self.path}): {exc}", retriable=_outage(exc)
+            ) from exc
 
     def _checked(self) -> None:
         """Raise ``StoreLost`` while the store's mark is gone (read when due)."""
@@ -163,4 +165,13 @@ class SqliteFile(Service):
                 raise
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.what} write failed ({self.path}): {exc}") from exc
+            raise StoreError(
+                f"{self.what} write failed ({self.path}): {exc}", retriable=_outage(exc)
+            ) from exc
+
+
+def _outage(exc: sqlite3.Error) -> bool:
+    """Busy, locked, full, read-only or an I/O error (the disk or another process): an
+    outage. A constraint or a statement SQLite refuses is a bug: trying again cannot help."""
+    refused = str(exc).startswith(("no such", "near ", "table ", "incomplete input"))
+    return isinstance(exc, sqlite3.OperationalError) and not refused
