@@ -19,6 +19,7 @@ __all__ = [
     "Service",
     "background",
     "cancelled",
+    "return_freed_memory",
     "tune_collector",
 ]
 
@@ -111,3 +112,15 @@ def tune_collector(thresholds: tuple[int, int, int] = COLLECTOR_THRESHOLDS) -> N
     at once; only cycles wait for the next collection."""
     gc.freeze()
     gc.set_threshold(*thresholds)
+
+
+def return_freed_memory() -> None:
+    """Hand memory freed since to the OS (glibc ``malloc_trim``; elsewhere nothing): after a
+    burst's states are dropped, the process shrinks back instead of keeping its peak."""
+    import ctypes  # noqa: PLC0415 - only a long-running bus process needs it
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
