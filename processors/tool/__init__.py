@@ -2,10 +2,11 @@
 
 A :class:`ToolRegistry` admits a tool only with input/output JSON Schemas, a health
 probe, a verifier and a fallback strategy; :class:`ToolService` runs calls (python tools
-in a warm worker process with a timeout kill, a memory limit and a minimal environment,
-HTTP tools with httpx under a deadline and a size cap), verifies results before release
-(the verifier in the tool's worker), falls back, and records health; :func:`handle` is the
-handler of the ``tool`` processor (topic ``hermes.tool``).
+in a pool of ``ToolSpec.workers`` warm worker processes with a timeout kill, a memory
+limit and a minimal environment, HTTP tools with httpx under a deadline and a size cap),
+verifies results before release (the verifier in the tool's worker), falls back, and
+records health (with the calls queued for a worker); :func:`handle` is the handler of the
+``tool`` processor (topic ``hermes.tool``).
 """
 
 from ._executor import IDEMPOTENCY_ENV, SIGNATURE_HEADER, Execution, Executor, PythonWorker

@@ -1,7 +1,7 @@
 """The tool processor's port: registry, executors, calls with fallbacks, probes, health.
 
 ``async with ToolService(store, settings) as tools`` starts the store, an HTTP client and
-(lazily) one warm worker per python tool; ``ports = {"tools": tools}`` for the handler,
+(lazily) a pool of warm workers per python tool; ``ports = {"tools": tools}`` for the handler,
 and ``tools.health_view`` (or ``tools`` itself) is the dispatcher's ``HealthView``.
 """
 
