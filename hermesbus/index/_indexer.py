@@ -11,6 +11,7 @@ once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -48,6 +49,10 @@ _MAX_PAUSE_S = 10.0
 _IN_FLIGHT = 2
 """Batches written to the index at once (Elasticsearch indexes them in parallel)."""
 _REPORT_EVERY_S = 30.0
+
+
+class _Unstored(Exception):
+    """A batch the index did not take before the stop: it is left uncommitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,8 @@ class Indexer(Service):
         """Per partition, the offset after the last record stored: what may be committed."""
         self._committed: dict[TopicPartition, int] = {}
         self._stopping = False
+        self._stop_asked = asyncio.Event()
+        """Set by ``stop``: an outage's retry pause ends at once, and its retries with it."""
 
     async def start(self) -> None:
         """Join the group and start indexing; safe to call twice."""
@@ -137,20 +144,22 @@ class Indexer(Service):
             await producer.stop()  # bounded, never raises
             raise
         self._consumer, self._producer, self._stopping = consumer, producer, False
+        self._stop_asked.clear()
         self._task = background(self._run(consumer), f"{self.name}-loop")
         self._committer = background(self._commit_loop(consumer), f"{self.name}-commit")
 
     async def stop(self) -> None:
         """Index what the topics hold by now and commit it (bounded), leave the group.
 
-        Called after the processors stopped, so their last outputs are indexed too; an
-        index still away when the bound passes leaves the rest uncommitted, for the next
-        start to index.
+        Called after the processors stopped, so their last outputs are indexed too. An
+        index that is away (full, down) is not waited for: what it did not store is left
+        uncommitted, for the next start to index; one that is slow gets the bound.
         """
         consumer, producer, task = self._consumer, self._producer, self._task
         if consumer is None or producer is None or task is None:
             return
         self._stopping = True
+        self._stop_asked.set()  # an index that is away is not waited for
         await asyncio.wait({task}, timeout=self._settings.revoke_timeout_ms / 1000)
         committer, self._committer = self._committer, None
         # an index still away: what was not stored is not committed
@@ -202,6 +211,12 @@ class Indexer(Service):
                 storing.append(_Storing(asyncio.create_task(work), batch))
                 await asyncio.sleep(0)  # the write starts now (a fetch of buffered records
                 # does not yield), so the index works while the next batch is prepared
+        except _Unstored as exc:
+            log.warning(
+                "indexer: stopped while the index is away (%s): the batches it did not "
+                "store are not committed, and are indexed at the next start",
+                exc,
+            )
         finally:
             for left in storing:  # not stored, so not committed: indexed again next time
                 left.task.cancel()
@@ -242,7 +257,7 @@ class Indexer(Service):
                 break
             except HermesError as exc:  # e.g. the dead-letter topic refused a write
                 log.warning("indexer: batch not indexed, trying again: %s", exc)
-                await asyncio.sleep(self._settings.infra_retry_ms / 1000)
+                await self._pause(self._settings.infra_retry_ms / 1000, exc)
         self.stats.indexed += len(result.stored)
         self.stats.existing += len(result.existing)
         self.stats.undecodable += sum(isinstance(d, HermesError) for d in decoded)
@@ -296,7 +311,7 @@ class Indexer(Service):
                 if now - reported >= _REPORT_EVERY_S:
                     log.warning("indexer paused, nothing committed past the stored: %s", exc)
                     reported = now
-                await asyncio.sleep(pause)
+                await self._pause(pause, exc)
                 pause = min(pause * 2, _MAX_PAUSE_S)
                 continue
             if failing_since is not None:
@@ -306,6 +321,16 @@ class Indexer(Service):
                     loop.time() - failing_since,
                 )
             return result
+
+    async def _pause(self, seconds: float, failed: HermesError) -> None:
+        """The pause before a write is tried again; at the stop, none: _Unstored ends the
+        loop (otherwise ``stop`` waited its whole bound on an index that was away)."""
+        if not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._stop_asked.wait()
+        if self._stopping:
+            raise _Unstored(str(failed))
 
     async def _one_by_one(self, docs: Sequence[Document], error: TraceIndexError) -> WriteResult:
         """A batch refused as a whole: each document alone, so only the bad ones are refused."""
