@@ -317,9 +317,11 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
 
 async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports: Ports) -> bool:
     """Fail the round as ``busy`` if a tool it waits for has calls queued for its workers
-    (its live health says so): the user hears the bus is busy, not that a tool failed."""
-    sent = [tool for tool, call in cycle.calls.items() if call.status is CallStatus.SENT]
-    tool = await busy_tool(sent, ports.need_health())
+    (its live health says so): the user hears the bus is busy, not that a tool failed.
+    A call held for memory counts too: in a burst memory's answer waits in the same bus."""
+    waiting = (CallStatus.SENT, CallStatus.WAITING)
+    pending = [tool for tool, call in cycle.calls.items() if call.status in waiting]
+    tool = await busy_tool(pending, ports.need_health())
     if tool is None:
         return False
     message += f"; {tool} had calls waiting for a free worker: the bus is busy"

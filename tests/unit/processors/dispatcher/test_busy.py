@@ -42,15 +42,29 @@ async def test_a_deadline_passed_behind_a_tool_queue_says_the_bus_is_busy() -> N
     assert seen is not None and seen.queued == 1
 
 
-async def test_a_queue_at_a_tool_whose_call_was_not_sent_is_not_named() -> None:
-    """Memory never answered: no call left, so the deadline is memory's timeout."""
+async def test_a_deadline_before_memory_answered_in_a_busy_bus_says_busy() -> None:
+    """Memory never answered while the round's tool had a queue: the bus is busy."""
     d = driver()
     d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
     await d.send(call("org_tool", TOOLS))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
     assert isinstance(report, ErrorReport)
-    assert (report.component, report.code) == ("memory:context", "timeout")
+    assert (report.component, report.code, report.advice) == ("tool:org_tool", "busy", BUSY_ADVICE)
+    assert "waiting for memory:context" in report.message
+
+
+async def test_a_queue_at_a_tool_the_round_does_not_wait_for_is_not_named() -> None:
+    d = driver()
+    (query,) = await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    _, finance_out = await d.send(answer_query(query))
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d.health.set(ToolHealth(tool="finance_tool", latency_ms=50.0, success_rate=1.0, queued=7))
+    (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+    report = report_env.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code) == ("tool:org_tool", "timeout")
 
 
 async def test_no_queue_at_the_deadline_is_still_a_timeout() -> None:
