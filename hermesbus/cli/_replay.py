@@ -12,7 +12,6 @@ from typing import Annotated
 
 import orjson
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from hermesbus.bundle import read_bundle
@@ -30,7 +29,17 @@ from hermesbus.replay import (
 from hermesbus.stack import REPLAYABLE, shadows
 from hermesbus.topics import CONVERSATION_IN
 
-from ._common import BootstrapOption, HomeOption, PrefixOption, console, err_console, errors, fail
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    console,
+    err_console,
+    errors,
+    fail,
+    json_safe,
+    shown,
+)
 from ._sources import Slice, read_sessions
 from ._when import TIMES, parse_when
 
@@ -236,10 +245,10 @@ def _redrive(
     turns = external_inputs(recording, sessions, prefix, selected=chosen.keeps)
     if dry_run:
         console.print(
-            f"would read {len(recording)} envelopes from {escape(recording.source)}", soft_wrap=True
+            f"would read {len(recording)} envelopes from {shown(recording.source)}", soft_wrap=True
         )
         console.print(
-            f"would copy {len(turns)} user turns to {escape(sandbox + CONVERSATION_IN)}:",
+            f"would copy {len(turns)} user turns to {shown(sandbox + CONVERSATION_IN)}:",
             soft_wrap=True,
         )
         for hop in turns:
@@ -250,12 +259,12 @@ def _redrive(
                 else ""
             )
             console.print(
-                escape(f"  {hop.envelope.message_id}  {_said(hop.envelope)}{mark}"), soft_wrap=True
+                shown(f"  {hop.envelope.message_id}  {_said(hop.envelope)}{mark}"), soft_wrap=True
             )
         groups = ", ".join(sandbox + name for name in (*REPLAYABLE, "indexer"))
-        console.print(escape(f"would run groups {groups} on topics {sandbox}*"), soft_wrap=True)
+        console.print(shown(f"would run groups {groups} on topics {sandbox}*"), soft_wrap=True)
         console.print(
-            escape(f"would keep the sandbox's state and trace index in {home}"), soft_wrap=True
+            shown(f"would keep the sandbox's state and trace index in {home}"), soft_wrap=True
         )
         console.print(
             "would write nothing of the bus's own: its topics, groups and stores stay as they are"
@@ -276,10 +285,10 @@ def _redrive(
         )
     )
     for envelope in done.sent:
-        console.print(escape(f"user    {_said(envelope)}"), soft_wrap=True)
+        console.print(shown(f"user    {_said(envelope)}"), soft_wrap=True)
         for source, text in done.replies.get(envelope.message_id, []):
             who = "hermes" if source.startswith("conversation:") else "notice"  # as up says
-            console.print(escape(f"{who}  {text}"), soft_wrap=True)
+            console.print(shown(f"{who}  {text}"), soft_wrap=True)
         if envelope.message_id in done.unanswered:
             console.print(f"[red]no answer within {reply_timeout:g} s[/red]")
     where = (
@@ -288,11 +297,11 @@ def _redrive(
         else done.bootstrap
     )
     ran = f"topics {sandbox}* and groups {sandbox}* on {where}"
-    console.print(escape(f"sandbox {sandbox}: {ran}; state in {home}"), soft_wrap=True)
+    console.print(shown(f"sandbox {sandbox}: {ran}; state in {home}"), soft_wrap=True)
     for forked_ in done.forks:
         both = f"hermesbus trace {forked_['trace']} --sandbox {sandbox}"
         line = f"fork: {forked_['fork']} replaces {forked_['original']}; both branches: {both}"
-        console.print(escape(line), soft_wrap=True)
+        console.print(shown(line), soft_wrap=True)
     if done.unanswered:
         raise typer.Exit(1)
 
@@ -389,12 +398,12 @@ def _dry_run(
         "(memory's stores are in a temporary folder)",
     }
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        sys.stdout.buffer.write(json_safe(orjson.dumps(answer).decode()).encode() + b"\n")
         return
     console.print(
-        f"would read {len(recording)} envelopes from {escape(recording.source)}", soft_wrap=True
+        f"would read {len(recording)} envelopes from {shown(recording.source)}", soft_wrap=True
     )
-    console.print(f"sessions: {escape(', '.join(sessions)) or 'none'}", soft_wrap=True)
+    console.print(f"sessions: {shown(', '.join(sessions)) or 'none'}", soft_wrap=True)
     for name, counts in per.items():
         console.print(f"  {name}: run {counts['inputs']} inputs, compare {counts['compared']}")
     console.print(f"would write {answer['writes']}")
@@ -410,13 +419,13 @@ def _print(report: ShadowReport, recording: Recording, sessions: list[str], as_j
             "outputs": report.outputs,
             "divergences": [d.as_json() for d in report.divergences],
         }
-        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        sys.stdout.buffer.write(json_safe(orjson.dumps(answer).decode()).encode() + b"\n")
         return
     ran = ", ".join(
         f"{name} {report.compared[name]}/{report.replayed[name]}" for name in report.replayed
     )
     console.print(
-        f"replayed {len(sessions)} session(s) from {escape(recording.source)}: inputs "
+        f"replayed {len(sessions)} session(s) from {shown(recording.source)}: inputs "
         f"compared/run: {ran}; {report.outputs} outputs compared",
         soft_wrap=True,
     )
@@ -428,8 +437,6 @@ def _print(report: ShadowReport, recording: Recording, sessions: list[str], as_j
         return
     first, *others = report.divergences
     for line in first.lines():
-        console.print(escape(line), soft_wrap=True)
+        console.print(shown(line), soft_wrap=True)
     for other in others:
-        console.print(
-            escape(f"also: {other.lines()[0]}, field {other.path or '-'}"), soft_wrap=True
-        )
+        console.print(shown(f"also: {other.lines()[0]}, field {other.path or '-'}"), soft_wrap=True)

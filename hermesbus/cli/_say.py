@@ -5,11 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from hermesbus.errors import EncodeError
 
-from ._common import BootstrapOption, HomeOption, PrefixOption, console, err_console, errors, fail
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    console,
+    err_console,
+    errors,
+    fail,
+    shown,
+)
 
 if TYPE_CHECKING:
     from hermesbus.client import Client, Replies, Unverified
@@ -161,7 +169,7 @@ async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
 
 def _sent(client: Client, turn: Envelope) -> None:
     err_console.print(
-        escape(
+        shown(
             f"sent {turn.message_id} from {turn.source} to {client.check(turn)}"
             f" (session {turn.session_id}, trace {turn.trace_id})"
         ),
@@ -172,7 +180,7 @@ def _sent(client: Client, turn: Envelope) -> None:
 def _dropped(record: Unverified) -> None:
     """Say that a record on the replies topic was not believed, and why."""
     err_console.print(
-        escape(
+        shown(
             f"warning: dropped a record on {record.topic} (partition {record.partition}, offset "
             f"{record.offset}) that the bus did not sign: {record.reason}"
         ),
@@ -186,6 +194,6 @@ def _show(reply: Envelope) -> None:
 
     who = "hermes" if reply.source.startswith("conversation:") else "notice"
     console.print(
-        f"[bold]{who}[/bold]  {escape(reply_text(reply))}  [dim]({escape(reply.source)})[/dim]",
+        f"[bold]{who}[/bold]  {shown(reply_text(reply))}  [dim]({shown(reply.source)})[/dim]",
         soft_wrap=True,
     )

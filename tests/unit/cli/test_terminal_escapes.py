@@ -138,3 +138,15 @@ def test_an_error_quoting_the_log_is_escaped_too(tmp_path: Path) -> None:
     assert ran.code == 1
     _clean(ran.output)
     assert "no envelope of trace 'none\\x1b]0;owned\\x07'" in ran.err
+
+
+def test_say_shows_a_reply_with_its_control_characters_escaped() -> None:
+    """``say --wait`` prints replies: text another process wrote to the log."""
+    from hermesbus.cli import _common, _say
+
+    answer = reply_to(turn(), f"已提交{CLEAR}{TITLE}")
+    with _common.console.capture() as captured:
+        _say._show(answer)
+    printed = captured.get()
+    _clean(printed)
+    assert "已提交\\x1b[2J\\x1b]0;owned\\x07" in printed
