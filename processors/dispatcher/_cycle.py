@@ -153,7 +153,8 @@ async def on_memory(
             f"cycle {cid!r} ({cycle.task}) passed its {cycle.budget_ms} ms budget waiting "
             f"for {MEMORY_CONTEXT}, which answered after {cycle.memory_ms} ms"
         )
-        fail(fx, cid, cycle, component=MEMORY_CONTEXT, code="timeout", message=message)
+        if not await _failed_busy(fx, cid, cycle, message, ports):
+            fail(fx, cid, cycle, component=MEMORY_CONTEXT, code="timeout", message=message)
         return
     cycle.memory = body
     for tool in cycle.tools:

@@ -54,6 +54,18 @@ async def test_a_deadline_before_memory_answered_in_a_busy_bus_says_busy() -> No
     assert "waiting for memory:context" in report.message
 
 
+async def test_memory_answering_after_the_budget_in_a_busy_bus_says_busy() -> None:
+    d = driver()
+    d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
+    (query,) = await d.send(call("org_tool", TOOLS), appended_ms=1_000)
+    await d.send(call("finance_tool", TOOLS))
+    (report_env,) = answers(await d.send(answer_query(query), appended_ms=1_000 + 6_000))
+    report = report_env.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code, report.advice) == ("tool:org_tool", "busy", BUSY_ADVICE)
+    assert "memory:context, which answered after 6000 ms" in report.message
+
+
 async def test_a_queue_at_a_tool_the_round_does_not_wait_for_is_not_named() -> None:
     d = driver()
     (query,) = await d.send(call("org_tool", TOOLS))
