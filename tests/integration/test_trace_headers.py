@@ -1,10 +1,12 @@
 """``trace --from-log`` goes by the envelope's own trace id, never a ``trace_id`` header:
 an extra header on a signed turn dropped the root span; a header claiming the trace does
-not pull another trace's record in."""
+not pull another trace's record in. And ``tail`` shows what the log holds escaped: ids
+with ESC and OSC sequences reach no terminal, in lines or JSON."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -60,3 +62,28 @@ async def test_the_envelopes_trace_id_decides_not_the_headers(
     assert ran.code == 0, ran.output
     assert "conversation" in ran.out and "UserTurn" in ran.out
     assert "1 spans: conversation 1" in ran.out
+
+
+async def test_tail_prints_the_logs_control_characters_escaped(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"te{unique}."
+    await provision(broker, prefix)
+    trace = "t\x1b]0;owned\x07"
+    asked = turn(message_id="m\x1b[2J", session_id="s1", trace_id=trace, source="app:tests")
+    async with Client(bootstrap=broker, topic_prefix=prefix, codec=CODEC, name="tests") as app:
+        await app.send(asked, headers=[("note", "\x1b[31m\u202e".encode())])
+    env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    options = ("--session", "s1", "--bootstrap", broker, "--prefix", prefix)
+    for extra in ((), ("--json",)):
+        ran = await asyncio.to_thread(
+            hermesbus, "tail", *options, *extra, env=env, cwd=tmp_path, timeout=120
+        )
+        assert ran.code == 0, ran.output
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in ran.output
+        if extra:
+            (line,) = ran.out.splitlines()
+            assert json.loads(line)["envelope"]["trace_id"] == trace  # the data whole
+        else:
+            assert "trace t\\x1b]0;owned\\x07 id m\\x1b[2J" in ran.out

@@ -150,3 +150,21 @@ def test_say_shows_a_reply_with_its_control_characters_escaped() -> None:
     printed = captured.get()
     _clean(printed)
     assert "已提交\\x1b[2J\\x1b]0;owned\\x07" in printed
+
+
+def test_tail_lines_show_keys_trace_ids_and_errors_escaped() -> None:
+    from hermesbus.cli import _tail
+    from hermesbus.tail import Tailed
+
+    envelope = turn(trace_id=TRACE, payload=Payload(task=f"t{CLEAR}", body=UserTurn(text="x")))
+    decoded = Tailed("hermes.conversation.in", 0, 3, 1_717_405_200_000, b"s1", (), envelope)
+    line = _tail._line(decoded)
+    _clean(line)
+    assert f"trace {printable(TRACE)}" in line and "t\\x1b[2J" in line
+    broken = Tailed(
+        "hermes.conversation.in", 0, 4, 1_717_405_200_000, f"k{CLEAR}".encode(),
+        (("trace_id", LINK.encode()),), None, error=f"bad bytes {LINK}",
+    )  # fmt: skip
+    line = _tail._line(broken)
+    _clean(line)
+    assert "bad bytes \\x1b]8;;http://evil.example\\x07" in line
