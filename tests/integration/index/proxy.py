@@ -42,6 +42,7 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._pipes.add(task)
+        up_writer: asyncio.StreamWriter | None = None
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
@@ -49,9 +50,11 @@ class Relay:
             pass
         finally:
             self._pipes.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            for side in (writer, up_writer):  # both ends: the server's too
+                if side is not None:
+                    side.close()
+                    with contextlib.suppress(Exception):
+                        await side.wait_closed()
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
