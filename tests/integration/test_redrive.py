@@ -22,7 +22,7 @@ from hermesbus.tail import Filters, Position, catalog_topics, tail
 from tests.cli_process import clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 CONSUMED: dict[str, tuple[str, ...]] = {
     "conversation": ("hermes.conversation.in",),

@@ -143,6 +143,7 @@ def _replay_bundle(path: Path, cwd: Path) -> tuple[int, list[str], int]:
     return done.returncode, [line for line in lines if not line.startswith("peak_kib ")], peak[0]
 
 
+@pytest.mark.timeout(600)  # two commands in subprocesses, on a busy machine
 @pytest.mark.parametrize(
     ("middle", "says"),
     [

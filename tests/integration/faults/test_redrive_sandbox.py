@@ -34,7 +34,7 @@ from hermesbus.topics import CONVERSATION_IN, Catalog
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
 _BUS_GROUPS = ("conversation", "dispatcher", "memory", "tool", "indexer")
 """The bus's own consumer groups (a tenant's groups are not prefixed), besides tool-*."""
