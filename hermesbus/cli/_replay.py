@@ -26,6 +26,7 @@ from hermesbus.replay import (
     ShadowReport,
     shadow,
 )
+from hermesbus.sandbox import MARKER
 from hermesbus.stack import REPLAYABLE, shadows
 from hermesbus.topics import CONVERSATION_IN
 
@@ -268,6 +269,13 @@ def _redrive(
         )
         console.print(
             "would write nothing of the bus's own: its topics, groups and stores stay as they are"
+        )
+        console.print(
+            shown(
+                f"would refuse {sandbox} if it has topics or consumer groups and is not a "
+                f"sandbox a redrive marked ({sandbox}{MARKER})"
+            ),
+            soft_wrap=True,
         )
         return
     kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()

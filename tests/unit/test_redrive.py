@@ -19,6 +19,7 @@ from hermesbus.replay import Recording
 from hermesbus.runtime import derive_id
 from hermesbus.trace import Hop
 from tests.builders import T0, turn
+from tests.cli_process import clean_env, hermesbus
 
 IN = "hermes.conversation.in"
 
@@ -170,3 +171,15 @@ def test_a_sandbox_whose_settings_still_name_a_production_store_is_refused(
     monkeypatch.setenv("HERMES_REDIS_URL", "redis://prod:1")
     with pytest.raises(ConfigError, match=r"settings give Redis \(a server\): refused"):
         sandboxes._sandboxed(tmp_path / "sandbox")
+
+
+def test_a_redrive_dry_run_says_which_prefix_it_would_refuse(tmp_path: Path) -> None:
+    golden = Path(__file__).resolve().parents[1] / "golden" / "demo-b.tar.gz"
+    args = ["--bundle", str(golden), "--redrive", "--into", "try-9", "--dry-run"]
+    ran = hermesbus("replay", *args, env=clean_env(tmp_path / "home"), cwd=tmp_path)
+    assert ran.code == 0, ran.output
+    assert ran.out.splitlines()[-1] == (
+        "would refuse try-9. if it has topics or consumer groups and is not a sandbox a "
+        "redrive marked (try-9.hermes.replay.sandbox)"
+    )
+    assert not (tmp_path / "home" / "replays").exists()
