@@ -23,7 +23,7 @@ from hermesbus.errors import StoreError
 
 
 def neo4j_error(code: str) -> ClientError:
-    error = ClientError._hydrate_neo4j(code=code, message="refused")  # noqa: SLF001
+    error = ClientError._hydrate_neo4j(code=code, message="refused")
     assert isinstance(error, ClientError)
     return error
 
@@ -73,7 +73,7 @@ async def test_neo4j_outages(error: Exception, retriable: bool) -> None:
 )
 async def test_neo4j_server_answers(code: str, retriable: bool) -> None:
     error = (
-        TransientError._hydrate_neo4j(code=code, message="busy")  # noqa: SLF001
+        TransientError._hydrate_neo4j(code=code, message="busy")
         if ".TransientError." in code
         else neo4j_error(code)
     )
@@ -93,15 +93,15 @@ async def test_sqlite_constraint_is_a_refusal_and_a_locked_database_an_outage(
 ) -> None:
     path = tmp_path / "t.sqlite3"
     async with Table(path) as table:
-        with table._write() as db:  # noqa: SLF001
+        with table._write() as db:
             db.execute("INSERT INTO t VALUES ('a')")
-        with pytest.raises(StoreError) as refused, table._write() as db:  # noqa: SLF001
+        with pytest.raises(StoreError) as refused, table._write() as db:
             db.execute("INSERT INTO t VALUES ('a')")
         assert refused.value.retriable is False
         other = sqlite3.connect(path, timeout=0)
         other.execute("BEGIN EXCLUSIVE")  # another process holds the database
         try:
-            with pytest.raises(StoreError) as locked, table._write() as db:  # noqa: SLF001
+            with pytest.raises(StoreError) as locked, table._write() as db:
                 db.execute("INSERT INTO t VALUES ('b')")
         finally:
             other.rollback()
