@@ -161,7 +161,8 @@ class SqliteFile(Service):
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite rolled back itself on e.g. SQLITE_FULL
+                    db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
         except sqlite3.Error as exc:

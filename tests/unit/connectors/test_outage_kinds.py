@@ -108,3 +108,14 @@ async def test_sqlite_constraint_is_a_refusal_and_a_locked_database_an_outage(
             other.close()
         assert "locked" in str(locked.value)
         assert locked.value.retriable is True
+
+
+async def test_a_full_sqlite_database_is_an_outage_named_as_full(tmp_path: Path) -> None:
+    """SQLite rolls back itself on SQLITE_FULL: the error says the disk is full (not that
+    there was no transaction to roll back) and is an outage."""
+    async with Table(tmp_path / "t.sqlite3") as table:
+        table.db.execute("PRAGMA max_page_count = 3")  # a database that cannot grow
+        with pytest.raises(StoreError) as full, table._write() as db:
+            db.executemany("INSERT INTO t VALUES (?)", [(f"{i:0>500}",) for i in range(200)])
+        assert "full" in str(full.value)
+        assert full.value.retriable is True
