@@ -48,6 +48,11 @@ class WorkerPool:
         return sum(len(queue) for queue in self._waiters)
 
     @property
+    def started(self) -> int:
+        """Workers running now."""
+        return sum(1 for worker in self._workers if worker.pid is not None)
+
+    @property
     def pid(self) -> int | None:
         """The pid of the first live worker (None: none is running)."""
         return next((w.pid for w in self._workers if w.pid is not None), None)

@@ -144,6 +144,11 @@ class ToolService(Service):
             return None
         return dataclasses.replace(health, queued=self.queued(tool))
 
+    def pool(self, tool: str) -> WorkerPool | None:
+        """The pool of a python tool's workers (None before its first call or probe)."""
+        entry = self._executors.get((tool, "main"))
+        return entry[1] if entry is not None and isinstance(entry[1], WorkerPool) else None
+
     def queued(self, tool: str) -> int:
         """Calls of ``tool`` waiting for a free worker of its pool now (0: none, or no pool)."""
         entry = self._executors.get((tool, "main"))
@@ -379,8 +384,9 @@ class ToolService(Service):
             execution = Execution(FORBIDDEN, error=refusal(spec, refused))
         else:
             executor = self._executor(spec, "main")
+            running = isinstance(executor, WorkerPool) and executor.pid is not None
             execution = await executor.run("probe", None, spec.timeout_s)
-            if isinstance(executor, WorkerPool):  # a burst must not wait for workers to start
+            if running and isinstance(executor, WorkerPool):  # not at start-up, not in a burst
                 await executor.warm()
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:

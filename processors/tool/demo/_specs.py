@@ -21,9 +21,9 @@ __all__ = ["DEMO_TOOLS", "demo_keys", "demo_specs", "register_demo"]
 _MODULE = "hermesbus.processors.tool.demo.tools"
 DEMO_TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
 DEMO_WORKERS = 2
-"""Worker processes per demo tool (started by the first probes, not in a burst): two let
-one call run while the other's answer is read; more only add start-up cost and memory on
-a 2-core machine, where the bus's own process is what a burst waits for."""
+"""Worker processes per demo tool, started by the probes after the first (neither in the
+start-up nor in a burst): two let one call run while the other's answer is read; more only
+add memory on a 2-core machine, where the bus's own process is what a burst waits for."""
 
 _STR = {"type": "string"}
 _STEPS = {"type": "array", "items": _STR}

@@ -91,3 +91,12 @@ async def test_a_call_with_no_free_worker_in_its_time_answers_busy(
 def test_the_pool_size_is_bounded(workers: int) -> None:
     with pytest.raises(ValueError, match="workers"):
         python_spec("gate", "gate", workers=workers)
+
+
+async def test_probes_after_the_first_start_the_whole_pool(tools: ToolService) -> None:
+    spec = await tools.register(python_spec("gate", "gate", workers=3))
+    await tools.probe(spec)  # the first: one worker, as at start-up
+    pool = tools.pool("gate")
+    assert pool is not None and pool.started == 1
+    await tools.probe(spec)  # the next ones start the others before a burst needs them
+    assert pool.started == 3
