@@ -44,8 +44,6 @@ __all__ = [
     "adopt_hint",
 ]
 
-log = logging.getLogger(__name__)
-
 BOOK_NAME = "store-marks.json"
 """The book's file in the state folder (``HERMES_HOME``)."""
 CHECK_EVERY_S = 5.0
@@ -165,6 +163,10 @@ class MarkGuard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.where, self.held = store, where, held
+        parts = store.split()
+        # a logger per backend and store: the commands' once-per-30-s filter keys on it, so
+        # the state, tool and memory stores lost together each get their own line
+        self._log = logging.getLogger(f"{__name__}.{parts[0]}.{parts[-1]}")
         self._book = book
         self._clock = clock
         self.expected: Mark | None = None
@@ -228,11 +230,11 @@ class MarkGuard:
             self._reread()  # an adoption may have recorded a new mark meanwhile
         if found is not None and found == self.expected:
             if self.lost is not None:
-                log.warning("%s: its mark is back (%s): resuming", self.where, found)
+                self._log.warning("%s: its mark is back (%s): resuming", self.where, found)
             self.lost = None
             return
         if self.lost is None:  # said in full once; each retry raises the short form
-            log.error("%s", self._said(found))
+            self._log.error("%s", self._said(found))
             self.lost = StoreLost(
                 f"{self.where} is lost (its mark is {'gone' if found is None else 'another'}): "
                 "paused until `hermesbus stores adopt` (see the STORE LOST error logged)"
