@@ -10,7 +10,7 @@ from hermesbus import headers as h
 from hermesbus.codec import Codec
 from hermesbus.envelope import Metadata, RetryPolicy
 from hermesbus.errors import DecodeError
-from hermesbus.identity import SIGNATURE
+from hermesbus.identity import PUBLIC_SIGNATURE, SIGNATURE
 from hermesbus.runtime import Outcome, TimerRequest, derive_id
 from hermesbus.runtime import _effects as fx
 from tests import builders, signing
@@ -48,8 +48,8 @@ def test_outputs_get_ids_derived_from_the_input_and_their_index() -> None:
     assert {e.causation_id for e in decoded} == {"m1"}
     assert {r.topic for r in first} == {"p.hermes.conversation.out"}
     assert {r.key for r in first} == {b"sess_456"}
-    names = [name for name, _ in first[0].headers]
-    assert names == [h.TRACE_ID, h.MESSAGE_ID, h.TRACEPARENT, SIGNATURE]
+    names = [name for name, _ in first[0].headers]  # what apps read is also signed for them
+    assert names == [h.TRACE_ID, h.MESSAGE_ID, h.TRACEPARENT, SIGNATURE, PUBLIC_SIGNATURE]
     for r in first:  # signed by the processor, over the topic, key and value
         assert GUARD.verify(r.topic, r.key, r.value, r.headers) == "conversation"
 
