@@ -103,7 +103,7 @@ def metadata_probe(port: int, timeout_s: float = 1.0, *, host: str = HOST) -> bo
 def _metadata_request() -> bytes:
     key, version = _METADATA_V1
     header = struct.pack(">hhih", key, version, _CORRELATION_ID, len(_CLIENT_ID)) + _CLIENT_ID
-    request = header + struct.pack(">i", -1)  # -1: every topic
+    request = header + struct.pack(">i", 0)  # no topic: the brokers only, however many topics
     return struct.pack(">i", len(request)) + request
 
 

@@ -278,6 +278,8 @@ class ProtocolPolicy:
         if allowed is None:
             return f"{identity!r} may not write {topic} (writers: {sorted(writers)})"
         body = envelope.payload.body
+        if isinstance(body, ErrorReport) and identity == TOOL and topic == DISPATCHER_TOPIC:
+            return _tool_report_refusal(envelope, body)
         if isinstance(body, allowed):
             return None
         name = type(body).__name__ if body is not None else None
@@ -357,6 +359,16 @@ def answer(
     )
 
 
+def _tool_report_refusal(envelope: Envelope, report: ErrorReport) -> str | None:
+    """A tool writes an error report only as its own pause notice."""
+    if report.code == PAUSED and report.component == envelope.source:
+        return None
+    return (
+        f"'tool' may write an ErrorReport only as a pause notice of its own (code {PAUSED!r},"
+        f" component = source), not code {report.code!r} for {report.component!r}"
+    )
+
+
 def pause_notice(envelope: Envelope, pause: Pause) -> Envelope | None:
     """What memory and a tool tell the dispatcher while a backend outage holds its query or
     call in place (the runtime's ``PauseNotice``): an ``ErrorReport`` coded ``paused`` in
@@ -370,7 +382,7 @@ def pause_notice(envelope: Envelope, pause: Pause) -> Envelope | None:
     report = ErrorReport(
         component=component,
         code=PAUSED,
-        message=f"{component} waits for a backend: {pause.error}"[:1000],
+        message=f"{component} waits for a backend that is away ({type(pause.error).__name__})",
         advice=_WAITS_IN_PLACE,
         retryable=True,
     )

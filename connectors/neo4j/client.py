@@ -63,15 +63,21 @@ async def translated(config: Neo4jConfig, doing: str) -> AsyncIterator[None]:
 
 
 def _outage(exc: Exception) -> bool:
-    """True for a server that is gone, unavailable or transiently failing; False for a
-    query or a use of the driver the server refuses (``Neo.ClientError.*`` other than
-    security, a misconfigured driver, a result read twice): trying again cannot help."""
+    """True for a server that is gone or unavailable, a session or connection lost, a
+    transient failure the driver says may be retried, or refused credentials; False for a
+    query, a constraint or a use of the driver the server refuses: trying again cannot help."""
     from neo4j.exceptions import (  # noqa: PLC0415 - an optional extra
         ClientError,
-        ConfigurationError,
-        ResultError,
+        DriverError,
+        Neo4jError,
+        ServiceUnavailable,
+        SessionExpired,
     )
 
-    if isinstance(exc, ClientError):
-        return exc.code is not None and exc.code.startswith("Neo.ClientError.Security.")
-    return not isinstance(exc, (ConfigurationError, ResultError))
+    if isinstance(exc, ServiceUnavailable | SessionExpired):
+        return True
+    if isinstance(exc, ClientError) and exc.code is not None:
+        return exc.code.startswith("Neo.ClientError.Security.")
+    if isinstance(exc, Neo4jError | DriverError):
+        return exc.is_retryable()
+    return True

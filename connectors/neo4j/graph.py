@@ -409,7 +409,7 @@ async def _write(tx: AsyncManagedTransaction, ns: str, plan: GraphPlan, keep_cha
 async def _take(tx: AsyncManagedTransaction, ns: str, counter: str, count: int) -> int:
     row = await (await tx.run(_NEXT, ns=ns, counter=counter, count=count)).single()
     if row is None:  # MERGE always yields its node
-        raise StoreError(f"Neo4j: counter {counter!r} returned nothing")
+        raise StoreError(f"Neo4j: counter {counter!r} returned nothing", retriable=False)
     return int(row["first"])
 
 

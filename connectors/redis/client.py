@@ -90,20 +90,33 @@ async def translated(config: RedisConfig, doing: str) -> AsyncIterator[None]:
 
 
 _BUSY_REPLIES: Final = frozenset(
-    {"LOADING", "READONLY", "MASTERDOWN", "OOM", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"}
+    {"LOADING", "READONLY", "MASTERDOWN", "MISCONF", "OOM", "BUSY", "TRYAGAIN", "CLUSTERDOWN"}
+    | {"NOREPLICAS"}
 )
-"""Error replies of a server that is starting, full, busy or failing over: outages."""
+"""Error replies of a server that is starting, full, busy, failing over or cannot persist:
+outages (redis-py drops the code from the text of those it has a class for)."""
 
 
 def _outage(exc: Exception) -> bool:
     """True unless the server refused the command itself (a bug: trying again cannot help):
-    a lost or refused connection, a timeout, or a busy, loading or read-only server."""
-    from redis.exceptions import DataError, ResponseError  # noqa: PLC0415 - an optional extra
+    a lost or refused connection, a timeout, or a busy, loading, read-only, full or
+    failing-over server, also inside a pipeline's error."""
+    from redis.exceptions import (  # noqa: PLC0415 - an optional extra
+        ClusterError,
+        DataError,
+        OutOfMemoryError,
+        ReadOnlyError,
+        ResponseError,
+        TryAgainError,
+    )
 
+    if isinstance(exc, ReadOnlyError | OutOfMemoryError | TryAgainError | ClusterError):
+        return True
     if isinstance(exc, DataError):
         return False
     if isinstance(exc, ResponseError):
-        return str(exc).split(" ", 1)[0] in _BUSY_REPLIES
+        text = str(exc).rsplit(" of pipeline caused error: ", 1)[-1]
+        return text.split(" ", 1)[0] in _BUSY_REPLIES
     return True
 
 

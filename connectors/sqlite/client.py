@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from hermesbus.config import HermesSettings, unwritable_home, why_unwritable
 from hermesbus.errors import HermesError, StoreError
@@ -164,15 +164,41 @@ class SqliteFile(Service):
                 if db.in_transaction:  # SQLite rolled back itself on e.g. SQLITE_FULL
                     db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error:  # e.g. busy: the next write must not find it still open
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
         except sqlite3.Error as exc:
             raise StoreError(
                 f"{self.what} write failed ({self.path}): {exc}", retriable=_outage(exc)
             ) from exc
 
 
+_OUTAGE_CODES: Final = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+"""SQLite's primary result codes of a database that is busy, locked, full, read-only, failing
+on the disk or damaged: outages (held in place, never a reason to dead-letter a record).
+Every other code is a statement SQLite refuses (a bug)."""
+
+
 def _outage(exc: sqlite3.Error) -> bool:
     """Busy, locked, full, read-only or an I/O error (the disk or another process): an
     outage. A constraint or a statement SQLite refuses is a bug: trying again cannot help."""
-    refused = str(exc).startswith(("no such", "near ", "table ", "incomplete input"))
-    return isinstance(exc, sqlite3.OperationalError) and not refused
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # raised by the module itself (e.g. a closed database): not SQLite's
+        return False
+    return code & 0xFF in _OUTAGE_CODES

@@ -165,8 +165,8 @@ class Records:
         return min(_MAX_RETRY_PAUSE_S, self.settings.pause_notice_ms / 1000)
 
     async def _tell_paused(self, record: Record, error: Exception, held: list[int]) -> None:
-        """Send the record's pause notice, if its processor has one for it (best effort:
-        the broker may be what is away)."""
+        """Send the record's pause notice, if its processor has one for it. Best effort:
+        the broker may be what is away, and no failure here may drop the held record."""
         now_ms = int(self.clock() * 1000)
         if not held:
             held.extend((now_ms, 0))
@@ -175,16 +175,13 @@ class Records:
             return
         try:
             envelope = self.codec.decode(record.value)
-        except Exception:  # undecodable while the registry is away: no notice
-            return
-        every = self.settings.pause_notice_ms
-        news = self.paused(envelope, Pause(error, held[0], now_ms, every, held[1]))
-        if news is None:
-            return
-        held[1] += 1
-        try:
+            every = self.settings.pause_notice_ms
+            news = self.paused(envelope, Pause(error, held[0], now_ms, every, held[1]))
+            if news is None:
+                return
+            held[1] += 1
             await self.produce((fx.notice(self.codec, self.guard.sign, news, self.prefix),))
-        except (BrokerError, StoreError, RegistryError) as exc:
+        except Exception as exc:
             log.debug("processor=%s pause notice not sent: %s", self.name, exc)
 
     async def _attempt(self, part: Partition, record: Record) -> bool:

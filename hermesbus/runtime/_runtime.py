@@ -270,8 +270,11 @@ class Processor(Service):
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
         await self._commit(parts)
         ran = [(p.tp.topic, p.tp.partition) for p in parts if p.resumed == _AT_GATE]
-        try:  # the next owner charges its timers nothing up to now
-            await self._store.heartbeat(self.name, ran, int(self._clock() * 1000))
+        # the next owner charges its timers nothing up to now (while the broker is away:
+        # up to when it went, so the time it is away is not charged either)
+        last = self._away_ms if self._away_ms is not None else int(self._clock() * 1000)
+        try:
+            await self._store.heartbeat(self.name, ran, last)
         except StoreError as exc:
             log.warning("processor=%s last heartbeat: %s", self.name, exc)
         self._records.forget(parts)

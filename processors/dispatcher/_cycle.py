@@ -48,6 +48,9 @@ from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
 from ._ports import Ports
 from ._state import PAUSE_SLACK_MS, Call, CallStatus, Cycle, DispatcherState
 
+MAX_DOWNTIME_MS: Final = 300_000
+"""Backend downtime a round is not charged, at most: then it fails, retryable."""
+
 __all__ = [
     "CAPPED_WRITES",
     "REFUSED_WRITE",
@@ -279,8 +282,13 @@ def _had_time(cycle: Cycle, tool: str, left_ms: int) -> bool:
     return left_ms >= 2 * call.expected_ms
 
 
-async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports: Ports) -> None:
-    """The round's deadline (fail fast with ``timeout``) or a retry that is due."""
+async def on_timer(
+    fx: Effects, state: DispatcherState, fired: TimerFired, ports: Ports, *, appended_ms: int = -1
+) -> None:
+    """The round's deadline (fail fast with ``timeout``) or a retry that is due.
+
+    ``appended_ms`` (the timer record's Kafka time, the bus's clock) is what pauses are
+    measured against: the envelope's own time is the app's clock."""
     data = timer_data(fired.data_json)
     cid = data.get(CYCLE)
     cycle = state.cycles.get(cid) if isinstance(cid, str) else None
@@ -293,7 +301,11 @@ async def on_timer(fx: Effects, state: DispatcherState, fired: TimerFired, ports
         log.debug("dispatcher: stale timer %s ignored", fired.purpose)
         return
     if fired.purpose == deadline_purpose(cid):
-        owed = _owed_ms(cycle, fx.now_ms)
+        bus_ms = appended_ms if appended_ms >= 0 else fx.now_ms
+        if _downtime(cycle, bus_ms) > MAX_DOWNTIME_MS:  # not for ever: told, retryable
+            _fail_held(fx, cid, cycle, _downtime(cycle, bus_ms))
+            return
+        owed = _owed_ms(cycle, fx.now_ms, bus_ms)
         if owed > 0:  # a backend outage held the round: its downtime is given back
             fx.arm(owed, deadline_purpose(cid), {CYCLE: cid, "round": cycle.round})
             return
@@ -348,13 +360,34 @@ def _downtime(cycle: Cycle, now_ms: int) -> int:
     return cycle.downtime_ms
 
 
-def _owed_ms(cycle: Cycle, now_ms: int) -> int:
-    """How much longer the round may wait at its deadline: until a pause still going on
-    could have been told again, else the downtime credited past the deadline."""
+def _owed_ms(cycle: Cycle, now_ms: int, bus_ms: int) -> int:
+    """How much longer the round may wait at its deadline (``now_ms``, the envelopes' time):
+    the downtime credited past the deadline, and while a pause may still be going on
+    (``bus_ms``, the bus's clock, as the notices are), until it could have been told again."""
     owed = 0 if cycle.deadline_ms is None else cycle.deadline_ms + cycle.downtime_ms - now_ms
-    if cycle.still_paused(now_ms):
-        owed = max(owed, cycle.pause_seen_ms + 2 * cycle.pause_every_ms + PAUSE_SLACK_MS - now_ms)
+    if cycle.still_paused(bus_ms):
+        owed = max(owed, cycle.pause_seen_ms + 2 * cycle.pause_every_ms + PAUSE_SLACK_MS - bus_ms)
     return max(0, owed)
+
+
+def _fail_held(fx: Effects, cid: str, cycle: Cycle, downtime_ms: int) -> None:
+    """A round held by an outage longer than MAX_DOWNTIME_MS fails, retryable, naming who
+    was held: the user hears a backend is away, not that a tool timed out."""
+    held = ", ".join(cycle.paused_by) or MEMORY_CONTEXT
+    message = (
+        f"cycle {cid!r} ({cycle.task}) waited {downtime_ms // 1000} s for {held}, held by a "
+        f"backend outage (at most {MAX_DOWNTIME_MS // 1000} s are not charged)"
+    )
+    fail(
+        fx,
+        cid,
+        cycle,
+        component=held.split(", ")[0],
+        code="unavailable",
+        message=message,
+        advice=bilingual("后端暂时不可用，请稍后重试", "a backend is away; retry later"),
+        retryable=True,
+    )
 
 
 def on_paused(fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport) -> None:
@@ -367,6 +400,7 @@ def on_paused(fx: Effects, state: DispatcherState, envelope: Envelope, report: E
     if (
         cycle is None
         or not cycle.is_open
+        or report.component != envelope.source  # each tells only of itself
         or context.get("round", cycle.round) != cycle.round
         or not cycle.waits_on(report.component)
         or not isinstance(since, int)

@@ -99,7 +99,7 @@ async def _route(
         case ToolResult():
             on_result(fx, state, envelope, body, ports)
         case TimerFired():
-            await on_timer(fx, state, body, ports)
+            await on_timer(fx, state, body, ports, appended_ms=appended_ms)
         case Continue():
             on_continue(state, envelope)
         case StateSnapshot():

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from neo4j.exceptions import ClientError, ServiceUnavailable, SessionExpired, TransientError
-from redis.exceptions import BusyLoadingError, DataError, ResponseError
+from redis._parsers.base import BaseParser
+from redis.exceptions import BusyLoadingError, DataError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -34,9 +35,6 @@ def neo4j_error(code: str) -> ClientError:
         (RedisConnectionError("Connection closed by server."), True),
         (RedisTimeoutError("Timeout reading from socket"), True),
         (BusyLoadingError("Redis is loading the dataset in memory"), True),
-        (ResponseError("READONLY You can't write against a read only replica."), True),
-        (ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True),
-        (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
         (DataError("Invalid input of type: 'dict'"), False),
     ],
 )
@@ -45,6 +43,33 @@ async def test_redis(error: Exception, retriable: bool) -> None:
         async with redis_client.translated(RedisConfig(url="redis://127.0.0.1:1/0"), "commit"):
             raise error
     assert raised.value.retriable is retriable
+
+
+@pytest.mark.parametrize(
+    ("reply", "retriable"),
+    [
+        ("READONLY You can't write against a read only replica.", True),
+        ("OOM command not allowed when used memory > 'maxmemory'.", True),
+        ("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", True),
+        ("TRYAGAIN Multiple keys request during rehashing of slot", True),
+        ("CLUSTERDOWN The cluster is down", True),
+        ("MISCONF Redis is configured to save RDB snapshots, but it's currently unable", True),
+        ("LOADING Redis is loading the dataset in memory", True),
+        ("BUSY Redis is busy running a script.", True),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", False),
+        ("ERR unknown command 'FOO'", False),
+    ],
+)
+async def test_redis_error_replies_as_redis_py_reads_them(reply: str, retriable: bool) -> None:
+    """The exceptions redis-py's own parser makes of a server's error replies (it drops the
+    code from the text of those it has a class for), alone and inside a pipeline."""
+    error = BaseParser.parse_error(reply)  # type: ignore[no-untyped-call]
+    in_pipeline = type(error)(f"Command # 1 (EVALSHA abc 1 k) of pipeline caused error: {error}")
+    for raised in (error, in_pipeline):
+        with pytest.raises(StoreError) as caught:
+            async with redis_client.translated(RedisConfig(url="redis://127.0.0.1:1/0"), "x"):
+                raise raised
+        assert caught.value.retriable is retriable, raised
 
 
 @pytest.mark.parametrize(

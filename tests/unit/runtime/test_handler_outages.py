@@ -139,3 +139,14 @@ def test_what_counts_as_an_outage() -> None:
     assert outage(RegistryError("busy", status_code=429))
     assert not outage(RegistryError("no such id", status_code=404))
     assert not outage(ValueError("a bug"))
+
+
+async def test_a_notice_that_fails_never_drops_the_held_record(store: SqliteStateStore) -> None:
+    def broken(envelope: Envelope, pause: Pause) -> Envelope:
+        raise ValueError("a notice that cannot be made")
+
+    w = worker(store, [StoreError("Redis away")] * 2)
+    w.paused = broken
+    part = await run(w)
+    assert (w.stats.processed, w.stats.held, w.stats.dead_letters) == (1, 1, 0)
+    assert part.tracker.committable() == 1

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from hermesbus import Envelope, ErrorReport, ToolCall, ToolResults
 from hermesbus.errors import StoreError
-from hermesbus.processors.protocol import PAUSED, ToolHealth, pause_notice
+from hermesbus.processors.dispatcher._cycle import MAX_DOWNTIME_MS
+from hermesbus.processors.protocol import PAUSED, ProtocolPolicy, ToolHealth, pause_notice
 from hermesbus.runtime import Pause
 
 from .helpers import (
@@ -72,7 +73,8 @@ async def test_a_notice_is_an_error_report_coded_paused_in_the_cycle() -> None:
     body = news.payload.body
     assert isinstance(body, ErrorReport)
     assert (body.component, body.code, body.retryable) == ("memory:context", PAUSED, True)
-    assert "ConnectionError" in body.message
+    assert "StoreError" in body.message
+    assert "6379" not in body.message  # the class, not where the store is
     assert news.payload.context["cycle"] == CYCLE
     assert news.causation_id == query.message_id
     assert await d.send(news) == ()  # nothing is answered, nobody is told
@@ -134,3 +136,44 @@ async def test_a_notice_for_a_round_that_no_longer_waits_changes_nothing() -> No
     before = d.data["cycles"][CYCLE]
     await d.send(notice(query, SENT_MS + 100, SENT_MS + 100, 0))  # memory answered already
     assert d.data["cycles"][CYCLE] == before
+
+
+async def test_a_notice_speaks_only_for_its_sender() -> None:
+    """A tool cannot pause memory's part of a round (nor the policy lets it say anything but
+    its own pause)."""
+    d = driver()
+    query = await open_round(d)
+    forged = notice(query, SENT_MS + 100, SENT_MS + 100, 0).model_copy(
+        update={"source": "tool:org_tool"}
+    )
+    before = d.data["cycles"][CYCLE]
+    await d.send(forged)
+    assert d.data["cycles"][CYCLE] == before
+    refusal = ProtocolPolicy().refusal("hermes.dispatcher", "tool", forged)
+    assert refusal is not None and "pause notice of its own" in refusal
+    own = notice(
+        tool_calls(await d.send(answer_query(query), appended_ms=SENT_MS + 50))[0],
+        SENT_MS + 100,
+        SENT_MS + 100,
+        0,
+    )
+    assert ProtocolPolicy().refusal("hermes.dispatcher", "tool", own) is None
+
+
+async def test_a_round_held_longer_than_the_cap_fails_retryable_naming_who_was_held() -> None:
+    d = driver()
+    query = await open_round(d)
+    for news in notices(query, SENT_MS + 1_000, SENT_MS + 1_000 + MAX_DOWNTIME_MS + EVERY_MS):
+        await d.send(news)
+    outputs: tuple[Envelope, ...] = ()
+    while not answers(outputs):  # the deadline keeps waiting while notices came
+        outputs = await d.fire(f"cycle:{CYCLE}")
+    (failed,) = answers(outputs)
+    report = failed.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code, report.retryable) == (
+        "memory:context",
+        "unavailable",
+        True,
+    )
+    assert "held by a backend outage" in report.message
