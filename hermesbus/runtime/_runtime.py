@@ -437,9 +437,9 @@ class Processor(Service):
         it is back, every owned partition's timers move later by the time since their last
         heartbeat, so a deadline is not charged the time nothing could answer it."""
         if not self._broker_answers():
-            if self._away_ms is None:
+            if self._away_ms is None:  # up's broker watch tells the operator, once
                 self._away_ms = now_ms
-                log.warning(
+                log.info(
                     "processor=%s the broker is away: timers wait, moved later by the time "
                     "it is away",
                     self.name,
