@@ -97,6 +97,13 @@ class RegistryError(HermesError):
         super().__init__(message)
         self.status_code = status_code
 
+    @property
+    def outage(self) -> bool:
+        """The registry is away (no answer), failing (5xx) or busy (429): the request may
+        be fine and is held in place; any other answer refuses the request itself."""
+        code = self.status_code
+        return code is None or code >= 500 or code == 429  # noqa: PLR2004 - HTTP classes
+
 
 class CatalogError(HermesError):
     """The topic catalog is invalid."""

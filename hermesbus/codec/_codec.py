@@ -301,10 +301,8 @@ class Codec:
             try:
                 schema_id = self._registry.register(self.name, self.schema)
             except RegistryError as exc:
-                code = exc.status_code
-                busy = code in (None, HTTPStatus.TOO_MANY_REQUESTS)
-                if busy or (code is not None and code >= HTTPStatus.INTERNAL_SERVER_ERROR):
-                    raise  # the registry is away or busy: an outage, held in place
+                if exc.outage:
+                    raise  # the registry is away or busy: held in place, never an encode error
                 raise EncodeError(f"cannot register {self.name}: {exc}") from exc
             with self._lock:
                 self._by_id[schema_id] = self._current  # our own messages decode at once

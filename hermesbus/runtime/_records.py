@@ -62,8 +62,7 @@ def outage(error: BaseException) -> bool:
     if isinstance(error, StoreError | BrokerError):
         return error.retriable
     if isinstance(error, RegistryError):
-        code = error.status_code
-        return code is None or code >= 500 or code == 429  # noqa: PLR2004 - HTTP classes
+        return error.outage
     return False
 
 
