@@ -138,7 +138,26 @@ class StoreError(HermesError):
 class StoreLost(StoreError):
     """A store's mark of identity is gone or differs (it came back empty, or is another
     store): every operation on it raises this, retried in place, until the operator runs
-    ``hermesbus stores adopt`` or the store's data (and its mark) come back."""
+    ``hermesbus stores adopt`` or the store's data (and its mark) come back.
+
+    One instance stands for one loss (each retry raises it again): ``store`` names the
+    store as the mark book does, ``epoch`` is the mark it should have carried, ``said``
+    the full account logged once. :meth:`claim_alert` is true once per loss, so the
+    processors sharing the store raise one alert on ``hermes.alerts`` between them."""
+
+    def __init__(self, message: str, *, store: str = "", epoch: str = "", said: str = "") -> None:
+        super().__init__(message, retriable=True)
+        self.store, self.epoch, self.said = store, epoch, said or message
+        self._alerted = False
+
+    def claim_alert(self) -> bool:
+        """True for the first caller only: it raises the loss's alert."""
+        first, self._alerted = not self._alerted, True
+        return first
+
+    def release_alert(self) -> None:
+        """The claimed alert could not be sent: the next retry claims it again."""
+        self._alerted = False
 
 
 class TraceIndexError(StoreError):

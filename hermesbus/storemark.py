@@ -10,9 +10,10 @@ processes, so a Redis restarted empty is noticed by the running ``up`` and by th
 When the store's mark is gone or differs from the book's, the store is *lost*
 (:class:`MarkGuard`): every operation raises :class:`~hermesbus.errors.StoreLost`, which
 the runtime retries in place (nothing is committed past it, no session moves on), with one
-ERROR line naming the store and what it held. Only ``hermesbus stores adopt`` resumes: it
-writes a new mark and records it; a running bus sees the book change and goes on. A store
-whose own mark comes back (its data restored) resumes by itself.
+ERROR line naming the store and what it held, and one alert on ``hermes.alerts`` (raised
+by the first processor the loss holds). Only ``hermesbus stores adopt`` resumes: it writes
+a new mark and records it; a running bus sees the book change and goes on. A store whose
+own mark comes back (its data restored) resumes by itself.
 """
 
 from __future__ import annotations
@@ -234,10 +235,14 @@ class MarkGuard:
             self.lost = None
             return
         if self.lost is None:  # said in full once; each retry raises the short form
-            self._log.error("%s", self._said(found))
+            said = self._said(found)
+            self._log.error("%s", said)
             self.lost = StoreLost(
                 f"{self.where} is lost (its mark is {'gone' if found is None else 'another'}): "
-                "paused until `hermesbus stores adopt` (see the STORE LOST error logged)"
+                "paused until `hermesbus stores adopt` (see the STORE LOST error logged)",
+                store=self.store,
+                epoch=self.expected.epoch if self.expected is not None else "",
+                said=said,
             )
         raise self.lost
 

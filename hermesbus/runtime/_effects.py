@@ -14,7 +14,7 @@ from hermesbus import headers as h
 from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.envelope import Envelope
-from hermesbus.errors import IdentityError
+from hermesbus.errors import IdentityError, StoreLost
 from hermesbus.payloads import ContextValue, ErrorReport, Payload, TimerFired
 from hermesbus.topics import topic_for
 
@@ -24,6 +24,7 @@ from ._store import OutRecord, StoredTimer
 __all__ = [
     "IDENTITY_ALERT_TARGET",
     "RETRY_PREFIX",
+    "STORE_ALERT_TARGET",
     "Sign",
     "dead_letter",
     "emitted",
@@ -31,6 +32,7 @@ __all__ = [
     "notice",
     "outputs",
     "retry_timer",
+    "store_alert",
     "timer_fired",
     "timers",
 ]
@@ -40,6 +42,8 @@ RETRY_PREFIX = "retry:"
 _MAX_ERROR_HEADER = 2000
 IDENTITY_ALERT_TARGET = "alerts:identity"
 """Where a refused signer is reported (``hermes.alerts``)."""
+STORE_ALERT_TARGET = "alerts:store"
+"""Where a lost store is reported (``hermes.alerts``)."""
 _UNKNOWN = "unknown"
 
 Sign = Callable[
@@ -251,5 +255,55 @@ def identity_alert(
         trace_id=envelope.trace_id if envelope is not None else derive_id("refused", origin),
         causation_id=envelope.message_id if envelope is not None else None,
         payload=Payload(task="identity", context=context, body=report),
+    )
+    return _record(codec, sign, alert, topic, None)
+
+
+def store_alert(
+    codec: Codec,
+    sign: Sign,
+    *,
+    processor: str,
+    identity: str,
+    record: ConsumerRecord[bytes, bytes],
+    session_id: str,
+    lost: StoreLost,
+    at_ms: int,
+    topic: str,
+) -> OutRecord:
+    """An ``ErrorReport`` on ``hermes.alerts``: a store the bus uses is lost (its mark is
+    gone or another), and what it holds (the first held record) until it is adopted.
+
+    Its id and trace are derived from the store and the mark it lost, so every process
+    that meets the same loss raises the same alert (one in the trace index); the next
+    loss of the store (after an adoption) is a new one.
+    """
+    alert_id = derive_id("store-lost", lost.store, lost.epoch)
+    context: dict[str, ContextValue] = {
+        "store": lost.store,
+        "lost_mark": lost.epoch,
+        "held_by": processor,
+        "held_topic": record.topic,
+        "held_partition": record.partition,
+        "held_offset": record.offset,
+    }
+    report = ErrorReport(
+        component=f"{identity}:{processor}",
+        code="store_lost",
+        message=lost.said,
+        advice="processing that uses this store is paused in place, nothing is lost or "
+        "committed past it; run `hermesbus doctor` to see it, then `hermesbus stores adopt` "
+        "once the loss is accepted (sessions start afresh), or restore the store's data",
+        retryable=True,
+    )
+    alert = Envelope(
+        message_id=alert_id,
+        timestamp=at_ms,
+        source=f"{identity}:{processor}",
+        target=STORE_ALERT_TARGET,
+        session_id=session_id or _UNKNOWN,
+        user_id="",
+        trace_id=alert_id,
+        payload=Payload(task="store", context=context, body=report),
     )
     return _record(codec, sign, alert, topic, None)

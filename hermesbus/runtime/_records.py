@@ -29,6 +29,7 @@ from hermesbus.errors import (
     IdentityError,
     RegistryError,
     StoreError,
+    StoreLost,
 )
 from hermesbus.headers import DLQ_NOTE
 from hermesbus.identity import Guard
@@ -138,6 +139,8 @@ class Records:
                         record.offset,
                         exc,
                     )
+                    if isinstance(exc, StoreLost):
+                        await self._alert_lost(record, exc)
                     await self._tell_paused(record, exc, held)
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, self._longest_pause())
@@ -182,6 +185,29 @@ class Records:
             await self.produce((fx.notice(self.codec, self.guard.sign, news, self.prefix),))
         except Exception as exc:
             log.debug("processor=%s pause notice not sent: %s", self.name, exc)
+
+    async def _alert_lost(self, record: Record, lost: StoreLost) -> None:
+        """Raise the store's loss on ``hermes.alerts``, once per loss however many processors
+        it holds (:meth:`StoreLost.claim_alert`). Best effort like a pause notice: one
+        not sent is claimed again on the next retry."""
+        if not lost.claim_alert():
+            return
+        try:
+            alert = fx.store_alert(
+                self.codec,
+                self.guard.sign,
+                processor=self.name,
+                identity=self.guard.identity,
+                record=record,
+                session_id=record.key.decode("utf-8", "replace") if record.key else "",
+                lost=lost,
+                at_ms=int(self.clock() * 1000),
+                topic=self.prefix + ALERTS,
+            )
+            await self.produce((alert,))
+        except Exception as exc:
+            lost.release_alert()
+            log.debug("processor=%s store alert not sent: %s", self.name, exc)
 
     async def _attempt(self, part: Partition, record: Record) -> bool:
         """``process``; a record that can never be handled is dead-lettered instead.

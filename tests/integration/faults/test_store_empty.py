@@ -1,7 +1,7 @@
 """Redis restarted empty (no persistence, as ``deploy/local/redis.sh`` runs it) under a
 session sitting in S4: nothing is processed and the session is not moved on, one ERROR line
 names the store and what it held, ``doctor`` names it, and only ``hermesbus stores adopt``
-resumes the running bus (issue 25, item 2).
+resumes the running bus; one alert per lost store on ``hermes.alerts`` (issue 25, item 2).
 
 The Redis is the test's own (``redis.sh`` with a run folder of its own, on a free port), so
 restarting it empty disturbs no other test.
@@ -17,18 +17,23 @@ import os
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 
 from hermesbus.client import Client
+from hermesbus.codec import default_codec
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.demo import Said, Turn, conversations, reply_text, talk
 from hermesbus.envelope import Envelope
 from hermesbus.errors import StoreLost
 from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.payloads import ErrorReport
 from hermesbus.runtime import StateChange
 from hermesbus.stack import Stack
+from hermesbus.topics import ALERTS, CONVERSATION_IN
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 from tests.services import need
@@ -159,6 +164,7 @@ async def test_redis_back_empty_under_a_session_in_s4_pauses_until_adopted(
         answering = asyncio.create_task(talk(app, confirm, _noting(answered), timeout=600))
         try:
             state = "Redis state store at " + own_redis.url
+            state_store = f"redis {own_redis.url} {os.environ['HERMES_REDIS_PREFIX']} state"
             await _until(
                 "the state store's loss logged", lambda: errors_logged.naming(state), SEEN_S
             )
@@ -177,7 +183,7 @@ async def test_redis_back_empty_under_a_session_in_s4_pauses_until_adopted(
             assert "came back empty" in line and "stores adopt" in doctor.out
 
             assert answered == []  # nothing was processed: the session did not move on
-            adopted_at = time.monotonic()
+            adopted_at, adopted_wall = time.monotonic(), datetime.now(UTC)
             adopt = await asyncio.to_thread(_cli, "stores", "adopt", home=home)
             assert adopt.code == 0, adopt.output
             assert "adopted  state" in adopt.out and "adopted  tools" in adopt.out, adopt.out
@@ -191,6 +197,37 @@ async def test_redis_back_empty_under_a_session_in_s4_pauses_until_adopted(
     assert answered and all(at > adopted_at for at, _ in answered)  # none before adoption
     assert len(errors_logged.naming(state)) == 1  # one line, however often it was retried
     assert sum(p.stats.dead_letters for p in running.processors) == 0
+
+    alerts = await _alerts(running)  # and one alert per lost store, raised before adoption
+    ids = [envelope.message_id for envelope in alerts]
+    assert len(ids) == len(set(ids)), ids
+    (alert,) = [e for e in alerts if e.payload.context["store"] == state_store]
+    body = alert.payload.body
+    assert isinstance(body, ErrorReport) and body.code == "store_lost", alert
+    assert body.message == lost and "stores adopt" in body.advice
+    assert alert.target == "alerts:store" and alert.timestamp <= adopted_wall
+    assert alert.payload.context["held_topic"] == running.prefix + CONVERSATION_IN
+
+
+async def _alerts(running: Stack) -> list[Envelope]:
+    """Every store-lost alert on ``hermes.alerts``, from its start to its end now."""
+    topic = running.prefix + ALERTS
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=running.bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        while not (partitions := list(consumer.assignment())):
+            await asyncio.sleep(0.1)
+        ends = await consumer.end_offsets(partitions)
+        records = []
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            for batch in (await consumer.getmany(timeout_ms=1000)).values():
+                records.extend(batch)
+    finally:
+        await consumer.stop()
+    found = [default_codec().decode(r.value or b"") for r in records]
+    return [e for e in found if e.target == "alerts:store"]
 
 
 def _texts(said: Said) -> str:

@@ -16,7 +16,8 @@ from aiokafka import TopicPartition
 from hermesbus import Envelope
 from hermesbus.codec import Codec
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.errors import RegistryError, StoreError
+from hermesbus.errors import BrokerError, RegistryError, StoreError, StoreLost
+from hermesbus.payloads import ErrorReport
 from hermesbus.runtime import HandlerInput, Outcome, OutRecord, Pause, RuntimeSettings
 from hermesbus.runtime._partition import Partition, ProcessorStats
 from hermesbus.runtime._records import Records, outage
@@ -150,3 +151,79 @@ async def test_a_notice_that_fails_never_drops_the_held_record(store: SqliteStat
     part = await run(w)
     assert (w.stats.processed, w.stats.held, w.stats.dead_letters) == (1, 1, 0)
     assert part.tracker.committable() == 1
+
+
+def lost_store(epoch: str = "e1") -> StoreLost:
+    return StoreLost(
+        "the state store is lost",
+        store="redis redis://127.0.0.1:1/0 prefix p",
+        epoch=epoch,
+        said="STORE LOST: the state store came back empty: its mark is gone",
+    )
+
+
+async def test_a_lost_store_raises_one_alert_however_many_workers_it_holds(
+    store: SqliteStateStore,
+) -> None:
+    lost = lost_store()
+    first, second = worker(store, [lost] * 3), worker(store, [lost] * 2)
+    await run(first)
+    await run(second)
+    (alert,) = first.sent  # the second worker met the same loss: no second alert
+    assert second.sent == []
+    assert (first.stats.processed, first.stats.dead_letters) == (1, 0)  # held, then done
+    assert alert.topic == "hermes.alerts"
+    envelope = Codec().decode(alert.value)
+    assert envelope.target == "alerts:store"
+    assert envelope.source == "conversation:conv"
+    body = envelope.payload.body
+    assert isinstance(body, ErrorReport)
+    assert (body.code, body.retryable) == ("store_lost", True)
+    assert body.message == lost.said and "stores adopt" in body.advice
+    context = envelope.payload.context
+    assert context["store"] == lost.store and context["lost_mark"] == "e1"
+    assert (context["held_topic"], context["held_offset"]) == ("in", 0)
+
+
+async def test_every_process_raises_the_same_alert_for_one_loss_and_a_new_one_for_the_next(
+    tmp_path: Path,
+) -> None:
+    """Two processes (two StoreLost for one loss) give one id, so the index keeps one; the
+    loss after an adoption (another mark) is another alert."""
+    sent = []
+    for n, lost in enumerate((lost_store("e1"), lost_store("e1"), lost_store("e2"))):
+        async with SqliteStateStore(tmp_path / f"{n}.sqlite3") as store:  # a process's own
+            w = worker(store, [lost])
+            await run(w)
+        (alert,) = w.sent
+        sent.append(Codec().decode(alert.value).message_id)
+    assert sent[0] == sent[1] != sent[2]
+
+
+async def test_an_alert_that_cannot_be_sent_is_tried_again_and_never_drops_the_record(
+    store: SqliteStateStore,
+) -> None:
+    class Refusing(Kept):
+        tries = 0
+
+        async def produce(self, records: Sequence[OutRecord]) -> None:
+            self.tries += 1
+            if self.tries == 1:
+                raise BrokerError("the broker is away")
+            await super().produce(records)
+
+    lost = lost_store()
+    w = Refusing(
+        "conv",
+        failing([lost, lost]),
+        store=store,
+        codec=Codec(),
+        settings=RuntimeSettings(infra_retry_ms=1, pause_notice_ms=1),
+        ports={},
+        prefix="",
+        stats=ProcessorStats(),
+        guard=signing.guard("conversation", "conv"),
+    )
+    await run(w)
+    assert w.tries == 2 and len(w.sent) == 1  # claimed again on the next retry, sent once
+    assert (w.stats.processed, w.stats.dead_letters) == (1, 0)
