@@ -26,8 +26,11 @@ from tests.integration.index.proxy import Relay
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(420)]
 
-NEO4J_AWAY_S = 6.0
-"""How long Neo4j refuses connections, once, from a second into the first conversation."""
+BUDGET_SCALE = 3
+"""Cycle budgets 3x the product's (S1: 15 s), so a slow, busy machine decides nothing."""
+NEO4J_AWAY_S = 20.0
+"""How long Neo4j refuses connections, once, from a second into the first conversation:
+longer than the scaled S1 budget, so only the downtime not being charged keeps the round."""
 KILL_EVERY_S = 4.0
 KILLS = 5
 """Every Redis connection of the bus is cut KILLS times, KILL_EVERY_S apart (more often, a
@@ -60,6 +63,7 @@ async def running(
     monkeypatch.setenv("HERMES_NEO4J_URL", f"bolt://127.0.0.1:{neo4j.port}")
     monkeypatch.setenv("HERMES_NEO4J_NAMESPACE", f"fault{unique}")
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HERMES_CONVERSATION_BUDGET_SCALE", str(BUDGET_SCALE))
     try:  # groups of its own: another test's members joining "memory" would rebalance it
         async with stack(
             kafka=KafkaConfig(bootstrap=broker),
