@@ -70,6 +70,7 @@ __all__ = [
     "APP",
     "AUDIT",
     "BAD_ARGUMENTS",
+    "BUSY_PREFIX",
     "CONVERSATION",
     "CYCLE",
     "DISPATCHER",
@@ -159,6 +160,9 @@ NOT_REGISTERED: Final = 404
 VERIFICATION_FAILED: Final = 502
 UNAVAILABLE: Final = 503
 TIMEOUT: Final = 504
+BUSY_PREFIX: Final = "busy:"
+"""How a 503's ``ToolResult.error`` starts when the tool is only busy (its workers all taken
+until the call's time ran out), not failing: the dispatcher tells the user the bus is busy."""
 
 # a pause notice: a backend outage holds a request of the dispatcher in place
 PAUSED: Final = "paused"

@@ -23,11 +23,13 @@ from hermesbus.payloads import (
     ToolResult,
 )
 from hermesbus.processors.protocol import (
+    BUSY_PREFIX,
     CYCLE,
     MEMORY_CONTEXT,
     PAUSE_EVERY,
     PAUSED_SINCE,
     TOOLS,
+    UNAVAILABLE,
     cycle_of,
     is_failure,
     tool_at,
@@ -191,13 +193,16 @@ def on_result(
                 f"{result.tool} answered {result.status_code} on attempt {call.attempt} "
                 f"of {policy.max_attempts}: {detail}"
             )
+            busy = _busy(result)  # its workers were all taken: the bus is busy, none failed
             fail(
                 fx,
                 cid,
                 cycle,
                 component=tool_at(result.tool),
-                code=str(result.status_code),
+                code=BUSY if busy else str(result.status_code),
                 message=message,
+                advice=BUSY_ADVICE if busy else None,
+                retryable=True if busy else None,
             )
         return
     call.status = CallStatus.DONE
@@ -207,6 +212,12 @@ def on_result(
     _feed_memory(fx, state, envelope=envelope, cid=cid, cycle=cycle, result=result)
     if all(tool in cycle.results for tool in cycle.tools):
         answer(fx, cid, cycle)
+
+
+def _busy(result: ToolResult) -> bool:
+    """A 503 whose call never got one of the tool's workers in its time (see BUSY_PREFIX)."""
+    error = result.error or ""
+    return result.status_code == UNAVAILABLE and error.startswith(BUSY_PREFIX)
 
 
 def _verified_at(envelope: Envelope, cycle: Cycle) -> datetime:

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from hermesbus.processors.protocol import UNAVAILABLE
+from hermesbus.processors.protocol import BUSY_PREFIX, UNAVAILABLE
 
 from ._executor import Execution, PythonWorker
 
@@ -26,8 +26,6 @@ __all__ = ["BUSY_PREFIX", "WorkerPool"]
 
 log = logging.getLogger(__name__)
 
-BUSY_PREFIX = "busy:"
-"""How the error of a call that never got a worker begins."""
 _URGENT = frozenset({"verify", "probe"})
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from hermesbus import ErrorReport, ToolCall
 from hermesbus.payloads import ToolResults
-from hermesbus.processors.protocol import ToolHealth
+from hermesbus.processors.dispatcher._health import BUSY, BUSY_ADVICE
+from hermesbus.processors.protocol import BUSY_PREFIX, ToolHealth
 
 from .helpers import (
     CYCLE,
@@ -193,3 +194,20 @@ async def test_only_transient_5xx_are_retried(status: int) -> None:
     org_out, _ = await open_cycle(d, max_attempts=2)
     assert await d.send(result_for(org_out, status)) == ()
     assert f"retry:{CYCLE}:org_tool" in d.timers
+
+
+async def test_a_final_503_because_every_worker_was_taken_is_told_as_busy() -> None:
+    """The tool's pool gave the call no worker in its time: the bus is busy, the tool did
+    not fail, so the user hears 'busy, still queued' rather than '503, retry later'."""
+    d = driver()
+    org_out, _ = await open_cycle(d, max_attempts=1)
+    error = f"{BUSY_PREFIX} org_tool had no free worker of 2 within 4.5 s (37 calls waiting)"
+    out = await d.send(result_for(org_out, 503, error=error))
+    assert kinds(out) == [("conversation:S1", "ErrorReport")]
+    assert out[0].payload.body == ErrorReport(
+        component="tool:org_tool",
+        code=BUSY,
+        message=f"org_tool answered 503 on attempt 1 of 1: {error}",
+        advice=BUSY_ADVICE,
+        retryable=True,
+    )
