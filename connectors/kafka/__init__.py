@@ -2,6 +2,7 @@
 
 from .admin import ExistingTopic, KafkaAdmin, NewTopicSpec
 from .client import NO_TOPIC_HINT, UNREACHABLE_HINT, kafka_reason, require_topic, start_or_close
+from .commits import commit_as_member, is_member
 from .config import KafkaConfig
 from .errors import BrokerError, ConfigError
 from .partitioner import PARTITIONER_HINT, partition_of
@@ -16,6 +17,8 @@ __all__ = [
     "KafkaAdmin",
     "KafkaConfig",
     "NewTopicSpec",
+    "commit_as_member",
+    "is_member",
     "kafka_reason",
     "partition_of",
     "require_topic",

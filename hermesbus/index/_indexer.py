@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
 from hermesbus.envelope import Envelope
 from hermesbus.errors import HermesError, TraceIndexError
 from hermesbus.identity import Keyring, Verifier
@@ -391,7 +391,8 @@ class Indexer(Service):
         timeout_s = CLOSE_TIMEOUT_S if self._stopping else self._kafka.request_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
-                await consumer.commit(offsets)
+                if not await commit_as_member(consumer, offsets):
+                    return  # it lost its group (the broker came back empty?): commits nothing
         except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
             log.warning("indexer: commit failed (the batch is stored): %s", exc)
             return

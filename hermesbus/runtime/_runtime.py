@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
 from hermesbus.lifecycle import Service, background, cancelled, return_freed_memory
@@ -385,7 +385,7 @@ class Processor(Service):
         timeout_s = CLOSE_TIMEOUT_S if self._stopping else self._kafka.request_timeout_ms / 1000
         try:
             async with asyncio.timeout(timeout_s):
-                await consumer.commit(offsets)
+                member = await commit_as_member(consumer, offsets)
         except TimeoutError:  # the broker is gone; up's broker watch reports that, once
             level = logging.WARNING if self._stopping else logging.DEBUG
             log.log(
@@ -398,6 +398,13 @@ class Processor(Service):
             return
         except KafkaError as exc:
             log.warning("processor=%s commit failed: %s", self.name, exc)
+            return
+        if not member:  # its offsets may be of a log the broker lost: never committed
+            log.info(
+                "processor=%s lost its group membership (did the broker restart?): what "
+                "finished since the last commit is not committed, and will be redelivered",
+                self.name,
+            )
             return
         for part in parts:
             if part.tp in offsets:
