@@ -1,5 +1,6 @@
 """Kafka connector: connection settings, topic administration, client start-up."""
 
+from . import assignments as assignments  # installs the check of a stale assignment
 from .admin import ExistingTopic, KafkaAdmin, NewTopicSpec
 from .client import NO_TOPIC_HINT, UNREACHABLE_HINT, kafka_reason, require_topic, start_or_close
 from .commits import commit_as_member, is_member

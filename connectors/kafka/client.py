@@ -9,6 +9,8 @@ from typing import Any
 
 import aiokafka.admin.client
 import aiokafka.client
+import aiokafka.cluster
+from aiokafka.conn import CloseReason
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -64,6 +66,43 @@ def _forbid_auto_create() -> None:
 
 
 _forbid_auto_create()
+
+
+def _forget_leaders_on_disconnect() -> None:
+    """Make every aiokafka client of this process forget its partitions' leaders when a
+    connection breaks, until a Metadata response comes (aiokafka asks for one then).
+
+    A broker that comes back empty (the embedded broker restarted) has none of the topics
+    its clients still know: a producer sending with that stale knowledge had its batches
+    taken (tansu acknowledges a Produce to a topic it does not have, and after ``up``
+    made the topic again refused or lost that partition's later records). With no
+    leader known a producer holds its batches, and a consumer its fetches, until the
+    broker says which topics it has: a missing one is waited for, and written to only
+    once it exists again.
+    """
+    closed = aiokafka.client.AIOKafkaClient._on_connection_closed
+    leader = aiokafka.cluster.ClusterMetadata.leader_for_partition
+    update = aiokafka.cluster.ClusterMetadata.update_metadata
+
+    def on_connection_closed(self: Any, conn: Any, reason: Any) -> None:
+        if reason in (CloseReason.CONNECTION_BROKEN, CloseReason.CONNECTION_TIMEOUT):
+            self.cluster.hermes_stale = True
+        closed(self, conn, reason)
+
+    def leader_for_partition(self: Any, partition: Any) -> Any:
+        return None if getattr(self, "hermes_stale", False) else leader(self, partition)
+
+    def update_metadata(self: Any, metadata: Any) -> Any:
+        if metadata.brokers:  # else aiokafka ignores the response
+            self.hermes_stale = False
+        return update(self, metadata)
+
+    aiokafka.client.AIOKafkaClient._on_connection_closed = on_connection_closed
+    aiokafka.cluster.ClusterMetadata.leader_for_partition = leader_for_partition
+    aiokafka.cluster.ClusterMetadata.update_metadata = update_metadata
+
+
+_forget_leaders_on_disconnect()
 
 
 async def require_topic(client: Any, topic: str, where: str) -> None:
