@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,10 @@ class KafkaAdmin(Service):
     async def stop(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await client.close()
+            # aiokafka's close swallows a cancellation that comes while it waits for its
+            # metadata task (up's watch, cancelled by Ctrl-C then, ran on and up hung
+            # until killed): it closes in a task of its own, the caller stays cancellable
+            await asyncio.shield(client.close())
 
     @property
     def client(self) -> AIOKafkaAdminClient:

@@ -339,3 +339,15 @@ async def test_a_group_that_joined_while_its_topic_was_missing_gets_it_once_made
                     await asyncio.sleep(POLL_S)
         finally:
             await consumer.stop()
+
+
+async def test_an_admin_client_cancelled_while_it_closes_is_cancelled(broker: str) -> None:
+    """up's watch opens an admin client every 10 s to check the topics; Ctrl-C while one
+    closed was swallowed by aiokafka's close, the watch ran on and up hung until killed."""
+    admin = KafkaAdmin(KafkaConfig(bootstrap=broker))
+    await admin.start()
+    closing = asyncio.ensure_future(admin.stop())
+    await asyncio.sleep(0)  # closing: waiting for its metadata task to end
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
