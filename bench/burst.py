@@ -10,7 +10,11 @@ process is read from ``/proc``: before the burst, its peak while the burst runs,
 after it drained (every session answered, then ``--settle`` s, longer than an idle
 session's state stays cached).
 
-    python bench/burst.py [--sizes 100,300,2000] [--answer-timeout 600]
+    python bench/burst.py [--sizes 100,300,2000] [--answer-timeout 600] [--repeat 2]
+
+``--repeat N`` sends N bursts of each size one after another to the same ``up`` (each
+measured from the memory the one before left): a leak grows at each burst, while memory
+kept as the allocator's high-water mark is reused by the next one.
 
 Exits 0 when no case got a timeout reply, lost a turn, or kept more than 20 % more
 memory than before its burst.
@@ -244,19 +248,20 @@ async def burst(up: Up, case: Case, args: argparse.Namespace) -> None:
         await sampler
 
 
-async def one_case(size: int, args: argparse.Namespace) -> Case:
+async def one_size(size: int, args: argparse.Namespace) -> list[Case]:
     tmp = Path(tempfile.mkdtemp(prefix="hermes-burst-"))
-    up, case = Up(tmp, args.profile), Case(size)
+    up, cases = Up(tmp, args.profile), [Case(size) for _ in range(args.repeat)]
     try:
         await up.start(args.start_timeout)
-        await burst(up, case, args)
+        for case in cases:
+            await burst(up, case, args)
     finally:
         await up.stop()
         if args.keep:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    return case
+    return cases
 
 
 def mb(size: int) -> str:
@@ -284,7 +289,7 @@ async def main_async(args: argparse.Namespace) -> bool:
     cases = []
     for size in sizes:
         print(f"burst of {size} first turns ...", flush=True)
-        cases.append(await one_case(size, args))
+        cases.extend(await one_size(size, args))
     print()
     print("  size    ok  busy  timeout  other  lost   p50 s   max s  RSS MB: before  peak  after")
     good = True
@@ -303,9 +308,13 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0, help="s for up to serve")
     parser.add_argument("--quiet", type=float, default=5.0, help="s idle before the burst")
     parser.add_argument("--settle", type=float, default=75.0, help="s for memory to settle")
+    parser.add_argument("--repeat", type=int, default=1, help="bursts of each size on one up")
     parser.add_argument("--keep", action="store_true", help="keep the homes and logs")
     parser.add_argument("--profile", default="", help="run up under cProfile into this file")
-    sys.exit(0 if asyncio.run(main_async(parser.parse_args())) else 1)
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be 1 or more, not {args.repeat}")
+    sys.exit(0 if asyncio.run(main_async(args)) else 1)
 
 
 if __name__ == "__main__":
