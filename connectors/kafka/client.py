@@ -78,9 +78,12 @@ def _forget_leaders_on_disconnect() -> None:
     made the topic again refused or lost that partition's later records). With no
     leader known a producer holds its batches, and a consumer its fetches, until the
     broker says which topics it has: a missing one is waited for, and written to only
-    once it exists again.
+    once it exists again. While no broker answers, clients that know no leader ask for
+    metadata after aiokafka's retry back-off, as they retried their requests before,
+    rather than in a busy loop.
     """
     closed = aiokafka.client.AIOKafkaClient._on_connection_closed
+    ask = aiokafka.client.AIOKafkaClient._metadata_update
     leader = aiokafka.cluster.ClusterMetadata.leader_for_partition
     update = aiokafka.cluster.ClusterMetadata.update_metadata
 
@@ -88,6 +91,12 @@ def _forget_leaders_on_disconnect() -> None:
         if reason in (CloseReason.CONNECTION_BROKEN, CloseReason.CONNECTION_TIMEOUT):
             self.cluster.hermes_stale = True
         closed(self, conn, reason)
+
+    async def metadata_update(self: Any, cluster_metadata: Any, topics: Any) -> Any:
+        answered = await ask(self, cluster_metadata, topics)
+        if not answered:  # no broker: the next ask after the usual back-off, not at once
+            await asyncio.sleep(self._retry_backoff)
+        return answered
 
     def leader_for_partition(self: Any, partition: Any) -> Any:
         return None if getattr(self, "hermes_stale", False) else leader(self, partition)
@@ -98,6 +107,7 @@ def _forget_leaders_on_disconnect() -> None:
         return update(self, metadata)
 
     aiokafka.client.AIOKafkaClient._on_connection_closed = on_connection_closed
+    aiokafka.client.AIOKafkaClient._metadata_update = metadata_update
     aiokafka.cluster.ClusterMetadata.leader_for_partition = leader_for_partition
     aiokafka.cluster.ClusterMetadata.update_metadata = update_metadata
 
