@@ -115,8 +115,12 @@ def tune_collector(thresholds: tuple[int, int, int] = COLLECTOR_THRESHOLDS) -> N
 
 
 def return_freed_memory() -> None:
-    """Hand memory freed since to the OS (glibc ``malloc_trim``; elsewhere nothing): after a
-    burst's states are dropped, the process shrinks back instead of keeping its peak."""
+    """Hand memory freed since to the OS (glibc ``malloc_trim``; elsewhere nothing), once a
+    burst's states are dropped. Only wholly free pages go back: the few objects a burst
+    leaves alive are spread over its peak's pages and pymalloc arenas, so a large burst
+    leaves the process near its peak, which the next burst reuses (``bench/burst.py
+    --repeat``; neither ``PYTHONMALLOC=malloc`` nor ``MALLOC_ARENA_MAX`` changed that,
+    ``bench/README.md``)."""
     import ctypes  # noqa: PLC0415 - only a long-running bus process needs it
 
     try:
