@@ -49,7 +49,7 @@ ANSWER_S = 120.0
 STOP_S = 90.0
 """How long ``up`` may take to stop once signalled."""
 POLL_S = 0.1
-IN_FLIGHT = 40
+IN_FLIGHT = 12
 """Turns of as many sessions sent just before the broker empties: work in flight, on
 every partition, when it does."""
 
