@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 from pydantic import AfterValidator, Field, SecretStr
@@ -107,11 +107,21 @@ def why_unwritable(folder: Path, exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+_SECRET_WORDS = ("pass", "secret", "token", "credential", "auth")
+"""A query parameter whose name holds one of these is a secret (redis-py, for one, reads
+``?password=`` as the connection's password)."""
+
+
 def without_userinfo(url: str) -> str:
-    """``url`` without a ``user:password@`` part: messages never carry a secret."""
+    """``url`` without a ``user:password@`` part, and with the value of any query parameter
+    named like a secret (``?password=``) shown as ``***``: messages never carry a secret."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        parts = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host)
+    if parts.query:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        shown = [(k, "***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in pairs]
+        if shown != pairs:
+            parts = parts._replace(query=urlencode(shown, safe="*"))
+    return urlunsplit(parts)
