@@ -205,8 +205,10 @@ class Records:
                 topic=self.prefix + ALERTS,
             )
             await self.produce((alert,))
-        except Exception as exc:
+        except BaseException as exc:  # cancelled too (a revocation, a stop): not sent
             lost.release_alert()
+            if not isinstance(exc, Exception):
+                raise
             log.debug("processor=%s store alert not sent: %s", self.name, exc)
 
     async def _attempt(self, part: Partition, record: Record) -> bool:
