@@ -160,9 +160,11 @@ NOT_REGISTERED: Final = 404
 VERIFICATION_FAILED: Final = 502
 UNAVAILABLE: Final = 503
 TIMEOUT: Final = 504
-BUSY_PREFIX: Final = "busy:"
+BUSY_PREFIX: Final = "busy, no free worker:"
 """How a 503's ``ToolResult.error`` starts when the tool is only busy (its workers all taken
-until the call's time ran out), not failing: the dispatcher tells the user the bus is busy."""
+until the call's time ran out), not failing: the dispatcher tells the user the bus is busy.
+No tool's own error can start so (a worker's errors start with the tool's name, which
+has no space)."""
 
 # a pause notice: a backend outage holds a request of the dispatcher in place
 PAUSED: Final = "paused"

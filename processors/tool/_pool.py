@@ -73,7 +73,7 @@ class WorkerPool:
 
     def _busy(self, timeout_s: float) -> str:
         return (
-            f"{BUSY_PREFIX} {self.name} had no free worker of {self.size} within "
+            f"{BUSY_PREFIX} {self.name} had none of its {self.size} within "
             f"{timeout_s:g} s ({self.queued} calls waiting)"
         )
 

@@ -201,7 +201,7 @@ async def test_a_final_503_because_every_worker_was_taken_is_told_as_busy() -> N
     not fail, so the user hears 'busy, still queued' rather than '503, retry later'."""
     d = driver()
     org_out, _ = await open_cycle(d, max_attempts=1)
-    error = f"{BUSY_PREFIX} org_tool had no free worker of 2 within 4.5 s (37 calls waiting)"
+    error = f"{BUSY_PREFIX} org_tool had none of its 2 within 4.5 s (37 calls waiting)"
     out = await d.send(result_for(org_out, 503, error=error))
     assert kinds(out) == [("conversation:S1", "ErrorReport")]
     assert out[0].payload.body == ErrorReport(
@@ -211,3 +211,13 @@ async def test_a_final_503_because_every_worker_was_taken_is_told_as_busy() -> N
         advice=BUSY_ADVICE,
         retryable=True,
     )
+
+
+async def test_a_503_of_a_tool_named_busy_is_still_a_failure() -> None:
+    """A worker's own errors start with the tool's name: a tool named ``busy`` that failed
+    is not a busy bus."""
+    d = driver()
+    org_out, _ = await open_cycle(d, max_attempts=1)
+    out = await d.send(result_for(org_out, 503, error="busy: worker failed: broken pipe"))
+    report = out[0].payload.body
+    assert isinstance(report, ErrorReport) and report.code == "503"

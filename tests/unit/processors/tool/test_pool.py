@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.payloads import ToolCall
+from hermesbus.processors.protocol import BUSY_PREFIX
 from hermesbus.processors.tool import CallReport, Fallback, ToolService
 
 from .conftest import python_spec
@@ -81,7 +82,8 @@ async def test_a_call_with_no_free_worker_in_its_time_answers_busy(
     await until(lambda: running(tmp_path) == 1)
     late = await tools.call(call("gate", tmp_path, 1), now=NOW, timeout_ms=200)
     assert late.result.status_code == 503
-    assert (late.result.error or "").startswith("busy: gate had no free worker of 1 within 0.2 s")
+    said = late.result.error or ""
+    assert said.startswith(f"{BUSY_PREFIX} gate had none of its 1 within 0.2 s"), said
     assert running(tmp_path) == 1  # it never ran
     (tmp_path / "open").touch()
     assert (await held).result.status_code == 200
