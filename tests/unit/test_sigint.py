@@ -13,9 +13,22 @@ _INTERRUPT = "import os, signal, hermesbus; os.kill(os.getpid(), signal.SIGINT);
 _INTERRUPT += "time.sleep(60)"
 
 
+_FROM_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, '-c', sys.argv[1]])"
+)
+"""Starts ``code`` in a Python whose Ctrl-C is the default, as a terminal's is: a test run in
+the background of a non-interactive shell inherits SIGINT ignored, and a Python started so
+leaves it ignored (no ``default_int_handler`` to keep)."""
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", _FROM_A_TERMINAL, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
