@@ -51,6 +51,18 @@ class Transactions:
             txn = await producer.transactional(part.tp)
             await txn.begin_transaction()
             sessions: dict[bytes, list[Record]] = {}
+            if not part.tracker.follows(records[0].offset):  # the log was made again
+                log.warning(
+                    "processor=%s %s-%d: offsets went back from %s to %d with no "
+                    "rebalance: its log was made again; the new one is read from there",
+                    self.records.name,
+                    part.tp.topic,
+                    part.tp.partition,
+                    part.tracker.next,
+                    records[0].offset,
+                )
+                part.tracker, part.committed = OffsetTracker(), -1
+                self.records.forget([part])
             for record in records:
                 part.tracker.add(record.offset)
                 sessions.setdefault(record.key or b"", []).append(record)

@@ -17,6 +17,15 @@ class OffsetTracker:
         self._done: set[int] = set()
         self._next: int | None = None
 
+    @property
+    def next(self) -> int | None:
+        """The offset expected next: one past the last handed out (None before the first)."""
+        return self._next
+
+    def follows(self, offset: int) -> bool:
+        """Whether ``offset`` may come next: not before one already handed out."""
+        return self._next is None or offset >= self._next
+
     def add(self, offset: int) -> None:
         """An offset fetched for processing (offsets arrive in increasing order)."""
         if self._next is not None and offset < self._next:

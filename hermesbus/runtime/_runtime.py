@@ -13,12 +13,12 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
@@ -316,11 +316,71 @@ class Processor(Service):
             run = self._transactions.transaction
             await asyncio.gather(*(run(part, records) for part, records in owned))
             return
-        for part, records in owned:
+        for owner, records in owned:
+            part = owner
+            if not part.tracker.follows(records[0].offset):
+                part = self._made_again(owner, records[0].offset)
             for record in records:
                 part.tracker.add(record.offset)
                 self._enqueue(part, record)
         self._backpressure(consumer)
+
+    def _made_again(self, part: Partition, offset: int) -> Partition:
+        """``part``'s offsets went back, to ``offset``, with no rebalance: its log was made
+        again (the topic deleted and created, or the broker back empty) and the consumer,
+        out of range, started the new log at its beginning. The old log's work belongs to a
+        log that is gone: its partition is closed (the workers drop what is queued of it,
+        and nothing of it is committed), and a fresh one takes the new log's records. Before,
+        every batch of the new log below the old position was lost to the consume loop's
+        error, and the old position was committed into the new log."""
+        log.warning(
+            "processor=%s %s-%d: offsets went back from %s to %d with no rebalance: its log "
+            "was made again (the topic deleted and created, or the broker came back empty); "
+            "what was unfinished of the old log is dropped, the new one is read from %d",
+            self.name,
+            part.tp.topic,
+            part.tp.partition,
+            part.tracker.next,
+            offset,
+            offset,
+        )
+        return self._renew(part)
+
+    def _renew(self, part: Partition) -> Partition:
+        part.closed = True
+        fresh = Partition(part.tp)
+        fresh.resumed = part.resumed  # its timers are the store's, not the log's
+        self._parts[part.tp] = fresh
+        self._records.forget([part])
+        return fresh
+
+    async def logs_made_again(self, topics: Collection[str]) -> list[TopicPartition]:
+        """``topics`` were created again (``up`` saw the broker lose them): the partitions of
+        them this worker holds are read from the new logs' beginning, and nothing of the old
+        logs is committed into them. Without this, a consumer that never saw the topics
+        missing (no rebalance) kept its old positions: fetching from one the new log had
+        already reached skipped the new log's first records. Which partitions were reset."""
+        consumer = self._consumer
+        if consumer is None or self._eos:
+            return []
+        held = consumer.assignment()
+        reset = sorted(
+            (tp for tp in self._parts if tp.topic in topics and tp in held),
+            key=lambda tp: (tp.topic, tp.partition),
+        )
+        for tp in reset:
+            self._renew(self._parts[tp])
+        if reset:
+            try:
+                await consumer.seek_to_beginning(*reset)
+            except IllegalStateError:  # a rebalance took them meanwhile: read afresh anyway
+                return []
+            log.warning(
+                "processor=%s reads %d partitions of topics made again from their beginning",
+                self.name,
+                len(reset),
+            )
+        return reset
 
     def _backpressure(self, consumer: AIOKafkaConsumer) -> None:
         limit = self._settings.max_buffered

@@ -1,0 +1,182 @@
+"""A topic deleted and created again under a processor that never saw it missing.
+
+The processor's consumer is paused (its handler holds the old log's records, more of
+them buffered than ``max_buffered``) and refreshes no metadata on its own while the
+topic goes and comes back, so no rebalance tells it: when it fetches again, it does so
+at its old position in a new log. Two outcomes follow, each shown here:
+
+* the new log is shorter than the old position: the broker says out of range, the
+  consumer starts the new log at its beginning, and the offsets the processor sees go
+  back (before: each batch below the old position was lost to the consume loop's error);
+* the new log already reached the old position: nothing says anything, and the records
+  before it are skipped unless the processor is told the topic was made again (``up``
+  does, when it creates the topics a broker lost: ``Processor.logs_made_again``).
+
+Apache Kafka only: the embedded broker loses topics by dying (its group goes with them,
+so the members join again and read afresh), which ``faults/test_broker_empty`` covers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.errors import BrokerError
+from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
+from hermesbus.topics import Catalog
+
+from .support import IN, ConversationProcessor, counting, produce, provision, turn
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 6
+WITHIN_S = 120.0
+"""How long a step may take on a slow, busy machine (polled: a quick one takes ~1 s)."""
+QUIET_METADATA_MS = 3_600_000
+"""The processor's consumer asks for metadata only when a request fails."""
+
+
+def on_partition_of(session: str, count: int) -> list[str]:
+    """``count`` session ids that Kafka's default partitioner puts where ``session`` is."""
+    partition = DefaultPartitioner()
+    every = list(range(PARTITIONS))
+    wanted = partition(session.encode(), every, every)
+    found = (f"new-{n}" for n in range(10_000))
+    return [s for s in found if partition(s.encode(), every, every) == wanted][:count]
+
+
+@pytest.fixture
+async def topic_prefix(kafka_bootstrap: str, unique: str) -> str:
+    prefix = f"again{unique}."
+    await provision(kafka_bootstrap, prefix, partitions=PARTITIONS)
+    return prefix
+
+
+async def made_again(bootstrap: str, prefix: str) -> None:
+    """Delete the prefix's IN topic, wait until the broker no longer has it, create it
+    again as the catalog says (retried while the broker still finishes the deletion)."""
+    topic = prefix + IN
+    spec = Catalog.load().with_overrides(prefix=prefix, partitions=PARTITIONS).get(topic)
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        await admin.client.delete_topics([topic])
+        async with asyncio.timeout(WITHIN_S):
+            while not await admin.missing([topic]):
+                await asyncio.sleep(0.1)
+            while await admin.missing([topic]):
+                with contextlib.suppress(BrokerError):
+                    await admin.create([spec])
+                await asyncio.sleep(0.1)
+
+
+async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        offsets = await admin.client.list_consumer_group_offsets(group, partitions=[tp])
+    found = offsets.get(tp)
+    return found.offset if found is not None and found.offset >= 0 else None
+
+
+async def counted(store: SqliteStateStore, name: str, sessions: list[str]) -> list[int]:
+    """How many turns of each of ``sessions`` ``name`` applied, once each applied one or
+    WITHIN_S passed."""
+    counts: list[int] = []
+    for _ in range(int(WITHIN_S * 10)):
+        counts = [(await store.load(name, s)).data.get("count", 0) for s in sessions]
+        if all(counts):
+            break
+        await asyncio.sleep(0.1)
+    return counts
+
+
+class Held:
+    """A handler that holds session ``old``'s first record until released."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, inp: HandlerInput) -> Outcome:
+        if inp.envelope.session_id == "old":
+            self.entered.set()
+            await self.release.wait()
+        return await counting(inp)
+
+
+@pytest.fixture
+async def held_processor(
+    kafka_bootstrap: str, topic_prefix: str, store: SqliteStateStore, unique: str
+) -> AsyncIterator[tuple[ConversationProcessor, Held]]:
+    handler = Held()
+    processor = ConversationProcessor(
+        f"again{unique}",
+        handler,
+        [IN],
+        store=store,
+        kafka=KafkaConfig(bootstrap=kafka_bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
+        topic_prefix=topic_prefix,
+        settings=RuntimeSettings(max_buffered=2),  # the old log's records pause the consumer
+    )
+    async with processor:
+        try:
+            yield processor, handler
+        finally:
+            handler.release.set()
+
+
+async def new_log_under(
+    processor: ConversationProcessor, handler: Held, bootstrap: str, prefix: str, old: int
+) -> TopicPartition:
+    """``old`` records of session ``old`` fetched (the first held, the consumer paused),
+    then the topic made again; the partition they were on."""
+    await produce(bootstrap, prefix + IN, [turn("old", seq) for seq in range(old)])
+    async with asyncio.timeout(WITHIN_S):
+        await handler.entered.wait()
+    every = list(range(PARTITIONS))
+    tp = TopicPartition(prefix + IN, DefaultPartitioner()(b"old", every, every))
+    await made_again(bootstrap, prefix)
+    return tp
+
+
+async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    store: SqliteStateStore,
+    held_processor: tuple[ConversationProcessor, Held],
+) -> None:
+    processor, handler = held_processor
+    tp = await new_log_under(processor, handler, kafka_bootstrap, topic_prefix, old=4)
+    sessions = on_partition_of("old", 2)
+    await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
+    handler.release.set()  # fetched again: at offset 4 of a log that ends at 2
+
+    assert await counted(store, processor.name, sessions) == [1, 1]
+    async with asyncio.timeout(WITHIN_S):
+        while await committed(kafka_bootstrap, processor.name, tp) != len(sessions):
+            await asyncio.sleep(0.2)
+
+
+async def test_a_processor_told_its_topic_was_made_again_reads_it_from_its_start(
+    kafka_bootstrap: str,
+    topic_prefix: str,
+    store: SqliteStateStore,
+    held_processor: tuple[ConversationProcessor, Held],
+) -> None:
+    processor, handler = held_processor
+    tp = await new_log_under(processor, handler, kafka_bootstrap, topic_prefix, old=2)
+    sessions = on_partition_of("old", 2)  # the new log ends where the old position is
+    await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
+    assert await processor.logs_made_again({topic_prefix + IN}) == [
+        t for t in processor.assignment if t.topic == topic_prefix + IN
+    ]
+    handler.release.set()
+
+    assert await counted(store, processor.name, sessions) == [1, 1]
+    async with asyncio.timeout(WITHIN_S):
+        while await committed(kafka_bootstrap, processor.name, tp) != len(sessions):
+            await asyncio.sleep(0.2)
