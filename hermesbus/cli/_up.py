@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Annotated, ClassVar
 
@@ -20,7 +21,7 @@ from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.index import Indexer
 from hermesbus.lifecycle import tune_collector
 from hermesbus.runtime import Processor, RuntimeSettings
-from hermesbus.stack import _provision, stack
+from hermesbus.stack import Stack, _provision, stack
 from hermesbus.topics import Catalog
 
 from . import _demo
@@ -123,10 +124,13 @@ async def _serve(
     broker = None if kafka.bootstrap else EmbeddedBroker()
     finished: list[bool] = []  # the demo's outcome, once it has one
     up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
-    work = _run(kafka, broker, prefix, settings, finished, up, run_demo=run_demo, once=once)
+    serving: list[Stack] = []  # the stack, once it runs: told of the topics made again
+    work = _run(
+        kafka, broker, prefix, settings, finished, up, serving, run_demo=run_demo, once=once
+    )
     run = asyncio.create_task(work)
     signalled = asyncio.create_task(stop.wait())
-    watch = asyncio.create_task(_watch(broker, kafka, prefix, up))
+    watch = asyncio.create_task(_watch(broker, kafka, prefix, up, serving))
     lost = None
     try:
         await asyncio.wait({run, signalled, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -153,6 +157,7 @@ async def _run(
     settings: RuntimeSettings,
     finished: list[bool],
     up: asyncio.Event,
+    serving: list[Stack],
     *,
     run_demo: bool,
     once: bool,
@@ -172,6 +177,7 @@ async def _run(
             progress.status = status
             running = await exits.enter_async_context(started)
             progress.status = None
+        serving.append(running)
         tune_collector()  # start-up is done: what it built stays, collections become rare
         up.set()
         try:
@@ -189,7 +195,11 @@ async def _run(
 
 
 async def _watch(
-    broker: EmbeddedBroker | None, kafka: KafkaConfig, prefix: str, up: asyncio.Event
+    broker: EmbeddedBroker | None,
+    kafka: KafkaConfig,
+    prefix: str,
+    up: asyncio.Event,
+    serving: Sequence[Stack],
 ) -> str:
     """Why the embedded broker died, or why a configured one cannot serve: that one is
     reported on while it is away, and its missing topics are created again when it is
@@ -205,16 +215,20 @@ async def _watch(
         await watch.check()
         if watch.reachable and (not was or time.monotonic() - checked >= TOPICS_CHECK_S):
             checked = time.monotonic()
-            refused = await _topics_back(kafka, prefix, plaintext=plaintext)
+            refused = await _topics_back(kafka, prefix, serving, plaintext=plaintext)
             if refused is not None:
                 return refused
         await asyncio.sleep(_PROBE_S)
 
 
-async def _topics_back(kafka: KafkaConfig, prefix: str, *, plaintext: bool) -> str | None:
+async def _topics_back(
+    kafka: KafkaConfig, prefix: str, serving: Sequence[Stack], *, plaintext: bool
+) -> str | None:
     """Create the catalog's topics the broker lost, as ``up`` does at its start (missing
-    ones sized as the existing session topics); None, or why ``up`` must stop: the broker
-    answers but refuses to create them, or its session topics disagree."""
+    ones sized as the existing session topics), and have the processors read them from
+    their beginning (one that never saw them missing would go on at its old positions);
+    None, or why ``up`` must stop: the broker answers but refuses to create them, or its
+    session topics disagree."""
     try:
         async with KafkaAdmin(kafka) as admin:
             if not await admin.missing(Catalog.load().with_overrides(prefix=prefix).names()):
@@ -236,6 +250,11 @@ async def _topics_back(kafka: KafkaConfig, prefix: str, *, plaintext: bool) -> s
             f"it come back empty? their messages and the groups' offsets are gone); created "
             f"again: {', '.join(sorted(created))}"
         )
+        for running in serving:
+            for processor in running.processors:
+                await processor.logs_made_again(set(created))
+            if running.indexer is not None:
+                await running.indexer.logs_made_again(set(created))
     return None
 
 

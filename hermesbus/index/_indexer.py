@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
@@ -240,7 +240,32 @@ class Indexer(Service):
         owned = self._consumer.assignment() if self._consumer is not None else set()
         for tp, records in storing.batch.items():
             if records and tp in owned:  # a revoked one is the new owner's to commit
-                self._done_to[tp] = records[-1].offset + 1
+                done_to = records[-1].offset + 1
+                if done_to < self._done_to.get(tp, 0):  # went back: a log made again
+                    self._committed.pop(tp, None)  # its offsets are the new log's to commit
+                self._done_to[tp] = done_to
+
+    async def logs_made_again(self, topics: Collection[str]) -> list[TopicPartition]:
+        """``topics`` were created again (``up`` saw the broker lose them): the partitions of
+        them this indexer holds are read from the new logs' beginning (one that never saw
+        them missing would go on at its old positions, past the new logs' first records).
+        Which partitions were reset."""
+        consumer = self._consumer
+        if consumer is None:
+            return []
+        reset = sorted(
+            (tp for tp in consumer.assignment() if tp.topic in topics),
+            key=lambda tp: (tp.topic, tp.partition),
+        )
+        for tp in reset:
+            self._done_to.pop(tp, None)
+            self._committed.pop(tp, None)
+        if reset:
+            try:
+                await consumer.seek_to_beginning(*reset)
+            except IllegalStateError:  # a rebalance took them meanwhile: read afresh anyway
+                return []
+        return reset
 
     async def _stored(
         self,

@@ -221,6 +221,7 @@ async def test_up_creates_the_topics_again_when_the_broker_comes_back_empty(
             pytest.fail(f"no answer after the topics came back; up said:\n{up.stderr()}")
         assert await _records(bootstrap, prefix + "hermes.dlq") == []
         assert "misrouted" not in up.stderr()
+        assert "consume loop" not in up.stderr()  # no batch lost to an error
         assert up.process.poll() is None
 
 
