@@ -218,7 +218,17 @@ async def test_up_creates_the_topics_again_when_the_broker_comes_back_empty(
         try:
             assert await _answered(bootstrap, prefix)
         except ReplyTimeout:
-            pytest.fail(f"no answer after the topics came back; up said:\n{up.stderr()}")
+            said = up.stderr()
+            notable = [
+                line
+                for line in said.splitlines()
+                if line.startswith(("ERROR", "broker:")) or "processor=" in line
+            ]
+            # the notable lines last: a report that keeps only the output's end keeps them
+            pytest.fail(
+                f"no answer after the topics came back; up said:\n{said}\n"
+                "-- of which, errors, broker news and processors' lines:\n" + "\n".join(notable)
+            )
         assert await _records(bootstrap, prefix + "hermes.dlq") == []
         assert "misrouted" not in up.stderr()
         assert "consume loop" not in up.stderr()  # no batch lost to an error
