@@ -108,9 +108,12 @@ class Processor(Service):
         self._settings = settings or RuntimeSettings()
         self._group = group_id or name
         self._parts: dict[TopicPartition, Partition] = {}
+        self._detached: list[Partition] = []
+        """Partitions of logs made again, while work of theirs still runs (never committed)."""
         self._sessions: dict[bytes, deque[tuple[Partition, Record]]] = {}
         self._slots = asyncio.Semaphore(self._settings.max_in_flight)
         self._buffered = 0
+        self._running = 0
         self._paused = False
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None
@@ -213,7 +216,8 @@ class Processor(Service):
         await cancelled(self._tasks, f"processor {self.name}")
         for part in self._parts.values():
             part.closed = True  # the workers start no more of its records
-        busy = [part.idle.wait() for part in self._parts.values() if part.active]
+        parts = [*self._parts.values(), *self._detached]
+        busy = [part.idle.wait() for part in parts if part.active]
         try:
             async with asyncio.timeout_at(deadline):
                 await asyncio.gather(*busy)
@@ -223,7 +227,7 @@ class Processor(Service):
         # nothing produces now: the producer flushes while the finished prefix is committed
         flushed = asyncio.ensure_future(producer.stop())
         await self._release(list(self._parts))  # nothing runs now: it commits and forgets
-        self._workers, self._sessions, self._buffered = [], {}, 0
+        self._workers, self._sessions, self._buffered, self._detached = [], {}, 0, []
         self._ready = asyncio.Queue()
         self._consumer = self._producer = self._records.producer = None
         self._transactions.consumer = None
@@ -244,6 +248,11 @@ class Processor(Service):
         return len(found) if found else None
 
     @property
+    def waiting(self) -> int:
+        """Records fetched and not yet started: the backlog inside this process."""
+        return self._buffered - self._running
+
+    @property
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._parts, key=lambda tp: (tp.topic, tp.partition))
 
@@ -258,9 +267,10 @@ class Processor(Service):
     async def _release(self, revoked: Sequence[TopicPartition]) -> None:
         """Stop taking work for ``revoked``, wait (bounded) for in-flight, commit the prefix."""
         parts = [p for tp in revoked if (p := self._parts.get(tp)) is not None]
-        for part in parts:
+        older = [p for p in self._detached if p.tp in set(revoked)]  # their old logs' work
+        for part in (*parts, *older):
             part.closed = True
-        waits = [part.idle.wait() for part in parts if part.active]
+        waits = [part.idle.wait() for part in (*parts, *older) if part.active]
         if waits:
             timeout = self._settings.revoke_timeout_ms / 1000
             try:
@@ -279,7 +289,8 @@ class Processor(Service):
             log.warning("processor=%s last heartbeat: %s", self.name, exc)
         self._records.forget(parts)
         for part in parts:
-            self._parts.pop(part.tp, None)
+            if self._parts.get(part.tp) is part:
+                del self._parts[part.tp]
             if self._eos and self._producer is not None:
                 await self._producer.release(part.tp)
 
@@ -328,15 +339,15 @@ class Processor(Service):
     def _made_again(self, part: Partition, offset: int) -> Partition:
         """``part``'s offsets went back, to ``offset``, with no rebalance: its log was made
         again (the topic deleted and created, or the broker back empty) and the consumer,
-        out of range, started the new log at its beginning. The old log's work belongs to a
-        log that is gone: its partition is closed (the workers drop what is queued of it,
-        and nothing of it is committed), and a fresh one takes the new log's records. Before,
-        every batch of the new log below the old position was lost to the consume loop's
-        error, and the old position was committed into the new log."""
+        out of range, started the new log at its beginning. A fresh partition takes the new
+        log's records; the old log's records already fetched still run (real turns, in their
+        sessions' order), but nothing of them is committed into the new log. Before, every
+        batch of the new log below the old position was lost to the consume loop's error,
+        and the old position was committed into the new log."""
         log.warning(
             "processor=%s %s-%d: offsets went back from %s to %d with no rebalance: its log "
             "was made again (the topic deleted and created, or the broker came back empty); "
-            "what was unfinished of the old log is dropped, the new one is read from %d",
+            "the new one is read from %d, and nothing of the old one is committed into it",
             self.name,
             part.tp.topic,
             part.tp.partition,
@@ -347,7 +358,9 @@ class Processor(Service):
         return self._renew(part)
 
     def _renew(self, part: Partition) -> Partition:
-        part.closed = True
+        """A fresh partition for ``part``'s new log; ``part`` is detached, not closed: what
+        was fetched of it still runs (``stop`` waits for it too), and is never committed."""
+        self._detached = [p for p in self._detached if p.active] + [part]
         fresh = Partition(part.tp)
         fresh.resumed = part.resumed  # its timers are the store's, not the log's
         self._parts[part.tp] = fresh
@@ -361,11 +374,15 @@ class Processor(Service):
         missing (no rebalance) kept its old positions: fetching from one the new log had
         already reached skipped the new log's first records. Which partitions were reset."""
         consumer = self._consumer
-        if consumer is None or self._eos:
+        if consumer is None or self._eos or self._stopping:
             return []
         held = consumer.assignment()
-        reset = sorted(
-            (tp for tp in self._parts if tp.topic in topics and tp in held),
+        reset = sorted(  # not one being revoked (closed): the rebalance reads it afresh
+            (
+                tp
+                for tp, p in self._parts.items()
+                if tp.topic in topics and tp in held and not p.closed
+            ),
             key=lambda tp: (tp.topic, tp.partition),
         )
         for tp in reset:
@@ -413,10 +430,13 @@ class Processor(Service):
             while queue:
                 part, record = queue[0]
                 if not part.closed:
+                    self._running += 1
                     try:
                         await self._records.guarded(part, record)
                     except Exception:  # unfinished: redelivered after the next rebalance
                         log.exception("processor=%s offset=%s", self.name, record.offset)
+                    finally:
+                        self._running -= 1
                 queue.popleft()
                 self._buffered -= 1
             del self._sessions[key]

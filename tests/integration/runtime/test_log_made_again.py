@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -82,13 +83,15 @@ async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | Non
     return found.offset if found is not None and found.offset >= 0 else None
 
 
-async def counted(store: SqliteStateStore, name: str, sessions: list[str]) -> list[int]:
-    """How many turns of each of ``sessions`` ``name`` applied, once each applied one or
-    WITHIN_S passed."""
+async def counted(
+    store: SqliteStateStore, name: str, sessions: list[str], *, each: int = 1
+) -> list[int]:
+    """How many turns of each of ``sessions`` ``name`` applied, once each applied ``each``
+    or WITHIN_S passed."""
     counts: list[int] = []
     for _ in range(int(WITHIN_S * 10)):
         counts = [(await store.load(name, s)).data.get("count", 0) for s in sessions]
-        if all(counts):
+        if counts == [each] * len(sessions):
             break
         await asyncio.sleep(0.1)
     return counts
@@ -108,75 +111,97 @@ class Held:
         return await counting(inp)
 
 
-@pytest.fixture
-async def held_processor(
-    kafka_bootstrap: str, topic_prefix: str, store: SqliteStateStore, unique: str
-) -> AsyncIterator[tuple[ConversationProcessor, Held]]:
+@contextlib.asynccontextmanager
+async def paused_on_old_log(
+    bootstrap: str, prefix: str, store: SqliteStateStore, name: str, *, old: int
+) -> AsyncIterator[tuple[ConversationProcessor, Held, TopicPartition]]:
+    """A processor that fetched ``old`` records of session ``old`` (the first held, the
+    rest waiting, so many that its consumer is paused) when its topic is made again; the
+    partition they were on."""
     handler = Held()
     processor = ConversationProcessor(
-        f"again{unique}",
+        name,
         handler,
         [IN],
         store=store,
-        kafka=KafkaConfig(bootstrap=kafka_bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
-        topic_prefix=topic_prefix,
-        settings=RuntimeSettings(max_buffered=2),  # the old log's records pause the consumer
+        kafka=KafkaConfig(bootstrap=bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
+        topic_prefix=prefix,
+        settings=RuntimeSettings(max_buffered=old),  # all of them fetched: paused
     )
     async with processor:
         try:
-            yield processor, handler
+            await produce(bootstrap, prefix + IN, [turn("old", seq) for seq in range(old)])
+            async with asyncio.timeout(WITHIN_S):
+                await handler.entered.wait()
+                while processor.waiting != old - 1:  # fetched to its position, and paused
+                    await asyncio.sleep(0.05)
+            every = list(range(PARTITIONS))
+            tp = TopicPartition(prefix + IN, DefaultPartitioner()(b"old", every, every))
+            await made_again(bootstrap, prefix)
+            yield processor, handler, tp
         finally:
             handler.release.set()
 
 
-async def new_log_under(
-    processor: ConversationProcessor, handler: Held, bootstrap: str, prefix: str, old: int
-) -> TopicPartition:
-    """``old`` records of session ``old`` fetched (the first held, the consumer paused),
-    then the topic made again; the partition they were on."""
-    await produce(bootstrap, prefix + IN, [turn("old", seq) for seq in range(old)])
+def rebalances(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "Revoking" in r.getMessage()]
+
+
+async def until_committed(bootstrap: str, group: str, tp: TopicPartition, offset: int) -> None:
     async with asyncio.timeout(WITHIN_S):
-        await handler.entered.wait()
-    every = list(range(PARTITIONS))
-    tp = TopicPartition(prefix + IN, DefaultPartitioner()(b"old", every, every))
-    await made_again(bootstrap, prefix)
-    return tp
+        while await committed(bootstrap, group, tp) != offset:
+            await asyncio.sleep(0.2)
 
 
 async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(
     kafka_bootstrap: str,
     topic_prefix: str,
     store: SqliteStateStore,
-    held_processor: tuple[ConversationProcessor, Held],
+    unique: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    processor, handler = held_processor
-    tp = await new_log_under(processor, handler, kafka_bootstrap, topic_prefix, old=4)
-    sessions = on_partition_of("old", 2)
-    await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
-    handler.release.set()  # fetched again: at offset 4 of a log that ends at 2
+    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
+    name = f"again{unique}"
+    async with paused_on_old_log(kafka_bootstrap, topic_prefix, store, name, old=4) as (
+        _,
+        handler,
+        tp,
+    ):
+        joined = len(rebalances(caplog))
+        sessions = on_partition_of("old", 2)
+        await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
+        handler.release.set()  # fetched again: at offset 4 of a log that ends at 2
 
-    assert await counted(store, processor.name, sessions) == [1, 1]
-    async with asyncio.timeout(WITHIN_S):
-        while await committed(kafka_bootstrap, processor.name, tp) != len(sessions):
-            await asyncio.sleep(0.2)
+        assert await counted(store, name, sessions) == [1, 1]
+        await until_committed(kafka_bootstrap, name, tp, len(sessions))
+        assert await counted(store, name, ["old"], each=4) == [4]  # the old log's fetched ones ran
+        assert len(rebalances(caplog)) == joined  # none: only the offsets said it
+        assert f"{tp.topic}-{tp.partition}: offsets went back from 4 to 0" in caplog.text
 
 
 async def test_a_processor_told_its_topic_was_made_again_reads_it_from_its_start(
     kafka_bootstrap: str,
     topic_prefix: str,
     store: SqliteStateStore,
-    held_processor: tuple[ConversationProcessor, Held],
+    unique: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    processor, handler = held_processor
-    tp = await new_log_under(processor, handler, kafka_bootstrap, topic_prefix, old=2)
-    sessions = on_partition_of("old", 2)  # the new log ends where the old position is
-    await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
-    assert await processor.logs_made_again({topic_prefix + IN}) == [
-        t for t in processor.assignment if t.topic == topic_prefix + IN
-    ]
-    handler.release.set()
+    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
+    name = f"again{unique}"
+    async with paused_on_old_log(kafka_bootstrap, topic_prefix, store, name, old=2) as (
+        processor,
+        handler,
+        tp,
+    ):
+        joined = len(rebalances(caplog))
+        sessions = on_partition_of("old", 3)  # the new log passes the old position (2)
+        await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
+        assert await processor.logs_made_again({topic_prefix + IN}) == [
+            t for t in processor.assignment if t.topic == topic_prefix + IN
+        ]
+        handler.release.set()
 
-    assert await counted(store, processor.name, sessions) == [1, 1]
-    async with asyncio.timeout(WITHIN_S):
-        while await committed(kafka_bootstrap, processor.name, tp) != len(sessions):
-            await asyncio.sleep(0.2)
+        assert await counted(store, name, sessions) == [1, 1, 1]
+        await until_committed(kafka_bootstrap, name, tp, len(sessions))
+        assert await counted(store, name, ["old"], each=2) == [2]
+        assert len(rebalances(caplog)) == joined
