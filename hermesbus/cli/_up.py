@@ -250,12 +250,30 @@ async def _topics_back(
             f"it come back empty? their messages and the groups' offsets are gone); created "
             f"again: {', '.join(sorted(created))}"
         )
-        for running in serving:
-            for processor in running.processors:
-                await processor.logs_made_again(set(created))
-            if running.indexer is not None:
-                await running.indexer.logs_made_again(set(created))
+        await _read_again(serving, set(created), kafka.request_timeout_ms / 1000)
     return None
+
+
+async def _read_again(serving: Sequence[Stack], topics: set[str], timeout_s: float) -> None:
+    """Have every processor and the indexer read ``topics`` from their beginning; one that
+    fails, or all that take over ``timeout_s``, is said, and the watch goes on."""
+    parts: list[Processor | Indexer] = []
+    for running in serving:
+        parts += [*running.processors, *([running.indexer] if running.indexer else [])]
+    try:
+        async with asyncio.timeout(timeout_s):
+            told = await asyncio.gather(
+                *(part.logs_made_again(topics) for part in parts), return_exceptions=True
+            )
+    except TimeoutError:
+        _broker_news(f"telling the processors of the topics made again took over {timeout_s:g} s")
+        return
+    for part, outcome in zip(parts, told, strict=True):
+        if isinstance(outcome, BaseException):
+            _broker_news(
+                f"{part.name} could not be told of the topics made again ({outcome!r}): it "
+                "reads on from its old positions, past the new logs' first records"
+            )
 
 
 def _broker_news(line: str) -> None:

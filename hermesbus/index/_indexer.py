@@ -61,6 +61,8 @@ class _Storing:
 
     task: asyncio.Task[None]
     batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]
+    logs: dict[TopicPartition, int]
+    """Which log of each partition the batch was fetched from (see ``logs_made_again``)."""
 
 
 @dataclass
@@ -116,6 +118,9 @@ class Indexer(Service):
         self._done_to: dict[TopicPartition, int] = {}
         """Per partition, the offset after the last record stored: what may be committed."""
         self._committed: dict[TopicPartition, int] = {}
+        self._logs: dict[TopicPartition, int] = {}
+        """Per partition, how often ``logs_made_again`` reset it: a batch fetched before
+        finishes without making its old offsets the new log's to commit."""
         self._stopping = False
         self._stop_asked = asyncio.Event()
         """Set by ``stop``: an outage's retry pause ends at once, and its retries with it."""
@@ -195,6 +200,7 @@ class Indexer(Service):
         try:
             while True:
                 batch = await self._fetch(consumer)
+                logs = {tp: self._logs.get(tp, 0) for tp in batch}  # no await since the fetch
                 if not batch:
                     while storing:
                         await self._finish(storing.popleft())
@@ -208,7 +214,7 @@ class Indexer(Service):
                 while len(storing) >= _IN_FLIGHT:
                     await self._finish(storing.popleft())
                 work = self._stored(records, decoded, docs)
-                storing.append(_Storing(asyncio.create_task(work), batch))
+                storing.append(_Storing(asyncio.create_task(work), batch, logs))
                 await asyncio.sleep(0)  # the write starts now (a fetch of buffered records
                 # does not yield), so the index works while the next batch is prepared
         except _Unstored as exc:
@@ -239,6 +245,8 @@ class Indexer(Service):
         await storing.task
         owned = self._consumer.assignment() if self._consumer is not None else set()
         for tp, records in storing.batch.items():
+            if storing.logs[tp] != self._logs.get(tp, 0):
+                continue  # fetched from a log since made again: not the new log's to commit
             if records and tp in owned:  # a revoked one is the new owner's to commit
                 done_to = records[-1].offset + 1
                 if done_to < self._done_to.get(tp, 0):  # went back: a log made again
@@ -258,6 +266,7 @@ class Indexer(Service):
             key=lambda tp: (tp.topic, tp.partition),
         )
         for tp in reset:
+            self._logs[tp] = self._logs.get(tp, 0) + 1
             self._done_to.pop(tp, None)
             self._committed.pop(tp, None)
         if reset:
