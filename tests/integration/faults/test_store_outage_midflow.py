@@ -31,10 +31,13 @@ BUDGET_SCALE = 3
 NEO4J_AWAY_S = 20.0
 """How long Neo4j refuses connections, once, from a second into the first conversation:
 longer than the scaled S1 budget, so only the downtime not being charged keeps the round."""
-KILL_EVERY_S = 4.0
-KILLS = 5
-"""Every Redis connection of the bus is cut KILLS times, KILL_EVERY_S apart (more often, a
-tool call longer than the gap, whose attempt is cut each time, would never finish)."""
+KILL_EVERY_S = 3.0
+REDIS_AWAY_S = 0.5
+"""Every KILL_EVERY_S while the demo runs, each Redis connection of the bus is cut and new
+ones are refused for REDIS_AWAY_S: what a command sends then fails, whatever redis-py's
+reconnect does, so a record at work is held in place however quick the machine (a bare
+cut between two commands went unnoticed: the client reconnected). More often, a tool call
+longer than the gap, whose attempt is cut each time, would never finish."""
 SLOW_NOTICE = "处理中，约 30 秒"
 PATH = ["conversation:S2", "conversation:S3.1", "conversation:S4", "conversation:S5"]
 """Each conversation's answers, one per user turn, as without any outage."""
@@ -78,20 +81,26 @@ async def running(
 
 
 async def faults(redis: Relay, neo4j: Relay) -> None:
-    """Neo4j away once for NEO4J_AWAY_S; then Redis connections cut KILLS times (redis-py
-    finds its connection closed on its next command).
+    """Neo4j away once for NEO4J_AWAY_S, from a second in; Redis away REDIS_AWAY_S every
+    KILL_EVERY_S from the start until cancelled (when the demo ended): before, during and
+    after Neo4j's outage, so however fast the flow runs once Neo4j is back, Redis goes
+    while it does (kills timed from the start once all fell inside the outage, while the
+    flow waited on memory, and hit no record)."""
 
-    The kills follow the outage: while Neo4j is away the flow waits on memory, and a cut
-    then finds only the idle connections of timers and heartbeats, no record to hold."""
-    await asyncio.sleep(1.0)
-    await neo4j.stop()
-    await asyncio.sleep(NEO4J_AWAY_S)
-    await neo4j.start()
-    await asyncio.sleep(1.0)
-    for _ in range(KILLS):
-        await redis.stop()
-        await redis.start()
-        await asyncio.sleep(KILL_EVERY_S)
+    async def neo4j_away() -> None:
+        await asyncio.sleep(1.0)
+        await neo4j.stop()
+        await asyncio.sleep(NEO4J_AWAY_S)
+        await neo4j.start()
+
+    async def redis_away() -> None:
+        while True:
+            await asyncio.sleep(KILL_EVERY_S - REDIS_AWAY_S)
+            await redis.stop()
+            await asyncio.sleep(REDIS_AWAY_S)
+            await redis.start()
+
+    await asyncio.gather(neo4j_away(), redis_away())
 
 
 async def dead_letters(bootstrap: str, topic: str) -> int:
