@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
 from hermesbus.broker import EmbeddedBroker, free_port
@@ -163,6 +164,48 @@ async def _in_flight(bootstrap: str, prefix: str) -> None:
             )
 
 
+async def _groups(bootstrap: str, prefix: str) -> str:
+    """Each of up's consumer groups as the broker has it: state, members' partitions of the
+    prefix's topics, committed offsets, against the topics' ends (why a turn is stuck)."""
+    counts = await _partitions(bootstrap, prefix)
+    parts = [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        consumer.assign(parts)
+        ends = await consumer.end_offsets(parts)
+    finally:
+        await consumer.stop()
+    shown = [f"{tp.topic[len(prefix) :]}-{tp.partition}={o}" for tp, o in ends.items() if o]
+    lines = ["ends: " + ", ".join(shown)]
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        client = admin.client
+        names = sorted({g[0] for g in await client.list_consumer_groups()})
+        for group in names:
+            offsets = await client.list_consumer_group_offsets(group)
+            mine = {tp: o.offset for tp, o in offsets.items() if tp.topic.startswith(prefix)}
+            described = await client.describe_consumer_groups([group])
+            held = []
+            for response in described:
+                for g in response.groups:  # error, id, state, protocol type, protocol, members
+                    for member in g[5]:
+                        raw = member[-1]
+                        if raw:
+                            decoded = ConsumerProtocolMemberAssignment.decode(raw)
+                            held += [
+                                f"{t[len(prefix) :]}{sorted(ps)}"
+                                for t, ps in decoded.assignment
+                                if t.startswith(prefix)
+                            ]
+                    state = f"{g[2]}, {len(g[5])} members"
+            committed = ", ".join(
+                f"{tp.topic[len(prefix) :]}-{tp.partition}={o}" for tp, o in sorted(mine.items())
+            )
+            if mine or held:
+                lines.append(f"group {group} ({state}): holds {held}; committed {committed}")
+    return "\n".join(lines)
+
+
 async def _answered(bootstrap: str, prefix: str) -> str:
     """The reply to a first turn of a new session (kept trying while up re-creates)."""
     session = f"after-{uuid.uuid4().hex[:8]}"
@@ -224,10 +267,13 @@ async def test_up_creates_the_topics_again_when_the_broker_comes_back_empty(
                 for line in said.splitlines()
                 if line.startswith(("ERROR", "broker:")) or "processor=" in line
             ]
+            groups = await _groups(bootstrap, prefix)
             # the notable lines last: a report that keeps only the output's end keeps them
             pytest.fail(
                 f"no answer after the topics came back; up said:\n{said}\n"
-                "-- of which, errors, broker news and processors' lines:\n" + "\n".join(notable)
+                "-- of which, errors, broker news and processors' lines:\n"
+                + "\n".join(notable)
+                + f"\n-- the groups:\n{groups}"
             )
         assert await _records(bootstrap, prefix + "hermes.dlq") == []
         assert "misrouted" not in up.stderr()
