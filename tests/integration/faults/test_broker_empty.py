@@ -185,7 +185,7 @@ async def _groups(bootstrap: str, prefix: str) -> str:
             offsets = await client.list_consumer_group_offsets(group)
             mine = {tp: o.offset for tp, o in offsets.items() if tp.topic.startswith(prefix)}
             described = await client.describe_consumer_groups([group])
-            held = []
+            held, state = [], "not described"
             for response in described:
                 for g in response.groups:  # error, id, state, protocol type, protocol, members
                     for member in g[5]:

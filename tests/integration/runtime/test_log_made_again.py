@@ -153,6 +153,17 @@ async def until_committed(bootstrap: str, group: str, tp: TopicPartition, offset
             await asyncio.sleep(0.2)
 
 
+async def new_log_read_once(
+    bootstrap: str, store: SqliteStateStore, name: str, tp: TopicPartition, **expected: int
+) -> None:
+    """Each new session applied once, the new log's end committed, and the old log's
+    ``old`` fetched records all run (``expected``: ``new`` and ``old`` counts)."""
+    sessions = on_partition_of("old", expected["new"])
+    assert await counted(store, name, sessions) == [1] * len(sessions)
+    await until_committed(bootstrap, name, tp, len(sessions))
+    assert await counted(store, name, ["old"], each=expected["old"]) == [expected["old"]]
+
+
 async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(
     kafka_bootstrap: str,
     topic_prefix: str,
@@ -172,9 +183,7 @@ async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(
         await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
         handler.release.set()  # fetched again: at offset 4 of a log that ends at 2
 
-        assert await counted(store, name, sessions) == [1, 1]
-        await until_committed(kafka_bootstrap, name, tp, len(sessions))
-        assert await counted(store, name, ["old"], each=4) == [4]  # the old log's fetched ones ran
+        await new_log_read_once(kafka_bootstrap, store, name, tp, new=2, old=4)
         assert len(rebalances(caplog)) == joined  # none: only the offsets said it
         assert f"{tp.topic}-{tp.partition}: offsets went back from 4 to 0" in caplog.text
 
@@ -201,7 +210,5 @@ async def test_a_processor_told_its_topic_was_made_again_reads_it_from_its_start
         ]
         handler.release.set()
 
-        assert await counted(store, name, sessions) == [1, 1, 1]
-        await until_committed(kafka_bootstrap, name, tp, len(sessions))
-        assert await counted(store, name, ["old"], each=2) == [2]
+        await new_log_read_once(kafka_bootstrap, store, name, tp, new=3, old=2)
         assert len(rebalances(caplog)) == joined
