@@ -258,12 +258,23 @@ EOF
     "-Dlog4j2.configurationFile=$dir/log4j2.properties"
     -cp "$cp"
   )
+  # A cluster id is 16 random bytes in URL-safe base64. One in 64 of those
+  # begins with "-", which the tool's argument parser takes for an option
+  # ("--cluster-id: expected one argument"): draw again until it does not,
+  # as Kafka's own random-uuid does, and pass it as --cluster-id=... besides.
   local cluster_id
-  cluster_id=$(python3 -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+  cluster_id=$(python3 -c '
+import base64, os
+while True:
+    text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if not text.startswith("-"):
+        print(text)
+        break
+')
 
   log "formatting KRaft storage in $dir/data"
   if ! "$JAVA" "${jvm[@]}" kafka.tools.StorageTool format \
-      -t "$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1; then
+      "--cluster-id=$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1; then
     cat "$dir/logs/format.out" >&2
     die "storage format failed (data dir kept: $dir)"
   fi
