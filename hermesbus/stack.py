@@ -79,6 +79,12 @@ class Stack:
     indexer: Indexer | None = None
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
 
+    async def backlog(self, processor: str) -> int:
+        """What waits for ``processor`` in this process now (the dispatcher's
+        ``BacklogView``: a deadline passed behind memory's backlog is a busy bus); 0 for a
+        processor this process does not run."""
+        return sum(p.backlog for p in self.processors if p.name == processor)
+
     def problems(self) -> list[str]:
         """Dead letters and contract violations so far, one line each (none: an empty list)."""
         found = [
@@ -323,15 +329,18 @@ def wiring(
     health: protocol.HealthView,
     stores: memory.MemoryStores,
     violations: dispatcher.ViolationCounter | None = None,
+    backlog: protocol.BacklogView | None = None,
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
-    answering every tool): one table for the stack, shadow replay and the in-memory bus."""
+    answering every tool): one table for the stack, shadow replay and the in-memory bus.
+    ``backlog``: what waits for memory, so the dispatcher tells a deadline passed behind
+    it as a busy bus (None: such a deadline is told as a timeout)."""
     return {
         conversation.NAME: (conversation.handle, conversation.TOPIC, dict(intent)),
         dispatcher.NAME: (
             dispatcher.handle,
             dispatcher.TOPIC,
-            dispatcher.dispatcher_ports(health, violations),
+            dispatcher.dispatcher_ports(health, violations, backlog),
         ),
         tool.NAME: (tool.handle, tool.TOPIC, {tool.PORT: tools}),
         memory.NAME: (memory.handle, memory.TOPIC, {memory.NAME: stores}),
@@ -365,6 +374,7 @@ def _handlers(
         health=health or running.tools,
         stores=running.memory,
         violations=running.violations,
+        backlog=running,
     )
     _, topic, ports = table[tool.NAME]
     table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
@@ -500,7 +510,7 @@ async def shadows(
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
             parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
-            table = wiring(intent=ports, tools=tools, health=health, stores=stores)
+            table = wiring(intent=ports, tools=tools, health=health, stores=stores, backlog=health)
             cues = {
                 dispatcher.NAME: health.cue,
                 tool.NAME: tools.cue,

@@ -101,6 +101,7 @@ __all__ = [
     "USER",
     "VERIFICATION_FAILED",
     "WRITERS",
+    "BacklogView",
     "HealthView",
     "ProtocolPolicy",
     "ToolHealth",
@@ -332,6 +333,17 @@ class HealthView(Protocol):
 
     async def health(self, tool: str) -> ToolHealth | None:
         """The tool's latest health; None when the tool is not registered."""
+        ...
+
+
+class BacklogView(Protocol):
+    """The dispatcher's port onto what waits for a processor now (``ports["backlog"]``):
+    a round whose deadline passed while the processor it waits for had a backlog was held
+    by a busy bus, and the user is told so, not that the processor failed."""
+
+    async def backlog(self, processor: str) -> int:
+        """Records waiting for ``processor`` (a processor's name, e.g. ``"memory"``) now,
+        fetched and not started or not yet fetched; 0 when none, or when not known."""
         ...
 
 

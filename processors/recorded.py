@@ -43,6 +43,7 @@ __all__ = [
     "RecordedHealth",
     "RecordedTools",
     "ScriptedTools",
+    "backlogged_of",
     "health_of",
 ]
 
@@ -119,22 +120,32 @@ class RecordedTools:
 
 
 class RecordedHealth:
-    """The dispatcher's ``HealthView`` in a replay: each tool is as healthy as the
-    dispatcher found it then (the ``health`` it wrote on the call it dispatched)."""
+    """The dispatcher's ``HealthView`` and ``BacklogView`` in a replay: each tool is as
+    healthy as the dispatcher found it then (the ``health`` it wrote on the call it
+    dispatched), and a processor had a backlog where the dispatcher failed a round as
+    ``busy`` naming it (memory's)."""
 
     def __init__(self) -> None:
         self._health: dict[str, ToolHealth] = {}
+        self._backlogs: dict[str, int] = {}
 
     def cue(self, recorded: Iterable[Envelope]) -> None:
         """What the dispatcher emitted then for the envelope about to be replayed."""
         self._health.clear()
+        self._backlogs.clear()
         for envelope in recorded:
             health = health_of(envelope)
             if health is not None:
                 self._health[health.tool] = health
+            backlogged = backlogged_of(envelope)
+            if backlogged is not None:
+                self._backlogs[backlogged] = 1
 
     async def health(self, tool: str) -> ToolHealth | None:
         return self._health.get(tool)
+
+    async def backlog(self, processor: str) -> int:
+        return self._backlogs.get(processor, 0)
 
 
 class RecordedBudgets:
@@ -188,6 +199,17 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
         slow_after_ms=max(latency_ms, 1_000.0),
         unhealthy_after_ms=max(latency_ms, 2_000.0),
     )
+
+
+def backlogged_of(dispatched: Envelope) -> str | None:
+    """The processor that had a backlog when the dispatcher emitted ``dispatched``: one it
+    named in a round it failed as ``busy`` other than a tool (``memory:context`` names
+    ``memory``); None for any other envelope."""
+    body = dispatched.payload.body
+    if not isinstance(body, ErrorReport) or body.code != "busy":
+        return None
+    processor, _, _ = body.component.partition(":")
+    return None if processor == "tool" else processor
 
 
 class ArgumentTools:

@@ -253,6 +253,22 @@ class Processor(Service):
         return self._buffered - self._running
 
     @property
+    def backlog(self) -> int:
+        """Records waiting for this worker: fetched and not yet started (``waiting``), and
+        in its partitions' logs past what it fetched, as far as the last fetch saw their
+        ends (a paused consumer fetches nothing more, so they wait there). A deadline
+        passed while a processor has a backlog passed in a busy bus."""
+        consumer = self._consumer
+        if consumer is None:
+            return self.waiting
+        unfetched = 0
+        for tp, part in self._parts.items():
+            end, fetched = consumer.highwater(tp), part.tracker.next
+            if end is not None and fetched is not None and not part.closed:
+                unfetched += max(0, end - fetched)
+        return self.waiting + unfetched
+
+    @property
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._parts, key=lambda tp: (tp.topic, tp.partition))
 

@@ -5,12 +5,14 @@ the protocol (:data:`RULES`), routes by target, and runs each cycle of tool call
 memory first, one dispatch per component per round unless ``continue``, the call's
 ``timeout_ms`` and retry policy (only :data:`RETRYABLE` statuses are retried), fail
 fast, and one answer per round. Tool choice reads live health (``ports["health"]``);
-violations are counted in ``ports["violations"]``, and so are memory's refused writes,
-which go to ``alerts:dispatcher`` and to the conversation without the cycle id
-(context :data:`REFUSED_WRITE`), never as a cycle's answer. Everything an envelope can
-make grow is bounded: open cycles per session, tools per cycle, timeouts and retry
-policies (rules), and the memory writes one result feeds (:data:`MAX_FACTS`, capped
-writes alerted as :data:`CAPPED_WRITES`).
+a deadline passed while memory had a backlog (``ports["backlog"]``) or a tool had calls
+queued for its workers is told as ``busy``, not as a failure; violations are counted in
+``ports["violations"]``, and so are memory's refused writes, which go to
+``alerts:dispatcher`` and to the conversation without the cycle id (context
+:data:`REFUSED_WRITE`), never as a cycle's answer. Everything an envelope can make grow
+is bounded: open cycles per session, tools per cycle, timeouts and retry policies
+(rules), and the memory writes one result feeds (:data:`MAX_FACTS`, capped writes
+alerted as :data:`CAPPED_WRITES`).
 
 Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health))``;
 ``dispatcher_ports(health)["violations"].summary()`` prints the totals.
@@ -23,8 +25,10 @@ from ._handler import NAME, TOPIC, handle
 from ._health import HealthChoice, Verdict, choose
 from ._memory import MAX_FACTS, MAX_SYMBOLS
 from ._ports import (
+    BACKLOG_PORT,
     HEALTH_PORT,
     VIOLATIONS_PORT,
+    StaticBacklog,
     StaticHealth,
     ViolationCounter,
     Violations,
@@ -47,6 +51,7 @@ from ._state import DispatcherState
 __all__ = [
     "ALERTS_ADDRESS",
     "ALLOWED_BODIES",
+    "BACKLOG_PORT",
     "CAPPED_WRITES",
     "HEALTH_PORT",
     "MAX_ATTEMPTS",
@@ -65,6 +70,7 @@ __all__ = [
     "DispatcherState",
     "HealthChoice",
     "Rule",
+    "StaticBacklog",
     "StaticHealth",
     "Verdict",
     "Violation",

@@ -339,17 +339,35 @@ async def on_timer(
     await dispatch(fx, cid, cycle, str(tool), ports.need_health())
 
 
+MEMORY: Final = MEMORY_CONTEXT.partition(":")[0]
+"""The processor that answers ``memory:context`` (its backlog is asked by this name)."""
+
+
 async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports: Ports) -> bool:
-    """Fail the round as ``busy`` if a tool it waits for has calls queued for its workers
-    (its live health says so): the user hears the bus is busy, not that a tool failed.
-    A call held for memory counts too: in a burst memory's answer waits in the same bus."""
+    """Fail the round as ``busy`` if what it waits for waits in a busy bus: memory (not yet
+    answered) with records waiting for it, or a tool it waits for with calls queued for its
+    workers (their live views say so). The user hears the bus is busy, not that memory or a
+    tool failed. A call held for memory counts too: in a burst memory's answer waits in
+    the same bus. Memory is asked first: while it has not answered, the calls wait for it."""
+    if cycle.memory is None:
+        waiting_for_memory = await ports.backlog(MEMORY)
+        if waiting_for_memory > 0:
+            message += (
+                f"; {MEMORY} had {waiting_for_memory} records waiting for it: the bus is busy"
+            )
+            _fail_busy(fx, cid, cycle, MEMORY_CONTEXT, message)
+            return True
     waiting = (CallStatus.SENT, CallStatus.WAITING)
     pending = [tool for tool, call in cycle.calls.items() if call.status in waiting]
     tool = await busy_tool(pending, ports.need_health())
     if tool is None:
         return False
     message += f"; {tool} had calls waiting for a free worker: the bus is busy"
-    component, advice = tool_at(tool), BUSY_ADVICE
+    _fail_busy(fx, cid, cycle, tool_at(tool), message)
+    return True
+
+
+def _fail_busy(fx: Effects, cid: str, cycle: Cycle, component: str, message: str) -> None:
     fail(
         fx,
         cid,
@@ -357,10 +375,9 @@ async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports:
         component=component,
         code=BUSY,
         message=message,
-        advice=advice,
+        advice=BUSY_ADVICE,
         retryable=True,
     )
-    return True
 
 
 def _downtime(cycle: Cycle, now_ms: int) -> int:

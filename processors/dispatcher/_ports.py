@@ -1,4 +1,5 @@
-"""The dispatcher's ports: live tool health (read) and the violation counter (written).
+"""The dispatcher's ports: live tool health and processors' backlogs (read) and the
+violation counter (written).
 
 ``dispatcher_ports`` builds the mapping the runtime injects as ``HandlerInput.ports``.
 The counter is in-process and only for totals the stack prints; the authoritative
@@ -13,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from hermesbus.errors import ConfigError
-from hermesbus.processors.protocol import HealthView, ToolHealth
+from hermesbus.processors.protocol import BacklogView, HealthView, ToolHealth
 
 __all__ = [
+    "BACKLOG_PORT",
     "HEALTH_PORT",
     "VIOLATIONS_PORT",
     "Ports",
+    "StaticBacklog",
     "StaticHealth",
     "ViolationCounter",
     "Violations",
@@ -26,6 +29,7 @@ __all__ = [
 ]
 
 HEALTH_PORT: Final = "health"
+BACKLOG_PORT: Final = "backlog"
 VIOLATIONS_PORT: Final = "violations"
 
 
@@ -100,16 +104,35 @@ class StaticHealth:
         return self._entries.get(tool)
 
 
+class StaticBacklog:
+    """A backlog view over a fixed table (tests); ``set`` replaces an entry."""
+
+    def __init__(self, entries: Mapping[str, int] | None = None) -> None:
+        self._entries = dict(entries or {})
+
+    def set(self, processor: str, waiting: int) -> None:
+        self._entries[processor] = waiting
+
+    async def backlog(self, processor: str) -> int:
+        return self._entries.get(processor, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
     """The ports a handler call found in ``HandlerInput.ports``."""
 
     health: HealthView | None
     counter: ViolationCounter | None
+    backlogs: BacklogView | None = None
+    """None: no processor's backlog is known (a deadline is then told as a timeout)."""
 
     @classmethod
     def of(cls, ports: Mapping[str, Any]) -> Ports:
-        return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT))
+        return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT), ports.get(BACKLOG_PORT))
+
+    async def backlog(self, processor: str) -> int:
+        """What waits for ``processor`` now (0 without a backlog view)."""
+        return 0 if self.backlogs is None else await self.backlogs.backlog(processor)
 
     def need_health(self) -> HealthView:
         if self.health is None:
@@ -120,7 +143,13 @@ class Ports:
 
 
 def dispatcher_ports(
-    health: HealthView, violations: ViolationCounter | None = None
+    health: HealthView,
+    violations: ViolationCounter | None = None,
+    backlog: BacklogView | None = None,
 ) -> dict[str, object]:
-    """The dispatcher's ports: ``{"health": health, "violations": a counter}``."""
-    return {HEALTH_PORT: health, VIOLATIONS_PORT: violations or Violations()}
+    """The dispatcher's ports: ``{"health": health, "violations": a counter}``, and
+    ``"backlog"`` when given (what waits for memory: a deadline passed behind it is busy)."""
+    ports: dict[str, object] = {HEALTH_PORT: health, VIOLATIONS_PORT: violations or Violations()}
+    if backlog is not None:
+        ports[BACKLOG_PORT] = backlog
+    return ports

@@ -23,6 +23,7 @@ from hermesbus.payloads import Body, ErrorReport, ToolResults
 from hermesbus.processors.dispatcher import (
     NAME,
     TOPIC,
+    StaticBacklog,
     StaticHealth,
     Violations,
     dispatcher_ports,
@@ -163,13 +164,14 @@ class Driver:
     state and the durable timers as the runtime does."""
 
     health: StaticHealth = field(default_factory=StaticHealth)
+    backlog: StaticBacklog = field(default_factory=StaticBacklog)
     counter: Violations = field(default_factory=Violations)
     outcomes: list[Outcome] = field(default_factory=list)
     session: str = SESSION
     harness: Harness = field(init=False)
 
     def __post_init__(self) -> None:
-        ports = dispatcher_ports(self.health, self.counter)
+        ports = dispatcher_ports(self.health, self.counter, self.backlog)
         self.harness = Harness().processor(NAME, handle, [TOPIC], ports=ports)
 
     @classmethod

@@ -1,0 +1,72 @@
+"""What waits for a processor: records fetched and not yet started (``waiting``), and in
+its partitions' logs past what it fetched (``backlog``). The dispatcher asks memory's
+backlog when a round's deadline passes before memory answered: behind a backlog, the user
+is told the bus is busy, not that memory failed (#25, item 8)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
+
+from .support import IN, ConversationProcessor, counting, produce, turn
+
+pytestmark = pytest.mark.kafka
+
+WITHIN_S = 120.0
+"""How long a step may take on a slow, busy machine (polled)."""
+
+
+async def _until(check: Callable[[], bool], what: str, processor: Processor) -> None:
+    try:
+        async with asyncio.timeout(WITHIN_S):
+            while not check():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        seen = f"backlog {processor.backlog}, waiting {processor.waiting}"
+        pytest.fail(f"not within {WITHIN_S:g} s: {what} ({seen})")
+
+
+@pytest.mark.parametrize("poll", [500, 2], ids=["all-fetched", "two-per-poll"])
+async def test_backlog_counts_what_waits_fetched_or_not(
+    broker: str, prefix: str, store: SqliteStateStore, unique: str, poll: int
+) -> None:
+    """Ten turns of one session, the first held in its handler: nine wait, whether the
+    processor fetched them (all at once) or most are still past what it fetched (two per
+    poll, the consumer paused at two buffered)."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(inp: HandlerInput) -> Outcome:
+        entered.set()
+        await release.wait()
+        return await counting(inp)
+
+    await produce(broker, prefix + IN, [turn("s", seq) for seq in range(10)])
+    settings = RuntimeSettings(max_poll_records=poll, max_buffered=2 if poll == 2 else 2000)
+    processor = ConversationProcessor(
+        f"backlog{unique}",
+        held,
+        [IN],
+        store=store,
+        kafka=KafkaConfig(bootstrap=broker),
+        topic_prefix=prefix,
+        settings=settings,
+    )
+    assert processor.backlog == 0  # not started: nothing known to wait
+    async with processor:
+        async with asyncio.timeout(WITHIN_S):
+            await entered.wait()
+        await _until(lambda: processor.backlog == 9, "nine wait behind the held turn", processor)
+        if poll == 2:  # paused at two buffered: one fetched and waiting, eight not fetched
+            assert processor.waiting == 1
+        else:
+            await _until(lambda: processor.waiting == 9, "all nine fetched", processor)
+        release.set()
+        await _until(lambda: processor.stats.processed >= 10, "all ten run", processor)
+        assert processor.waiting == 0
+        assert processor.backlog == 0
