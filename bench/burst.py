@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import re
 import shutil
@@ -83,6 +84,14 @@ class Case:
         for _, reply in self.replies.values():
             counts[kind(reply)] += 1
         return counts
+
+    def named(self, which: str) -> collections.Counter[str]:
+        """The replies of kind ``which`` by what they name (the text before the first space)."""
+        return collections.Counter(
+            reply_text(reply).split(" ", 1)[0]
+            for _, reply in self.replies.values()
+            if kind(reply) == which
+        )
 
     def latencies(self) -> list[float]:
         return sorted(at - self.sent[sid] for sid, (at, _) in self.replies.items())
@@ -297,6 +306,11 @@ async def main_async(args: argparse.Namespace) -> bool:
         line, ok = row(case)
         good &= ok
         print(line)
+    for case in cases:
+        for which in ("busy", "timeout", "other"):
+            if case.named(which):
+                named = ", ".join(f"{what} {n}" for what, n in case.named(which).most_common())
+                print(f"  {case.size}: the {which} replies named {named}")
     print("ok" if good else "FAILED")
     return good
 

@@ -79,11 +79,18 @@ class Stack:
     indexer: Indexer | None = None
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
 
-    async def backlog(self, processor: str) -> int:
-        """What waits for ``processor`` in this process now (the dispatcher's
-        ``BacklogView``: a deadline passed behind memory's backlog is a busy bus); 0 for a
-        processor this process does not run."""
-        return sum(p.backlog for p in self.processors if p.name == processor)
+    async def backlog(self, component: str) -> int:
+        """What waits for ``component``'s processor in this process now (the dispatcher's
+        ``BacklogView``: a deadline passed behind it is a busy bus). ``memory:context`` is
+        memory's, ``tool:<name>`` the tool's own group's (the shared ``tool`` group's for a
+        tool without one), ``dispatcher`` the dispatcher's; 0 for a processor this process
+        does not run."""
+        kind, _, rest = component.partition(":")
+        names = {kind}
+        if kind == tool.NAME and rest:
+            own = tool.group_name(rest)
+            names = {own} if any(p.name == own for p in self.processors) else {tool.NAME}
+        return sum(p.backlog for p in self.processors if p.name in names)
 
     def problems(self) -> list[str]:
         """Dead letters and contract violations so far, one line each (none: an empty list)."""

@@ -70,6 +70,7 @@ __all__ = [
     "APP",
     "AUDIT",
     "BAD_ARGUMENTS",
+    "BUSY_BEHIND",
     "BUSY_PREFIX",
     "CONVERSATION",
     "CYCLE",
@@ -166,6 +167,10 @@ BUSY_PREFIX: Final = "busy, no free worker:"
 until the call's time ran out), not failing: the dispatcher tells the user the bus is busy.
 No tool's own error can start so (a worker's errors start with the tool's name, which
 has no space)."""
+BUSY_BEHIND: Final = "busy_behind"
+"""The context key of a round the dispatcher failed as ``busy``: the components records or
+calls waited for then (``memory:context``, ``tool:<name>``, ``dispatcher``), so a replay
+finds the same backlogs."""
 
 # a pause notice: a backend outage holds a request of the dispatcher in place
 PAUSED: Final = "paused"
@@ -337,13 +342,14 @@ class HealthView(Protocol):
 
 
 class BacklogView(Protocol):
-    """The dispatcher's port onto what waits for a processor now (``ports["backlog"]``):
-    a round whose deadline passed while the processor it waits for had a backlog was held
-    by a busy bus, and the user is told so, not that the processor failed."""
+    """The dispatcher's port onto what waits in the bus now (``ports["backlog"]``): a round
+    whose deadline passed while records waited for what it waits for was held by a busy
+    bus, and the user is told so, not that a component failed."""
 
-    async def backlog(self, processor: str) -> int:
-        """Records waiting for ``processor`` (a processor's name, e.g. ``"memory"``) now,
-        fetched and not started or not yet fetched; 0 when none, or when not known."""
+    async def backlog(self, component: str) -> int:
+        """Records waiting now for ``component``'s processor, fetched and not started or
+        not yet fetched: ``memory:context`` (memory), ``tool:<name>`` (the tool's
+        processor) or ``dispatcher``; 0 when none, or when not known."""
         ...
 
 

@@ -25,6 +25,7 @@ from hermesbus.envelope import Envelope
 from hermesbus.payloads import ErrorReport, ToolCall, ToolResult
 from hermesbus.processors.protocol import (
     ALERTS,
+    BUSY_BEHIND,
     NOT_REGISTERED,
     OK,
     STATE_TIMEOUT_MS,
@@ -122,8 +123,8 @@ class RecordedTools:
 class RecordedHealth:
     """The dispatcher's ``HealthView`` and ``BacklogView`` in a replay: each tool is as
     healthy as the dispatcher found it then (the ``health`` it wrote on the call it
-    dispatched), and a processor had a backlog where the dispatcher failed a round as
-    ``busy`` naming it (memory's)."""
+    dispatched), and records waited for what a round the dispatcher failed as ``busy``
+    says they waited for."""
 
     def __init__(self) -> None:
         self._health: dict[str, ToolHealth] = {}
@@ -137,15 +138,14 @@ class RecordedHealth:
             health = health_of(envelope)
             if health is not None:
                 self._health[health.tool] = health
-            backlogged = backlogged_of(envelope)
-            if backlogged is not None:
-                self._backlogs[backlogged] = 1
+            for component in backlogged_of(envelope):
+                self._backlogs[component] = 1
 
     async def health(self, tool: str) -> ToolHealth | None:
         return self._health.get(tool)
 
-    async def backlog(self, processor: str) -> int:
-        return self._backlogs.get(processor, 0)
+    async def backlog(self, component: str) -> int:
+        return self._backlogs.get(component, 0)
 
 
 class RecordedBudgets:
@@ -201,15 +201,15 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
     )
 
 
-def backlogged_of(dispatched: Envelope) -> str | None:
-    """The processor that had a backlog when the dispatcher emitted ``dispatched``: one it
-    named in a round it failed as ``busy`` other than a tool (``memory:context`` names
-    ``memory``); None for any other envelope."""
+def backlogged_of(dispatched: Envelope) -> list[str]:
+    """The components records waited for when the dispatcher emitted ``dispatched``: those
+    a round it failed as ``busy`` names in its context (:data:`BUSY_BEHIND`); none for
+    any other envelope."""
     body = dispatched.payload.body
     if not isinstance(body, ErrorReport) or body.code != "busy":
-        return None
-    processor, _, _ = body.component.partition(":")
-    return None if processor == "tool" else processor
+        return []
+    behind = dispatched.payload.context.get(BUSY_BEHIND)
+    return [c for c in behind if isinstance(c, str)] if isinstance(behind, list) else []
 
 
 class ArgumentTools:

@@ -23,8 +23,10 @@ from hermesbus.payloads import (
     ToolResult,
 )
 from hermesbus.processors.protocol import (
+    BUSY_BEHIND,
     BUSY_PREFIX,
     CYCLE,
+    DISPATCHER,
     MEMORY_CONTEXT,
     PAUSE_EVERY,
     PAUSED_SINCE,
@@ -158,7 +160,7 @@ async def on_memory(
             f"cycle {cid!r} ({cycle.task}) passed its {cycle.budget_ms} ms budget waiting "
             f"for {MEMORY_CONTEXT}, which answered after {cycle.memory_ms} ms"
         )
-        if not await _failed_busy(fx, cid, cycle, message, ports):
+        if not await _failed_busy(fx, cid, cycle, message, ports, component=MEMORY_CONTEXT):
             fail(fx, cid, cycle, component=MEMORY_CONTEXT, code="timeout", message=message)
         return
     cycle.memory = body
@@ -323,7 +325,7 @@ async def on_timer(
         component, pending = _waiting_for(cycle)
         budget = f"its {cycle.budget_ms} ms budget"
         message = f"cycle {cid!r} ({cycle.task}) passed {budget} waiting for {pending}"
-        if not await _failed_busy(fx, cid, cycle, message, ports):
+        if not await _failed_busy(fx, cid, cycle, message, ports, component=component):
             fail(fx, cid, cycle, component=component, code="timeout", message=message)
         return
     tool = data.get("tool")
@@ -339,45 +341,51 @@ async def on_timer(
     await dispatch(fx, cid, cycle, str(tool), ports.need_health())
 
 
-MEMORY: Final = MEMORY_CONTEXT.partition(":")[0]
-"""The processor that answers ``memory:context`` (its backlog is asked by this name)."""
+async def _failed_busy(
+    fx: Effects, cid: str, cycle: Cycle, message: str, ports: Ports, *, component: str
+) -> bool:
+    """Fail the round as ``busy`` if what it waits for waited in a busy bus: the user hears
+    the bus is busy and the request queued, not that memory or a tool failed (else False:
+    the caller tells a timeout naming ``component``).
 
-
-async def _failed_busy(fx: Effects, cid: str, cycle: Cycle, message: str, ports: Ports) -> bool:
-    """Fail the round as ``busy`` if what it waits for waits in a busy bus: memory (not yet
-    answered) with records waiting for it, or a tool it waits for with calls queued for its
-    workers (their live views say so). The user hears the bus is busy, not that memory or a
-    tool failed. A call held for memory counts too: in a burst memory's answer waits in
-    the same bus. Memory is asked first: while it has not answered, the calls wait for it."""
-    if cycle.memory is None:
-        waiting_for_memory = await ports.backlog(MEMORY)
-        if waiting_for_memory > 0:
-            message += (
-                f"; {MEMORY} had {waiting_for_memory} records waiting for it: the bus is busy"
-            )
-            _fail_busy(fx, cid, cycle, MEMORY_CONTEXT, message)
-            return True
+    What the round waits for is memory (until it answered) and the tools it has not heard
+    from; each is backlogged when records wait for its processor (``ports["backlog"]``) or,
+    for a tool, calls wait for its workers (its live health). The dispatcher itself is
+    backlogged when records wait for it: under a burst the answers a round waits for sit
+    in its own input (measured: 2,000 first turns at once, memory had caught up and the
+    dispatcher had 1,600 records waiting at each of these deadlines). The first backlogged
+    component the round waits for is named, else ``component``; the report's context says
+    all of them (:data:`BUSY_BEHIND`), which a replay reads back."""
+    waits = [MEMORY_CONTEXT] if cycle.memory is None else []
     waiting = (CallStatus.SENT, CallStatus.WAITING)
-    pending = [tool for tool, call in cycle.calls.items() if call.status in waiting]
-    tool = await busy_tool(pending, ports.need_health())
-    if tool is None:
+    waits += [tool_at(tool) for tool, call in cycle.calls.items() if call.status in waiting]
+    behind = [c for c in waits if await _backlogged(c, ports)]
+    if await ports.backlog(DISPATCHER) > 0:
+        behind.append(DISPATCHER)
+    if not behind:
         return False
-    message += f"; {tool} had calls waiting for a free worker: the bus is busy"
-    _fail_busy(fx, cid, cycle, tool_at(tool), message)
-    return True
-
-
-def _fail_busy(fx: Effects, cid: str, cycle: Cycle, component: str, message: str) -> None:
+    named = next((c for c in behind if c in waits), component)
+    message += f"; the bus is busy, records waiting for: {', '.join(behind)}"
     fail(
         fx,
         cid,
         cycle,
-        component=component,
+        component=named,
         code=BUSY,
         message=message,
         advice=BUSY_ADVICE,
         retryable=True,
+        context={BUSY_BEHIND: behind},
     )
+    return True
+
+
+async def _backlogged(component: str, ports: Ports) -> bool:
+    """Records wait for ``component``'s processor, or (a tool) calls for its workers."""
+    if await ports.backlog(component) > 0:
+        return True
+    kind, _, tool = component.partition(":")
+    return kind == "tool" and await busy_tool([tool], ports.need_health()) is not None
 
 
 def _downtime(cycle: Cycle, now_ms: int) -> int:

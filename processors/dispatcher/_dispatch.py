@@ -9,6 +9,7 @@ calls are cancelled and their late results dropped.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Final
 
 from hermesbus.errors import StoreError
@@ -173,8 +174,10 @@ def fail(
     message: str,
     advice: str | None = None,
     retryable: bool | None = None,
+    context: Mapping[str, ContextValue] | None = None,
 ) -> None:
-    """Fail fast: cancel the round's pending calls and timers, tell the requester once."""
+    """Fail fast: cancel the round's pending calls and timers, tell the requester once
+    (``context``: more keys of the report's context than the cycle's)."""
     default_advice, default_retryable = _advice(code)
     for tool, call in cycle.calls.items():
         if call.status is CallStatus.RETRYING:
@@ -187,9 +190,9 @@ def fail(
         advice=default_advice if advice is None else advice,
         retryable=default_retryable if retryable is None else retryable,
     )
-    context = cycle_context(cid, cycle)
+    told = cycle_context(cid, cycle) | dict(context or {})
     diag = diagnostics(len(cycle.tools), confidence=0.0)
-    fx.send(cycle.requester, report, task=cycle.task, context=context, diag=diag)
+    fx.send(cycle.requester, report, task=cycle.task, context=told, diag=diag)
     cycle.close(CycleStatus.FAILED)
 
 

@@ -110,11 +110,11 @@ class StaticBacklog:
     def __init__(self, entries: Mapping[str, int] | None = None) -> None:
         self._entries = dict(entries or {})
 
-    def set(self, processor: str, waiting: int) -> None:
-        self._entries[processor] = waiting
+    def set(self, component: str, waiting: int) -> None:
+        self._entries[component] = waiting
 
-    async def backlog(self, processor: str) -> int:
-        return self._entries.get(processor, 0)
+    async def backlog(self, component: str) -> int:
+        return self._entries.get(component, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +124,16 @@ class Ports:
     health: HealthView | None
     counter: ViolationCounter | None
     backlogs: BacklogView | None = None
-    """None: no processor's backlog is known (a deadline is then told as a timeout)."""
+    """None: no backlog in the bus is known (a deadline is then told as a timeout unless a
+    tool's workers had calls queued)."""
 
     @classmethod
     def of(cls, ports: Mapping[str, Any]) -> Ports:
         return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT), ports.get(BACKLOG_PORT))
 
-    async def backlog(self, processor: str) -> int:
-        """What waits for ``processor`` now (0 without a backlog view)."""
-        return 0 if self.backlogs is None else await self.backlogs.backlog(processor)
+    async def backlog(self, component: str) -> int:
+        """What waits for ``component``'s processor now (0 without a backlog view)."""
+        return 0 if self.backlogs is None else await self.backlogs.backlog(component)
 
     def need_health(self) -> HealthView:
         if self.health is None:
@@ -148,7 +149,7 @@ def dispatcher_ports(
     backlog: BacklogView | None = None,
 ) -> dict[str, object]:
     """The dispatcher's ports: ``{"health": health, "violations": a counter}``, and
-    ``"backlog"`` when given (what waits for memory: a deadline passed behind it is busy)."""
+    ``"backlog"`` when given (what waits in the bus: a deadline passed behind it is busy)."""
     ports: dict[str, object] = {HEALTH_PORT: health, VIOLATIONS_PORT: violations or Violations()}
     if backlog is not None:
         ports[BACKLOG_PORT] = backlog

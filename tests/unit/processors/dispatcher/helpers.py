@@ -30,6 +30,7 @@ from hermesbus.processors.dispatcher import (
     handle,
 )
 from hermesbus.processors.protocol import STATE_TIMEOUT_MS, ToolHealth
+from hermesbus.processors.recorded import RecordedHealth
 from hermesbus.runtime import Outcome, SessionState, derive_id
 from hermesbus.testing import Armed, Harness
 
@@ -165,13 +166,18 @@ class Driver:
 
     health: StaticHealth = field(default_factory=StaticHealth)
     backlog: StaticBacklog = field(default_factory=StaticBacklog)
+    recorded: RecordedHealth | None = None
+    """A replay's health and backlogs, used for both instead of ``health`` and ``backlog``."""
     counter: Violations = field(default_factory=Violations)
     outcomes: list[Outcome] = field(default_factory=list)
     session: str = SESSION
     harness: Harness = field(init=False)
 
     def __post_init__(self) -> None:
-        ports = dispatcher_ports(self.health, self.counter, self.backlog)
+        if self.recorded is not None:
+            ports = dispatcher_ports(self.recorded, self.counter, self.recorded)
+        else:
+            ports = dispatcher_ports(self.health, self.counter, self.backlog)
         self.harness = Harness().processor(NAME, handle, [TOPIC], ports=ports)
 
     @classmethod

@@ -1,11 +1,13 @@
-"""A deadline passed while a tool's calls wait for a free worker is a busy bus, not a failed
-tool: the round fails as ``busy`` with advice saying so (#25, item 8)."""
+"""A deadline passed while what the round waits for waits in the bus is a busy bus, not a
+failed component: a tool's calls queued for its workers, records waiting for memory or the
+tool's processor, or for the dispatcher itself. The round fails as ``busy`` with advice
+saying so, and a replay finds the same backlogs (#25, item 8)."""
 
 from __future__ import annotations
 
-from hermesbus import ErrorReport
+from hermesbus import Envelope, ErrorReport
 from hermesbus.processors.dispatcher._health import BUSY_ADVICE
-from hermesbus.processors.protocol import ToolHealth
+from hermesbus.processors.protocol import BUSY_BEHIND, ToolHealth
 from hermesbus.processors.recorded import RecordedHealth
 
 from .helpers import CYCLE, FINANCE_RESULT, Driver, answer_query, answers, call, result_for
@@ -34,7 +36,7 @@ async def test_a_deadline_passed_behind_a_tool_queue_says_the_bus_is_busy() -> N
     assert report.advice == BUSY_ADVICE
     assert "系统繁忙" in report.advice and "the bus is busy" in report.advice
     assert "5000 ms budget" in report.message
-    assert "org_tool had calls waiting for a free worker: the bus is busy" in report.message
+    assert report.message.endswith("; the bus is busy, records waiting for: tool:org_tool")
     # a replay finds the tool as busy as the dispatcher found it then
     recorded = RecordedHealth()
     recorded.cue([report_env])
@@ -94,11 +96,11 @@ async def test_no_queue_at_the_deadline_is_still_a_timeout() -> None:
 
 
 async def test_a_deadline_before_memory_answered_behind_its_backlog_names_memory_busy() -> None:
-    """Memory had records waiting for it when the deadline passed: the bus is busy, and
-    memory is named, not a tool (its calls wait for memory) nor a memory failure."""
+    """Records waited for memory when the deadline passed: the bus is busy, and memory is
+    named first (the calls wait for it), not as failing; the context says all it saw."""
     d = driver()
     d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
-    d.backlog.set("memory", 1_381)
+    d.backlog.set("memory:context", 1_381)
     await d.send(call("org_tool", TOOLS))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
@@ -106,17 +108,21 @@ async def test_a_deadline_before_memory_answered_behind_its_backlog_names_memory
     assert (report.component, report.code, report.retryable) == ("memory:context", "busy", True)
     assert report.advice == BUSY_ADVICE
     assert "waiting for memory:context" in report.message
-    assert "memory had 1381 records waiting for it: the bus is busy" in report.message
-    # a replay finds memory as backlogged as the dispatcher found it then, and no tool busy
+    assert report.message.endswith(
+        "; the bus is busy, records waiting for: memory:context, tool:org_tool"
+    )
+    assert report_env.payload.context[BUSY_BEHIND] == ["memory:context", "tool:org_tool"]
+    # a replay finds memory as backlogged as the dispatcher found it then
     recorded = RecordedHealth()
     recorded.cue([report_env])
-    assert await recorded.backlog("memory") == 1
-    assert await recorded.health("org_tool") is None
+    assert await recorded.backlog("memory:context") == 1
+    assert await recorded.backlog("tool:org_tool") == 1
+    assert await recorded.backlog("dispatcher") == 0
 
 
 async def test_memory_answering_after_the_budget_behind_its_backlog_names_memory_busy() -> None:
     d = driver()
-    d.backlog.set("memory", 3)
+    d.backlog.set("memory:context", 3)
     (query,) = await d.send(call("org_tool", TOOLS), appended_ms=1_000)
     await d.send(call("finance_tool", TOOLS))
     (report_env,) = answers(await d.send(answer_query(query), appended_ms=1_000 + 6_000))
@@ -126,27 +132,90 @@ async def test_memory_answering_after_the_budget_behind_its_backlog_names_memory
     assert "memory:context, which answered after 6000 ms" in report.message
 
 
+async def test_the_dispatchers_own_backlog_is_a_busy_bus_naming_what_the_round_waited_for() -> None:
+    """Memory caught up, the tools idle, but records wait for the dispatcher itself (the
+    answers the round waits for may be among them, as in a burst): busy, naming what a
+    timeout would have named."""
+    d = driver()
+    (query,) = await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    _, finance_out = await d.send(answer_query(query))
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d.backlog.set("dispatcher", 1_600)
+    (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+    report = report_env.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code, report.advice) == ("tool:org_tool", "busy", BUSY_ADVICE)
+    assert report.message.endswith("; the bus is busy, records waiting for: dispatcher")
+    assert report_env.payload.context[BUSY_BEHIND] == ["dispatcher"]
+    recorded = RecordedHealth()
+    recorded.cue([report_env])
+    assert await recorded.backlog("dispatcher") == 1
+    assert await recorded.health("org_tool") is not None  # named busy: queued in a replay
+
+
+async def test_records_waiting_for_a_tools_processor_are_a_busy_bus() -> None:
+    d = driver()
+    (query,) = await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    _, finance_out = await d.send(answer_query(query))
+    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d.backlog.set("tool:finance_tool", 9)  # a tool the round heard from: not what it waits for
+    d.backlog.set("tool:org_tool", 9)
+    (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+    report = report_env.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code) == ("tool:org_tool", "busy")
+    assert report_env.payload.context[BUSY_BEHIND] == ["tool:org_tool"]
+
+
 async def test_memory_backlog_after_memory_answered_does_not_name_memory() -> None:
-    """Once memory answered, its backlog is not what the round waited for: a tool that
-    never answered in its fair time is named, as a timeout."""
+    """Once memory answered, records waiting for it are not what the round waits for: the
+    tool that never answered in its fair time is named, as a timeout."""
     d = driver()
     (query,) = await d.send(call("org_tool", TOOLS))
     await d.send(call("finance_tool", TOOLS))
     await d.send(answer_query(query))
-    d.backlog.set("memory", 50)
+    d.backlog.set("memory:context", 50)
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
     assert isinstance(report, ErrorReport)
     assert (report.component, report.code) == ("tool:org_tool", "timeout")
+    assert BUSY_BEHIND not in report_env.payload.context
     recorded = RecordedHealth()
     recorded.cue([report_env])
-    assert await recorded.backlog("memory") == 0
+    assert await recorded.backlog("memory:context") == 0
 
 
-async def test_no_memory_backlog_before_memory_answered_is_still_a_timeout() -> None:
+async def test_no_backlog_before_memory_answered_is_still_a_timeout() -> None:
     d = driver()
     await d.send(call("org_tool", TOOLS))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
     assert isinstance(report, ErrorReport)
     assert (report.component, report.code) == ("memory:context", "timeout")
+
+
+async def test_a_replay_with_the_recorded_backlogs_fails_the_round_the_same_way() -> None:
+    """The same inputs, with the backlogs read back from the busy report, give the same
+    report: a busy bus is part of the record, not a live accident of the replay."""
+
+    async def run(d: Driver) -> Envelope:
+        (query,) = await d.send(call("org_tool", TOOLS))
+        await d.send(call("finance_tool", TOOLS))
+        await d.send(answer_query(query))
+        (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+        return report_env
+
+    live = driver()
+    live.backlog.set("dispatcher", 1_600)
+    live.health.set(ToolHealth(tool="finance_tool", latency_ms=50.0, success_rate=1.0, queued=2))
+    first = await run(live)
+    recorded = RecordedHealth()
+    recorded.cue([first])
+    again = await run(Driver(recorded=recorded))
+    assert again.payload == first.payload
+    report = again.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code) == ("tool:finance_tool", "busy")
+    assert again.payload.context[BUSY_BEHIND] == ["tool:finance_tool", "dispatcher"]
