@@ -277,7 +277,8 @@ def mb(size: int) -> str:
     return f"{size / 2**20:.0f}"
 
 
-def row(case: Case) -> tuple[str, bool]:
+def row(case: Case) -> tuple[str, list[str]]:
+    """The case's line of the table, and what it missed of the targets (none: met)."""
     kinds, latencies = case.kinds(), case.latencies()
     lost = case.size - len(case.replies)
     p50 = statistics.median(latencies) if latencies else float("nan")
@@ -289,8 +290,14 @@ def row(case: Case) -> tuple[str, bool]:
         f" {mb(case.rss_before):>7s} {mb(case.rss_peak):>6s} {mb(case.rss_after):>6s}"
         f" {100 * (grew - 1):>+6.0f}%"
     )
-    ok = kinds["timeout"] == 0 and kinds["other"] == 0 and lost == 0 and grew <= MEMORY_SLACK
-    return line, ok
+    missed = [
+        f"{n} {what}"
+        for what, n in (("timeout", kinds["timeout"]), ("other", kinds["other"]), ("lost", lost))
+        if n
+    ]
+    if grew > MEMORY_SLACK:
+        missed.append(f"RSS {100 * (grew - 1):+.0f} % (over {100 * (MEMORY_SLACK - 1):.0f} %)")
+    return line, missed
 
 
 async def main_async(args: argparse.Namespace) -> bool:
@@ -301,18 +308,21 @@ async def main_async(args: argparse.Namespace) -> bool:
         cases.extend(await one_size(size, args))
     print()
     print("  size    ok  busy  timeout  other  lost   p50 s   max s  RSS MB: before  peak  after")
-    good = True
+    missed = []
     for case in cases:
-        line, ok = row(case)
-        good &= ok
+        line, what = row(case)
+        missed += [f"{case.size}: {', '.join(what)}"] if what else []
         print(line)
     for case in cases:
         for which in ("busy", "timeout", "other"):
             if case.named(which):
                 named = ", ".join(f"{what} {n}" for what, n in case.named(which).most_common())
                 print(f"  {case.size}: the {which} replies named {named}")
-    print("ok" if good else "FAILED")
-    return good
+    if missed:  # RSS: the measurements support another target (bench/README.md, burst)
+        print(f"FAILED: {'; '.join(missed)}")
+    else:
+        print("ok")
+    return not missed
 
 
 def main() -> None:
