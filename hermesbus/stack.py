@@ -61,6 +61,11 @@ PROBE_INTERVAL_S = 10.0
 """How often every tool's health probe runs (the dispatcher reads the latest)."""
 
 
+STUCK_S: Final = 10.0
+"""A processor with records waiting none of which finished in this long is stuck, not
+busy: a deadline passed behind it is told as the timeout it is (see ``Stack.backlog``)."""
+
+
 @dataclass
 class Stack:
     """What ``stack()`` started: where the broker is, the processors and their stores."""
@@ -79,18 +84,24 @@ class Stack:
     indexer: Indexer | None = None
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
 
-    async def backlog(self, component: str) -> int:
-        """What waits for ``component``'s processor in this process now (the dispatcher's
-        ``BacklogView``: a deadline passed behind it is a busy bus). ``memory:context`` is
-        memory's, ``tool:<name>`` the tool's own group's (the shared ``tool`` group's for a
-        tool without one), ``dispatcher`` the dispatcher's; 0 for a processor this process
-        does not run."""
+    async def backlog(self, component: str, partition: int = -1) -> int:
+        """What waits for ``component``'s processor in this process now, on ``partition``
+        (-1: all): the dispatcher's ``BacklogView`` (a deadline passed behind it is a busy
+        bus). ``memory:context`` is memory's, ``tool:<name>`` the tool's own group's (the
+        shared ``tool`` group's for a tool without one), ``dispatcher`` the dispatcher's;
+        0 for a processor this process does not run, and for one none of whose records
+        finished in :data:`STUCK_S` (stuck: a failure, not a busy bus)."""
         kind, _, rest = component.partition(":")
         names = {kind}
         if kind == tool.NAME and rest:
             own = tool.group_name(rest)
             names = {own} if any(p.name == own for p in self.processors) else {tool.NAME}
-        return sum(p.backlog for p in self.processors if p.name in names)
+        now = time.monotonic()
+        return sum(
+            p.backlog(None if partition < 0 else partition)
+            for p in self.processors
+            if p.name in names and now - p.finished_at <= STUCK_S
+        )
 
     def problems(self) -> list[str]:
         """Dead letters and contract violations so far, one line each (none: an empty list)."""

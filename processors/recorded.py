@@ -144,7 +144,7 @@ class RecordedHealth:
     async def health(self, tool: str) -> ToolHealth | None:
         return self._health.get(tool)
 
-    async def backlog(self, component: str) -> int:
+    async def backlog(self, component: str, partition: int = -1) -> int:
         return self._backlogs.get(component, 0)
 
 
@@ -174,8 +174,8 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
     body = dispatched.payload.body
     context = dispatched.payload.context
     verdict = context.get("health")
-    if isinstance(body, ErrorReport) and body.code == "busy" and body.component.startswith("tool:"):
-        return ToolHealth(body.component.partition(":")[2], 0.0, 1.0, queued=1)  # it was busy
+    if isinstance(body, ErrorReport):
+        return _busy_tool(body, context.get(BUSY_BEHIND))
     if not isinstance(body, ToolCall) or component_of(dispatched.target) != "tool":
         return None
     if verdict not in ("ok", "slow", "unhealthy"):
@@ -199,6 +199,18 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
         slow_after_ms=max(latency_ms, 1_000.0),
         unhealthy_after_ms=max(latency_ms, 2_000.0),
     )
+
+
+def _busy_tool(report: ErrorReport, behind: object) -> ToolHealth | None:
+    """A tool with calls queued at its workers, if ``report`` failed a round as ``busy``
+    naming a tool that its context lists as backlogged (or, written before such lists
+    were, naming a tool at all: the tool's queue was all it could mean)."""
+    kind, _, tool = report.component.partition(":")
+    if report.code != "busy" or kind != "tool":
+        return None
+    if behind is None or (isinstance(behind, list) and report.component in behind):
+        return ToolHealth(tool, 0.0, 1.0, queued=1)
+    return None
 
 
 def backlogged_of(dispatched: Envelope) -> list[str]:

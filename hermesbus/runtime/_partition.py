@@ -52,6 +52,7 @@ class Partition:
         "committed",
         "failed",
         "idle",
+        "queued",
         "resumed",
         "sent",
         "settled",
@@ -65,6 +66,8 @@ class Partition:
         self.committed = -1
         self.closed = False
         self.active = 0
+        self.queued = 0
+        """Its records fetched and not yet taken by a worker (the processor's ``backlog``)."""
         self.resumed = 0
         """How often its timers were resumed: at adoption, then once more when the gate opens."""
         self.idle = asyncio.Event()

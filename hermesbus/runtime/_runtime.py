@@ -113,6 +113,7 @@ class Processor(Service):
         self._sessions: dict[bytes, deque[tuple[Partition, Record]]] = {}
         self._slots = asyncio.Semaphore(self._settings.max_in_flight)
         self._buffered = 0
+        self._finished_at = time.monotonic()
         self._running = 0
         self._paused = False
         self._consumer: AIOKafkaConsumer | None = None
@@ -186,6 +187,7 @@ class Processor(Service):
         self._consumer, self._producer = consumer, producer
         self._records.producer, self._transactions.consumer = producer, consumer
         self._records.stopping = False
+        self._finished_at = time.monotonic()
         self._tasks = [
             background(self._consume(), f"{self.name}-consume"),
             background(self._commit_loop(), f"{self.name}-commit"),
@@ -252,21 +254,35 @@ class Processor(Service):
         """Records fetched and not yet started: the backlog inside this process."""
         return self._buffered - self._running
 
-    @property
-    def backlog(self) -> int:
-        """Records waiting for this worker: fetched and not yet started (``waiting``), and
-        in its partitions' logs past what it fetched, as far as the last fetch saw their
-        ends (a paused consumer fetches nothing more, so they wait there). A deadline
-        passed while a processor has a backlog passed in a busy bus."""
+    def backlog(self, partition: int | None = None) -> int:
+        """Records waiting for this worker (of ``partition`` only, when given): fetched and
+        not yet started, and, while it paused fetching (``max_buffered``), those past what
+        it fetched as far as its last fetch saw their ends. Unpaused, it fetches what
+        arrives at once, and a log's end may be a transaction's marker that is no record:
+        only a paused worker has records waiting unfetched. Exactly-once mode runs what it
+        fetched in transactions, not in this count: there it is 0. A deadline passed while
+        what it waited for had a backlog passed in a busy bus."""
+        parts = [*self._parts.values(), *self._detached]
+        mine = [p for p in parts if partition is None or p.tp.partition == partition]
+        waiting = sum(p.queued for p in mine)
         consumer = self._consumer
-        if consumer is None:
-            return self.waiting
-        unfetched = 0
-        for tp, part in self._parts.items():
-            end, fetched = consumer.highwater(tp), part.tracker.next
-            if end is not None and fetched is not None and not part.closed:
-                unfetched += max(0, end - fetched)
-        return self.waiting + unfetched
+        if consumer is None or not self._paused:
+            return waiting
+        held = consumer.assignment()
+        for part in mine:
+            fetched = part.tracker.next
+            if part.closed or fetched is None or part.tp not in held:
+                continue
+            end = consumer.highwater(part.tp)
+            waiting += max(0, end - fetched) if end is not None else 0
+        return waiting
+
+    @property
+    def finished_at(self) -> float:
+        """When (``time.monotonic()``) a worker last finished a record (run, skipped or
+        dead-lettered); when it started, before its first. A backlog that none of its
+        records leaves is a stuck processor, not a busy one."""
+        return self._finished_at
 
     @property
     def assignment(self) -> list[TopicPartition]:
@@ -427,6 +443,7 @@ class Processor(Service):
     def _enqueue(self, part: Partition, record: Record) -> None:
         key = record.key if record.key is not None else b""
         self._buffered += 1
+        part.queued += 1
         queue = self._sessions.get(key)
         if queue is not None:
             queue.append((part, record))
@@ -445,6 +462,7 @@ class Processor(Service):
             queue = self._sessions[key]
             while queue:
                 part, record = queue[0]
+                part.queued -= 1
                 if not part.closed:
                     self._running += 1
                     try:
@@ -453,6 +471,7 @@ class Processor(Service):
                         log.exception("processor=%s offset=%s", self.name, record.offset)
                     finally:
                         self._running -= 1
+                        self._finished_at = time.monotonic()
                 queue.popleft()
                 self._buffered -= 1
             del self._sessions[key]

@@ -348,17 +348,18 @@ async def _failed_busy(
     the bus is busy and the request queued, not that memory or a tool failed (else False:
     the caller tells a timeout naming ``component``).
 
-    What the round waits for is memory (until it answered) and the tools it has not heard
-    from; each is backlogged when records wait for its processor (``ports["backlog"]``) or,
-    for a tool, calls wait for its workers (its live health). The dispatcher itself is
-    backlogged when records wait for it: under a burst the answers a round waits for sit
-    in its own input (measured: 2,000 first turns at once, memory had caught up and the
-    dispatcher had 1,600 records waiting at each of these deadlines). The first backlogged
-    component the round waits for is named, else ``component``; the report's context says
-    all of them (:data:`BUSY_BEHIND`), which a replay reads back."""
+    What the round waits for is memory (until it answered) and the tools its calls went
+    to and did not answer yet (a call held for memory never reached its tool). Each is
+    backlogged when records of the session's partition wait for its processor
+    (``ports["backlog"]``, which counts no stuck processor) or, for a tool, calls wait for
+    its workers (its live health). The dispatcher itself is backlogged when records of
+    the partition wait for it: the round's call waited there before it started, and
+    under a burst so do the answers (measured: at the deadlines of 2,000 first turns at
+    once, memory had caught up while 1,100 to 1,600 records waited for the dispatcher).
+    The first backlogged component the round waits for is named, else ``component``; the
+    report's context lists them all (:data:`BUSY_BEHIND`), which a replay reads back."""
     waits = [MEMORY_CONTEXT] if cycle.memory is None else []
-    waiting = (CallStatus.SENT, CallStatus.WAITING)
-    waits += [tool_at(tool) for tool, call in cycle.calls.items() if call.status in waiting]
+    waits += [tool_at(tool) for tool, call in cycle.calls.items() if call.status is CallStatus.SENT]
     behind = [c for c in waits if await _backlogged(c, ports)]
     if await ports.backlog(DISPATCHER) > 0:
         behind.append(DISPATCHER)

@@ -105,7 +105,8 @@ class StaticHealth:
 
 
 class StaticBacklog:
-    """A backlog view over a fixed table (tests); ``set`` replaces an entry."""
+    """A backlog view over a fixed table, the same for every partition (tests); ``set``
+    replaces an entry."""
 
     def __init__(self, entries: Mapping[str, int] | None = None) -> None:
         self._entries = dict(entries or {})
@@ -113,27 +114,37 @@ class StaticBacklog:
     def set(self, component: str, waiting: int) -> None:
         self._entries[component] = waiting
 
-    async def backlog(self, component: str) -> int:
+    async def backlog(self, component: str, partition: int = -1) -> int:
         return self._entries.get(component, 0)
 
 
 @dataclass(frozen=True, slots=True)
 class Ports:
-    """The ports a handler call found in ``HandlerInput.ports``."""
+    """The ports a handler call found in ``HandlerInput.ports``, and the partition of the
+    record it handles (a session's partition number is the same on every session topic)."""
 
     health: HealthView | None
     counter: ViolationCounter | None
     backlogs: BacklogView | None = None
     """None: no backlog in the bus is known (a deadline is then told as a timeout unless a
     tool's workers had calls queued)."""
+    partition: int = -1
 
     @classmethod
-    def of(cls, ports: Mapping[str, Any]) -> Ports:
-        return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT), ports.get(BACKLOG_PORT))
+    def of(cls, ports: Mapping[str, Any], *, partition: int = -1) -> Ports:
+        return cls(
+            ports.get(HEALTH_PORT),
+            ports.get(VIOLATIONS_PORT),
+            ports.get(BACKLOG_PORT),
+            partition,
+        )
 
     async def backlog(self, component: str) -> int:
-        """What waits for ``component``'s processor now (0 without a backlog view)."""
-        return 0 if self.backlogs is None else await self.backlogs.backlog(component)
+        """What waits now for ``component``'s processor on the session's partition, the
+        only records that can hold the session's (0 without a backlog view)."""
+        if self.backlogs is None:
+            return 0
+        return await self.backlogs.backlog(component, self.partition)
 
     def need_health(self) -> HealthView:
         if self.health is None:

@@ -1,7 +1,8 @@
-"""What waits for a processor: records fetched and not yet started (``waiting``), and in
-its partitions' logs past what it fetched (``backlog``). The dispatcher asks memory's
-backlog when a round's deadline passes before memory answered: behind a backlog, the user
-is told the bus is busy, not that memory failed (#25, item 8)."""
+"""What waits for a processor: records fetched and not yet started, and, while it paused
+fetching, those in its partitions' logs past what it fetched (``backlog``, in all or per
+partition). The dispatcher asks it when a round's deadline passes: behind a backlog on the
+session's partition, the user is told the bus is busy, not that memory or a tool failed
+(#25, item 8); ``finished_at`` tells a busy processor from a stuck one."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ async def _until(check: Callable[[], bool], what: str, processor: Processor) -> 
             while not check():
                 await asyncio.sleep(0.05)
     except TimeoutError:
-        seen = f"backlog {processor.backlog}, waiting {processor.waiting}"
+        seen = f"backlog {processor.backlog()}, waiting {processor.waiting}"
         pytest.fail(f"not within {WITHIN_S:g} s: {what} ({seen})")
 
 
@@ -57,16 +58,21 @@ async def test_backlog_counts_what_waits_fetched_or_not(
         topic_prefix=prefix,
         settings=settings,
     )
-    assert processor.backlog == 0  # not started: nothing known to wait
+    assert processor.backlog() == 0  # not started: nothing known to wait
     async with processor:
         async with asyncio.timeout(WITHIN_S):
             await entered.wait()
-        await _until(lambda: processor.backlog == 9, "nine wait behind the held turn", processor)
+        started = processor.finished_at
+        await _until(lambda: processor.backlog() == 9, "nine wait behind the held turn", processor)
         if poll == 2:  # paused at two buffered: one fetched and waiting, eight not fetched
             assert processor.waiting == 1
         else:
             await _until(lambda: processor.waiting == 9, "all nine fetched", processor)
+        per_partition = sorted(processor.backlog(tp.partition) for tp in processor.assignment)
+        assert per_partition == [0] * (len(per_partition) - 1) + [9]  # all on the session's
+        assert processor.finished_at == started  # none finished while the first is held
         release.set()
         await _until(lambda: processor.stats.processed >= 10, "all ten run", processor)
         assert processor.waiting == 0
-        assert processor.backlog == 0
+        assert processor.backlog() == 0
+        assert processor.finished_at > started

@@ -5,6 +5,10 @@ saying so, and a replay finds the same backlogs (#25, item 8)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import pytest
+
 from hermesbus import Envelope, ErrorReport
 from hermesbus.processors.dispatcher._health import BUSY_ADVICE
 from hermesbus.processors.protocol import BUSY_BEHIND, ToolHealth
@@ -44,19 +48,21 @@ async def test_a_deadline_passed_behind_a_tool_queue_says_the_bus_is_busy() -> N
     assert seen is not None and seen.queued == 1
 
 
-async def test_a_deadline_before_memory_answered_in_a_busy_bus_says_busy() -> None:
-    """Memory never answered while the round's tool had a queue: the bus is busy."""
+async def test_a_queue_at_a_tool_whose_call_memory_still_holds_is_not_the_bus() -> None:
+    """The call waits for memory and never reached its tool: the tool's queue cannot have
+    held the round, and with nothing waiting for memory or the dispatcher it is memory's
+    timeout."""
     d = driver()
     d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
     await d.send(call("org_tool", TOOLS))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
     assert isinstance(report, ErrorReport)
-    assert (report.component, report.code, report.advice) == ("tool:org_tool", "busy", BUSY_ADVICE)
+    assert (report.component, report.code) == ("memory:context", "timeout")
     assert "waiting for memory:context" in report.message
 
 
-async def test_memory_answering_after_the_budget_in_a_busy_bus_says_busy() -> None:
+async def test_memory_answering_late_while_its_tools_are_queued_is_memorys_timeout() -> None:
     d = driver()
     d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
     (query,) = await d.send(call("org_tool", TOOLS), appended_ms=1_000)
@@ -64,7 +70,7 @@ async def test_memory_answering_after_the_budget_in_a_busy_bus_says_busy() -> No
     (report_env,) = answers(await d.send(answer_query(query), appended_ms=1_000 + 6_000))
     report = report_env.payload.body
     assert isinstance(report, ErrorReport)
-    assert (report.component, report.code, report.advice) == ("tool:org_tool", "busy", BUSY_ADVICE)
+    assert (report.component, report.code) == ("memory:context", "timeout")
     assert "memory:context, which answered after 6000 ms" in report.message
 
 
@@ -108,16 +114,14 @@ async def test_a_deadline_before_memory_answered_behind_its_backlog_names_memory
     assert (report.component, report.code, report.retryable) == ("memory:context", "busy", True)
     assert report.advice == BUSY_ADVICE
     assert "waiting for memory:context" in report.message
-    assert report.message.endswith(
-        "; the bus is busy, records waiting for: memory:context, tool:org_tool"
-    )
-    assert report_env.payload.context[BUSY_BEHIND] == ["memory:context", "tool:org_tool"]
-    # a replay finds memory as backlogged as the dispatcher found it then
+    assert report.message.endswith("; the bus is busy, records waiting for: memory:context")
+    assert report_env.payload.context[BUSY_BEHIND] == ["memory:context"]
+    # a replay finds memory as backlogged as the dispatcher found it then, and nothing else
     recorded = RecordedHealth()
     recorded.cue([report_env])
     assert await recorded.backlog("memory:context") == 1
-    assert await recorded.backlog("tool:org_tool") == 1
     assert await recorded.backlog("dispatcher") == 0
+    assert await recorded.health("org_tool") is None
 
 
 async def test_memory_answering_after_the_budget_behind_its_backlog_names_memory_busy() -> None:
@@ -151,7 +155,7 @@ async def test_the_dispatchers_own_backlog_is_a_busy_bus_naming_what_the_round_w
     recorded = RecordedHealth()
     recorded.cue([report_env])
     assert await recorded.backlog("dispatcher") == 1
-    assert await recorded.health("org_tool") is not None  # named busy: queued in a replay
+    assert await recorded.health("org_tool") is None  # named, but its workers had no queue
 
 
 async def test_records_waiting_for_a_tools_processor_are_a_busy_bus() -> None:
@@ -196,26 +200,91 @@ async def test_no_backlog_before_memory_answered_is_still_a_timeout() -> None:
     assert (report.component, report.code) == ("memory:context", "timeout")
 
 
-async def test_a_replay_with_the_recorded_backlogs_fails_the_round_the_same_way() -> None:
+async def _deadline_after_memory(d: Driver) -> Envelope:
+    (query,) = await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    await d.send(answer_query(query))
+    (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+    return report_env
+
+
+async def _deadline_before_memory(d: Driver) -> Envelope:
+    await d.send(call("org_tool", TOOLS))
+    await d.send(call("finance_tool", TOOLS))
+    (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
+    return report_env
+
+
+async def _memory_late(d: Driver) -> Envelope:
+    (query,) = await d.send(call("org_tool", TOOLS), appended_ms=1_000)
+    await d.send(call("finance_tool", TOOLS))
+    (report_env,) = answers(await d.send(answer_query(query), appended_ms=1_000 + 6_000))
+    return report_env
+
+
+@pytest.mark.parametrize(
+    ("run", "backlogs", "queued", "named", "behind"),
+    [
+        (_deadline_after_memory, {"dispatcher": 1_600}, {}, "tool:org_tool", ["dispatcher"]),
+        (
+            _deadline_after_memory,
+            {"dispatcher": 1_600},
+            {"finance_tool": 2},
+            "tool:finance_tool",
+            ["tool:finance_tool", "dispatcher"],
+        ),
+        (
+            _deadline_after_memory,
+            {"tool:finance_tool": 3},
+            {"org_tool": 1},
+            "tool:org_tool",
+            ["tool:org_tool", "tool:finance_tool"],
+        ),
+        (
+            _deadline_before_memory,
+            {"memory:context": 9, "dispatcher": 2},
+            {"org_tool": 4},
+            "memory:context",
+            ["memory:context", "dispatcher"],
+        ),
+        (_deadline_before_memory, {"dispatcher": 2}, {}, "memory:context", ["dispatcher"]),
+        (
+            _memory_late,
+            {"memory:context": 3},
+            {"org_tool": 4},
+            "memory:context",
+            ["memory:context"],
+        ),
+    ],
+    ids=[
+        "dispatcher",
+        "dispatcher-and-a-tool-queue",
+        "a-tools-processor-and-a-queue",
+        "memory-and-dispatcher",
+        "dispatcher-before-memory",
+        "memory-late",
+    ],
+)
+async def test_a_replay_with_the_recorded_backlogs_fails_the_round_the_same_way(
+    run: Callable[[Driver], Awaitable[Envelope]],
+    backlogs: dict[str, int],
+    queued: dict[str, int],
+    named: str,
+    behind: list[str],
+) -> None:
     """The same inputs, with the backlogs read back from the busy report, give the same
     report: a busy bus is part of the record, not a live accident of the replay."""
-
-    async def run(d: Driver) -> Envelope:
-        (query,) = await d.send(call("org_tool", TOOLS))
-        await d.send(call("finance_tool", TOOLS))
-        await d.send(answer_query(query))
-        (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
-        return report_env
-
     live = driver()
-    live.backlog.set("dispatcher", 1_600)
-    live.health.set(ToolHealth(tool="finance_tool", latency_ms=50.0, success_rate=1.0, queued=2))
+    for component, waiting in backlogs.items():
+        live.backlog.set(component, waiting)
+    for tool, calls in queued.items():
+        live.health.set(ToolHealth(tool=tool, latency_ms=50.0, success_rate=1.0, queued=calls))
     first = await run(live)
+    report = first.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.component, report.code, report.advice) == (named, "busy", BUSY_ADVICE)
+    assert first.payload.context[BUSY_BEHIND] == behind
     recorded = RecordedHealth()
     recorded.cue([first])
     again = await run(Driver(recorded=recorded))
     assert again.payload == first.payload
-    report = again.payload.body
-    assert isinstance(report, ErrorReport)
-    assert (report.component, report.code) == ("tool:finance_tool", "busy")
-    assert again.payload.context[BUSY_BEHIND] == ["tool:finance_tool", "dispatcher"]
