@@ -58,6 +58,7 @@ class Partition:
         "settled",
         "tp",
         "tracker",
+        "waited_at",
     )
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -68,6 +69,9 @@ class Partition:
         self.active = 0
         self.queued = 0
         """Its records fetched and not yet taken by a worker (the processor's ``backlog``)."""
+        self.waited_at = 0.0
+        """When (``time.monotonic()``) a worker last took one of its records while more of
+        them waited behind (0: never)."""
         self.resumed = 0
         """How often its timers were resumed: at adoption, then once more when the gate opens."""
         self.idle = asyncio.Event()

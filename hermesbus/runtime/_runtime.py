@@ -277,6 +277,18 @@ class Processor(Service):
             waiting += max(0, end - fetched) if end is not None else 0
         return waiting
 
+    def waited_within(self, within_s: float, partition: int | None = None) -> bool:
+        """Whether records of ``partition`` (any, when None) waited for this worker at any
+        time in the last ``within_s`` seconds: a round that ran then waited behind them,
+        though they may be gone by the time it is asked."""
+        since = time.monotonic() - within_s
+        parts = [*self._parts.values(), *self._detached]
+        return any(
+            p.waited_at >= since
+            for p in parts
+            if p.waited_at and (partition is None or p.tp.partition == partition)
+        )
+
     @property
     def finished_at(self) -> float:
         """When (``time.monotonic()``) a worker last finished a record (run, skipped or
@@ -463,6 +475,8 @@ class Processor(Service):
             while queue:
                 part, record = queue[0]
                 part.queued -= 1
+                if part.queued:  # more of its partition wait behind this one
+                    part.waited_at = time.monotonic()
                 if not part.closed:
                     self._running += 1
                     try:

@@ -350,8 +350,9 @@ async def _failed_busy(
 
     What the round waits for is memory (until it answered) and the tools its calls went
     to and did not answer yet (a call held for memory never reached its tool). Each is
-    backlogged when records of the session's partition wait for its processor
-    (``ports["backlog"]``, which counts no stuck processor) or, for a tool, calls wait for
+    backlogged when records of the session's partition wait for its processor, or waited
+    in the last ``budget_ms`` (the round's time: that backlog may have drained since;
+    ``ports["backlog"]``, which counts no stuck processor) or, for a tool, calls wait for
     its workers (its live health). The dispatcher itself is backlogged when records of
     the partition wait for it: the round's call waited there before it started, and
     under a burst so do the answers (measured: at the deadlines of 2,000 first turns at
@@ -360,8 +361,8 @@ async def _failed_busy(
     report's context lists them all (:data:`BUSY_BEHIND`), which a replay reads back."""
     waits = [MEMORY_CONTEXT] if cycle.memory is None else []
     waits += [tool_at(tool) for tool, call in cycle.calls.items() if call.status is CallStatus.SENT]
-    behind = [c for c in waits if await _backlogged(c, ports)]
-    if await ports.backlog(DISPATCHER) > 0:
+    behind = [c for c in waits if await _backlogged(c, ports, cycle.budget_ms)]
+    if await ports.backlog(DISPATCHER, cycle.budget_ms) > 0:
         behind.append(DISPATCHER)
     if not behind:
         return False
@@ -381,9 +382,10 @@ async def _failed_busy(
     return True
 
 
-async def _backlogged(component: str, ports: Ports) -> bool:
-    """Records wait for ``component``'s processor, or (a tool) calls for its workers."""
-    if await ports.backlog(component) > 0:
+async def _backlogged(component: str, ports: Ports, within_ms: int) -> bool:
+    """Records wait, or waited in the round's time, for ``component``'s processor, or (a
+    tool) calls wait for its workers."""
+    if await ports.backlog(component, within_ms) > 0:
         return True
     kind, _, tool = component.partition(":")
     return kind == "tool" and await busy_tool([tool], ports.need_health()) is not None

@@ -114,7 +114,7 @@ class StaticBacklog:
     def set(self, component: str, waiting: int) -> None:
         self._entries[component] = waiting
 
-    async def backlog(self, component: str, partition: int = -1) -> int:
+    async def backlog(self, component: str, partition: int = -1, within_ms: int = 0) -> int:
         return self._entries.get(component, 0)
 
 
@@ -139,12 +139,13 @@ class Ports:
             partition,
         )
 
-    async def backlog(self, component: str) -> int:
+    async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits now for ``component``'s processor on the session's partition, the
-        only records that can hold the session's (0 without a backlog view)."""
+        only records that can hold the session's, or (1) waited there in the last
+        ``within_ms`` (0 without a backlog view)."""
         if self.backlogs is None:
             return 0
-        return await self.backlogs.backlog(component, self.partition)
+        return await self.backlogs.backlog(component, self.partition, within_ms)
 
     def need_health(self) -> HealthView:
         if self.health is None:
