@@ -84,26 +84,26 @@ class Stack:
     indexer: Indexer | None = None
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
 
-    async def backlog(self, component: str, partition: int = -1, within_ms: int = 0) -> int:
-        """What waits for ``component``'s processor in this process now, on ``partition``
-        (-1: all): the dispatcher's ``BacklogView`` (a deadline passed behind it is a busy
-        bus). ``memory:context`` is memory's, ``tool:<name>`` the tool's own group's (the
-        shared ``tool`` group's for a tool without one), ``dispatcher`` the dispatcher's.
-        With nothing waiting now, 1 if records of it waited in the last ``within_ms``
-        (the round's own time: the backlog it waited behind may have drained since). 0
-        for a processor this process does not run, and for one none of whose records
-        finished in :data:`STUCK_S` (stuck: a failure, not a busy bus)."""
+    async def backlog(self, component: str, within_ms: int = 0) -> int:
+        """What waits in this process for ``component``'s processor now: the dispatcher's
+        ``BacklogView`` (a deadline passed behind it is a busy bus). ``memory:context`` is
+        memory's, ``tool:<name>`` the tool's own group's (the shared ``tool`` group's for a
+        tool without one), ``dispatcher`` the dispatcher's. With nothing waiting now, 1 if
+        something waited for it in the last ``within_ms`` (the round's own time: the
+        backlog may have drained since). 0 for a processor this process does not run, and
+        for one none of whose records finished in :data:`STUCK_S` (stuck: a failure, not
+        a busy bus)."""
         kind, _, rest = component.partition(":")
         names = {kind}
         if kind == tool.NAME and rest:
             own = tool.group_name(rest)
             names = {own} if any(p.name == own for p in self.processors) else {tool.NAME}
-        now, only = time.monotonic(), None if partition < 0 else partition
+        now = time.monotonic()
         alive = [p for p in self.processors if p.name in names and now - p.finished_at <= STUCK_S]
-        waiting = sum(p.backlog(only) for p in alive)
+        waiting = sum(p.backlog() for p in alive)
         if waiting or within_ms <= 0:
             return waiting
-        return int(any(p.waited_within(within_ms / 1000, only) for p in alive))
+        return int(any(p.waited_within(within_ms / 1000) for p in alive))
 
     def problems(self) -> list[str]:
         """Dead letters and contract violations so far, one line each (none: an empty list)."""

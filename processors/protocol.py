@@ -346,13 +346,13 @@ class BacklogView(Protocol):
     whose deadline passed while records waited for what it waits for was held by a busy
     bus, and the user is told so, not that a component failed."""
 
-    async def backlog(self, component: str, partition: int = -1, within_ms: int = 0) -> int:
-        """Records waiting now for ``component``'s processor on ``partition`` (-1: all),
-        fetched and not started or not yet fetched: ``memory:context`` (memory),
+    async def backlog(self, component: str, within_ms: int = 0) -> int:
+        """What waits now for a free worker of ``component``'s processor (sessions none
+        took, records it paused before fetching): ``memory:context`` (memory),
         ``tool:<name>`` (the tool's processor) or ``dispatcher``; with none now, 1 if some
         waited in the last ``within_ms``. 0 when none, when not known, or when the
         processor is stuck (none of its records left it lately: a failure, not a busy
-        bus)."""
+        bus). Records queued behind their own session wait for it, not for the bus."""
         ...
 
 

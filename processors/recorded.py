@@ -144,7 +144,7 @@ class RecordedHealth:
     async def health(self, tool: str) -> ToolHealth | None:
         return self._health.get(tool)
 
-    async def backlog(self, component: str, partition: int = -1, within_ms: int = 0) -> int:
+    async def backlog(self, component: str, within_ms: int = 0) -> int:
         return self._backlogs.get(component, 0)
 
 

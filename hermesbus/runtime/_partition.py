@@ -52,13 +52,11 @@ class Partition:
         "committed",
         "failed",
         "idle",
-        "queued",
         "resumed",
         "sent",
         "settled",
         "tp",
         "tracker",
-        "waited_at",
     )
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -67,11 +65,6 @@ class Partition:
         self.committed = -1
         self.closed = False
         self.active = 0
-        self.queued = 0
-        """Its records fetched and not yet taken by a worker (the processor's ``backlog``)."""
-        self.waited_at = 0.0
-        """When (``time.monotonic()``) a worker last took one of its records while more of
-        them waited behind (0: never)."""
         self.resumed = 0
         """How often its timers were resumed: at adoption, then once more when the gate opens."""
         self.idle = asyncio.Event()

@@ -113,6 +113,10 @@ class Processor(Service):
         self._sessions: dict[bytes, deque[tuple[Partition, Record]]] = {}
         self._slots = asyncio.Semaphore(self._settings.max_in_flight)
         self._buffered = 0
+        self._idle = 0
+        """Workers waiting for a session to run (taking none)."""
+        self._saturated_at = 0.0
+        """When a session last had to wait for a free worker, or fetching last paused."""
         self._finished_at = time.monotonic()
         self._running = 0
         self._paused = False
@@ -254,22 +258,20 @@ class Processor(Service):
         """Records fetched and not yet started: the backlog inside this process."""
         return self._buffered - self._running
 
-    def backlog(self, partition: int | None = None) -> int:
-        """Records waiting for this worker (of ``partition`` only, when given): fetched and
-        not yet started, and, while it paused fetching (``max_buffered``), those past what
-        it fetched as far as its last fetch saw their ends. Unpaused, it fetches what
-        arrives at once, and a log's end may be a transaction's marker that is no record:
-        only a paused worker has records waiting unfetched. Exactly-once mode runs what it
-        fetched in transactions, not in this count: there it is 0. A deadline passed while
-        what it waited for had a backlog passed in a busy bus."""
-        parts = [*self._parts.values(), *self._detached]
-        mine = [p for p in parts if partition is None or p.tp.partition == partition]
-        waiting = sum(p.queued for p in mine)
+    def backlog(self) -> int:
+        """What waits in this worker for the bus, not for its own session: sessions with
+        records fetched that no worker has taken, all being busy, and, while it paused
+        fetching (``max_buffered``), the records past what it fetched as far as its last
+        fetch saw their ends (unpaused, it fetches what arrives at once; a log's end may
+        be a transaction's marker, no record). A record queued behind its own session's
+        running one waits for that, as per-session order requires: not counted. Exactly-
+        once mode runs what it fetched in transactions: there it is 0."""
+        waiting = max(0, self._ready.qsize() - self._idle)
         consumer = self._consumer
         if consumer is None or not self._paused:
             return waiting
         held = consumer.assignment()
-        for part in mine:
+        for part in self._parts.values():
             fetched = part.tracker.next
             if part.closed or fetched is None or part.tp not in held:
                 continue
@@ -277,17 +279,12 @@ class Processor(Service):
             waiting += max(0, end - fetched) if end is not None else 0
         return waiting
 
-    def waited_within(self, within_s: float, partition: int | None = None) -> bool:
-        """Whether records of ``partition`` (any, when None) waited for this worker at any
-        time in the last ``within_s`` seconds: a round that ran then waited behind them,
-        though they may be gone by the time it is asked."""
-        since = time.monotonic() - within_s
-        parts = [*self._parts.values(), *self._detached]
-        return any(
-            p.waited_at >= since
-            for p in parts
-            if p.waited_at and (partition is None or p.tp.partition == partition)
-        )
+    def waited_within(self, within_s: float) -> bool:
+        """Whether, at any time in the last ``within_s`` seconds, a session had to wait for
+        a free worker or this worker paused fetching: a round that ran then waited in a
+        busy bus, though the backlog may be gone by the time it is asked."""
+        at = self._saturated_at
+        return at > 0 and time.monotonic() - at <= within_s
 
     @property
     def finished_at(self) -> float:
@@ -448,6 +445,7 @@ class Processor(Service):
         if not self._paused and self._buffered >= limit:
             consumer.pause(*consumer.assignment())
             self._paused = True
+            self._saturated_at = time.monotonic()
         elif self._paused and self._buffered < limit // 2:
             consumer.resume(*consumer.assignment())
             self._paused = False
@@ -455,13 +453,14 @@ class Processor(Service):
     def _enqueue(self, part: Partition, record: Record) -> None:
         key = record.key if record.key is not None else b""
         self._buffered += 1
-        part.queued += 1
         queue = self._sessions.get(key)
         if queue is not None:
             queue.append((part, record))
             return
         self._sessions[key] = deque([(part, record)])
         self._ready.put_nowait(key)  # a new session: the next free worker takes it
+        if self._ready.qsize() > self._idle:  # no worker free for it: it waits for the bus
+            self._saturated_at = time.monotonic()
 
     async def _work(self) -> None:
         """Take a ready session and run its records in order until it has none left.
@@ -470,13 +469,14 @@ class Processor(Service):
         never run concurrently; records of a closed (revoked) partition are dropped.
         """
         while True:
-            key = await self._ready.get()
+            self._idle += 1
+            try:
+                key = await self._ready.get()
+            finally:
+                self._idle -= 1
             queue = self._sessions[key]
             while queue:
                 part, record = queue[0]
-                part.queued -= 1
-                if part.queued:  # more of its partition wait behind this one
-                    part.waited_at = time.monotonic()
                 if not part.closed:
                     self._running += 1
                     try:

@@ -350,13 +350,14 @@ async def _failed_busy(
 
     What the round waits for is memory (until it answered) and the tools its calls went
     to and did not answer yet (a call held for memory never reached its tool). Each is
-    backlogged when records of the session's partition wait for its processor, or waited
-    in the last ``budget_ms`` (the round's time: that backlog may have drained since;
-    ``ports["backlog"]``, which counts no stuck processor) or, for a tool, calls wait for
-    its workers (its live health). The dispatcher itself is backlogged when records of
-    the partition wait for it: the round's call waited there before it started, and
-    under a burst so do the answers (measured: at the deadlines of 2,000 first turns at
-    once, memory had caught up while 1,100 to 1,600 records waited for the dispatcher).
+    backlogged when work waits for a free worker of its processor now, or waited in the
+    last ``budget_ms`` (the round's time: that backlog may have drained since;
+    ``ports["backlog"]``, which counts no stuck processor and no record waiting behind its
+    own session) or, for a tool, calls wait for its workers (its live health). The
+    dispatcher itself is backlogged when work waits for its workers: the round's call
+    waited there before it started, and under a burst so do the answers (measured: at
+    the deadlines of 2,000 first turns at once, memory had caught up while 1,100 to 1,600
+    records waited for the dispatcher).
     The first backlogged component the round waits for is named, else ``component``; the
     report's context lists them all (:data:`BUSY_BEHIND`), which a replay reads back."""
     waits = [MEMORY_CONTEXT] if cycle.memory is None else []

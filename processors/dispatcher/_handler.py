@@ -116,7 +116,7 @@ async def _route(
 
 async def handle(inp: HandlerInput) -> Outcome:
     """The dispatcher (processor ``dispatcher``): check the contract, then route."""
-    ports = Ports.of(inp.ports, partition=inp.partition)
+    ports = Ports.of(inp.ports)
     state = DispatcherState.load(inp.state.data)
     fx = Effects(inp.envelope)
     violation = first_violation(inp.envelope, state)

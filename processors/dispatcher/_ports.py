@@ -105,8 +105,7 @@ class StaticHealth:
 
 
 class StaticBacklog:
-    """A backlog view over a fixed table, the same for every partition (tests); ``set``
-    replaces an entry."""
+    """A backlog view over a fixed table (tests); ``set`` replaces an entry."""
 
     def __init__(self, entries: Mapping[str, int] | None = None) -> None:
         self._entries = dict(entries or {})
@@ -114,38 +113,30 @@ class StaticBacklog:
     def set(self, component: str, waiting: int) -> None:
         self._entries[component] = waiting
 
-    async def backlog(self, component: str, partition: int = -1, within_ms: int = 0) -> int:
+    async def backlog(self, component: str, within_ms: int = 0) -> int:
         return self._entries.get(component, 0)
 
 
 @dataclass(frozen=True, slots=True)
 class Ports:
-    """The ports a handler call found in ``HandlerInput.ports``, and the partition of the
-    record it handles (a session's partition number is the same on every session topic)."""
+    """The ports a handler call found in ``HandlerInput.ports``."""
 
     health: HealthView | None
     counter: ViolationCounter | None
     backlogs: BacklogView | None = None
     """None: no backlog in the bus is known (a deadline is then told as a timeout unless a
     tool's workers had calls queued)."""
-    partition: int = -1
 
     @classmethod
-    def of(cls, ports: Mapping[str, Any], *, partition: int = -1) -> Ports:
-        return cls(
-            ports.get(HEALTH_PORT),
-            ports.get(VIOLATIONS_PORT),
-            ports.get(BACKLOG_PORT),
-            partition,
-        )
+    def of(cls, ports: Mapping[str, Any]) -> Ports:
+        return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT), ports.get(BACKLOG_PORT))
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
-        """What waits now for ``component``'s processor on the session's partition, the
-        only records that can hold the session's, or (1) waited there in the last
-        ``within_ms`` (0 without a backlog view)."""
+        """What waits now for a free worker of ``component``'s processor, or (1) waited
+        in the last ``within_ms`` (0 without a backlog view)."""
         if self.backlogs is None:
             return 0
-        return await self.backlogs.backlog(component, self.partition, within_ms)
+        return await self.backlogs.backlog(component, within_ms)
 
     def need_health(self) -> HealthView:
         if self.health is None:

@@ -1,8 +1,9 @@
-"""What waits for a processor: records fetched and not yet started, and, while it paused
-fetching, those in its partitions' logs past what it fetched (``backlog``, in all or per
-partition). The dispatcher asks it when a round's deadline passes: behind a backlog on the
-session's partition, the user is told the bus is busy, not that memory or a tool failed
-(#25, item 8); ``finished_at`` tells a busy processor from a stuck one."""
+"""What waits in a processor for the bus: sessions none of its workers took (all busy) and,
+while it paused fetching, records past what it fetched (``backlog``); whether that happened
+lately (``waited_within``); when a record last finished (``finished_at``). The dispatcher
+asks them when a round's deadline passes: behind such a backlog the user is told the bus
+is busy, not that memory or a tool failed (#25, item 8). Records queued behind their own
+session wait for it, as per-session order requires, not for the bus."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings
 
-from .support import IN, ConversationProcessor, counting, produce, turn
+from .support import IN, ConversationProcessor, counting, produce, provision, turn
 
 pytestmark = pytest.mark.kafka
 
@@ -33,13 +34,35 @@ async def _until(check: Callable[[], bool], what: str, processor: Processor) -> 
         pytest.fail(f"not within {WITHIN_S:g} s: {what} ({seen})")
 
 
-@pytest.mark.parametrize("poll", [500, 2], ids=["all-fetched", "two-per-poll"])
-async def test_backlog_counts_what_waits_fetched_or_not(
-    broker: str, prefix: str, store: SqliteStateStore, unique: str, poll: int
+CASES = {
+    # ten sessions, one worker: nine wait for it (all fetched at once)
+    "one-worker": (10, RuntimeSettings(max_in_flight=1), 9),
+    # the same, two per poll and paused at two buffered: one fetched, eight not
+    "one-worker-paused": (
+        10,
+        RuntimeSettings(max_in_flight=1, max_poll_records=2, max_buffered=2),
+        9,
+    ),
+    # one session, many workers: nine wait behind their own session, none for the bus
+    "own-session": (1, RuntimeSettings(), 0),
+}
+
+
+@pytest.fixture
+async def one_partition(broker: str, unique: str) -> str:
+    """Topics of one partition: every session's records in one log, so what a paused
+    worker did not fetch is known from that log's end."""
+    prefix = f"bl{unique}."
+    await provision(broker, prefix, partitions=1)
+    return prefix
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_backlog_counts_what_waits_for_the_bus(
+    broker: str, one_partition: str, store: SqliteStateStore, unique: str, case: str
 ) -> None:
-    """Ten turns of one session, the first held in its handler: nine wait, whether the
-    processor fetched them (all at once) or most are still past what it fetched (two per
-    poll, the consumer paused at two buffered)."""
+    prefix = one_partition
+    sessions, settings, waiting_for_the_bus = CASES[case]
     entered, release = asyncio.Event(), asyncio.Event()
 
     async def held(inp: HandlerInput) -> Outcome:
@@ -47,8 +70,8 @@ async def test_backlog_counts_what_waits_fetched_or_not(
         await release.wait()
         return await counting(inp)
 
-    await produce(broker, prefix + IN, [turn("s", seq) for seq in range(10)])
-    settings = RuntimeSettings(max_poll_records=poll, max_buffered=2 if poll == 2 else 2000)
+    turns = [turn(f"s{n % sessions}", n // sessions) for n in range(10)]
+    await produce(broker, prefix + IN, turns)
     processor = ConversationProcessor(
         f"backlog{unique}",
         held,
@@ -63,22 +86,17 @@ async def test_backlog_counts_what_waits_fetched_or_not(
         async with asyncio.timeout(WITHIN_S):
             await entered.wait()
         started = processor.finished_at
-        await _until(lambda: processor.backlog() == 9, "nine wait behind the held turn", processor)
-        if poll == 2:  # paused at two buffered: one fetched and waiting, eight not fetched
-            assert processor.waiting == 1
+        if waiting_for_the_bus:
+            await _until(lambda: processor.backlog() == 9, "nine wait for the worker", processor)
+            assert processor.waited_within(WITHIN_S)
         else:
-            await _until(lambda: processor.waiting == 9, "all nine fetched", processor)
-        per_partition = {
-            tp.partition: processor.backlog(tp.partition) for tp in processor.assignment
-        }
-        (session,) = [p for p, n in per_partition.items() if n]  # all on the session's
-        assert per_partition[session] == 9
+            await _until(lambda: processor.waiting == 9, "nine fetched", processor)
+            assert processor.backlog() == 0
+            assert not processor.waited_within(WITHIN_S)
         assert processor.finished_at == started  # none finished while the first is held
         release.set()
         await _until(lambda: processor.stats.processed >= 10, "all ten run", processor)
-        assert processor.waiting == 0
         assert processor.backlog() == 0
         assert processor.finished_at > started
-        # drained, but they waited lately: a round that ran then waited behind them
-        assert processor.waited_within(WITHIN_S, session)
-        assert not any(processor.waited_within(WITHIN_S, p) for p in per_partition if p != session)
+        # drained, but it waited lately (or never did): a round of that time waited behind it
+        assert processor.waited_within(WITHIN_S) == bool(waiting_for_the_bus)
