@@ -353,8 +353,8 @@ def wiring(
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
     answering every tool): one table for the stack, shadow replay and the in-memory bus.
-    ``backlog``: what waits for memory, so the dispatcher tells a deadline passed behind
-    it as a busy bus (None: such a deadline is told as a timeout)."""
+    ``backlog``: what waits for a free worker of memory, a tool or the dispatcher, so the
+    dispatcher tells a deadline passed behind it as a busy bus (None: a timeout)."""
     return {
         conversation.NAME: (conversation.handle, conversation.TOPIC, dict(intent)),
         dispatcher.NAME: (

@@ -5,10 +5,10 @@ the protocol (:data:`RULES`), routes by target, and runs each cycle of tool call
 memory first, one dispatch per component per round unless ``continue``, the call's
 ``timeout_ms`` and retry policy (only :data:`RETRYABLE` statuses are retried), fail
 fast, and one answer per round. Tool choice reads live health (``ports["health"]``);
-a deadline passed while memory had a backlog (``ports["backlog"]``) or a tool had calls
-queued for its workers is told as ``busy``, not as a failure; violations are counted in
-``ports["violations"]``, and so are memory's refused writes, which go to
-``alerts:dispatcher`` and to the conversation without the cycle id (context
+a deadline passed while what the round waits for waited for a free worker
+(``ports["backlog"]``, a tool's health) is told as ``busy``, not as a failure;
+violations are counted in ``ports["violations"]``, and so are memory's refused writes,
+which go to ``alerts:dispatcher`` and to the conversation without the cycle id (context
 :data:`REFUSED_WRITE`), never as a cycle's answer. Everything an envelope can make grow
 is bounded: open cycles per session, tools per cycle, timeouts and retry policies
 (rules), and the memory writes one result feeds (:data:`MAX_FACTS`, capped writes

@@ -26,12 +26,18 @@ def driver() -> Driver:
     )
 
 
-async def test_a_deadline_passed_behind_a_tool_queue_says_the_bus_is_busy() -> None:
+async def org_tool_pending() -> Driver:
+    """A round of both tools after memory answered: finance_tool answered, org_tool not."""
     d = driver()
     (query,) = await d.send(call("org_tool", TOOLS))
     await d.send(call("finance_tool", TOOLS))
     _, finance_out = await d.send(answer_query(query))
     await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    return d
+
+
+async def test_a_deadline_passed_behind_a_tool_queue_says_the_bus_is_busy() -> None:
+    d = await org_tool_pending()
     d.health.set(ToolHealth(tool="org_tool", latency_ms=50.0, success_rate=1.0, queued=7))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
@@ -75,11 +81,7 @@ async def test_memory_answering_late_while_its_tools_are_queued_is_memorys_timeo
 
 
 async def test_a_queue_at_a_tool_the_round_does_not_wait_for_is_not_named() -> None:
-    d = driver()
-    (query,) = await d.send(call("org_tool", TOOLS))
-    await d.send(call("finance_tool", TOOLS))
-    _, finance_out = await d.send(answer_query(query))
-    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d = await org_tool_pending()
     d.health.set(ToolHealth(tool="finance_tool", latency_ms=50.0, success_rate=1.0, queued=7))
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
@@ -140,11 +142,7 @@ async def test_the_dispatchers_own_backlog_is_a_busy_bus_naming_what_the_round_w
     """Memory caught up, the tools idle, but records wait for the dispatcher itself (the
     answers the round waits for may be among them, as in a burst): busy, naming what a
     timeout would have named."""
-    d = driver()
-    (query,) = await d.send(call("org_tool", TOOLS))
-    await d.send(call("finance_tool", TOOLS))
-    _, finance_out = await d.send(answer_query(query))
-    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d = await org_tool_pending()
     d.backlog.set("dispatcher", 1_600)
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
     report = report_env.payload.body
@@ -159,11 +157,7 @@ async def test_the_dispatchers_own_backlog_is_a_busy_bus_naming_what_the_round_w
 
 
 async def test_records_waiting_for_a_tools_processor_are_a_busy_bus() -> None:
-    d = driver()
-    (query,) = await d.send(call("org_tool", TOOLS))
-    await d.send(call("finance_tool", TOOLS))
-    _, finance_out = await d.send(answer_query(query))
-    await d.send(result_for(finance_out, 200, FINANCE_RESULT))
+    d = await org_tool_pending()
     d.backlog.set("tool:finance_tool", 9)  # a tool the round heard from: not what it waits for
     d.backlog.set("tool:org_tool", 9)
     (report_env,) = answers(await d.fire(f"cycle:{CYCLE}"))
