@@ -1,7 +1,14 @@
 """hermesbus: an event-driven message bus for AI-agent components on Kafka."""
 
 import importlib
+import pkgutil
 from typing import TYPE_CHECKING
+
+# Run from the repository root, `hermesbus` is this folder, which does not hold
+# processors/, connectors/, topics/ or schemas/: the editable install's link tree (see
+# deploy/local/setup.sh) does, and extend_path adds it, as it adds any other `hermesbus`
+# folder on sys.path. Installed from a wheel there is one folder and this does nothing.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 import hermesbus._sigint  # noqa: F401 - first: Ctrl-C while the command line imports exits 130
 from hermesbus import errors

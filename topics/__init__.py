@@ -1,7 +1,7 @@
 """The topic catalog (``catalog.yaml``) and the code that provisions it."""
 
-from .catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
-from .plan import (
+from hermesbus.topics.catalog import CATALOG_FILE, SESSION_KEY, Catalog, TopicSpec, parse_retention
+from hermesbus.topics.plan import (
     Drift,
     ExistingTopic,
     TopicPlan,
@@ -10,7 +10,7 @@ from .plan import (
     session_partitions,
     sized_by_existing,
 )
-from .routes import (
+from hermesbus.topics.routes import (
     ALERTS,
     AUDIT,
     CONVERSATION_IN,

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hermesbus.connectors.kafka import ExistingTopic
-
-from .catalog import SESSION_KEY, Catalog, TopicSpec
+from hermesbus.topics.catalog import SESSION_KEY, Catalog, TopicSpec
 
 __all__ = [
     "Drift",

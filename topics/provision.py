@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError
-
-from .catalog import Catalog
-from .plan import Drift, TopicPlan, plan
+from hermesbus.topics.catalog import Catalog
+from hermesbus.topics.plan import Drift, TopicPlan, plan
 
 __all__ = ["ApplyResult", "apply"]
 

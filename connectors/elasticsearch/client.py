@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from hermesbus.connectors.elasticsearch.config import ElasticsearchConfig
 from hermesbus.errors import ConfigError, TraceIndexError
-
-from .config import ElasticsearchConfig
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch

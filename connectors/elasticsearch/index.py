@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hermesbus.connectors.elasticsearch import templates
+from hermesbus.connectors.elasticsearch.client import connect, status_of, translated
+from hermesbus.connectors.elasticsearch.config import ElasticsearchConfig
 from hermesbus.errors import TraceIndexError
 from hermesbus.index import Document, Search, WriteResult
 from hermesbus.lifecycle import Service
-
-from . import templates
-from .client import connect, status_of, translated
-from .config import ElasticsearchConfig
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch

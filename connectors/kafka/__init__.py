@@ -1,12 +1,20 @@
 """Kafka connector: connection settings, topic administration, client start-up."""
 
-from . import assignments as assignments  # installs the check of a stale assignment
-from .admin import ExistingTopic, KafkaAdmin, NewTopicSpec
-from .client import NO_TOPIC_HINT, UNREACHABLE_HINT, kafka_reason, require_topic, start_or_close
-from .commits import commit_as_member, is_member
-from .config import KafkaConfig
-from .errors import BrokerError, ConfigError
-from .partitioner import PARTITIONER_HINT, partition_of
+from hermesbus.connectors.kafka import (
+    assignments as assignments,  # installs the check of a stale assignment
+)
+from hermesbus.connectors.kafka.admin import ExistingTopic, KafkaAdmin, NewTopicSpec
+from hermesbus.connectors.kafka.client import (
+    NO_TOPIC_HINT,
+    UNREACHABLE_HINT,
+    kafka_reason,
+    require_topic,
+    start_or_close,
+)
+from hermesbus.connectors.kafka.commits import commit_as_member, is_member
+from hermesbus.connectors.kafka.config import KafkaConfig
+from hermesbus.connectors.kafka.errors import BrokerError, ConfigError
+from hermesbus.connectors.kafka.partitioner import PARTITIONER_HINT, partition_of
 
 __all__ = [
     "NO_TOPIC_HINT",

@@ -30,11 +30,10 @@ from collections.abc import Collection, Mapping, Sequence
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from hermesbus.connectors.kafka.admin import KafkaAdmin
+from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
+from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
-
-from .admin import KafkaAdmin
-from .client import kafka_reason, start_or_close
-from .config import KafkaConfig
 
 __all__ = ["MEMBER_WAIT_S", "behind", "committed", "hand_over", "hand_over_all"]
 

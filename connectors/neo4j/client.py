@@ -8,9 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+from hermesbus.connectors.neo4j.config import Neo4jConfig
 from hermesbus.errors import ConfigError, StoreError
-
-from .config import Neo4jConfig
 
 if TYPE_CHECKING:
     from neo4j import AsyncDriver

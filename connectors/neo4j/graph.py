@@ -21,6 +21,9 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
+from hermesbus.connectors.neo4j import mark as marks
+from hermesbus.connectors.neo4j.client import connect, translated
+from hermesbus.connectors.neo4j.config import Neo4jConfig
 from hermesbus.errors import StoreError
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import TrustLevel
@@ -33,10 +36,6 @@ from hermesbus.processors.memory import (
     Planner,
     ReviewItem,
 )
-
-from . import mark as marks
-from .client import connect, translated
-from .config import Neo4jConfig
 
 if TYPE_CHECKING:
     from neo4j import AsyncDriver, AsyncManagedTransaction

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, LiteralString
 
+from hermesbus.connectors.neo4j.client import connect, translated
+from hermesbus.connectors.neo4j.config import Neo4jConfig
 from hermesbus.storemark import Mark, MarkGuard
-
-from .client import connect, translated
-from .config import Neo4jConfig
 
 if TYPE_CHECKING:
     from neo4j import AsyncDriver

@@ -3,12 +3,12 @@ fences a zombie worker, the outbox, durable timers), shared by every worker of a
 memory's mid-term store (preferences ``pref:{user_id}:{name}``, choices, items) and the
 tool store (idempotency keys, the result cache, call samples, probes)."""
 
-from .client import INSTALL_HINT, connect
-from .config import RedisConfig
-from .errors import ConfigError, StoreError
-from .memory import RedisPreferenceStore
-from .state import RedisStateStore
-from .tools import RedisToolStore
+from hermesbus.connectors.redis.client import INSTALL_HINT, connect
+from hermesbus.connectors.redis.config import RedisConfig
+from hermesbus.connectors.redis.errors import ConfigError, StoreError
+from hermesbus.connectors.redis.memory import RedisPreferenceStore
+from hermesbus.connectors.redis.state import RedisStateStore
+from hermesbus.connectors.redis.tools import RedisToolStore
 
 __all__ = [
     "INSTALL_HINT",

@@ -21,11 +21,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.errors import ConfigError, StoreError
 from hermesbus.lifecycle import Service
 from hermesbus.storemark import Mark, MarkGuard
-
-from .config import RedisConfig
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -23,10 +23,9 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.connectors.redis.client import RedisService
+from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.processors.memory import CHOICE_HISTORY, ChoiceCount, MidTermItem, Preference
-
-from .client import RedisService
-from .config import RedisConfig
 
 __all__ = ["RedisPreferenceStore"]
 

@@ -30,10 +30,9 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.connectors.redis.client import RedisService
+from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
-
-from .client import RedisService
-from .config import RedisConfig
 
 __all__ = ["RedisStateStore"]
 

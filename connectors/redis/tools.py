@@ -19,11 +19,10 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.connectors.redis.client import RedisService
+from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
-
-from .client import RedisService
-from .config import RedisConfig
 
 __all__ = ["RedisToolStore"]
 

@@ -14,9 +14,8 @@ from urllib.parse import quote
 
 import httpx
 
+from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.errors import RegistryError
-
-from .config import RegistryConfig
 
 __all__ = ["SchemaRegistryClient"]
 

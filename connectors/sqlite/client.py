@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from hermesbus.config import HermesSettings, unwritable_home, why_unwritable
+from hermesbus.connectors.sqlite.mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
 from hermesbus.errors import HermesError, StoreError
 from hermesbus.lifecycle import Service
 from hermesbus.storemark import Mark, MarkGuard
-
-from .mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteFile"]
 

@@ -8,8 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.config import StateHome, default_home
-
-from .client import BUSY_TIMEOUT_MS
+from hermesbus.connectors.sqlite.client import BUSY_TIMEOUT_MS
 
 __all__ = ["SqliteConfig"]
 

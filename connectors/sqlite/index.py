@@ -14,10 +14,9 @@ from typing import Any
 
 import orjson
 
+from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.connectors.sqlite.config import SqliteConfig
 from hermesbus.index import Document, Search, WriteResult
-
-from .client import SqliteFile
-from .config import SqliteConfig
 
 __all__ = ["SqliteTraceIndex"]
 

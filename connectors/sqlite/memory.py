@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.payloads import TrustLevel
 from hermesbus.processors.memory import (
     CHANGE_LEDGER,
@@ -27,8 +28,6 @@ from hermesbus.processors.memory import (
     Preference,
     ReviewItem,
 )
-
-from .client import SqliteFile
 
 T = TypeVar("T")
 

@@ -22,11 +22,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.connectors.sqlite.config import SqliteConfig
 from hermesbus.errors import StoreError
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
-
-from .client import SqliteFile
-from .config import SqliteConfig
 
 __all__ = ["SqliteStateStore"]
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
-
-from .client import SqliteFile
 
 __all__ = ["SqliteToolStore"]
 

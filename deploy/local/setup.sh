@@ -26,14 +26,39 @@ if [[ ! -x $VENV/bin/python ]]; then
   "$python" -m venv "$VENV"
 fi
 stamp="$VENV/.hermesbus-installed"
-if [[ ! -f $stamp || $ROOT/pyproject.toml -nt $stamp ]]; then
+# The editable install is strict: setuptools lays the package out as installed in a link
+# tree under build/ (processors/ appears as hermesbus/processors/), which mypy, IDEs and
+# the interpreter all read the same way. The tree has one link per file, so a file added
+# or removed since the last install means installing again (a second or two).
+link_tree_stale() {
+  "$VENV/bin/python" - "$ROOT" <<'PY'
+import sys, tomllib
+from pathlib import Path
+
+root = Path(sys.argv[1])
+config = tomllib.loads((root / "pyproject.toml").read_text())
+version = config["project"]["version"]
+tree = root / "build" / f"__editable__.hermesbus-{version}-py3-none-any" / "hermesbus"
+mapped = config["tool"]["setuptools"]["package-dir"]
+folders = {"hermesbus": tree} | {f: tree / n.split(".", 1)[1] for n, f in mapped.items()}
+for folder, target in folders.items():
+    for path in (root / folder).rglob("*"):
+        if path.suffix in {".py", ".avsc", ".yaml"} and "__pycache__" not in path.parts:
+            if not (target / path.relative_to(root / folder)).exists():
+                sys.exit(0)  # stale: a file has no link
+for link in tree.rglob("*"):
+    if link.is_symlink() and not link.exists():
+        sys.exit(0)  # stale: a linked file is gone
+sys.exit(1)
+PY
+}
+if [[ ! -f $stamp || $ROOT/pyproject.toml -nt $stamp ]] || link_tree_stale; then
   echo "setup: installing hermesbus and its dev tools into $VENV" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  # setuptools' editable finder warns that a folder named like the package in the working
-  # directory may take precedence on import: here that folder IS the package (package-dir
-  # maps hermesbus to hermesbus/), so the block it prints on every first run says nothing
+  # setuptools warns not to remove the link tree: the lines above say why it is there
   PYTHONWARNINGS="ignore:Editable installation" \
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[dev]"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    --config-settings editable_mode=strict -e "$ROOT[dev]"
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

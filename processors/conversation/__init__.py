@@ -7,12 +7,12 @@ actions in ``ACTIONS``); intent parsing is a port (``IntentParser``: ``RuleInten
 by default, ``HttpIntentParser`` when configured).
 """
 
-from ._actions import ACTIONS
-from ._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
-from ._context import UNFINISHED_LABEL
-from ._flow import report_id
-from ._handler import NAME, TIMER_SOURCE, TOPIC, handle
-from ._history import (
+from hermesbus.processors.conversation._actions import ACTIONS
+from hermesbus.processors.conversation._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
+from hermesbus.processors.conversation._context import UNFINISHED_LABEL
+from hermesbus.processors.conversation._flow import report_id
+from hermesbus.processors.conversation._handler import NAME, TIMER_SOURCE, TOPIC, handle
+from hermesbus.processors.conversation._history import (
     HISTORY_BUDGET_TOKENS,
     History,
     Message,
@@ -20,7 +20,7 @@ from ._history import (
     new_message,
     render_pinned,
 )
-from ._intent import (
+from hermesbus.processors.conversation._intent import (
     DEFAULT_TIMEZONE,
     Intent,
     IntentName,
@@ -30,8 +30,8 @@ from ._intent import (
     normalise_city,
     relative_period,
 )
-from ._llm import HttpIntentParser
-from ._machine import (
+from hermesbus.processors.conversation._llm import HttpIntentParser
+from hermesbus.processors.conversation._machine import (
     FAILURE,
     MACHINE,
     STATE_SPECS,
@@ -42,9 +42,15 @@ from ._machine import (
     Transition,
     TransitionError,
 )
-from ._results import EXITS
-from ._session import MAX_PROBLEMS, Session, canonical_json, digest, snapshot_of
-from ._settings import (
+from hermesbus.processors.conversation._results import EXITS
+from hermesbus.processors.conversation._session import (
+    MAX_PROBLEMS,
+    Session,
+    canonical_json,
+    digest,
+    snapshot_of,
+)
+from hermesbus.processors.conversation._settings import (
     BUDGETS_PORT,
     INTENT_PORT,
     Budgets,

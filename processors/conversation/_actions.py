@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from . import _flow as flow
-from ._context import Step
-from ._results import TASKS
-from ._turns import parse_intent, start, submit
+from hermesbus.processors.conversation import _flow as flow
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._results import TASKS
+from hermesbus.processors.conversation._turns import parse_intent, start, submit
 
 __all__ = ["ACTIONS"]
 

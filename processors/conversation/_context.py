@@ -25,11 +25,9 @@ from hermesbus.payloads import (
     ToolCall,
 )
 from hermesbus.processors import protocol
-from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
-
-from ._history import Message, new_message
-from ._machine import MACHINE
-from ._session import (
+from hermesbus.processors.conversation._history import Message, new_message
+from hermesbus.processors.conversation._machine import MACHINE
+from hermesbus.processors.conversation._session import (
     MAX_PROBLEMS,
     MAX_TRACES,
     Pending,
@@ -38,7 +36,8 @@ from ._session import (
     digest,
     snapshot_of,
 )
-from ._settings import BUDGETS_PORT, Budgets, CycleBudgets
+from hermesbus.processors.conversation._settings import BUDGETS_PORT, Budgets, CycleBudgets
+from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
 

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from hermesbus.payloads import Attachment
+from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._machine import S2_WAIT, S3_VALIDATION, S4_IDLE
+from hermesbus.processors.conversation._session import snapshot_of
 from hermesbus.runtime import derive_id
-
-from . import _texts as texts
-from ._context import Step
-from ._machine import S2_WAIT, S3_VALIDATION, S4_IDLE
-from ._session import snapshot_of
 
 __all__ = [
     "BLUR",

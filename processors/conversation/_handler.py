@@ -13,13 +13,17 @@ from typing import Final
 
 from hermesbus.payloads import ErrorReport, TimerFired, ToolResults, UserTurn
 from hermesbus.processors import protocol
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._results import (
+    current_cycle,
+    on_error,
+    on_stray_error,
+    on_tool_results,
+)
+from hermesbus.processors.conversation._session import load_session
+from hermesbus.processors.conversation._timers import on_timer, timer_is_current
+from hermesbus.processors.conversation._turns import on_user_turn
 from hermesbus.runtime import HandlerInput, Outcome
-
-from ._context import Step
-from ._results import current_cycle, on_error, on_stray_error, on_tool_results
-from ._session import load_session
-from ._timers import on_timer, timer_is_current
-from ._turns import on_user_turn
 
 __all__ = ["NAME", "TIMER_SOURCE", "TOPIC", "handle"]
 

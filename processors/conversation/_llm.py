@@ -25,8 +25,12 @@ from pydantic import SecretStr, ValidationError
 
 from hermesbus.errors import ConfigError, IntentError
 from hermesbus.lifecycle import Service
-
-from ._intent import DEFAULT_TIMEZONE, Intent, IntentName, normalise_city
+from hermesbus.processors.conversation._intent import (
+    DEFAULT_TIMEZONE,
+    Intent,
+    IntentName,
+    normalise_city,
+)
 
 __all__ = ["HttpIntentParser", "redact_url"]
 

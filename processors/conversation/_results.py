@@ -10,12 +10,17 @@ from typing import Any, Final
 from hermesbus.envelope import Envelope
 from hermesbus.payloads import ContentType, ErrorReport, Role, ToolResult, ToolResults
 from hermesbus.processors import protocol
-
-from . import _flow as flow
-from . import _texts as texts
-from ._context import Step
-from ._machine import FAILURE, MACHINE, S2_WAIT, S3_VALIDATION, S4_GAVE_UP
-from ._session import canonical_json
+from hermesbus.processors.conversation import _flow as flow
+from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._machine import (
+    FAILURE,
+    MACHINE,
+    S2_WAIT,
+    S3_VALIDATION,
+    S4_GAVE_UP,
+)
+from hermesbus.processors.conversation._session import canonical_json
 
 __all__ = [
     "EXITS",

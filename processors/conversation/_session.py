@@ -12,11 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hermesbus._types import from_epoch_ms
 from hermesbus.errors import StoreError
+from hermesbus.processors.conversation._history import History
+from hermesbus.processors.conversation._texts import LOW_CONFIDENCE
 from hermesbus.runtime import kept
 from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
-
-from ._history import History
-from ._texts import LOW_CONFIDENCE
 
 __all__ = [
     "MAX_PROBLEMS",

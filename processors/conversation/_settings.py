@@ -13,9 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from hermesbus.errors import ConfigError
 from hermesbus.lifecycle import Service
 from hermesbus.processors import protocol
-
-from ._intent import DEFAULT_TIMEZONE, RuleIntentParser
-from ._llm import HttpIntentParser
+from hermesbus.processors.conversation._intent import DEFAULT_TIMEZONE, RuleIntentParser
+from hermesbus.processors.conversation._llm import HttpIntentParser
 
 __all__ = [
     "BUDGETS_PORT",

@@ -7,8 +7,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any, Final
 
-from ._machine import S2_WAIT, S3_VALIDATION, S4_GAVE_UP, S4_IDLE
-from ._reasons import tool_reason
+from hermesbus.processors.conversation._machine import S2_WAIT, S3_VALIDATION, S4_GAVE_UP, S4_IDLE
+from hermesbus.processors.conversation._reasons import tool_reason
 
 __all__ = [
     "BLUR_FLOOR",

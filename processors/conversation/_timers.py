@@ -12,11 +12,17 @@ from types import MappingProxyType
 from typing import Final
 
 from hermesbus.payloads import TimerFired
-
-from . import _flow as flow
-from . import _texts as texts
-from ._context import Step
-from ._machine import MACHINE, S2_WAIT, S3_VALIDATION, S4_GAVE_UP, S4_IDLE, Timeout
+from hermesbus.processors.conversation import _flow as flow
+from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._machine import (
+    MACHINE,
+    S2_WAIT,
+    S3_VALIDATION,
+    S4_GAVE_UP,
+    S4_IDLE,
+    Timeout,
+)
 
 __all__ = ["ON_TIMEOUT", "on_timer", "timer_is_current"]
 

@@ -7,15 +7,20 @@ from typing import Final
 
 from hermesbus.errors import IntentError
 from hermesbus.payloads import ContentType, Role, UserTurn
-
-from . import _flow as flow
-from . import _texts as texts
-from ._confirm import is_confirmation
-from ._context import Step
-from ._intent import Intent, IntentName, IntentParser, RuleIntentParser, negation
-from ._machine import S4_GAVE_UP, S4_IDLE
-from ._session import Session, canonical_json
-from ._settings import INTENT_PORT
+from hermesbus.processors.conversation import _flow as flow
+from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._confirm import is_confirmation
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._intent import (
+    Intent,
+    IntentName,
+    IntentParser,
+    RuleIntentParser,
+    negation,
+)
+from hermesbus.processors.conversation._machine import S4_GAVE_UP, S4_IDLE
+from hermesbus.processors.conversation._session import Session, canonical_json
+from hermesbus.processors.conversation._settings import INTENT_PORT
 
 __all__ = ["on_user_turn", "parse_intent", "start", "submit"]
 

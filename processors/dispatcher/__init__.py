@@ -18,13 +18,13 @@ Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(h
 ``dispatcher_ports(health)["violations"].summary()`` prints the totals.
 """
 
-from ._cycle import CAPPED_WRITES, REFUSED_WRITE
-from ._dispatch import RETRYABLE
-from ._emit import ALERTS_ADDRESS
-from ._handler import NAME, TOPIC, handle
-from ._health import HealthChoice, Verdict, choose
-from ._memory import MAX_FACTS, MAX_SYMBOLS
-from ._ports import (
+from hermesbus.processors.dispatcher._cycle import CAPPED_WRITES, REFUSED_WRITE
+from hermesbus.processors.dispatcher._dispatch import RETRYABLE
+from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS
+from hermesbus.processors.dispatcher._handler import NAME, TOPIC, handle
+from hermesbus.processors.dispatcher._health import HealthChoice, Verdict, choose
+from hermesbus.processors.dispatcher._memory import MAX_FACTS, MAX_SYMBOLS
+from hermesbus.processors.dispatcher._ports import (
     BACKLOG_PORT,
     HEALTH_PORT,
     VIOLATIONS_PORT,
@@ -34,7 +34,7 @@ from ._ports import (
     Violations,
     dispatcher_ports,
 )
-from ._rules import (
+from hermesbus.processors.dispatcher._rules import (
     ALLOWED_BODIES,
     MAX_ATTEMPTS,
     MAX_OPEN_CYCLES,
@@ -46,7 +46,7 @@ from ._rules import (
     Violation,
     first_violation,
 )
-from ._state import DispatcherState
+from hermesbus.processors.dispatcher._state import DispatcherState
 
 __all__ = [
     "ALERTS_ADDRESS",

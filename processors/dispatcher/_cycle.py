@@ -22,6 +22,32 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.processors.dispatcher._dispatch import (
+    answer,
+    deadline_purpose,
+    dispatch,
+    fail,
+    query_memory,
+    schedule_retry,
+    timer_data,
+)
+from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS, Effects
+from hermesbus.processors.dispatcher._health import (
+    BUSY,
+    BUSY_ADVICE,
+    bilingual,
+    busy_tool,
+    result_notices,
+)
+from hermesbus.processors.dispatcher._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
+from hermesbus.processors.dispatcher._ports import Ports
+from hermesbus.processors.dispatcher._state import (
+    PAUSE_SLACK_MS,
+    Call,
+    CallStatus,
+    Cycle,
+    DispatcherState,
+)
 from hermesbus.processors.protocol import (
     BUSY_BEHIND,
     BUSY_PREFIX,
@@ -36,21 +62,6 @@ from hermesbus.processors.protocol import (
     is_failure,
     tool_at,
 )
-
-from ._dispatch import (
-    answer,
-    deadline_purpose,
-    dispatch,
-    fail,
-    query_memory,
-    schedule_retry,
-    timer_data,
-)
-from ._emit import ALERTS_ADDRESS, Effects
-from ._health import BUSY, BUSY_ADVICE, bilingual, busy_tool, result_notices
-from ._memory import MAX_FACTS, MAX_SYMBOLS, verified_writes
-from ._ports import Ports
-from ._state import PAUSE_SLACK_MS, Call, CallStatus, Cycle, DispatcherState
 
 MAX_DOWNTIME_MS: Final = 300_000
 """Backend downtime a round is not charged, at most: then it fails, retryable."""

@@ -21,6 +21,9 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResults,
 )
+from hermesbus.processors.dispatcher._emit import Effects, diagnostics
+from hermesbus.processors.dispatcher._health import bilingual, choose
+from hermesbus.processors.dispatcher._state import CallStatus, Cycle, CycleStatus
 from hermesbus.processors.protocol import (
     CYCLE,
     FALLBACK,
@@ -34,10 +37,6 @@ from hermesbus.processors.protocol import (
     HealthView,
     tool_at,
 )
-
-from ._emit import Effects, diagnostics
-from ._health import bilingual, choose
-from ._state import CallStatus, Cycle, CycleStatus
 
 __all__ = [
     "RETRYABLE",

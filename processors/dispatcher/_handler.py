@@ -22,6 +22,21 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.processors.dispatcher._cycle import (
+    on_call,
+    on_continue,
+    on_memory,
+    on_memory_error,
+    on_paused,
+    on_result,
+    on_timer,
+)
+from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS, Effects
+from hermesbus.processors.dispatcher._health import bilingual
+from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_write
+from hermesbus.processors.dispatcher._ports import Ports
+from hermesbus.processors.dispatcher._rules import Violation, first_violation
+from hermesbus.processors.dispatcher._state import DispatcherState
 from hermesbus.processors.protocol import (
     CONVERSATION,
     CYCLE,
@@ -32,22 +47,6 @@ from hermesbus.processors.protocol import (
     cycle_of,
 )
 from hermesbus.runtime import HandlerInput, Outcome
-
-from ._cycle import (
-    on_call,
-    on_continue,
-    on_memory,
-    on_memory_error,
-    on_paused,
-    on_result,
-    on_timer,
-)
-from ._emit import ALERTS_ADDRESS, Effects
-from ._health import bilingual
-from ._memory import forward_snapshot, forward_write
-from ._ports import Ports
-from ._rules import Violation, first_violation
-from ._state import DispatcherState
 
 __all__ = ["NAME", "TOPIC", "handle"]
 

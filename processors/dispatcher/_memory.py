@@ -27,6 +27,7 @@ from hermesbus.payloads import (
     TrustLevel,
     Verification,
 )
+from hermesbus.processors.dispatcher._emit import Effects
 from hermesbus.processors.protocol import (
     OK,
     RESULT_FACTS,
@@ -34,8 +35,6 @@ from hermesbus.processors.protocol import (
     SYMBOL_TTL_S,
     memory_at,
 )
-
-from ._emit import Effects
 
 __all__ = [
     "MAX_FACTS",

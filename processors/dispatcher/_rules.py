@@ -24,6 +24,7 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.processors.dispatcher._state import CallStatus, DispatcherState
 from hermesbus.processors.protocol import (
     CONVERSATION,
     CYCLE,
@@ -40,8 +41,6 @@ from hermesbus.processors.protocol import (
     component_of,
     cycle_of,
 )
-
-from ._state import CallStatus, DispatcherState
 
 __all__ = [
     "ALLOWED_BODIES",

@@ -11,8 +11,8 @@ Wiring: ``async with hermesbus.backends.memory_stores() as stores:`` (the stores
 settings pick) then run ``handle`` as processor ``NAME`` with ``ports={NAME: stores}``.
 """
 
-from ._handler import NAME, TERMINAL_STATE, TOPIC, handle
-from ._model import (
+from hermesbus.processors.memory._handler import NAME, TERMINAL_STATE, TOPIC, handle
+from hermesbus.processors.memory._model import (
     TRUST_RANK,
     ChoiceCount,
     Edge,
@@ -26,7 +26,7 @@ from ._model import (
     millis,
     trust_at_least,
 )
-from ._ports import (
+from hermesbus.processors.memory._ports import (
     CHANGE_LEDGER,
     CHOICE_HISTORY,
     GraphReader,
@@ -34,9 +34,9 @@ from ._ports import (
     Planner,
     PreferenceStore,
 )
-from ._settings import MAX_TTL_S, MemorySettings
-from ._stores import MemoryStores
-from ._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
+from hermesbus.processors.memory._settings import MAX_TTL_S, MemorySettings
+from hermesbus.processors.memory._stores import MemoryStores
+from hermesbus.processors.memory._symbols import DEFAULT_VALIDATOR, VALIDATORS, Validator
 
 __all__ = [
     "CHANGE_LEDGER",

@@ -14,9 +14,8 @@ from hermesbus.payloads import (
     MemoryWrite,
     Verification,
 )
+from hermesbus.processors.memory._model import Edge, GraphEvent
 from hermesbus.processors.protocol import AUDIT, DISPATCHER_ADDRESS, answer, memory_at
-
-from ._model import Edge, GraphEvent
 
 __all__ = ["Refused", "audit_envelope", "edge_write", "refusal_envelope", "reply"]
 

@@ -28,12 +28,20 @@ from __future__ import annotations
 import json
 
 from hermesbus.payloads import MemoryFact, MemoryWrite, TrustLevel, Verification
+from hermesbus.processors.memory._emit import Refused
+from hermesbus.processors.memory._model import (
+    TRUST_RANK,
+    Edge,
+    GraphEvent,
+    GraphPlan,
+    GraphTask,
+    Node,
+    ReviewItem,
+    millis,
+)
+from hermesbus.processors.memory._ports import GraphReader, GraphStore
+from hermesbus.processors.memory._settings import MemorySettings
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS
-
-from ._emit import Refused
-from ._model import TRUST_RANK, Edge, GraphEvent, GraphPlan, GraphTask, Node, ReviewItem, millis
-from ._ports import GraphReader, GraphStore
-from ._settings import MemorySettings
 
 __all__ = ["FORWARDED_TRUST", "facts_for", "parse_fact", "plan_write", "subject_of"]
 

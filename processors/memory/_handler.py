@@ -17,16 +17,15 @@ from typing import Any
 
 from hermesbus.errors import ConfigError
 from hermesbus.payloads import MemoryContext, MemoryQuery, MemoryTier, MemoryWrite, StateSnapshot
+from hermesbus.processors.memory._emit import Refused, audit_envelope, refusal_envelope, reply
+from hermesbus.processors.memory._graph import facts_for, plan_write, subject_of
+from hermesbus.processors.memory._midterm import apply_mid_term, preferences_for
+from hermesbus.processors.memory._model import GraphPlan, millis
+from hermesbus.processors.memory._ports import GraphReader
+from hermesbus.processors.memory._stores import MemoryStores
+from hermesbus.processors.memory._symbols import lookup, parse_symbol, prune
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY
 from hermesbus.runtime import HandlerInput, Outcome
-
-from ._emit import Refused, audit_envelope, refusal_envelope, reply
-from ._graph import facts_for, plan_write, subject_of
-from ._midterm import apply_mid_term, preferences_for
-from ._model import GraphPlan, millis
-from ._ports import GraphReader
-from ._stores import MemoryStores
-from ._symbols import lookup, parse_symbol, prune
 
 __all__ = ["NAME", "TERMINAL_STATE", "TOPIC", "handle"]
 

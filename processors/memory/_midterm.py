@@ -13,11 +13,10 @@ import json
 import re
 
 from hermesbus.payloads import MemoryWrite
-
-from ._emit import Refused
-from ._model import MidTermItem, Preference
-from ._ports import PreferenceStore
-from ._settings import MemorySettings
+from hermesbus.processors.memory._emit import Refused
+from hermesbus.processors.memory._model import MidTermItem, Preference
+from hermesbus.processors.memory._ports import PreferenceStore
+from hermesbus.processors.memory._settings import MemorySettings
 
 __all__ = ["CHOICE", "PREF", "apply_mid_term", "display", "preferences_for"]
 

@@ -11,8 +11,15 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from hermesbus.payloads import TrustLevel
-
-from ._model import ChoiceCount, Edge, GraphPlan, MidTermItem, Node, Preference, ReviewItem
+from hermesbus.processors.memory._model import (
+    ChoiceCount,
+    Edge,
+    GraphPlan,
+    MidTermItem,
+    Node,
+    Preference,
+    ReviewItem,
+)
 
 __all__ = [
     "CHANGE_LEDGER",

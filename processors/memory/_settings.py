@@ -9,8 +9,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.config import StateHome, default_home
-
-from ._ports import CHANGE_LEDGER, CHOICE_HISTORY
+from hermesbus.processors.memory._ports import CHANGE_LEDGER, CHOICE_HISTORY
 
 __all__ = ["MAX_TTL_S", "MemorySettings"]
 

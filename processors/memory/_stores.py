@@ -13,11 +13,17 @@ from datetime import datetime
 
 from hermesbus.lifecycle import Service
 from hermesbus.payloads import TrustLevel
-
-from ._model import ChoiceCount, Edge, MidTermItem, Preference, ReviewItem, millis
-from ._ports import GraphStore, PreferenceStore
-from ._settings import MemorySettings
-from ._symbols import VALIDATORS, Validator
+from hermesbus.processors.memory._model import (
+    ChoiceCount,
+    Edge,
+    MidTermItem,
+    Preference,
+    ReviewItem,
+    millis,
+)
+from hermesbus.processors.memory._ports import GraphStore, PreferenceStore
+from hermesbus.processors.memory._settings import MemorySettings
+from hermesbus.processors.memory._symbols import VALIDATORS, Validator
 
 __all__ = ["MemoryStores"]
 

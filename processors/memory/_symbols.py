@@ -16,10 +16,9 @@ from types import MappingProxyType
 from typing import Any
 
 from hermesbus.payloads import MemoryWrite, TrustLevel
-
-from ._emit import Refused
-from ._model import trust_at_least
-from ._ports import GraphStore
+from hermesbus.processors.memory._emit import Refused
+from hermesbus.processors.memory._model import trust_at_least
+from hermesbus.processors.memory._ports import GraphStore
 
 __all__ = [
     "DEFAULT_VALIDATOR",

@@ -9,16 +9,22 @@ records health (with the calls queued for a worker); :func:`handle` is the handl
 ``tool`` processor (topic ``hermes.tool``).
 """
 
-from ._executor import IDEMPOTENCY_ENV, SIGNATURE_HEADER, Execution, Executor, PythonWorker
-from ._groups import group_name, serving
-from ._handler import NAME, PORT, TOPIC, handle
-from ._health import RegistryHealth
-from ._http import IDEMPOTENCY_HEADER, HttpExecutor
-from ._registry import ToolRegistry
-from ._release import arguments_digest
-from ._service import CallReport, ToolPort, ToolService
-from ._settings import DEMO_MODULES, ToolSettings
-from ._spec import (
+from hermesbus.processors.tool._executor import (
+    IDEMPOTENCY_ENV,
+    SIGNATURE_HEADER,
+    Execution,
+    Executor,
+    PythonWorker,
+)
+from hermesbus.processors.tool._groups import group_name, serving
+from hermesbus.processors.tool._handler import NAME, PORT, TOPIC, handle
+from hermesbus.processors.tool._health import RegistryHealth
+from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
+from hermesbus.processors.tool._registry import ToolRegistry
+from hermesbus.processors.tool._release import arguments_digest
+from hermesbus.processors.tool._service import CallReport, ToolPort, ToolService
+from hermesbus.processors.tool._settings import DEMO_MODULES, ToolSettings
+from hermesbus.processors.tool._spec import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_CAP,
     TOOL_NAME_PATTERN,
@@ -29,8 +35,8 @@ from ._spec import (
     ToolSpec,
     tool_name_problem,
 )
-from ._store import CallStats, Probe, StoredResult, ToolStore
-from ._verify import Verified, check_signature, json_depth
+from hermesbus.processors.tool._store import CallStats, Probe, StoredResult, ToolStore
+from hermesbus.processors.tool._verify import Verified, check_signature, json_depth
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from hermesbus.processors.tool._handler import NAME, handle
 from hermesbus.runtime import Handler, HandlerInput, Outcome
-
-from ._handler import NAME, handle
 
 __all__ = ["group_name", "serving"]
 

@@ -17,9 +17,8 @@ from hermesbus.processors.protocol import (
     answer,
     component_of,
 )
+from hermesbus.processors.tool._service import CallReport, ToolPort
 from hermesbus.runtime import HandlerInput, Outcome
-
-from ._service import CallReport, ToolPort
 
 __all__ = ["NAME", "PORT", "TOPIC", "handle"]
 

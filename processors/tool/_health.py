@@ -6,9 +6,8 @@ import json
 from typing import Any
 
 from hermesbus.processors.protocol import ToolHealth
-
-from ._executor import Execution
-from ._store import Probe, ToolStore
+from hermesbus.processors.tool._executor import Execution
+from hermesbus.processors.tool._store import Probe, ToolStore
 
 __all__ = ["RegistryHealth", "parse_probe"]
 

@@ -18,9 +18,8 @@ import httpx
 
 from hermesbus.errors import ToolError
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE, VERIFICATION_FAILED
-
-from ._executor import SIGNATURE_HEADER, Execution
-from ._spec import DEFAULT_MAX_RESULT_BYTES
+from hermesbus.processors.tool._executor import SIGNATURE_HEADER, Execution
+from hermesbus.processors.tool._spec import DEFAULT_MAX_RESULT_BYTES
 
 __all__ = ["IDEMPOTENCY_HEADER", "HttpExecutor", "join_url", "path_problem"]
 

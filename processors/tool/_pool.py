@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hermesbus.processors.protocol import BUSY_PREFIX, UNAVAILABLE
-
-from ._executor import Execution, PythonWorker
+from hermesbus.processors.tool._executor import Execution, PythonWorker
 
 __all__ = ["BUSY_PREFIX", "WorkerPool"]
 

@@ -19,12 +19,11 @@ import httpx
 import jsonschema
 
 from hermesbus.errors import AdmissionError, ToolError
-
-from ._http import join_url, path_problem
-from ._settings import ToolSettings, module_allowed, private_part
-from ._spec import MAX_RESULT_CAP, Fallback, ToolSpec, tool_name_problem
-from ._store import ToolStore
-from ._verify import schema_error
+from hermesbus.processors.tool._http import join_url, path_problem
+from hermesbus.processors.tool._settings import ToolSettings, module_allowed, private_part
+from hermesbus.processors.tool._spec import MAX_RESULT_CAP, Fallback, ToolSpec, tool_name_problem
+from hermesbus.processors.tool._store import ToolStore
+from hermesbus.processors.tool._verify import schema_error
 
 __all__ = ["ToolRegistry", "refusal"]
 

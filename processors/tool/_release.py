@@ -10,10 +10,9 @@ from typing import Any
 from hermesbus.errors import VerificationError
 from hermesbus.payloads import ToolResult
 from hermesbus.processors.protocol import OK, VERIFICATION_FAILED
-
-from ._executor import Execution
-from ._spec import ToolSpec
-from ._verify import DEFAULT_MAX_DEPTH, Verified, check_result, finish
+from hermesbus.processors.tool._executor import Execution
+from hermesbus.processors.tool._spec import ToolSpec
+from hermesbus.processors.tool._verify import DEFAULT_MAX_DEPTH, Verified, check_result, finish
 
 __all__ = ["arguments_digest", "failure", "release", "truncate"]
 

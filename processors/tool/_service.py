@@ -32,18 +32,17 @@ from hermesbus.processors.protocol import (
     ToolHealth,
     is_failure,
 )
+from hermesbus.processors.tool._executor import Execution, Executor, PythonWorker, worker_env
+from hermesbus.processors.tool._health import RegistryHealth, parse_probe
+from hermesbus.processors.tool._http import HttpExecutor
+from hermesbus.processors.tool._pool import WorkerPool
+from hermesbus.processors.tool._registry import ToolRegistry, refusal
+from hermesbus.processors.tool._release import arguments_digest, failure, release
+from hermesbus.processors.tool._settings import ToolSettings
+from hermesbus.processors.tool._spec import ToolSpec, tool_name_problem
+from hermesbus.processors.tool._store import Probe, StoredResult, ToolStore
+from hermesbus.processors.tool._verify import json_depth, schema_error
 from hermesbus.runtime import outage
-
-from ._executor import Execution, Executor, PythonWorker, worker_env
-from ._health import RegistryHealth, parse_probe
-from ._http import HttpExecutor
-from ._pool import WorkerPool
-from ._registry import ToolRegistry, refusal
-from ._release import arguments_digest, failure, release
-from ._settings import ToolSettings
-from ._spec import ToolSpec, tool_name_problem
-from ._store import Probe, StoredResult, ToolStore
-from ._verify import json_depth, schema_error
 
 __all__ = ["CallReport", "ToolPort", "ToolService"]
 

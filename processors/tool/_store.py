@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hermesbus.payloads import ToolResult
-
-from ._spec import ToolSpec
+from hermesbus.processors.tool._spec import ToolSpec
 
 __all__ = ["CallStats", "Probe", "StoredResult", "ToolStore"]
 

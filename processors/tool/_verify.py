@@ -25,8 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from hermesbus.errors import VerificationError
-
-from ._spec import SignatureConfig, ToolSpec
+from hermesbus.processors.tool._spec import SignatureConfig, ToolSpec
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

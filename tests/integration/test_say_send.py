@@ -27,9 +27,9 @@ from hermesbus.demo import DEMO_USER
 from hermesbus.headers import DLQ_ERROR_MESSAGE
 from hermesbus.identity import KEYS_FILE_ENV, SIGNATURE, Keyring, Verifier
 from hermesbus.processors.protocol import IDENTITIES
+from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT
 from hermesbus.stack import Stack
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ, Catalog
-from processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT
 from tests.builders import reply_to
 from tests.integration.stacks import conversation_topics, demo_stack
 

@@ -5,9 +5,9 @@ only the private key to their workers, the processor verifies with the public on
 register_demo(tools)``.
 """
 
-from . import fixtures
-from ._specs import DEMO_TOOLS, demo_keys, demo_specs, register_demo
-from .tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV, DemoToolError
+from hermesbus.processors.tool.demo import fixtures
+from hermesbus.processors.tool.demo._specs import DEMO_TOOLS, demo_keys, demo_specs, register_demo
+from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV, DemoToolError
 
 __all__ = [
     "DEMO_SIGNING_ENV",

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from .._spec import Fallback, SignatureConfig, ToolSpec
-from .tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV
+from hermesbus.processors.tool._spec import Fallback, SignatureConfig, ToolSpec
+from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV
 
 __all__ = ["DEMO_TOOLS", "demo_keys", "demo_specs", "register_demo"]
 

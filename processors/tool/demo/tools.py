@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any
 
-from .._spec import SignedResult
-from .fixtures import (
+from hermesbus.processors.tool._spec import SignedResult
+from hermesbus.processors.tool.demo.fixtures import (
     DEMO_BUDGETS,
     DEMO_CURRENCY,
     DEMO_FILES,
