@@ -43,7 +43,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hermesbus import Client, Envelope
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.demo import DEMO_START, DEMO_USER, conversations, reply_text
+from hermesbus.demo.expense import DEMO_START, DEMO_USER, conversations, reply_text
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.topics import CONVERSATION_OUT, Catalog

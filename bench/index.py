@@ -38,8 +38,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from elasticsearch.helpers import async_streaming_bulk
 
 from hermesbus import ContextSnapshot, Envelope, Payload, ToolCall
-from hermesbus.broker import EmbeddedBroker
+from hermesbus.base.lifecycle import tune_collector
 from hermesbus.codec import default_codec
+from hermesbus.compose.broker import EmbeddedBroker
 from hermesbus.connectors.elasticsearch import (
     ElasticsearchConfig,
     ElasticsearchTraceIndex,
@@ -50,8 +51,10 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import _INSERT as SQLITE_INSERT
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.index import _row as sqlite_row
-from hermesbus.headers import envelope_headers
-from hermesbus.index import (
+from hermesbus.contract.headers import envelope_headers
+from hermesbus.runtime import RuntimeSettings
+from hermesbus.topics import DLQ, Catalog
+from hermesbus.trace.index import (
     ArchivedRecord,
     Document,
     DocumentSettings,
@@ -60,10 +63,7 @@ from hermesbus.index import (
     decode,
     document,
 )
-from hermesbus.lifecycle import tune_collector
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import DLQ, Catalog
-from hermesbus.trace import collect, hops_of, spans, waterfall
+from hermesbus.trace.spans import collect, hops_of, spans, waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.8

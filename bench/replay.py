@@ -10,7 +10,7 @@
     the replay's own cost), and each processor alone (µs per input).
 (b) tail: ``--count`` envelopes of ~1 KB on one topic of the broker; (raw) a plain
     aiokafka consumer reads them to the end as kcat ``-C -e`` does (assign, seek to the
-    beginning, fetch until the end, touch the bytes); (tail) ``hermesbus.tail`` reads
+    beginning, fetch until the end, touch the bytes); (tail) ``hermesbus.trace.tail`` reads
     them, decodes each and writes its ``--json`` line (orjson) to a null sink. Records
     per second of each, and the ratio (no target: it says what decoding and JSON cost).
 
@@ -42,17 +42,17 @@ sys.path.insert(0, str(ROOT))  # the tests' demo fixtures: the scripted tools' a
 
 from bench.index import envelope as call_envelope  # noqa: E402
 from bench.index import produce, provisioned  # noqa: E402
-from hermesbus.broker import EmbeddedBroker  # noqa: E402
+from hermesbus.base.lifecycle import tune_collector  # noqa: E402
 from hermesbus.codec import default_codec  # noqa: E402
+from hermesbus.compose.broker import EmbeddedBroker  # noqa: E402
+from hermesbus.compose.stack import REPLAYABLE, in_memory, shadows  # noqa: E402
 from hermesbus.connectors.kafka import KafkaConfig  # noqa: E402
-from hermesbus.envelope import Envelope  # noqa: E402
-from hermesbus.index import ArchivedRecord  # noqa: E402
-from hermesbus.lifecycle import tune_collector  # noqa: E402
+from hermesbus.contract.envelope import Envelope  # noqa: E402
 from hermesbus.processors import protocol  # noqa: E402
-from hermesbus.replay import Shadow, recording_of, shadow  # noqa: E402
+from hermesbus.replay.shadow import Shadow, recording_of, shadow  # noqa: E402
 from hermesbus.runtime import HandlerInput, Outcome  # noqa: E402
-from hermesbus.stack import REPLAYABLE, in_memory, shadows  # noqa: E402
-from hermesbus.tail import Position, tail  # noqa: E402
+from hermesbus.trace.index import ArchivedRecord  # noqa: E402
+from hermesbus.trace.tail import Position, tail  # noqa: E402
 from tests.unit.processors.conversation.demo import (  # noqa: E402
     FINANCE,
     demo_tools,

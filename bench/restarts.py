@@ -45,7 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hermesbus import Client, Envelope, Payload, UserTurn
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.demo import DEMO_START, DEMO_USER, Turn, conversations, reply_text
+from hermesbus.demo.expense import DEMO_START, DEMO_USER, Turn, conversations, reply_text
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.topics import CONVERSATION_OUT, Catalog

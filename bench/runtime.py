@@ -35,10 +35,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus import ContextSnapshot, Envelope, Payload, Reply, ToolCallTrace, UserTurn
-from hermesbus import headers as h
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.contract import headers as h
 from hermesbus.errors import BrokerError
 from hermesbus.identity import Keyring, PublicKeys, Signer, Verifier, new_key
 from hermesbus.runtime import Handler, HandlerInput, Outcome, Processor, RuntimeSettings, derive_id
@@ -321,14 +321,14 @@ async def broker(args: argparse.Namespace) -> AsyncIterator[tuple[str, str]]:
         yield args.bootstrap or os.environ["HERMES_KAFKA_BOOTSTRAP"], how
         return
     try:
-        from hermesbus.broker import EmbeddedBroker  # noqa: PLC0415 - optional
+        from hermesbus.compose.broker import EmbeddedBroker  # noqa: PLC0415 - optional
     except ImportError:
         async with tansu() as bootstrap:
             yield bootstrap, "embedded: tansu, started by this bench"
         return
     with tempfile.TemporaryDirectory() as home:
         async with EmbeddedBroker(home=Path(home)) as embedded:
-            yield embedded.bootstrap, "embedded: hermesbus.broker.EmbeddedBroker (tansu)"
+            yield embedded.bootstrap, "embedded: hermesbus.compose.broker.EmbeddedBroker (tansu)"
 
 
 @asynccontextmanager

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermesbus import Client
-from hermesbus.broker import metadata_probe
+from hermesbus.compose.broker import metadata_probe
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.demo import DEMO_USER, reply_text
+from hermesbus.demo.expense import DEMO_USER, reply_text
 from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.topics import Catalog

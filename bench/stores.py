@@ -45,7 +45,6 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hermesbus._types import from_epoch_ms  # noqa: E402
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore  # noqa: E402
 from hermesbus.connectors.neo4j import graph as neo4j_graph  # noqa: E402
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore  # noqa: E402
@@ -55,8 +54,9 @@ from hermesbus.connectors.sqlite.memory import (  # noqa: E402
     SqliteGraphStore,
     SqlitePreferenceStore,
 )
-from hermesbus.envelope import Envelope, Payload  # noqa: E402
-from hermesbus.payloads import MemoryContext, MemoryQuery, TrustLevel  # noqa: E402
+from hermesbus.contract.envelope import Envelope, Payload  # noqa: E402
+from hermesbus.contract.fields import from_epoch_ms  # noqa: E402
+from hermesbus.contract.payloads import MemoryContext, MemoryQuery, TrustLevel  # noqa: E402
 from hermesbus.processors import memory  # noqa: E402
 from hermesbus.processors.memory import (  # noqa: E402
     Edge,

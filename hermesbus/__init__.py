@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 # folder on sys.path. Installed from a wheel there is one folder and this does nothing.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-import hermesbus._sigint  # noqa: F401 - first: Ctrl-C while the command line imports exits 130
+import hermesbus.base.sigint  # noqa: F401 - first: Ctrl-C while the command line imports exits 130
 from hermesbus import errors
 
 if TYPE_CHECKING:
     from hermesbus.client import Client
-    from hermesbus.envelope import (
+    from hermesbus.contract.envelope import (
         Diagnostics,
         Envelope,
         ExternalCalls,
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         Priority,
         RetryPolicy,
     )
-    from hermesbus.payloads import (
+    from hermesbus.contract.payloads import (
         Attachment,
         ContentType,
         Continue,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         UserTurn,
         Verification,
     )
-    from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
+    from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 
 __version__ = "0.1.0"
 
@@ -85,11 +85,11 @@ __all__ = [
 
 _LAZY = {
     "Client": "hermesbus.client",
-    "ContextSnapshot": "hermesbus.snapshot",
-    "ToolCallTrace": "hermesbus.snapshot",
+    "ContextSnapshot": "hermesbus.contract.snapshot",
+    "ToolCallTrace": "hermesbus.contract.snapshot",
     **dict.fromkeys(
         ("Diagnostics", "Envelope", "ExternalCalls", "Metadata", "Priority", "RetryPolicy"),
-        "hermesbus.envelope",
+        "hermesbus.contract.envelope",
     ),
 }
 """Where each name of the API is defined: imported when first used, so that a command
@@ -100,6 +100,6 @@ and Kafka clients. Every other name of ``__all__`` is a payload."""
 def __getattr__(name: str) -> object:
     if name not in __all__ or name in ("__version__", "errors"):
         raise AttributeError(f"module 'hermesbus' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY.get(name, "hermesbus.payloads")), name)
+    value = getattr(importlib.import_module(_LAZY.get(name, "hermesbus.contract.payloads")), name)
     globals()[name] = value
     return value

@@ -39,10 +39,9 @@ from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
 
-from hermesbus._types import from_epoch_ms
-from hermesbus.envelope import Envelope
-from hermesbus.identity import APP
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import from_epoch_ms
+from hermesbus.contract.payloads import (
     Body,
     ContextValue,
     Continue,
@@ -60,6 +59,7 @@ from hermesbus.payloads import (
     ToolResults,
     UserTurn,
 )
+from hermesbus.identity import APP
 from hermesbus.runtime import Pause, derive_id
 from hermesbus.topics import ALERTS as ALERTS_TOPIC
 from hermesbus.topics import AUDIT as AUDIT_TOPIC

@@ -1,10 +1,8 @@
-"""Ports that answer from a script or a recording instead of live tools and live health.
+"""Ports that answer from a recording instead of live tools and live health.
 
-For :class:`hermesbus.testing.Harness` and for shadow replay (``hermesbus replay
---shadow``), where no tool may run and nothing may be asked of the world:
+For shadow replay (``hermesbus replay --shadow``) and redrive, where no tool may run and
+nothing may be asked of the world:
 
-* :class:`ScriptedTools` (a ``ToolPort``): each tool answers what the script says, and
-  every call is kept, so a test can say what a tool returns and check what it was asked.
 * :class:`RecordedTools` (a ``ToolPort``) and :class:`RecordedHealth` (a ``HealthView``):
   answer what the log says was answered for the envelope being replayed;
   :class:`RecordedBudgets` gives the conversation the cycle budget it used then. Before each
@@ -15,19 +13,15 @@ For :class:`hermesbus.testing.Harness` and for shadow replay (``hermesbus replay
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import ErrorReport, ToolCall, ToolResult
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import ErrorReport, ToolCall, ToolResult
 from hermesbus.processors.protocol import (
     ALERTS,
     BUSY_BEHIND,
-    NOT_REGISTERED,
-    OK,
     STATE_TIMEOUT_MS,
     ToolHealth,
     component_of,
@@ -36,59 +30,19 @@ from hermesbus.processors.protocol import (
 from hermesbus.processors.tool import CallReport
 
 if TYPE_CHECKING:
-    from hermesbus.replay import Recording
+    from hermesbus.replay.shadow import Recording
 
 __all__ = [
     "ArgumentTools",
     "RecordedBudgets",
     "RecordedHealth",
     "RecordedTools",
-    "ScriptedTools",
     "backlogged_of",
     "health_of",
 ]
 
-Script = Mapping[str, Any] | Callable[[ToolCall], ToolResult | Mapping[str, Any]]
-"""A tool's answer: its result JSON (a mapping), or a function of the call returning a
-``ToolResult`` or the result JSON."""
 _NOT_RECORDED = 599
 """The status of a call the recording has no answer for (no real tool answers 599)."""
-
-
-@dataclass
-class ScriptedTools:
-    """Tools that answer from ``script`` (tool name -> :data:`Script`); unknown tools get
-    404. ``calls`` keeps every call, in order, with whether the fallback was asked for."""
-
-    script: dict[str, Script] = field(default_factory=dict)
-    steps: Mapping[str, Iterable[str]] = field(default_factory=dict)
-    """Verification steps each tool reports (default: ``scripted``)."""
-    calls: list[tuple[ToolCall, bool]] = field(default_factory=list)
-
-    async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
-    ) -> CallReport:
-        self.calls.append((call, fallback))
-        answer = self.script.get(call.tool)
-        if answer is None:
-            message = f"{call.tool} is not in the script ({sorted(self.script)})"
-            return CallReport(ToolResult(tool=call.tool, status_code=NOT_REGISTERED, error=message))
-        made = answer(call) if callable(answer) else answer
-        if isinstance(made, ToolResult):
-            return CallReport(made)
-        steps = tuple(self.steps.get(call.tool, ("scripted",)))
-        result = ToolResult(
-            tool=call.tool,
-            status_code=OK,
-            result_json=json.dumps(dict(made), ensure_ascii=False, sort_keys=True),
-            verified=True,
-            verification_steps=steps,
-        )
-        return CallReport(result)
-
-    def asked(self, tool: str) -> list[dict[str, Any]]:
-        """The arguments of every call of ``tool``, in order."""
-        return [json.loads(c.arguments_json) for c, _ in self.calls if c.tool == tool]
 
 
 class RecordedTools:

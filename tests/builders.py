@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hermesbus import Envelope, Payload, Reply, UserTurn
-from hermesbus._types import Record
+from hermesbus.contract.fields import Record
 
 T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from hermesbus.config import HOME_ENV
+from hermesbus.base.config import HOME_ENV
 from hermesbus.identity import KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
 from tests.services import (  # the service fixtures and the failure report, for every test

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from hermesbus.broker import find_broker_binary, metadata_probe
+from hermesbus.compose.broker import find_broker_binary, metadata_probe
 from hermesbus.errors import BrokerError
 
 __all__ = [

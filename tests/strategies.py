@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 import hermesbus as h
+from hermesbus.contract.payloads import Body
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -22,7 +23,7 @@ SESSION_IDS = st.text(
     min_size=1,
     max_size=24,
 )
-"""Session ids as the envelope takes them (hermesbus.envelope.SESSION_ID_RULE)."""
+"""Session ids as the envelope takes them (hermesbus.contract.envelope.SESSION_ID_RULE)."""
 FLOATS = st.floats(allow_nan=False, allow_infinity=False)
 PLUS = st.floats(min_value=0, allow_nan=False, allow_infinity=False)
 # Avro timestamp-millis is a signed 64-bit count of ms; Python datetimes span years 1-9999.
@@ -188,7 +189,7 @@ envelopes = st.builds(
 )
 
 
-def envelope_with(body: h.payloads.Body | None = None) -> h.Envelope:
+def envelope_with(body: Body | None = None) -> h.Envelope:
     """A small valid envelope, for tests that need one concrete value."""
     return h.Envelope(
         message_id="msg_abc123",

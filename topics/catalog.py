@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hermesbus.codec.schemaset import SchemaSet
 from hermesbus.errors import CatalogError
 from hermesbus.schemas import SCHEMAS_DIR
-from hermesbus.schemaset import SchemaSet
 
 __all__ = ["CATALOG_FILE", "SESSION_KEY", "Catalog", "TopicSpec", "parse_retention"]
 

@@ -7,7 +7,7 @@ import re
 from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hermesbus.config import without_userinfo
+from hermesbus.base.config import without_userinfo
 
 __all__ = ["ElasticsearchConfig"]
 

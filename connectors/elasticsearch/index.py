@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hermesbus.base.lifecycle import Service
 from hermesbus.connectors.elasticsearch import templates
 from hermesbus.connectors.elasticsearch.client import connect, status_of, translated
 from hermesbus.connectors.elasticsearch.config import ElasticsearchConfig
 from hermesbus.errors import TraceIndexError
-from hermesbus.index import Document, Search, WriteResult
-from hermesbus.lifecycle import Service
+from hermesbus.trace.index import Document, Search, WriteResult
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
@@ -89,7 +89,8 @@ class ServerState:
 
 
 class ElasticsearchTraceIndex(Service):
-    """The :class:`~hermesbus.index.TraceIndex` on Elasticsearch (``HERMES_ELASTICSEARCH_URL``).
+    """The :class:`~hermesbus.trace.index.TraceIndex` on Elasticsearch
+    (``HERMES_ELASTICSEARCH_URL``).
 
     ``install``: put the templates (and the lifecycle policy where the server has index
     lifecycle management) at start; the read-only commands pass False.

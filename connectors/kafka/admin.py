@@ -12,10 +12,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
+from hermesbus.base.lifecycle import Service
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
-from hermesbus.lifecycle import Service
 
 __all__ = ["ExistingTopic", "KafkaAdmin", "NewTopicSpec"]
 

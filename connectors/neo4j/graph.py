@@ -21,12 +21,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
+from hermesbus.base.lifecycle import Service
 from hermesbus.connectors.neo4j import mark as marks
 from hermesbus.connectors.neo4j.client import connect, translated
 from hermesbus.connectors.neo4j.config import Neo4jConfig
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.errors import StoreError
-from hermesbus.lifecycle import Service
-from hermesbus.payloads import TrustLevel
 from hermesbus.processors.memory import (
     CHANGE_LEDGER,
     TRUST_RANK,

@@ -1,4 +1,4 @@
-"""The graph store's mark (:mod:`hermesbus.storemark`): one ``(:StoreMark {ns, mark})`` node
+"""The graph store's mark (:mod:`hermesbus.base.storemark`): one ``(:StoreMark {ns, mark})`` node
 per namespace (unique: ``hermes_mark`` in the graph's ``SCHEMA``), read at start, every
 ``CHECK_EVERY_S`` and after an error (the driver reconnects on its own, unseen), never per
 query."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, LiteralString
 
+from hermesbus.base.storemark import Mark, MarkGuard
 from hermesbus.connectors.neo4j.client import connect, translated
 from hermesbus.connectors.neo4j.config import Neo4jConfig
-from hermesbus.storemark import Mark, MarkGuard
 
 if TYPE_CHECKING:
     from neo4j import AsyncDriver

@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from hermesbus.base.lifecycle import Service
+from hermesbus.base.storemark import Mark, MarkGuard
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.errors import ConfigError, StoreError
-from hermesbus.lifecycle import Service
-from hermesbus.storemark import Mark, MarkGuard
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -130,7 +130,7 @@ class RedisService(Service):
     ``stop()``. redis-py calls a registered script by SHA and loads it again after
     NOSCRIPT (a restarted or failed-over server).
 
-    The store's mark (:mod:`hermesbus.storemark`) is the key :func:`mark_key`: read on every
+    The store's mark (:mod:`hermesbus.base.storemark`) is the key :func:`mark_key`: read on every
     new connection before its first command (a server restarted empty is caught before
     anything is read from it or written to it), every ``CHECK_EVERY_S`` and after an error.
     Every operation runs in :meth:`doing`, which raises ``StoreLost`` while it is gone."""

@@ -21,7 +21,7 @@ import orjson
 
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
-from hermesbus.payloads import ToolResult
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
 
 __all__ = ["RedisToolStore"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermesbus.config import HermesSettings
+from hermesbus.base.config import HermesSettings
 
 __all__ = ["RegistryConfig"]
 

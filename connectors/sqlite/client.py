@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from hermesbus.config import HermesSettings, unwritable_home, why_unwritable
+from hermesbus.base.config import HermesSettings, unwritable_home, why_unwritable
+from hermesbus.base.lifecycle import Service
+from hermesbus.base.storemark import Mark, MarkGuard
 from hermesbus.connectors.sqlite.mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
 from hermesbus.errors import HermesError, StoreError
-from hermesbus.lifecycle import Service
-from hermesbus.storemark import Mark, MarkGuard
 
 __all__ = ["BUSY_TIMEOUT_MS", "SqliteFile"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hermesbus.config import StateHome, default_home
+from hermesbus.base.config import StateHome, default_home
 from hermesbus.connectors.sqlite.client import BUSY_TIMEOUT_MS
 
 __all__ = ["SqliteConfig"]

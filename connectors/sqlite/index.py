@@ -16,7 +16,7 @@ import orjson
 
 from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.connectors.sqlite.config import SqliteConfig
-from hermesbus.index import Document, Search, WriteResult
+from hermesbus.trace.index import Document, Search, WriteResult
 
 __all__ = ["SqliteTraceIndex"]
 
@@ -43,7 +43,7 @@ _INSERT = (
 
 
 class SqliteTraceIndex(SqliteFile):
-    """The embedded :class:`~hermesbus.index.TraceIndex`."""
+    """The embedded :class:`~hermesbus.trace.index.TraceIndex`."""
 
     schema = _SCHEMA
     what = "trace index"

@@ -1,4 +1,4 @@
-"""A SQLite store's mark (:mod:`hermesbus.storemark`): a row of ``hermes_mark`` in its file.
+"""A SQLite store's mark (:mod:`hermesbus.base.storemark`): a row of ``hermes_mark`` in its file.
 
 A file deleted or replaced under a running store is noticed by its identity (device and
 inode) changing, read at the same times as the mark: every ``CHECK_EVERY_S`` and after an
@@ -11,7 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from hermesbus.storemark import Mark
+from hermesbus.base.storemark import Mark
 
 __all__ = ["MARK_SCHEMA", "file_id", "peek", "read_mark", "write_mark"]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from hermesbus.connectors.sqlite.client import SqliteFile
-from hermesbus.payloads import TrustLevel
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.processors.memory import (
     CHANGE_LEDGER,
     CHOICE_HISTORY,

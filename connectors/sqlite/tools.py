@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hermesbus.connectors.sqlite.client import SqliteFile
-from hermesbus.payloads import ToolResult
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
 
 __all__ = ["SqliteToolStore"]

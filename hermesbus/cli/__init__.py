@@ -17,7 +17,7 @@ import typer
 from typer import _click
 from typer.core import TyperCommand, TyperGroup
 
-from hermesbus import _sigint
+from hermesbus.base import sigint as _sigint
 
 __all__ = ["COMMANDS", "app", "load", "main"]
 
@@ -165,7 +165,7 @@ def _top() -> None:
 
 
 def main() -> None:
-    from hermesbus._logging import configure
+    from hermesbus.base.logs import configure
 
     configure()  # each condition logged once per 30 s, third-party loggers quiet
     if sys.argv[1:2] != ["up"]:  # up keeps exiting 130 at once until its loop handles Ctrl-C

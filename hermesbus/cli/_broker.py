@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from hermesbus.broker import EmbeddedBroker
-from hermesbus.config import writable_home
+from hermesbus.base.config import writable_home
+from hermesbus.compose.broker import EmbeddedBroker
 
 from ._common import HomeOption, err_console, errors, fail
 

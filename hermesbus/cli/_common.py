@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from hermesbus._printable import json_safe, printable
+from hermesbus.base.printable import json_safe, printable
 from hermesbus.errors import HermesError, SettingError
 
 if TYPE_CHECKING:

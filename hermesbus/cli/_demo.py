@@ -3,7 +3,7 @@
 Everything specific to the demo's fixture company that the run checks lives here: the
 endings the two conversations must reach (A submits, B stops and is kept as unfinished),
 the approver the submitted report must have in long-term memory, the demo user's
-mid-term memory. ``hermesbus.demo`` is the app side (what the user says); the tools and
+mid-term memory. ``hermesbus.demo.expense`` is the app side (what the user says); the tools and
 their fixtures are ``hermesbus.processors.tool.demo``.
 """
 
@@ -13,13 +13,13 @@ import asyncio
 import json
 import time
 
-from hermesbus import demo
+from hermesbus.compose.stack import Stack
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.demo import expense as demo
 from hermesbus.processors import conversation
 from hermesbus.processors.memory import Edge, MidTermItem
-from hermesbus.stack import Stack
-from hermesbus.trace import collect, spans, waterfall
+from hermesbus.trace.spans import collect, spans, waterfall
 
 from ._common import console, err_console, shown
 

@@ -32,9 +32,7 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from pydantic import ValidationError
 from rich.markup import escape
 
-from hermesbus.backends import tool_store, tool_store_exists
-from hermesbus.broker import EmbeddedBroker, find_broker_binary
-from hermesbus.config import (
+from hermesbus.base.config import (
     HOME_ENV,
     HermesSettings,
     default_home,
@@ -42,6 +40,9 @@ from hermesbus.config import (
     why_unwritable,
     without_userinfo,
 )
+from hermesbus.compose.backends import tool_store, tool_store_exists
+from hermesbus.compose.broker import EmbeddedBroker, find_broker_binary
+from hermesbus.compose.homelock import held_by
 from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
 from hermesbus.connectors.neo4j import Neo4jConfig
 from hermesbus.connectors.neo4j import connect as connect_neo4j
@@ -51,7 +52,6 @@ from hermesbus.connectors.redis import connect as connect_redis
 from hermesbus.connectors.redis.client import translated as translated_redis
 from hermesbus.connectors.schema_registry.config import RegistryConfig
 from hermesbus.errors import HermesError
-from hermesbus.homelock import held_by
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth

@@ -12,8 +12,8 @@ from hermesbus.connectors.kafka.groups import behind
 from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import StoreError
-from hermesbus.index import INDEXER_GROUP
 from hermesbus.topics import Catalog
+from hermesbus.trace.index import INDEXER_GROUP
 
 from ._check import Check
 

@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from hermesbus.backends import trace_index
-from hermesbus.bundle import same_user, write_bundle
+from hermesbus.compose.backends import trace_index
+from hermesbus.compose.stack import REPLAYABLE
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import HermesError
-from hermesbus.index import Document
-from hermesbus.replay import documents
-from hermesbus.stack import REPLAYABLE
+from hermesbus.replay.bundle import same_user, write_bundle
+from hermesbus.replay.shadow import documents
+from hermesbus.trace.index import Document
 
 from ._common import BootstrapOption, HomeOption, PrefixOption, console, errors, fail, shown
 from ._sources import read_sessions

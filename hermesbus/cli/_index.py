@@ -18,15 +18,15 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from hermesbus.backends import trace_index
+from hermesbus.base.config import HermesSettings
 from hermesbus.codec import default_codec
-from hermesbus.config import HermesSettings
+from hermesbus.compose.backends import trace_index
+from hermesbus.compose.redrive import lineage_of, sandbox_home
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import Document, Search, TraceIndex, iso_ms, session_of
-from hermesbus.payloads import Reply
-from hermesbus.redrive import lineage_of, sandbox_home
+from hermesbus.contract.payloads import Reply
 from hermesbus.topics import DLQ
-from hermesbus.trace import Hop, collect, hops_of, spans, waterfall
+from hermesbus.trace.index import Document, Search, TraceIndex, iso_ms, session_of
+from hermesbus.trace.spans import Hop, collect, hops_of, spans, waterfall
 
 from ._common import (
     BootstrapOption,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hermesbus.config import HermesSettings, writable_home
+from hermesbus.base.config import HermesSettings, writable_home
 from hermesbus.identity import Keyring, keys_path
 from hermesbus.processors.protocol import IDENTITIES
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from hermesbus.config import HermesSettings
+from hermesbus.base.config import HermesSettings
 
 from ._common import console, errors, fail
 

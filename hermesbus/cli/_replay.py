@@ -14,20 +14,20 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from hermesbus.bundle import read_bundle
+from hermesbus.base.lifecycle import tune_collector
+from hermesbus.compose.redrive import Fork, external_inputs, redrive, sandbox_home
+from hermesbus.compose.stack import REPLAYABLE, shadows
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.envelope import Envelope
-from hermesbus.lifecycle import tune_collector
-from hermesbus.payloads import UserTurn
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
-from hermesbus.redrive import Fork, external_inputs, redrive, sandbox_home
-from hermesbus.replay import (
+from hermesbus.replay.bundle import read_bundle
+from hermesbus.replay.sandbox import MARKER
+from hermesbus.replay.shadow import (
     Recording,
     ShadowReport,
     shadow,
 )
-from hermesbus.sandbox import MARKER
-from hermesbus.stack import REPLAYABLE, shadows
 from hermesbus.topics import CONVERSATION_IN
 
 from ._common import (

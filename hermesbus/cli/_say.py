@@ -21,7 +21,7 @@ from ._common import (
 
 if TYPE_CHECKING:
     from hermesbus.client import Client, Replies, Unverified
-    from hermesbus.envelope import Envelope
+    from hermesbus.contract.envelope import Envelope
 
 __all__ = ["DEFAULT_WAIT_S", "NO_ANSWER", "say_command"]
 
@@ -30,7 +30,7 @@ DEFAULT_WAIT_S = 30.0
 NO_ANSWER = 3
 """Exit code of ``say --wait`` when the turn was sent but no answer came in time."""
 DEMO_USER = "u_xyz789"
-"""``--user``'s default: :data:`hermesbus.demo.DEMO_USER` (a unit test checks), written
+"""``--user``'s default: :data:`hermesbus.demo.expense.DEMO_USER` (a unit test checks), written
 here so that ``say --help`` does not import the demo (and with it the client)."""
 
 
@@ -190,7 +190,7 @@ def _dropped(record: Unverified) -> None:
 
 def _show(reply: Envelope) -> None:
     """A reply as ``hermesbus up --demo`` prints it: who, the text, its source."""
-    from hermesbus.demo import reply_text
+    from hermesbus.demo.expense import reply_text
 
     who = "hermes" if reply.source.startswith("conversation:") else "notice"
     console.print(

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hermesbus.compat import Compatibility, Level
+from hermesbus.codec.compat import Compatibility, Level
+from hermesbus.codec.evolution import CheckReport, check, previous_from, unreadable
+from hermesbus.codec.frozen import History
+from hermesbus.codec.schemaset import SchemaSet, canonical_form, fingerprint
 from hermesbus.errors import ConfigError
-from hermesbus.evolution import CheckReport, check, previous_from, unreadable
-from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
-from hermesbus.schemaset import SchemaSet, canonical_form, fingerprint
 
 from ._common import console, errors, fail
 

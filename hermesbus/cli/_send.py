@@ -18,9 +18,9 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from hermesbus.base.config import state_home
 from hermesbus.client import Client
-from hermesbus.config import state_home
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import HermesError
 from hermesbus.identity import APP
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermesbus.backends import trace_index
+from hermesbus.compose.backends import trace_index
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived, session_of
-from hermesbus.replay import (
+from hermesbus.replay.shadow import (
     Recording,
     documents,
     recording_of,
     records_from_broker,
     sessions_of_trace,
 )
-from hermesbus.tail import Position, catalog_topics, tail
-from hermesbus.trace import Hop
+from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, archived, session_of
+from hermesbus.trace.spans import Hop
+from hermesbus.trace.tail import Position, catalog_topics, tail
 
 from ._common import err_console, shown
 

@@ -1,5 +1,5 @@
 """``hermesbus stores check|adopt``: has a store come back empty (its mark gone), and the
-operator's acceptance of one that has (:mod:`hermesbus.storemark`).
+operator's acceptance of one that has (:mod:`hermesbus.base.storemark`).
 
 A store whose mark is gone pauses every processor that uses it (``StoreLost``, retried in
 place) until ``stores adopt`` writes a new mark into it and records it in the state
@@ -14,8 +14,8 @@ from typing import Protocol, cast
 
 import typer
 
+from hermesbus.base.storemark import Mark, MarkedStore, MarkGuard
 from hermesbus.errors import HermesError
-from hermesbus.storemark import Mark, MarkedStore, MarkGuard
 
 from ._check import Check
 from ._common import HomeOption, console, errors
@@ -36,7 +36,7 @@ class _Store(MarkedStore, Protocol):
 
 def _stores() -> list[tuple[str, _Store]]:
     """The stores ``up`` would use, by role, from the settings (none opened yet)."""
-    from hermesbus.backends import memory_stores, state_store, tool_store
+    from hermesbus.compose.backends import memory_stores, state_store, tool_store
 
     memory = memory_stores()
     found = [
@@ -112,7 +112,7 @@ def adopt_command(home: HomeOption = None) -> None:
     What the store held is not brought back: a running bus resumes, its sessions starting
     afresh. Stores that still carry their mark are left as they are.
     """
-    logging.getLogger("hermesbus.storemark").setLevel(logging.CRITICAL)  # said below instead
+    logging.getLogger("hermesbus.base.storemark").setLevel(logging.CRITICAL)  # said below instead
     with errors():
         lines = asyncio.run(_adopt())
     for line in lines:

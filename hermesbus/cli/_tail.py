@@ -25,7 +25,7 @@ from ._when import TIMES, tail_position
 
 if TYPE_CHECKING:
     from hermesbus.connectors.kafka import KafkaConfig
-    from hermesbus.tail import Filters, Position, Tailed
+    from hermesbus.trace.tail import Filters, Position, Tailed
 
 __all__ = ["tail_command"]
 
@@ -67,8 +67,8 @@ def tail_command(
     Reads by plain assignment: no consumer group is joined and no offset is committed,
     so no processor is disturbed. An undecodable record is listed with the reason.
     """
-    from hermesbus.tail import Filters
     from hermesbus.topics import Catalog
+    from hermesbus.trace.tail import Filters
 
     now = int(time.time() * 1000)  # what -15m counts back from
     first = _position("--from", start, now)
@@ -108,7 +108,7 @@ async def _print(
 ) -> None:
     import orjson
 
-    from hermesbus.tail import tail
+    from hermesbus.trace.tail import tail
 
     listed = 0
     async for tailed in tail(
@@ -133,7 +133,7 @@ async def _print(
 
 def _line(tailed: Tailed) -> str:
     """One record as a line of markup; everything from the record is ``shown`` escaped."""
-    from hermesbus.index import iso_ms
+    from hermesbus.trace.index import iso_ms
 
     where = f"{tailed.topic}/{tailed.partition}@{tailed.offset}"
     at = iso_ms(tailed.timestamp_ms)

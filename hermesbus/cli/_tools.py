@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from hermesbus.backends import tool_store, tool_store_exists
+from hermesbus.compose.backends import tool_store, tool_store_exists
 from hermesbus.errors import ConfigError
 from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
 from hermesbus.processors.tool.demo import register_demo

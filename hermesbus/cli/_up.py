@@ -14,15 +14,15 @@ import typer
 from rich.markup import escape
 from rich.status import Status
 
-from hermesbus import _sigint
-from hermesbus.broker import BrokerWatch, EmbeddedBroker, answers
+from hermesbus.base import sigint as _sigint
+from hermesbus.base.lifecycle import tune_collector
+from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker, answers
+from hermesbus.compose.stack import Stack, _provision, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.index import Indexer
-from hermesbus.lifecycle import tune_collector
 from hermesbus.runtime import Processor, RuntimeSettings
-from hermesbus.stack import Stack, _provision, stack
 from hermesbus.topics import Catalog
+from hermesbus.trace.index import Indexer
 
 from . import _demo
 from ._common import (
@@ -73,7 +73,7 @@ def up_command(
     may not create them. Ctrl-C (SIGINT), at
     any moment of the start too, stops whatever started and exits 130; SIGTERM exits as
     if the run had ended. One ``up`` per ``HERMES_HOME``: a second one is refused (exit 1),
-    naming the process that runs (``hermesbus.homelock``).
+    naming the process that runs (``hermesbus.compose.homelock``).
     """
     with errors():
         kafka = kafka_with(bootstrap)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ._common import fail
 
 if TYPE_CHECKING:
-    from hermesbus.tail import Position
+    from hermesbus.trace.tail import Position
 
 __all__ = ["LAST_MS", "TIMES", "OutOfRange", "parse_time", "parse_when", "tail_position"]
 
@@ -67,7 +67,7 @@ def _epoch_ms(text: str, now_ms: int) -> int:
 
 def tail_position(text: str, now_ms: int) -> Position:
     """``beginning``, ``end``, an offset (fewer than 13 digits), or a time as above."""
-    from hermesbus.tail import Position
+    from hermesbus.trace.tail import Position
 
     value = text.strip().lower()
     if value in ("beginning", "end"):

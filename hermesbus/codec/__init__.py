@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from hermesbus.config import HermesSettings
+from hermesbus.base.config import HermesSettings
 from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 
 from ._codec import Codec, SchemaRegistry, WriterSchema
 from ._framing import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, Framing

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 import fastavro
 
-from hermesbus.compat import can_read
-from hermesbus.envelope import Envelope
+from hermesbus.codec.compat import can_read
+from hermesbus.codec.frozen import History
+from hermesbus.codec.schemaset import SchemaSet, fingerprint, parse
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ContractError, DecodeError, EncodeError, HermesError, RegistryError
-from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
-from hermesbus.schemaset import SchemaSet, fingerprint, parse
 
 from . import _wire
 from ._compile import Compiled, CompileError, compile_codec

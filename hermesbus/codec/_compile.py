@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hermesbus._types import EPOCH, Record
+from hermesbus.contract.fields import EPOCH, Record
 
 from . import _wire
 from ._kinds import CompileError, RecordKind, pair_record

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hermesbus._types import Record
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import Record
+from hermesbus.contract.payloads import BODY_TYPES
 from hermesbus.errors import ContractError
-from hermesbus.payloads import BODY_TYPES
 
 __all__ = ["to_model", "to_record"]
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import AfterValidator, BeforeValidator, Strict, WrapSerializer
 
-from hermesbus import payloads
-from hermesbus._types import Record, _epoch_millis, to_millis_datetime
-from hermesbus.schemaset import fullname, qualify
+from hermesbus.codec.schemaset import fullname, qualify
+from hermesbus.contract import payloads
+from hermesbus.contract.fields import Record, _epoch_millis, to_millis_datetime
 
 from ._constraints import (
     Checks,

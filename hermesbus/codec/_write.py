@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermesbus._types import EPOCH
+from hermesbus.contract.fields import EPOCH
 
 from . import _wire
 from ._kinds import (

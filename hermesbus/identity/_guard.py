@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import IdentityError
 from hermesbus.topics import identity_of
 

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hermesbus.config import HermesSettings
+from hermesbus.base.config import HermesSettings
 from hermesbus.errors import ConfigError
 
 from ._public import PublicKeys

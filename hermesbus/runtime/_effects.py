@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 
 from aiokafka import ConsumerRecord
 
-from hermesbus import headers as h
-from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
-from hermesbus.envelope import Envelope
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import ContextValue, ErrorReport, Payload, TimerFired
 from hermesbus.errors import IdentityError, StoreLost
-from hermesbus.payloads import ContextValue, ErrorReport, Payload, TimerFired
 from hermesbus.topics import topic_for
 
 from ._model import Outcome, TimerRequest, derive_id

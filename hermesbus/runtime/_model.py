@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 
 __all__ = [
     "Effects",

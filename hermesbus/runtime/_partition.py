@@ -8,8 +8,8 @@ from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from hermesbus import headers as h
-from hermesbus.envelope import Envelope
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ContractError
 
 from ._offsets import OffsetTracker

@@ -18,10 +18,11 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import PARTITIONER_HINT, partition_of
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.headers import DLQ_NOTE
 from hermesbus.errors import (
     BrokerError,
     ContractError,
@@ -31,7 +32,6 @@ from hermesbus.errors import (
     StoreError,
     StoreLost,
 )
-from hermesbus.headers import DLQ_NOTE
 from hermesbus.identity import Guard
 from hermesbus.topics import ALERTS, DLQ
 

@@ -20,11 +20,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from hermesbus.base.lifecycle import Service, background, cancelled, return_freed_memory
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
-from hermesbus.lifecycle import Service, background, cancelled, return_freed_memory
 
 from ._eos import Transactions
 from ._model import EMPTY, Handler, PauseNotice

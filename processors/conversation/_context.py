@@ -11,9 +11,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from hermesbus._types import epoch_ms
-from hermesbus.envelope import Envelope, Metadata, RetryPolicy
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope, Metadata, RetryPolicy
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import (
     Body,
     ContentType,
     ContextValue,

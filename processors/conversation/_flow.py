@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from hermesbus.payloads import Attachment
+from hermesbus.contract.payloads import Attachment
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._machine import S2_WAIT, S3_VALIDATION, S4_IDLE

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from hermesbus.payloads import ErrorReport, TimerFired, ToolResults, UserTurn
+from hermesbus.contract.payloads import ErrorReport, TimerFired, ToolResults, UserTurn
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._results import (

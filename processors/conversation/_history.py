@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from hermesbus._types import Millis, NonEmpty
-from hermesbus.payloads import ContentType, Role
+from hermesbus.contract.fields import Millis, NonEmpty
+from hermesbus.contract.payloads import ContentType, Role
 
 __all__ = [
     "HISTORY_BUDGET_TOKENS",

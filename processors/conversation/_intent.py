@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict
 
-from hermesbus.lifecycle import Service
+from hermesbus.base.lifecycle import Service
 
 __all__ = [
     "CITIES",

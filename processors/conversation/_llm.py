@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 import httpx
 from pydantic import SecretStr, ValidationError
 
+from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError, IntentError
-from hermesbus.lifecycle import Service
 from hermesbus.processors.conversation._intent import (
     DEFAULT_TIMEZONE,
     Intent,

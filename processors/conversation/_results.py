@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import ContentType, ErrorReport, Role, ToolResult, ToolResults
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import ContentType, ErrorReport, Role, ToolResult, ToolResults
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts

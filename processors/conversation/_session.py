@@ -10,12 +10,12 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hermesbus._types import from_epoch_ms
+from hermesbus.contract.fields import from_epoch_ms
+from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 from hermesbus.errors import StoreError
 from hermesbus.processors.conversation._history import History
 from hermesbus.processors.conversation._texts import LOW_CONFIDENCE
 from hermesbus.runtime import kept
-from hermesbus.snapshot import ContextSnapshot, ToolCallTrace
 
 __all__ = [
     "MAX_PROBLEMS",

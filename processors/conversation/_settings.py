@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError
-from hermesbus.lifecycle import Service
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._intent import DEFAULT_TIMEZONE, RuleIntentParser
 from hermesbus.processors.conversation._llm import HttpIntentParser

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from hermesbus.payloads import TimerFired
+from hermesbus.contract.payloads import TimerFired
 from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step

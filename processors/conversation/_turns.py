@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from hermesbus.contract.payloads import ContentType, Role, UserTurn
 from hermesbus.errors import IntentError
-from hermesbus.payloads import ContentType, Role, UserTurn
 from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._confirm import is_confirmation

@@ -12,9 +12,9 @@ import logging
 from datetime import datetime
 from typing import Final
 
-from hermesbus._types import from_epoch_ms
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import from_epoch_ms
+from hermesbus.contract.payloads import (
     ContextValue,
     ErrorReport,
     MemoryContext,

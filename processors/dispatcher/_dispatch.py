@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
-from hermesbus.errors import StoreError
-from hermesbus.payloads import (
+from hermesbus.contract.payloads import (
     ContextValue,
     ErrorReport,
     MemoryQuery,
@@ -21,6 +20,7 @@ from hermesbus.payloads import (
     ToolCall,
     ToolResults,
 )
+from hermesbus.errors import StoreError
 from hermesbus.processors.dispatcher._emit import Effects, diagnostics
 from hermesbus.processors.dispatcher._health import bilingual, choose
 from hermesbus.processors.dispatcher._state import CallStatus, Cycle, CycleStatus

@@ -13,12 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 from hermesbus import runtime
-from hermesbus._types import epoch_ms
-from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
-from hermesbus.payloads import Body, ContextValue
+from hermesbus.contract.envelope import Diagnostics, Envelope, ExternalCalls, Metadata
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import Body, ContextValue
+from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, answer
 from hermesbus.runtime import TimerRequest
-from hermesbus.snapshot import ContextSnapshot
 
 __all__ = ["ALERTS_ADDRESS", "Effects", "diagnostics"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import (
     ContextValue,
     Continue,
     ErrorReport,

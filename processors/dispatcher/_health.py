@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from hermesbus.payloads import ToolResult
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.protocol import HealthView, ToolHealth
 
 __all__ = [

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import (
     ContextValue,
     MemoryTier,
     MemoryWrite,

@@ -14,8 +14,8 @@ from typing import Final
 
 from pydantic import BaseModel
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import (
     Continue,
     MemoryContext,
     MemoryTier,

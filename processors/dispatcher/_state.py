@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import MemoryContext, ToolResult
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import MemoryContext, ToolResult
 from hermesbus.processors.protocol import MEMORY_CONTEXT, tool_at
 from hermesbus.runtime import ModelState
 

@@ -7,7 +7,7 @@
 - long-term: an entity graph changed only by tool-verified facts from the dispatcher,
   queried by trust level, with conflict resolution and every change sent to ``audit:graph``.
 
-Wiring: ``async with hermesbus.backends.memory_stores() as stores:`` (the stores the
+Wiring: ``async with hermesbus.compose.backends.memory_stores() as stores:`` (the stores the
 settings pick) then run ``handle`` as processor ``NAME`` with ``ports={NAME: stores}``.
 """
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from hermesbus.envelope import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import (
     Body,
     ContextValue,
     ErrorReport,

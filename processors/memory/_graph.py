@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 
-from hermesbus.payloads import MemoryFact, MemoryWrite, TrustLevel, Verification
+from hermesbus.contract.payloads import MemoryFact, MemoryWrite, TrustLevel, Verification
 from hermesbus.processors.memory._emit import Refused
 from hermesbus.processors.memory._model import (
     TRUST_RANK,

@@ -15,8 +15,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from hermesbus.contract.payloads import (
+    MemoryContext,
+    MemoryQuery,
+    MemoryTier,
+    MemoryWrite,
+    StateSnapshot,
+)
 from hermesbus.errors import ConfigError
-from hermesbus.payloads import MemoryContext, MemoryQuery, MemoryTier, MemoryWrite, StateSnapshot
 from hermesbus.processors.memory._emit import Refused, audit_envelope, refusal_envelope, reply
 from hermesbus.processors.memory._graph import facts_for, plan_write, subject_of
 from hermesbus.processors.memory._midterm import apply_mid_term, preferences_for

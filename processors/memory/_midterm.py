@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from hermesbus.payloads import MemoryWrite
+from hermesbus.contract.payloads import MemoryWrite
 from hermesbus.processors.memory._emit import Refused
 from hermesbus.processors.memory._model import MidTermItem, Preference
 from hermesbus.processors.memory._ports import PreferenceStore

@@ -12,8 +12,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hermesbus._types import epoch_ms
-from hermesbus.payloads import TrustLevel
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import TrustLevel
 
 __all__ = [
     "TRUST_RANK",

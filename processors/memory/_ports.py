@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
-from hermesbus.payloads import TrustLevel
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.processors.memory._model import (
     ChoiceCount,
     Edge,

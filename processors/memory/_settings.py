@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hermesbus.config import StateHome, default_home
+from hermesbus.base.config import StateHome, default_home
 from hermesbus.processors.memory._ports import CHANGE_LEDGER, CHOICE_HISTORY
 
 __all__ = ["MAX_TTL_S", "MemorySettings"]

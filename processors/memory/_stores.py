@@ -2,7 +2,7 @@
 
 It holds a :class:`PreferenceStore`, a :class:`GraphStore`, the settings and the
 validator registry. The stores are given: the processor knows their Protocols, never a
-backend (``hermesbus.backends.memory_stores`` picks them from settings: SQLite on
+backend (``hermesbus.compose.backends.memory_stores`` picks them from settings: SQLite on
 ``$HERMES_HOME/memory.sqlite3`` by default).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from hermesbus.lifecycle import Service
-from hermesbus.payloads import TrustLevel
+from hermesbus.base.lifecycle import Service
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.processors.memory._model import (
     ChoiceCount,
     Edge,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from hermesbus.payloads import MemoryWrite, TrustLevel
+from hermesbus.contract.payloads import MemoryWrite, TrustLevel
 from hermesbus.processors.memory._emit import Refused
 from hermesbus.processors.memory._model import trust_at_least
 from hermesbus.processors.memory._ports import GraphStore

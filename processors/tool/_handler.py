@@ -7,8 +7,8 @@ through ``inp.ports["tools"]`` (a :class:`ToolPort`, e.g. :class:`ToolService`).
 
 from __future__ import annotations
 
-from hermesbus.envelope import Diagnostics, Envelope, ExternalCalls
-from hermesbus.payloads import Body, ErrorReport, ToolCall
+from hermesbus.contract.envelope import Diagnostics, Envelope, ExternalCalls
+from hermesbus.contract.payloads import Body, ErrorReport, ToolCall
 from hermesbus.processors.protocol import (
     ALERTS,
     DISPATCHER_ADDRESS,

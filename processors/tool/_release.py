@@ -7,8 +7,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.errors import VerificationError
-from hermesbus.payloads import ToolResult
 from hermesbus.processors.protocol import OK, VERIFICATION_FAILED
 from hermesbus.processors.tool._executor import Execution
 from hermesbus.processors.tool._spec import ToolSpec

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 import httpx
 
-from hermesbus._types import epoch_ms, from_epoch_ms
+from hermesbus.base.lifecycle import Service
+from hermesbus.contract.fields import epoch_ms, from_epoch_ms
+from hermesbus.contract.payloads import ToolCall, ToolResult
 from hermesbus.errors import ToolError, VerificationError
-from hermesbus.lifecycle import Service
-from hermesbus.payloads import ToolCall, ToolResult
 from hermesbus.processors.protocol import (
     BAD_ARGUMENTS,
     NOT_REGISTERED,

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hermesbus.config import StateHome, default_home
+from hermesbus.base.config import StateHome, default_home
 
 __all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed", "private_part"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from hermesbus.payloads import ToolResult
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool._spec import ToolSpec
 
 __all__ = ["CallStats", "Probe", "StoredResult", "ToolStore"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.stack import Stack, stack
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
 
 

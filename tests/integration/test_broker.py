@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from typer.testing import CliRunner
 
-from hermesbus.broker import EmbeddedBroker, free_port, metadata_probe
 from hermesbus.cli import app
+from hermesbus.compose.broker import EmbeddedBroker, free_port, metadata_probe
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.topics import Catalog, ExistingTopic
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import BrokerWatch, EmbeddedBroker, free_port
+from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("broker_binary")]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import EmbeddedBroker
+from hermesbus.compose.broker import EmbeddedBroker
 from hermesbus.topics import Catalog
 from tests.cli_process import clean_env, hermesbus
 

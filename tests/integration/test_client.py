@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 import hermesbus as h
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import Codec
+from hermesbus.contract.headers import traceparent
 from hermesbus.errors import ReplyTimeout
-from hermesbus.headers import traceparent
 from hermesbus.identity import SIGNATURE
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
 from tests.builders import reply_to

@@ -18,12 +18,12 @@ from aiokafka import AIOKafkaConsumer
 from hermesbus import Client, Envelope, MemoryWrite, Reply, TrustLevel
 from hermesbus.cli._demo import lacks
 from hermesbus.codec import decode
+from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.demo import DEMO_USER, conversations, missing, reply_text, run, talk
-from hermesbus.stack import Stack, stack
-from hermesbus.tail import Filters, Position, tail
+from hermesbus.demo.expense import DEMO_USER, conversations, missing, reply_text, run, talk
 from hermesbus.topics import Catalog
-from hermesbus.trace import collect, spans
+from hermesbus.trace.spans import collect, spans
+from hermesbus.trace.tail import Filters, Position, tail
 from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import free_port
+from hermesbus.compose.broker import free_port
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.topics import Catalog

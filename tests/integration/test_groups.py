@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
+from hermesbus.compose.stack import stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import committed, hand_over, hand_over_all
 from hermesbus.errors import BrokerError
 from hermesbus.processors import tool
-from hermesbus.stack import stack
 from hermesbus.topics import Catalog, plan
 
 pytestmark = pytest.mark.kafka

@@ -23,13 +23,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from hermesbus import Client, Envelope, Payload
-from hermesbus import headers as h
 from hermesbus.codec import decode, encode
-from hermesbus.demo import DEMO_USER
-from hermesbus.envelope import Metadata
-from hermesbus.errors import IdentityError
-from hermesbus.identity import Keyring, Signer, new_key
-from hermesbus.payloads import (
+from hermesbus.compose.stack import Stack
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import Metadata
+from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryTier,
     MemoryWrite,
@@ -37,7 +35,9 @@ from hermesbus.payloads import (
     TrustLevel,
     Verification,
 )
-from hermesbus.stack import Stack
+from hermesbus.demo.expense import DEMO_USER
+from hermesbus.errors import IdentityError
+from hermesbus.identity import Keyring, Signer, new_key
 from hermesbus.topics import ALERTS, DLQ
 from tests import signing
 from tests.integration.stacks import demo_stack

@@ -32,9 +32,9 @@ import fastavro
 import fastavro.schema
 import pytest
 
+from hermesbus.compose.stack import Stack
 from hermesbus.connectors.kafka import partition_of
-from hermesbus.demo import DEMO_USER
-from hermesbus.stack import Stack
+from hermesbus.demo.expense import DEMO_USER
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
 from tests.integration.stacks import demo_stack
 

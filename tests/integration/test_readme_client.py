@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Client, Reply
+from hermesbus.compose.stack import Stack
 from hermesbus.processors.conversation._texts import CANCELLED, SAVED
 from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT, DEMO_USERS
-from hermesbus.stack import Stack
 from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

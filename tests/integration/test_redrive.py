@@ -13,12 +13,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from hermesbus import Envelope
+from hermesbus.compose.redrive import FORK_OF, REPLAY_ID, REPLAY_ORIGIN
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import committed
-from hermesbus.demo import Said, run
+from hermesbus.demo.expense import Said, run
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.redrive import FORK_OF, REPLAY_ID, REPLAY_ORIGIN
-from hermesbus.tail import Filters, Position, catalog_topics, tail
+from hermesbus.trace.tail import Filters, Position, catalog_topics, tail
 from tests.cli_process import clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 

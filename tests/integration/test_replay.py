@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 from hermesbus import Envelope, Reply
 from hermesbus.cli import app
+from hermesbus.compose.stack import Stack, shadows
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.demo import run
+from hermesbus.demo.expense import run
 from hermesbus.processors import conversation
 from hermesbus.processors.protocol import ProtocolPolicy
-from hermesbus.replay import Recording, from_broker, shadow
+from hermesbus.replay.shadow import Recording, from_broker, shadow
 from hermesbus.runtime import Handler, HandlerInput, Outcome
-from hermesbus.stack import Stack, shadows
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 

@@ -22,13 +22,13 @@ from hermesbus.cli._say import NO_ANSWER
 from hermesbus.cli._send import BAD_INPUT, RESEND_NOTE
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import decode
+from hermesbus.compose.stack import Stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.demo import DEMO_USER
-from hermesbus.headers import DLQ_ERROR_MESSAGE
+from hermesbus.contract.headers import DLQ_ERROR_MESSAGE
+from hermesbus.demo.expense import DEMO_USER
 from hermesbus.identity import KEYS_FILE_ENV, SIGNATURE, Keyring, Verifier
 from hermesbus.processors.protocol import IDENTITIES
 from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT
-from hermesbus.stack import Stack
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ, Catalog
 from tests.builders import reply_to
 from tests.integration.stacks import conversation_topics, demo_stack

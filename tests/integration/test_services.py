@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import EmbeddedBroker
+from hermesbus.compose.broker import EmbeddedBroker
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.kafka

@@ -15,11 +15,11 @@ from aiokafka import AIOKafkaProducer
 
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.envelope import Envelope
-from hermesbus.headers import envelope_headers
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.headers import envelope_headers
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.tail import Filters, Position, tail
 from hermesbus.topics import Catalog
+from hermesbus.trace.tail import Filters, Position, tail
 from tests.builders import reply_to, turn
 from tests.cli_process import Ran, clean_env, hermesbus
 

@@ -15,9 +15,9 @@ import pytest
 from hermesbus.client import Client
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.headers import TRACE_ID
+from hermesbus.contract.headers import TRACE_ID
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.trace import collect, spans
+from hermesbus.trace.spans import collect, spans
 from tests.builders import reply_to, turn
 from tests.cli_process import clean_env, hermesbus
 from tests.integration.runtime.support import provision

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hermesbus.cli._say import NO_ANSWER
 from hermesbus.client import Client, Unverified
 from hermesbus.codec import Codec
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Signer
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT

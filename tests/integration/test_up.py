@@ -16,9 +16,9 @@ import pytest
 
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
-from hermesbus.demo import FIGURES
+from hermesbus.contract.payloads import TrustLevel
+from hermesbus.demo.expense import FIGURES
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.payloads import TrustLevel
 
 pytestmark = pytest.mark.kafka
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hermesbus.broker import (
+from hermesbus.cli import app
+from hermesbus.compose.broker import (
     BrokerWatch,
     EmbeddedBroker,
     answers,
@@ -21,7 +22,6 @@ from hermesbus.broker import (
     free_port,
     metadata_probe,
 )
-from hermesbus.cli import app
 from hermesbus.errors import BrokerError
 
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from hermesbus import Envelope, MemoryWrite, Payload, UserTurn
-from hermesbus.bundle import read_bundle, same_user, write_bundle
 from hermesbus.codec import Codec
+from hermesbus.contract.payloads import MemoryTier
 from hermesbus.errors import ConfigError
-from hermesbus.index import ArchivedRecord
-from hermesbus.payloads import MemoryTier
+from hermesbus.replay.bundle import read_bundle, same_user, write_bundle
+from hermesbus.trace.index import ArchivedRecord
 from tests.builders import turn
 
 MEMORY = "hermes.memory"

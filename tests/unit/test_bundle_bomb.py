@@ -22,8 +22,8 @@ from typing import BinaryIO
 
 import pytest
 
-from hermesbus.bundle import LIMITS, Limits, read_bundle
 from hermesbus.errors import SettingError
+from hermesbus.replay.bundle import LIMITS, Limits, read_bundle
 from tests.cli_process import clean_env
 
 _MIB = 1 << 20

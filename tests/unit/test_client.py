@@ -22,6 +22,7 @@ from hermesbus import client as client_module
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.contract.headers import traceparent
 from hermesbus.errors import (
     BrokerError,
     ConfigError,
@@ -30,7 +31,6 @@ from hermesbus.errors import (
     IdentityError,
     ReplyTimeout,
 )
-from hermesbus.headers import traceparent
 from hermesbus.identity import SIGNATURE, Keyring, Signer, Verifier
 from tests import signing
 from tests.builders import reply_to

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 import hermesbus as h
 from hermesbus import codec
 from hermesbus.codec import Codec
+from hermesbus.codec.frozen import History
+from hermesbus.codec.schemaset import SchemaSet, canonical_form
 from hermesbus.errors import ContractError, DecodeError, EncodeError, HermesError
-from hermesbus.history import History
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
-from hermesbus.schemaset import SchemaSet, canonical_form
 from tests import strategies as s
 
 GOLDEN = Path(__file__).parent / "golden" / "envelope-v1.hex"

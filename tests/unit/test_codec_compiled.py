@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from pydantic import ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 import hermesbus as h
-from hermesbus._types import Record
 from hermesbus.codec import Codec, _wire, default_codec
 from hermesbus.codec._compile import CompileError, compile_codec
 from hermesbus.codec._convert import to_model, to_record
 from hermesbus.codec._wire import Broken
+from hermesbus.contract.fields import Record
 from hermesbus.errors import ContractError, DecodeError, EncodeError
 from tests import strategies as s
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hermesbus.compat import Level, can_read, compare, named_types
+from hermesbus.codec.compat import Level, can_read, compare, named_types
 
 
 def record(*fields: dict[str, Any], name: str = "R") -> dict[str, Any]:

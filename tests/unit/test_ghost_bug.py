@@ -22,13 +22,13 @@ import json
 from pathlib import Path
 
 from hermesbus import Envelope, Reply, ToolResult
-from hermesbus.bundle import write_bundle
 from hermesbus.codec import default_codec
+from hermesbus.compose.stack import in_memory
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import DocumentSettings, document
 from hermesbus.processors import conversation, protocol
+from hermesbus.replay.bundle import write_bundle
 from hermesbus.runtime import Handler, HandlerInput, Outcome
-from hermesbus.stack import in_memory
+from hermesbus.trace.index import DocumentSettings, document
 from tests.cli_process import clean_env, hermesbus
 
 from .processors.conversation.demo import (

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Reply
-from hermesbus.bundle import read_bundle
+from hermesbus.compose.stack import REPLAYABLE, shadows
 from hermesbus.processors.protocol import ProtocolPolicy
-from hermesbus.replay import shadow
-from hermesbus.stack import REPLAYABLE, shadows
+from hermesbus.replay.bundle import read_bundle
+from hermesbus.replay.shadow import shadow
 from tests.golden.record import BUNDLES, HERE
 
 ENDINGS = {"demo-a.tar.gz": "已提交报销单", "demo-b.tar.gz": "未完成报销流程"}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.compose.homelock import LOCK_FILE, held_by, home_lock
 from hermesbus.errors import ConfigError
-from hermesbus.homelock import LOCK_FILE, held_by, home_lock
 
 WAIT_S = 60.0
 """How long a helper process may take to say it holds the lock (a busy machine)."""
@@ -24,7 +24,7 @@ _HOLDER = textwrap.dedent(
     """
     import subprocess, sys, time
     from pathlib import Path
-    from hermesbus.homelock import home_lock
+    from hermesbus.compose.homelock import home_lock
     with home_lock(Path(sys.argv[1])):
         if len(sys.argv) > 2:  # a child of its own, as up's broker and tool workers are
             child = subprocess.Popen(["sleep", "600"], start_new_session=True)

@@ -1,28 +1,31 @@
-"""Imports go one way, and every backend package has the same shape.
+"""Imports go one way, the folders show the layers, and every backend package has one shape.
 
-The layers, lowest first; a module imports from its own layer and those below it only:
+The layers, lowest first; a module imports from its own layer and those below it only. Each
+subpackage of ``hermesbus`` is in one layer (:data:`LAYERS` names them all, so a new one
+must be placed):
 
-- **foundation**: :data:`FOUNDATION`, the errors, the service base and the settings.
+- **foundation**: ``hermesbus.errors`` and ``hermesbus.base`` (settings, lifecycle, logging).
 - **transport**: ``connectors.kafka`` and ``connectors.schema_registry``, the bus and the
   registry the core runs on: below the core, above the foundation only.
-- **core**: ``hermesbus.*`` and ``topics`` (envelope, codec, runtime, client, trace,
-  replay, index, testing). It knows no processor and no store backend.
+- **core**: the contract, codec, identity, runtime, client, trace, replay and testing
+  packages, ``topics`` and ``schemas``. It knows no processor and no store backend.
 - **processors**: ``hermesbus.processors.*``. They define or use Protocols for their
   ports (``runtime.StateStore``, memory's ``PreferenceStore``/``GraphStore``, the tool
   store) and never import a connector.
-- **stores**: every other connector (``sqlite``, ``elasticsearch``, later ``redis``,
-  ``neo4j``): each implements those Protocols, so it may import the processors' models.
-- **composition**: ``hermesbus.backends`` (picks the store implementations from settings),
-  ``hermesbus.stack`` (wires them and the processors), ``hermesbus.redrive`` (a sandbox
-  stack) and the CLI.
+- **stores**: every other connector (``sqlite``, ``elasticsearch``, ``redis``, ``neo4j``):
+  each implements those Protocols, so it may import the processors' models.
+- **composition**: ``hermesbus.compose`` (picks the store implementations from settings,
+  wires them and the processors, runs a redrive's sandbox), the CLI, and the demo.
 
-The source is read with :mod:`ast` (every import, also those inside functions), so a lazy
-import does not slip through.
+Which folder is which package is read from ``pyproject.toml`` (``package-dir``), as
+setuptools reads it. The source is read with :mod:`ast` (every import, also those inside
+functions), so a lazy import does not slip through.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,16 +33,32 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {
-    "hermesbus": "hermesbus",
-    "processors": "hermesbus.processors",
-    "connectors": "hermesbus.connectors",
-    "topics": "hermesbus.topics",
-    "schemas": "hermesbus.schemas",
+_MAPPED = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+FOLDERS = {"hermesbus": "hermesbus"} | {folder: name for name, folder in _MAPPED.items()}
+"""Folder -> the package it imports as (``processors`` -> ``hermesbus.processors``)."""
+LAYERS = {
+    "hermesbus.errors": "foundation",
+    "hermesbus.base": "foundation",
+    "hermesbus.connectors.kafka": "transport",
+    "hermesbus.connectors.schema_registry": "transport",
+    "hermesbus": "core",  # the package's own __init__: the public names, lazily
+    "hermesbus.contract": "core",
+    "hermesbus.codec": "core",
+    "hermesbus.identity": "core",
+    "hermesbus.runtime": "core",
+    "hermesbus.client": "core",
+    "hermesbus.trace": "core",
+    "hermesbus.replay": "core",
+    "hermesbus.testing": "core",
+    "hermesbus.topics": "core",
+    "hermesbus.schemas": "core",
+    "hermesbus.processors": "processors",
+    "hermesbus.connectors": "stores",
+    "hermesbus.compose": "composition",
+    "hermesbus.cli": "composition",
+    "hermesbus.demo": "composition",
 }
-FOUNDATION = frozenset({"hermesbus.errors", "hermesbus.lifecycle", "hermesbus.config"})
-TRANSPORT = ("hermesbus.connectors.kafka", "hermesbus.connectors.schema_registry")
-COMPOSITION = ("hermesbus.backends", "hermesbus.stack", "hermesbus.redrive", "hermesbus.cli")
+"""Package -> layer; a module is in the layer of the longest package it is in."""
 ORDER = ("foundation", "transport", "core", "processors", "stores", "composition")
 BACKEND_SHAPE = ("__init__.py", "client.py", "config.py", "errors.py")
 
@@ -77,17 +96,13 @@ def _imports(module: str, path: Path) -> Iterator[str]:
 
 
 def layer(module: str) -> str:
-    if module in FOUNDATION:
-        return "foundation"
-    if module.startswith(TRANSPORT):
-        return "transport"
-    if module.startswith("hermesbus.connectors"):
-        return "stores"
-    if module.startswith("hermesbus.processors"):
-        return "processors"
-    if any(module == c or module.startswith(c + ".") for c in COMPOSITION):
-        return "composition"
-    return "core"
+    """The layer of the longest package in :data:`LAYERS` that holds ``module``."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        found = LAYERS.get(".".join(parts[:n]))
+        if found is not None:
+            return found
+    raise KeyError(f"{module} is in no layer: name its package in LAYERS")
 
 
 def _edges() -> dict[str, set[str]]:
@@ -105,6 +120,21 @@ def test_the_analysis_sees_the_tree() -> None:
     assert layer("hermesbus.cli._replay") == "composition"
     assert layer("hermesbus.client") == "core"
     assert layer("hermesbus.connectors.kafka.admin") == "transport"
+    assert layer("hermesbus.connectors.sqlite.memory") == "stores"
+    assert layer("hermesbus.base.config") == "foundation"
+    assert FOLDERS["processors"] == "hermesbus.processors"
+
+
+def test_the_top_level_is_subpackages_each_in_one_layer() -> None:
+    # hermesbus/ holds its public names (__init__), the error tree and subpackages only,
+    # and every subpackage is placed in a layer by name: a new one must be placed
+    top = ROOT / "hermesbus"
+    modules = sorted(p.name for p in top.glob("*.py"))
+    assert modules == ["__init__.py", "errors.py"], f"modules at the top of hermesbus/: {modules}"
+    for package in sorted(p for p in top.iterdir() if (p / "__init__.py").exists()):
+        assert f"hermesbus.{package.name}" in LAYERS, f"hermesbus/{package.name} is in no layer"
+    for folder, name in FOLDERS.items():
+        assert name in LAYERS or any(name.startswith(p + ".") for p in LAYERS), folder
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

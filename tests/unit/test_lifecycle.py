@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from hermesbus.lifecycle import COLLECTOR_THRESHOLDS, cancelled
+from hermesbus.base.lifecycle import COLLECTOR_THRESHOLDS, cancelled
 
 _PROBE = """
 import gc
-from hermesbus.lifecycle import tune_collector
+from hermesbus.base.lifecycle import tune_collector
 before = gc.get_freeze_count()
 tune_collector()
 print(before, gc.get_freeze_count() > before, gc.get_threshold())
@@ -67,7 +67,7 @@ async def test_cancelled_leaves_a_task_that_will_not_end_and_names_it(
 
     task = asyncio.create_task(stubborn(), name="stubborn-loop")
     await asyncio.sleep(0)
-    with caplog.at_level(logging.WARNING, logger="hermesbus.lifecycle"):
+    with caplog.at_level(logging.WARNING, logger="hermesbus.base.lifecycle"):
         await cancelled([task], "processor p", within_s=0.3)
     assert not task.done()  # bounded: the stop goes on without it
     assert "processor p: still running 0.3 s after being cancelled: stubborn-loop" in caplog.text

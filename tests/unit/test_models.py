@@ -14,10 +14,10 @@ from hypothesis import given
 from pydantic import ValidationError
 
 import hermesbus as h
-from hermesbus._types import Record
 from hermesbus.codec._convert import _tagger
+from hermesbus.codec.schemaset import SchemaSet
+from hermesbus.contract.fields import Record
 from hermesbus.schemas import SCHEMAS_DIR
-from hermesbus.schemaset import SchemaSet
 from tests import strategies as s
 
 SCHEMAS = SchemaSet.from_dir(SCHEMAS_DIR)

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn, backends
-from hermesbus import redrive as sandboxes
+from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn
+from hermesbus.compose import backends
+from hermesbus.compose import redrive as sandboxes
+from hermesbus.compose.redrive import Fork, external_inputs, forked, redrive, sandbox_home
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import ConfigError
 from hermesbus.processors.recorded import ArgumentTools
-from hermesbus.redrive import Fork, external_inputs, forked, redrive, sandbox_home
-from hermesbus.replay import Recording
+from hermesbus.replay.shadow import Recording
 from hermesbus.runtime import derive_id
-from hermesbus.trace import Hop
+from hermesbus.trace.spans import Hop
 from tests.builders import T0, turn
 from tests.cli_process import clean_env, hermesbus
 

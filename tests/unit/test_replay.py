@@ -6,9 +6,16 @@ from datetime import UTC, datetime, timedelta
 
 from hermesbus import Diagnostics, Envelope, Payload, Reply, UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
-from hermesbus.replay import Recording, Shadow, consumed_order, dead_places, difference, shadow
+from hermesbus.replay.shadow import (
+    Recording,
+    Shadow,
+    consumed_order,
+    dead_places,
+    difference,
+    shadow,
+)
 from hermesbus.runtime import HandlerInput, Outcome, derive_id
-from hermesbus.trace import Hop
+from hermesbus.trace.spans import Hop
 
 T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
 IN, OUT = "hermes.conversation.in", "hermes.conversation.out"

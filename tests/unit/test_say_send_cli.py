@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 import hermesbus as h
-from hermesbus.broker import free_port
 from hermesbus.cli import app
 from hermesbus.cli._send import BAD_INPUT, Line, check_lines, parse_lines
 from hermesbus.client import Client
+from hermesbus.compose.broker import free_port
 from hermesbus.connectors.kafka import UNREACHABLE_HINT
-from hermesbus.demo import DEMO_START
+from hermesbus.demo.expense import DEMO_START
 from hermesbus.identity import APP, KEYS_FILE_ENV
 from hermesbus.processors.protocol import IDENTITIES
 from tests.builders import reply_to

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermesbus.cli import app
-from hermesbus.history import History, same_data
+from hermesbus.codec.frozen import History, same_data
 from hermesbus.schemas import ENVELOPE, SCHEMAS_DIR
 
 FROZEN = len(History(SCHEMAS_DIR / "history").versions(ENVELOPE))

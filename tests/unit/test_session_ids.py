@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from hermesbus.client import Client
 from hermesbus.codec import Codec
-from hermesbus.envelope import SESSION_ID_MAX, SESSION_ID_RULE, check_session_id
+from hermesbus.contract.envelope import SESSION_ID_MAX, SESSION_ID_RULE, check_session_id
 from hermesbus.errors import ContractError, EncodeError
 from tests.builders import turn
 

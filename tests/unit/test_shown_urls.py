@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermesbus.config import without_userinfo
+from hermesbus.base.config import without_userinfo
 
 
 @pytest.mark.parametrize(

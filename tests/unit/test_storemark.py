@@ -1,4 +1,4 @@
-"""The store marks' book and guard (:mod:`hermesbus.storemark`), without a backend: what the
+"""The store marks' book and guard (:mod:`hermesbus.base.storemark`), without a backend: what the
 Redis, SQLite and Neo4j stores decide with it (their own tests: tests/integration/stores/
 test_store_marks.py and the fault suite's test_store_empty.py)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import BOOK_NAME, CHECK_EVERY_S, Mark, MarkBook, MarkGuard
 from hermesbus.errors import StoreError, StoreLost
-from hermesbus.storemark import BOOK_NAME, CHECK_EVERY_S, Mark, MarkBook, MarkGuard
 
 
 class Clock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermesbus.tail import Filters, Position, Tailed, position
+from hermesbus.trace.tail import Filters, Position, Tailed, position
 from tests.builders import turn
 
 NOW = 1_764_669_600_000

@@ -13,11 +13,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
+from hermesbus.compose.stack import in_memory
 from hermesbus.errors import ConfigError
 from hermesbus.processors import conversation, protocol
 from hermesbus.runtime import HandlerInput, ModelState, Outcome, TimerRequest, derive_id, kept
 from hermesbus.runtime._effects import timer_fired
-from hermesbus.stack import in_memory
 from hermesbus.testing import Harness
 
 from .processors.conversation.demo import demo_tools

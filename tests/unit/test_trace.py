@@ -15,9 +15,9 @@ from hermesbus import (
     ToolResult,
     ToolResults,
 )
-from hermesbus._types import Record
+from hermesbus.contract.fields import Record
 from hermesbus.topics import ALERTS
-from hermesbus.trace import Hop, spans, waterfall
+from hermesbus.trace.spans import Hop, spans, waterfall
 from tests.builders import turn
 
 

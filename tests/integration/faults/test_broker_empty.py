@@ -31,8 +31,8 @@ from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import KafkaError
 
-from hermesbus.broker import EmbeddedBroker, free_port
 from hermesbus.client import Client
+from hermesbus.compose.broker import EmbeddedBroker, free_port
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ReplyTimeout
 from hermesbus.identity import KEYS_FILE_ENV

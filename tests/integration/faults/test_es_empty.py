@@ -31,10 +31,10 @@ from hermesbus.connectors.elasticsearch import ElasticsearchConfig, Elasticsearc
 from hermesbus.connectors.elasticsearch import index as es_index
 from hermesbus.connectors.elasticsearch.templates import template_name, wrongly_mapped
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.headers import envelope_headers
-from hermesbus.index import Indexer
+from hermesbus.contract.headers import envelope_headers
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, Catalog
+from hermesbus.trace.index import Indexer
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.index.conftest import documents_of, record_of

@@ -26,10 +26,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
-from hermesbus.demo import Said, run
+from hermesbus.demo.expense import Said, run
 from hermesbus.errors import SettingError
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.sandbox import MARKER, claim, marker_of
+from hermesbus.replay.sandbox import MARKER, claim, marker_of
 from hermesbus.topics import CONVERSATION_IN, Catalog
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack

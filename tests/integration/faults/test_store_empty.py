@@ -25,14 +25,14 @@ from aiokafka import AIOKafkaConsumer
 
 from hermesbus.client import Client
 from hermesbus.codec import default_codec
+from hermesbus.compose.stack import Stack
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
-from hermesbus.demo import Said, Turn, conversations, reply_text, talk
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import ErrorReport
+from hermesbus.demo.expense import Said, Turn, conversations, reply_text, talk
 from hermesbus.errors import StoreLost
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.payloads import ErrorReport
 from hermesbus.runtime import StateChange
-from hermesbus.stack import Stack
 from hermesbus.topics import ALERTS, CONVERSATION_IN
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.demo import missing, reply_text, run
-from hermesbus.stack import Stack, stack
+from hermesbus.demo.expense import missing, reply_text, run
 from hermesbus.topics import DLQ
 from tests.integration.index.proxy import Relay
 

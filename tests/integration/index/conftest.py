@@ -11,7 +11,14 @@ from hermesbus import Envelope
 from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import ArchivedRecord, Document, DocumentSettings, TraceIndex, decode, document
+from hermesbus.trace.index import (
+    ArchivedRecord,
+    Document,
+    DocumentSettings,
+    TraceIndex,
+    decode,
+    document,
+)
 
 
 def es_config(url: str, unique: str) -> ElasticsearchConfig:

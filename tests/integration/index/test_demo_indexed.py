@@ -18,14 +18,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from hermesbus.codec import default_codec
+from hermesbus.compose.stack import stack
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.demo import run
-from hermesbus.index import Indexer, Search, TraceIndex, doc_id
-from hermesbus.stack import stack
+from hermesbus.demo.expense import run
 from hermesbus.topics import DLQ, Catalog
-from hermesbus.trace import hops_of, spans, waterfall
+from hermesbus.trace.index import Indexer, Search, TraceIndex, doc_id
+from hermesbus.trace.spans import hops_of, spans, waterfall
 from tests.cli_process import clean_env, hermesbus
 
 from .conftest import es_config

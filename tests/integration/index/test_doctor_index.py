@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from hermesbus.broker import free_port
+from hermesbus.compose.broker import free_port
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.index import INDEXER_GROUP, Indexer
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import Catalog
+from hermesbus.trace.index import INDEXER_GROUP, Indexer
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
 

@@ -19,15 +19,15 @@ from aiokafka import AIOKafkaProducer
 from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.contract.headers import DLQ_ERROR_MESSAGE, DLQ_ORIGIN_TOPIC, envelope_headers, header
 from hermesbus.errors import TraceIndexError
-from hermesbus.headers import DLQ_ERROR_MESSAGE, DLQ_ORIGIN_TOPIC, envelope_headers, header
-from hermesbus.index import (
+from hermesbus.runtime import RuntimeSettings
+from hermesbus.topics import CONVERSATION_IN, DLQ, Catalog
+from hermesbus.trace.index import (
     Indexer,
     Search,
     archived,
 )
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import CONVERSATION_IN, DLQ, Catalog
 from tests.builders import turn
 
 from .conftest import documents_of, es_config, record_of

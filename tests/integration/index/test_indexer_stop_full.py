@@ -20,10 +20,10 @@ from aiokafka import AIOKafkaProducer
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.headers import envelope_headers
-from hermesbus.index import Indexer
+from hermesbus.contract.headers import envelope_headers
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, Catalog
+from hermesbus.trace.index import Indexer
 from tests.builders import turn
 
 pytestmark = pytest.mark.kafka
@@ -61,7 +61,7 @@ async def test_a_full_index_does_not_hold_the_stop_and_nothing_is_lost(
         settings = settings.for_embedded_broker()
     path = tmp_path / "index.sqlite3"
 
-    caplog.set_level(logging.WARNING, logger="hermesbus.index")
+    caplog.set_level(logging.WARNING, logger="hermesbus.trace.index")
     async with SqliteTraceIndex(path) as index:
         (pages,) = index.db.execute("PRAGMA page_count").fetchone()
         index.db.execute(f"PRAGMA max_page_count = {pages}")  # full: no page more

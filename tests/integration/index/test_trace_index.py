@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 
 from hermesbus import Envelope, Payload
-from hermesbus.index import (
+from hermesbus.contract.payloads import ErrorReport, ToolCall
+from hermesbus.trace.index import (
     ArchivedRecord,
     Document,
     Search,
     TraceIndex,
     archived,
 )
-from hermesbus.payloads import ErrorReport, ToolCall
 from tests.builders import T0, reply_to, turn
 
 from .conftest import documents_of, record_of, searchable

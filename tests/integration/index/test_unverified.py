@@ -16,9 +16,9 @@ from hermesbus.client import Client
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import Signer
-from hermesbus.index import Indexer, Search, TraceIndex
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_OUT, Catalog
+from hermesbus.trace.index import Indexer, Search, TraceIndex
 from tests import signing
 from tests.builders import reply_to, turn
 

@@ -16,7 +16,7 @@ from hermesbus.codec import decode, encode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.envelope import Metadata, RetryPolicy
+from hermesbus.contract.envelope import Metadata, RetryPolicy
 from hermesbus.runtime import HandlerInput, Outcome, Processor, StateStore
 from hermesbus.topics import Catalog
 from tests import signing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import EmbeddedBroker
+from hermesbus.compose.broker import EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings

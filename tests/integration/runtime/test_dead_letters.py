@@ -7,11 +7,11 @@ import io
 import fastavro
 import pytest
 
-from hermesbus import headers as h
 from hermesbus.codec import Codec, decode, encode
 from hermesbus.codec._convert import to_record
 from hermesbus.connectors.kafka import KafkaConfig, partition_of
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.contract import headers as h
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 from hermesbus.topics import ALERTS
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
-from hermesbus import headers as h
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.contract import headers as h
 from hermesbus.errors import ConfigError
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
 

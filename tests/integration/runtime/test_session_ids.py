@@ -9,12 +9,12 @@ import io
 import fastavro
 import pytest
 
-from hermesbus import headers as h
 from hermesbus.codec import Codec
 from hermesbus.codec._convert import to_record
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.envelope import SESSION_ID_MAX
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import SESSION_ID_MAX
 
 from .support import (
     DLQ,

@@ -16,7 +16,7 @@ import pytest
 
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.neo4j import graph as neo4j_graph
-from hermesbus.payloads import MemoryWrite, TrustLevel
+from hermesbus.contract.payloads import MemoryWrite, TrustLevel
 from hermesbus.processors.memory import GraphPlan, GraphReader, GraphStore, MemorySettings
 from hermesbus.processors.memory._emit import Refused
 from hermesbus.processors.memory._graph import plan_write

@@ -17,7 +17,7 @@ def test_twenty_queries_drawing_one_notification_log_one_line(neo4j_url: str, un
     label = f"NoSuchLabel{unique}"  # never made: each query draws "label does not exist"
     code = (
         "import asyncio\n"
-        "from hermesbus._logging import configure\n"
+        "from hermesbus.base.logs import configure\n"
         "from hermesbus.connectors.neo4j import Neo4jConfig, connect\n"
         "configure()\n"
         "async def main():\n"
@@ -35,6 +35,6 @@ def test_twenty_queries_drawing_one_notification_log_one_line(neo4j_url: str, un
     assert len(notified) == 1, done.stderr
     assert label in notified[0]
     (summary,) = [line for line in lines if "were not logged" in line]
-    assert summary.startswith(f"WARNING hermesbus._logging: {QUERIES - 1} more lines of "
+    assert summary.startswith(f"WARNING hermesbus.base.logs: {QUERIES - 1} more lines of "
                               "neo4j.notifications like 'Received notification")  # fmt: skip
     assert len(lines) == 2, done.stderr

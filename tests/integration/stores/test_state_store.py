@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.lifecycle import cancelled
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
-from hermesbus.lifecycle import cancelled
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, StoredTimer
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import BOOK_NAME, CHECK_EVERY_S
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.errors import StoreLost
-from hermesbus.payloads import TrustLevel
 from hermesbus.runtime import SessionState, StateChange
-from hermesbus.storemark import BOOK_NAME, CHECK_EVERY_S
 from tests.cli_process import clean_env, hermesbus
 
 NOTICED_S = 20 * CHECK_EVERY_S
@@ -165,7 +165,7 @@ def test_stores_check_and_adopt_name_a_sqlite_file_deleted(home: Path, tmp_path:
 
 
 async def _first_use(home: Path) -> None:
-    from hermesbus.backends import memory_stores, state_store, tool_store
+    from hermesbus.compose.backends import memory_stores, state_store, tool_store
 
     async with state_store(), tool_store(), memory_stores():
         pass

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import free_port
 from hermesbus.client import Client
+from hermesbus.compose.broker import free_port
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Keyring

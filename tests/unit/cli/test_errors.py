@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.broker import free_port
-from hermesbus.config import HermesSettings, default_home, state_home
+from hermesbus.base.config import HermesSettings, default_home, state_home
+from hermesbus.compose.broker import free_port
 from hermesbus.schemas import SCHEMAS_DIR
 from tests.cli_process import Ran, clean_env, hermesbus
 

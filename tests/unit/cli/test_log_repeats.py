@@ -8,7 +8,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from hermesbus._logging import WINDOW_S, RepeatFilter
+from hermesbus.base.logs import WINDOW_S, RepeatFilter
 
 
 class Clock:
@@ -53,7 +53,7 @@ def test_other_conditions_pass_other_loggers_levels_and_messages() -> None:
     assert repeats.filter(_record("a %s", 1))
     assert repeats.filter(_record("b %s", 1))
     assert repeats.filter(_record("a %s", 1, level=40))
-    assert repeats.filter(_record("a %s", 1, name="hermesbus.index"))
+    assert repeats.filter(_record("a %s", 1, name="hermesbus.trace.index"))
     assert not repeats.filter(_record("a %s", 2))
     assert repeats.left_out() == [(("hermesbus.runtime", 30, "a %s", ""), 1)]
     clock.now += WINDOW_S
@@ -78,20 +78,20 @@ def test_neo4j_notifications_are_a_condition_per_status() -> None:
 def test_a_process_logging_a_flood_prints_one_line_and_the_count_at_exit() -> None:
     code = (
         "import logging\n"
-        "from hermesbus._logging import configure\n"
+        "from hermesbus.base.logs import configure\n"
         "configure()\n"
         "log = logging.getLogger('hermesbus.runtime')\n"
         "for n in range(500):\n"
         "    log.warning('cannot write the state of session %s: %s', n, 'disk full')\n"
-        "logging.getLogger('hermesbus.index').warning('another condition')\n"
+        "logging.getLogger('hermesbus.trace.index').warning('another condition')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stderr.splitlines() == [
         "WARNING hermesbus.runtime: cannot write the state of session 0: disk full",
-        "WARNING hermesbus.index: another condition",
-        "WARNING hermesbus._logging: 499 more lines of hermesbus.runtime like "
+        "WARNING hermesbus.trace.index: another condition",
+        "WARNING hermesbus.base.logs: 499 more lines of hermesbus.runtime like "
         "'cannot write the state of session %s: %s' were not logged",
     ]
 
@@ -101,7 +101,7 @@ def test_every_command_logs_through_the_filter() -> None:
     code = (
         "import logging, sys\n"
         "from hermesbus.cli import main\n"
-        "from hermesbus._logging import RepeatFilter\n"
+        "from hermesbus.base.logs import RepeatFilter\n"
         "sys.argv = ['hermesbus', 'keys', '--help']\n"
         "try:\n"
         "    main()\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.cli._when import parse_time, tail_position
-from hermesbus.tail import Position
+from hermesbus.trace.tail import Position
 from tests.cli_process import clean_env, hermesbus
 
 NOW = 1_764_669_600_000
@@ -95,7 +95,7 @@ def test_search_shows_a_dash_as_the_trace_of_an_undecodable_record() -> None:
     """It showed ``None``: a record that did not decode and carried no trace_id header."""
     from hermesbus.cli import _common, _index
     from hermesbus.codec import default_codec
-    from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
+    from hermesbus.trace.index import ArchivedRecord, DocumentSettings, decode, document
 
     record = ArchivedRecord(
         topic="hermes.conversation.in", partition=0, offset=7, timestamp_ms=1_717_405_200_000,

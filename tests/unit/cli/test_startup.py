@@ -94,6 +94,6 @@ def test_the_help_lists_every_command_by_its_summary() -> None:
 
 def test_says_default_user_is_the_demos() -> None:
     from hermesbus.cli._say import DEMO_USER
-    from hermesbus.demo import DEMO_USER as DEMOS
+    from hermesbus.demo.expense import DEMO_USER as DEMOS
 
     assert DEMO_USER == DEMOS

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Payload, Reply, UserTurn
-from hermesbus._printable import json_safe, printable
+from hermesbus.base.printable import json_safe, printable
 from hermesbus.codec import default_codec
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
-from hermesbus.trace import Span, waterfall
+from hermesbus.trace.index import ArchivedRecord, DocumentSettings, decode, document
+from hermesbus.trace.spans import Span, waterfall
 from tests.builders import reply_to, turn
 from tests.cli_process import clean_env, hermesbus
 
@@ -154,7 +154,7 @@ def test_say_shows_a_reply_with_its_control_characters_escaped() -> None:
 
 def test_tail_lines_show_keys_trace_ids_and_errors_escaped() -> None:
     from hermesbus.cli import _tail
-    from hermesbus.tail import Tailed
+    from hermesbus.trace.tail import Tailed
 
     envelope = turn(trace_id=TRACE, payload=Payload(task=f"t{CLEAR}", body=UserTurn(text="x")))
     decoded = Tailed("hermes.conversation.in", 0, 3, 1_717_405_200_000, b"s1", (), envelope)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.cli._when import LAST_MS, OutOfRange, parse_time, tail_position
-from hermesbus.tail import Position
+from hermesbus.trace.tail import Position
 from tests.cli_process import clean_env, hermesbus
 
 NOW = 1_764_669_600_000

@@ -6,10 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hermesbus import Envelope, Payload
-from hermesbus.envelope import Metadata
-from hermesbus.errors import IdentityError
-from hermesbus.identity import Guard, Keyring, new_key
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Metadata
+from hermesbus.contract.payloads import (
     MemoryTier,
     MemoryWrite,
     Reply,
@@ -19,6 +17,8 @@ from hermesbus.payloads import (
     ToolResults,
     UserTurn,
 )
+from hermesbus.errors import IdentityError
+from hermesbus.identity import Guard, Keyring, new_key
 from hermesbus.processors.protocol import IDENTITIES, WRITERS, ProtocolPolicy
 from tests import builders
 

@@ -22,13 +22,13 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from hermesbus import codec
+from hermesbus.codec.schemaset import canonical_form
 from hermesbus.connectors.kafka import partition_of
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.headers import envelope_headers
 from hermesbus.errors import IdentityError
-from hermesbus.headers import envelope_headers
 from hermesbus.identity import SIGNATURE, Guard, Key, Keyring, Signer, Verifier
 from hermesbus.processors.protocol import ProtocolPolicy
-from hermesbus.schemaset import canonical_form
 from hermesbus.topics import CONVERSATION_IN
 
 README = Path(__file__).resolve().parents[3] / "README.md"

@@ -7,7 +7,8 @@ from typing import Any
 
 from hermesbus import Envelope, Payload
 from hermesbus.codec import default_codec
-from hermesbus.index import (
+from hermesbus.contract.payloads import ToolCall, ToolResult
+from hermesbus.trace.index import (
     ArchivedRecord,
     Document,
     DocumentSettings,
@@ -16,7 +17,6 @@ from hermesbus.index import (
     document,
     refused_document,
 )
-from hermesbus.payloads import ToolCall, ToolResult
 from tests.builders import T0, reply_to, turn
 
 T0_MS = int(T0.timestamp() * 1000)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from hermesbus.codec import default_codec
-from hermesbus.envelope import Envelope, Metadata
-from hermesbus.headers import DLQ_ORIGIN_TOPIC
+from hermesbus.contract.envelope import Envelope, Metadata
+from hermesbus.contract.headers import DLQ_ORIGIN_TOPIC
 from hermesbus.identity import Verifier
-from hermesbus.index import ArchivedRecord, DocumentSettings, decode, document
-from hermesbus.index._signature import UNVERIFIED, check, mark
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ
+from hermesbus.trace.index import ArchivedRecord, DocumentSettings, decode, document
+from hermesbus.trace.index._signature import UNVERIFIED, check, mark
 from tests import signing
 from tests.builders import reply_to, turn
 

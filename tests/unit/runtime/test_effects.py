@@ -6,9 +6,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
-from hermesbus import headers as h
 from hermesbus.codec import Codec
-from hermesbus.envelope import Metadata, RetryPolicy
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import Metadata, RetryPolicy
 from hermesbus.errors import DecodeError
 from hermesbus.identity import PUBLIC_SIGNATURE, SIGNATURE
 from hermesbus.runtime import Outcome, TimerRequest, derive_id

@@ -16,8 +16,8 @@ from aiokafka import TopicPartition
 from hermesbus import Envelope
 from hermesbus.codec import Codec
 from hermesbus.connectors.sqlite import SqliteStateStore
+from hermesbus.contract.payloads import ErrorReport
 from hermesbus.errors import BrokerError, RegistryError, StoreError, StoreLost
-from hermesbus.payloads import ErrorReport
 from hermesbus.runtime import HandlerInput, Outcome, OutRecord, Pause, RuntimeSettings
 from hermesbus.runtime._partition import Partition, ProcessorStats
 from hermesbus.runtime._records import Records, outage

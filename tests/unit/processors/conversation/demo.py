@@ -27,10 +27,10 @@ from hermesbus import (
     ToolResults,
     UserTurn,
 )
+from hermesbus.demo.scripted import ScriptedTools
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import NAME, TOPIC, handle
 from hermesbus.processors.dispatcher import StaticHealth
-from hermesbus.processors.recorded import ScriptedTools
 from hermesbus.runtime import Outcome, SessionState
 from hermesbus.testing import Armed, Harness
 

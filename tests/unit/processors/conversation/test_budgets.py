@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 from hermesbus.processors.conversation import BUDGETS_PORT, Budgets, ConversationSettings
 from hermesbus.processors.protocol import STATE_TIMEOUT_MS
 from hermesbus.processors.recorded import RecordedBudgets

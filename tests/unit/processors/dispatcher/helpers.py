@@ -19,7 +19,7 @@ from hermesbus import (
     ToolCall,
     ToolResult,
 )
-from hermesbus.payloads import Body, ErrorReport, ToolResults
+from hermesbus.contract.payloads import Body, ErrorReport, ToolResults
 from hermesbus.processors.dispatcher import (
     NAME,
     TOPIC,

@@ -14,7 +14,7 @@ from hermesbus import (
     ToolCall,
     TrustLevel,
 )
-from hermesbus.payloads import Reply, ToolResults, Verification
+from hermesbus.contract.payloads import Reply, ToolResults, Verification
 from hermesbus.processors.protocol import ToolHealth
 from hermesbus.runtime import derive_id
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from hermesbus import ErrorReport, ToolCall
-from hermesbus.payloads import ToolResults
+from hermesbus.contract.payloads import ToolResults
 from hermesbus.processors.dispatcher._health import BUSY, BUSY_ADVICE
 from hermesbus.processors.protocol import BUSY_PREFIX, ToolHealth
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hermesbus.payloads import Reply, ToolResults
+from hermesbus.contract.payloads import Reply, ToolResults
 from hermesbus.processors.dispatcher import Verdict, choose
 from hermesbus.processors.protocol import ToolHealth
 

@@ -13,7 +13,7 @@ from hermesbus import (
     MemoryWrite,
     StateSnapshot,
 )
-from hermesbus.payloads import ToolResults
+from hermesbus.contract.payloads import ToolResults
 from hermesbus.processors.protocol import ToolHealth
 
 from .helpers import (

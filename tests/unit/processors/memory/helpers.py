@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from hermesbus import Envelope, Payload
-from hermesbus._types import Record
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
-from hermesbus.payloads import MemoryTier, MemoryWrite, TrustLevel, Verification
+from hermesbus.contract.fields import Record
+from hermesbus.contract.payloads import MemoryTier, MemoryWrite, TrustLevel, Verification
 from hermesbus.processors.memory import (
     NAME,
     TOPIC,

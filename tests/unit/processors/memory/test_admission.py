@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from hermesbus import Envelope
-from hermesbus.payloads import ErrorReport, MemoryContext, MemoryQuery, MemoryTier, MemoryWrite
+from hermesbus.contract.payloads import (
+    ErrorReport,
+    MemoryContext,
+    MemoryQuery,
+    MemoryTier,
+    MemoryWrite,
+)
 from hermesbus.processors.memory import MAX_TTL_S
 
 from .helpers import Session, envelope

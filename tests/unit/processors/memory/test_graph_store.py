@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermesbus.payloads import TrustLevel
+from hermesbus.contract.payloads import TrustLevel
 from hermesbus.processors.memory import (
     Edge,
     GraphEvent,

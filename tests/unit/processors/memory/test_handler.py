@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from hermesbus.errors import ConfigError
-from hermesbus.payloads import (
+from hermesbus.contract.payloads import (
     MemoryContext,
     MemoryQuery,
     MemoryTier,
@@ -17,9 +16,10 @@ from hermesbus.payloads import (
     TrustLevel,
     UserTurn,
 )
+from hermesbus.contract.snapshot import ContextSnapshot
+from hermesbus.errors import ConfigError
 from hermesbus.processors.memory import NAME, handle
 from hermesbus.runtime import HandlerInput, SessionState, derive_id
-from hermesbus.snapshot import ContextSnapshot
 
 from .helpers import T0, USER, Session, at, envelope, fact_write
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hermesbus import Envelope
-from hermesbus.payloads import (
+from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryContext,
     MemoryFact,

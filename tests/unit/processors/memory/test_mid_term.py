@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
-from hermesbus.payloads import ErrorReport, MemoryContext, MemoryQuery, MemoryTier, MemoryWrite
+from hermesbus.contract.payloads import (
+    ErrorReport,
+    MemoryContext,
+    MemoryQuery,
+    MemoryTier,
+    MemoryWrite,
+)
 
 from .helpers import USER, Session, at, envelope, ms
 

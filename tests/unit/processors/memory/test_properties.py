@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermesbus.payloads import MemoryTier, MemoryWrite, TrustLevel
+from hermesbus.contract.payloads import MemoryTier, MemoryWrite, TrustLevel
 from hermesbus.processors.memory import MemoryStores
 
 from .helpers import USER, Session, at, fact_write, ms, stores_for

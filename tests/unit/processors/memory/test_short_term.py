@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hermesbus.payloads import (
+from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryContext,
     MemoryQuery,
@@ -13,7 +13,7 @@ from hermesbus.payloads import (
     StateSnapshot,
     TrustLevel,
 )
-from hermesbus.snapshot import ContextSnapshot
+from hermesbus.contract.snapshot import ContextSnapshot
 
 from .helpers import T0, Session, at, envelope, fact_write
 

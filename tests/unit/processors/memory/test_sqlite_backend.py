@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.backends import memory_stores
+from hermesbus.compose.backends import memory_stores
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
+from hermesbus.contract.payloads import MemoryTier, MemoryWrite
 from hermesbus.errors import StoreError
-from hermesbus.payloads import MemoryTier, MemoryWrite
 from hermesbus.processors.memory import MemorySettings, Preference
 
 from .helpers import Session, fact_write, stores_for

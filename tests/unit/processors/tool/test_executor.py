@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hermesbus.payloads import ToolCall
+from hermesbus.contract.payloads import ToolCall
 from hermesbus.processors.tool import Fallback, ToolService
 
 from .conftest import python_spec

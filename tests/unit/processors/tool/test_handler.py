@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from hermesbus import Envelope, Payload
-from hermesbus.envelope import Metadata
-from hermesbus.payloads import ErrorReport, ToolCall, ToolResult, UserTurn
+from hermesbus.contract.envelope import Metadata
+from hermesbus.contract.payloads import ErrorReport, ToolCall, ToolResult, UserTurn
 from hermesbus.processors.tool import NAME, TOPIC, ToolService, handle
 from hermesbus.runtime import HandlerInput, SessionState, derive_id
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.contract.payloads import ToolCall
 from hermesbus.errors import VerificationError
-from hermesbus.payloads import ToolCall
 from hermesbus.processors.tool import (
     SignatureConfig,
     StoredResult,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.payloads import ToolCall
+from hermesbus.contract.payloads import ToolCall
 from hermesbus.processors.protocol import BUSY_PREFIX
 from hermesbus.processors.tool import CallReport, Fallback, ToolService
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
-from hermesbus.payloads import ToolResult
+from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore
 
 from .conftest import python_spec

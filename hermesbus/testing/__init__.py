@@ -30,14 +30,13 @@ from typing import Any
 
 import orjson
 
-from hermesbus._types import epoch_ms
 from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.headers import envelope_headers
 from hermesbus.errors import ConfigError
-from hermesbus.headers import envelope_headers
 from hermesbus.identity import WritePolicy
-from hermesbus.index import ArchivedRecord
 from hermesbus.runtime import (
     Handler,
     HandlerInput,
@@ -49,6 +48,7 @@ from hermesbus.runtime import (
 )
 from hermesbus.runtime._effects import emitted, timer_fired
 from hermesbus.topics import Catalog, topic_for
+from hermesbus.trace.index import ArchivedRecord
 
 __all__ = ["Armed", "Handled", "Harness", "Refused", "Sent"]
 

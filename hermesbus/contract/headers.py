@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 
 __all__ = [
     "DLQ_ATTEMPT",

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import orjson
 
-from hermesbus.config import state_home
+from hermesbus.base.config import state_home
 from hermesbus.errors import StoreError, StoreLost
 
 __all__ = [

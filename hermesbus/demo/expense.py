@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from hermesbus.client import CONVERSATION_TARGET, Client
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import Attachment, Payload, Reply, UserTurn
 from hermesbus.errors import ReplyTimeout
-from hermesbus.payloads import Attachment, Payload, Reply, UserTurn
 
 __all__ = [
     "DEMO_START",

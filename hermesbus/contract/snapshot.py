@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from hermesbus._types import Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.contract.fields import Int32, Int64, Millis, NonEmpty, Record
 
 __all__ = ["ContextSnapshot", "ToolCallTrace"]
 

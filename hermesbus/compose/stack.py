@@ -3,7 +3,7 @@
 conversation, dispatcher, tool and memory each run as their own consumer group on
 their own topic, with SQLite stores under ``HERMES_HOME`` (the embedded default).
 ``demo=True`` also registers the five demo tools over the fixture company; what the demo
-then says and checks is ``hermesbus.demo`` (the app) and ``hermesbus.cli._demo`` (the run).
+then says and checks is ``hermesbus.demo.expense`` (the app) and ``hermesbus.cli._demo`` (the run).
 """
 
 from __future__ import annotations
@@ -21,23 +21,23 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from hermesbus.backends import memory_stores, state_store, tool_store, trace_index
-from hermesbus.broker import BrokerWatch, EmbeddedBroker
-from hermesbus.config import state_home
+from hermesbus.base.config import state_home
+from hermesbus.base.lifecycle import background
+from hermesbus.compose.backends import memory_stores, state_store, tool_store, trace_index
+from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
+from hermesbus.compose.homelock import home_lock
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_all
 from hermesbus.errors import ConfigError, HermesError
-from hermesbus.homelock import home_lock
 from hermesbus.identity import Keyring, WritePolicy, keys_path
-from hermesbus.index import INDEXER_GROUP, Indexer, TraceIndex
-from hermesbus.lifecycle import background
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
-from hermesbus.replay import Shadow
+from hermesbus.replay.shadow import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.testing import Harness
 from hermesbus.topics import Catalog, plan, sized_by_existing
+from hermesbus.trace.index import INDEXER_GROUP, Indexer, TraceIndex
 
 __all__ = [
     "PROBE_INTERVAL_S",
@@ -138,7 +138,7 @@ async def stack(
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
-    The state folder's lock (``hermesbus.homelock``) is held while the stack runs: a
+    The state folder's lock (``hermesbus.compose.homelock``) is held while the stack runs: a
     second stack on the same ``HERMES_HOME`` is refused, naming the process that runs.
 
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.

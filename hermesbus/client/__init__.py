@@ -20,8 +20,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, T
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from hermesbus.base.config import HermesSettings
+from hermesbus.base.lifecycle import Service
 from hermesbus.codec import Codec, Framing, default_codec
-from hermesbus.config import HermesSettings
 from hermesbus.connectors.kafka import (
     KafkaConfig,
     kafka_reason,
@@ -29,7 +30,9 @@ from hermesbus.connectors.kafka import (
     require_topic,
     start_or_close,
 )
-from hermesbus.envelope import Envelope, check_session_id
+from hermesbus.contract.envelope import Envelope, check_session_id
+from hermesbus.contract.headers import envelope_headers
+from hermesbus.contract.payloads import Payload, UserTurn
 from hermesbus.errors import (
     BrokerError,
     ConfigError,
@@ -38,10 +41,7 @@ from hermesbus.errors import (
     IdentityError,
     ReplyTimeout,
 )
-from hermesbus.headers import envelope_headers
 from hermesbus.identity import APP, Keyring, PublicKeys, Signer, public_keys_path
-from hermesbus.lifecycle import Service
-from hermesbus.payloads import Payload, UserTurn
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
 __all__ = ["CONVERSATION_TARGET", "Client", "Replies", "Unverified", "partition_for_key"]

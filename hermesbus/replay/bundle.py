@@ -33,8 +33,8 @@ from typing import IO, Any, Final, Protocol
 
 from hermesbus.codec import Codec, default_codec
 from hermesbus.errors import ConfigError, HermesError, SettingError
-from hermesbus.index import ArchivedRecord, Document
-from hermesbus.replay import Recording, recording_of
+from hermesbus.replay.shadow import Recording, recording_of
+from hermesbus.trace.index import ArchivedRecord, Document
 
 __all__ = [
     "FORMAT",

@@ -23,8 +23,8 @@ from pydantic import (
     WrapSerializer,
 )
 
-from hermesbus._types import Double, Int32, Int64, Millis, NonEmpty, Record
-from hermesbus.snapshot import ContextSnapshot
+from hermesbus.contract.fields import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.contract.snapshot import ContextSnapshot
 
 __all__ = [
     "BODY_TYPES",

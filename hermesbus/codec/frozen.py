@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermesbus.codec.schemaset import SchemaSet
 from hermesbus.errors import SchemaError
-from hermesbus.schemaset import SchemaSet
 
 __all__ = ["History", "Version", "same_data"]
 

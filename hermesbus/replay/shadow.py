@@ -22,18 +22,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hermesbus import headers as h
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.envelope import Envelope
+from hermesbus.contract import headers as h
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ConfigError
 from hermesbus.identity import WritePolicy
-from hermesbus.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.runtime import Handler, derive_id
-from hermesbus.tail import Filters, Position, catalog_topics, tail
 from hermesbus.testing import Harness
 from hermesbus.topics import DLQ
-from hermesbus.trace import Hop, hop_of
+from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, archived
+from hermesbus.trace.spans import Hop, hop_of
+from hermesbus.trace.tail import Filters, Position, catalog_topics, tail
 
 __all__ = [
     "IGNORED",

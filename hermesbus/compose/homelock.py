@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermesbus.config import HOME_ENV, unwritable_home
+from hermesbus.base.config import HOME_ENV, unwritable_home
 from hermesbus.errors import ConfigError
 
 __all__ = ["LOCK_FILE", "Holder", "held_by", "home_lock"]

@@ -14,13 +14,11 @@ from dataclasses import dataclass, replace
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from hermesbus._printable import printable
+from hermesbus.base.printable import printable
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
-from hermesbus.envelope import Envelope
-from hermesbus.errors import BrokerError, HermesError
-from hermesbus.index import ArchivedRecord, Document, archived
-from hermesbus.payloads import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryWrite,
     StateSnapshot,
@@ -29,8 +27,10 @@ from hermesbus.payloads import (
     ToolResult,
     ToolResults,
 )
-from hermesbus.tail import catalog_topics, drain, partitions
+from hermesbus.errors import BrokerError, HermesError
 from hermesbus.topics import apply_command
+from hermesbus.trace.index import ArchivedRecord, Document, archived
+from hermesbus.trace.tail import catalog_topics, drain, partitions
 
 __all__ = ["Hop", "Span", "collect", "hop_of", "hops_of", "partitions", "spans", "waterfall"]
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
+from hermesbus.base.lifecycle import Service, background, cancelled
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import HermesError, TraceIndexError
 from hermesbus.identity import Keyring, Verifier
-from hermesbus.lifecycle import Service, background, cancelled
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.runtime._effects import dead_letter
 from hermesbus.runtime._producer import CLOSE_TIMEOUT_S, Producer, close_within

@@ -8,7 +8,7 @@ the four processors on the ``PREFIX.`` topics, each turn sent once the previous 
 answered, as a user would. Everything the sandbox keeps is its own:
 
 * topics ``PREFIX.*`` and consumer groups ``PREFIX.<processor>``, on a prefix that was
-  fresh or that a redrive marked as its sandbox (``hermesbus.sandbox``): another
+  fresh or that a redrive marked as its sandbox (``hermesbus.replay.sandbox``): another
   environment's prefix is refused before anything is written;
 * state, memory, tool registry and a trace index (SQLite) under
   ``$HERMES_HOME/replays/<PREFIX>/``, never a production server or file from settings;
@@ -37,27 +37,27 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hermesbus.base.config import state_home, writable_home
 from hermesbus.client import Client
-from hermesbus.config import state_home, writable_home
+from hermesbus.compose.stack import REPLAYABLE, Progress, stack
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig
 from hermesbus.connectors.redis import RedisConfig
 from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.payloads import Reply, UserTurn
 from hermesbus.errors import ConfigError
 from hermesbus.identity import KEYS_FILE_ENV, keys_path
-from hermesbus.index import INDEXER_GROUP
-from hermesbus.payloads import Reply, UserTurn
 from hermesbus.processors import dispatcher, memory, tool
 from hermesbus.processors.recorded import ArgumentTools, health_of
-from hermesbus.replay import Recording, consumed_order
+from hermesbus.replay.sandbox import claim
+from hermesbus.replay.shadow import Recording, consumed_order
 from hermesbus.runtime import derive_id
-from hermesbus.sandbox import claim
-from hermesbus.stack import REPLAYABLE, Progress, stack
 from hermesbus.topics import CONVERSATION_IN
-from hermesbus.trace import Hop
+from hermesbus.trace.index import INDEXER_GROUP
+from hermesbus.trace.spans import Hop
 
 __all__ = [
     "FORK_OF",

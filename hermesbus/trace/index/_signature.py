@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.headers import DLQ_ORIGIN_TOPIC, header
 from hermesbus.errors import HermesError, IdentityError
-from hermesbus.headers import DLQ_ORIGIN_TOPIC, header
 from hermesbus.identity import Verifier
 from hermesbus.topics import identity_of
 

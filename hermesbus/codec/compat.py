@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hermesbus.codec.schemaset import PRIMITIVES, fullname, qualify, walk
 from hermesbus.errors import SchemaError
-from hermesbus.schemaset import PRIMITIVES, fullname, qualify, walk
 
 __all__ = ["Compatibility", "Incompatibility", "Level", "can_read", "compare", "named_types"]
 

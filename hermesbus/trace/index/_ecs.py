@@ -20,11 +20,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, field_validator
 
-from hermesbus._types import epoch_ms
 from hermesbus.codec import Codec
-from hermesbus.envelope import Envelope
-from hermesbus.errors import HermesError
-from hermesbus.headers import (
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.headers import (
     DLQ_ERROR_CLASS,
     DLQ_ERROR_MESSAGE,
     DLQ_ORIGIN_OFFSET,
@@ -35,7 +34,8 @@ from hermesbus.headers import (
     TRACE_ID,
     header,
 )
-from hermesbus.payloads import ErrorReport, ToolResult
+from hermesbus.contract.payloads import ErrorReport, ToolResult
+from hermesbus.errors import HermesError
 
 from ._model import ArchivedRecord, Document
 

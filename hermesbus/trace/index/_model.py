@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 Document = dict[str, Any]
-"""One envelope as an Elastic Common Schema document (see ``hermesbus.index.document``)."""
+"""One envelope as an Elastic Common Schema document (see ``hermesbus.trace.index.document``)."""
 
 
 def doc_id(topic: str, partition: int, offset: int, timestamp_ms: int) -> str:

@@ -25,9 +25,9 @@ from aiokafka.errors import KafkaError
 from hermesbus.client import partition_for_key
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
-from hermesbus.envelope import Envelope
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.headers import TRACE_ID, header
 from hermesbus.errors import BrokerError, HermesError
-from hermesbus.headers import TRACE_ID, header
 from hermesbus.topics import Catalog
 
 __all__ = [

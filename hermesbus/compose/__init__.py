@@ -1,0 +1,4 @@
+"""The composition root: what picks the backends (:mod:`.backends`), wires them and the
+processors into a running bus (:mod:`.stack`), runs a redrive in a sandbox
+(:mod:`.redrive`), launches the embedded broker (:mod:`.broker`) and holds one bus per
+state folder (:mod:`.homelock`). Only this package and the CLI choose implementations."""
