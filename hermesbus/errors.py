@@ -23,6 +23,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     │   ├── AdmissionError     the registry refuses a tool (no schema, probe, verifier, fallback)
     │   └── VerificationError  a tool's result failed its signature, schema or content checks
     ├── IntentError            the configured intent endpoint (HERMES_LLM_URL) failed
+    ├── TransitionError        a flow's state table has no such state, exit or transition
     └── ReplyTimeout           no reply to a turn arrived in time (Client.ask)
 """
 
@@ -49,6 +50,7 @@ __all__ = [
     "StoreLost",
     "ToolError",
     "TraceIndexError",
+    "TransitionError",
     "VerificationError",
 ]
 
@@ -197,6 +199,11 @@ class VerificationError(ToolError):
 
 class IntentError(HermesError):
     """The configured intent endpoint (``HERMES_LLM_URL``) failed or answered nonsense."""
+
+
+class TransitionError(HermesError):
+    """A trigger the conversation's state table does not allow in the current state, or a
+    table that names a state, exit or timeout it does not have."""
 
 
 class ReplyTimeout(HermesError):

@@ -12,7 +12,7 @@ __all__ = [
     "Drift",
     "ExistingTopic",
     "TopicPlan",
-    "apply_command",
+    "apply_command_line",
     "plan",
     "session_partitions",
     "sized_by_existing",
@@ -106,7 +106,7 @@ def sized_by_existing(
     return catalog.with_overrides(partitions=count), counts
 
 
-def apply_command(bootstrap: str | None, prefix: str, partitions: int | None = None) -> str:
+def apply_command_line(bootstrap: str | None, prefix: str, partitions: int | None = None) -> str:
     """The ``hermesbus topics apply`` that creates a catalog's missing topics there."""
     options = f" --prefix {prefix}" if prefix else ""
     if partitions is not None:

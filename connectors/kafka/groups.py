@@ -35,7 +35,7 @@ from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
 
-__all__ = ["MEMBER_WAIT_S", "behind", "committed", "hand_over", "hand_over_all"]
+__all__ = ["MEMBER_WAIT_S", "behind", "committed", "hand_over", "hand_over_to_each"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ async def hand_over(
     return starts
 
 
-async def hand_over_all(
+async def hand_over_to_each(
     kafka: KafkaConfig,
     topic: str,
     source: str,

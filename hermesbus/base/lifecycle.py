@@ -17,8 +17,8 @@ __all__ = [
     "COLLECTOR_THRESHOLDS",
     "RECANCEL_S",
     "Service",
-    "background",
-    "cancelled",
+    "cancel_and_wait",
+    "logged_task",
     "return_freed_memory",
     "tune_collector",
 ]
@@ -52,7 +52,7 @@ class Service:
         await self.stop()
 
 
-def background(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+def logged_task(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     """A background task whose failure is logged, not left for the garbage collector."""
     task = asyncio.create_task(work, name=name)
     task.add_done_callback(_log_failure)
@@ -67,10 +67,10 @@ def _log_failure(task: asyncio.Task[None]) -> None:
 RECANCEL_S = 0.5
 """How long a cancelled task may go on before it is cancelled again."""
 CANCEL_WITHIN_S = 10.0
-"""How long :func:`cancelled` waits in all before it leaves a task running, with a warning."""
+"""How long :func:`cancel_and_wait` waits in all before it leaves a task running, with a warning."""
 
 
-async def cancelled(
+async def cancel_and_wait(
     tasks: Iterable[asyncio.Task[Any]], what: str, *, within_s: float = CANCEL_WITHIN_S
 ) -> None:
     """Cancel ``tasks`` and wait until each has ended, cancelling again any still running.
@@ -83,7 +83,7 @@ async def cancelled(
     still running after ``within_s`` is left, with a warning naming it and ``what`` it
     belongs to: a stop stays bounded and says what would not end.
 
-    What a task failed with is its own to report (:func:`background` logs it); here it is
+    What a task failed with is its own to report (:func:`logged_task` logs it); here it is
     only marked retrieved.
     """
     loop = asyncio.get_running_loop()

@@ -12,7 +12,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, Keyring
 from hermesbus.processors.protocol import IDENTITIES
-from hermesbus.topics import apply_command
+from hermesbus.topics import apply_command_line
 
 from ._common import kafka_with
 
@@ -101,7 +101,7 @@ def _missing(missing: list[str], bootstrap: str | None, prefix: str) -> str:
     return (
         f"{_topics(missing)} on {bootstrap} (prefix {prefix!r}); nothing was sent. "
         "Another prefix? pass the bus's --prefix (or HERMES_TOPIC_PREFIX); a new broker? "
-        f"`{apply_command(bootstrap, prefix)}` creates the topics"
+        f"`{apply_command_line(bootstrap, prefix)}` creates the topics"
     )
 
 

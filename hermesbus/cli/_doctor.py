@@ -56,7 +56,7 @@ from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService, ToolSettings
-from hermesbus.topics import Catalog, apply_command, plan, sized_by_existing
+from hermesbus.topics import Catalog, apply_command_line, plan, sized_by_existing
 
 from ._check import Check
 from ._common import (
@@ -345,7 +345,7 @@ async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
     if topics.create:
         missing = ", ".join(spec.name for spec in topics.create)
         sized = next(iter(counts.values()), None)  # as the existing ones, if any
-        fix = f"`{apply_command(kafka.bootstrap, prefix, sized)}` (`up` creates them too)"
+        fix = f"`{apply_command_line(kafka.bootstrap, prefix, sized)}` (`up` creates them too)"
         said = f"{len(topics.create)} of {len(names)} missing: {missing}"
         return Check("topics", "warn", said, fix)
     if topics.drift:

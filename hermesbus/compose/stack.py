@@ -22,12 +22,12 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from hermesbus.base.config import state_home
-from hermesbus.base.lifecycle import background
+from hermesbus.base.lifecycle import logged_task
 from hermesbus.compose.backends import memory_stores, state_store, tool_store, trace_index
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.compose.homelock import home_lock
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.connectors.kafka.groups import hand_over_all
+from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import Keyring, WritePolicy, keys_path
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
@@ -188,7 +188,7 @@ async def stack(
         intent = await _conversation_ports(enter)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
-        await hand_over_all(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
+        await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
         running.indexer = await _indexer(
             exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say, group=group_prefix
@@ -222,7 +222,7 @@ async def stack(
         )
         await _joined([*running.processors, running.indexer], say)
         await probed
-        exits.callback(background(_probing(tools), "tool-health").cancel)
+        exits.callback(logged_task(_probing(tools), "tool-health").cancel)
         gate.set()
         say("ready")
         yield running
@@ -233,7 +233,7 @@ def _broker_watch(exits: contextlib.AsyncExitStack, kafka: KafkaConfig) -> Broke
     when the broker is lost and back; this one only logs it)."""
     plaintext = kafka.security_protocol == "PLAINTEXT"  # else only TCP: no request before TLS
     watch = BrokerWatch(str(kafka.bootstrap), _broker_news, kafka=plaintext, probe_s=1.0)
-    exits.callback(background(watch.run(), "broker-watch").cancel)
+    exits.callback(logged_task(watch.run(), "broker-watch").cancel)
     return watch
 
 

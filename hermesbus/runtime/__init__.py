@@ -15,8 +15,8 @@ from ._model import (
     PauseNotice,
     SessionState,
     TimerRequest,
+    carried_model,
     derive_id,
-    kept,
 )
 from ._offsets import OffsetTracker
 from ._records import outage
@@ -42,7 +42,7 @@ __all__ = [
     "StateStore",
     "StoredTimer",
     "TimerRequest",
+    "carried_model",
     "derive_id",
-    "kept",
     "outage",
 ]

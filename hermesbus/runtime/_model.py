@@ -24,8 +24,8 @@ __all__ = [
     "PauseNotice",
     "SessionState",
     "TimerRequest",
+    "carried_model",
     "derive_id",
-    "kept",
 ]
 
 _IDS = uuid.UUID("6f1c7a52-3f0e-4c55-9a77-6d3b2f8e1c40")
@@ -74,7 +74,7 @@ class ModelState(Mapping[str, Any]):
     Read as a mapping it is the model's JSON dump, made once when first read; that is what
     a store saves. While the runtime keeps the session cached (and in the harness), the
     session's next envelope gets this very object back as ``state.data``, and its handler
-    takes the model with :func:`kept` instead of validating the saved JSON again. So the
+    takes the model with :func:`carried_model` instead of validating the saved JSON again. So the
     model must never change once returned: a frozen model, changed only by copies.
 
     A session behaves the same either way, because the stores keep the keys of saved
@@ -104,7 +104,7 @@ class ModelState(Mapping[str, Any]):
         return f"ModelState({type(self.model).__name__})"
 
 
-def kept(data: Mapping[str, Any], kind: type[M]) -> M | None:
+def carried_model(data: Mapping[str, Any], kind: type[M]) -> M | None:
     """The model of ``kind`` that ``data`` holds when the previous call returned it as a
     :class:`ModelState` and it was kept; None when ``data`` was loaded (validate it then)."""
     if type(data) is ModelState and type(data.model) is kind:

@@ -20,7 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from hermesbus.base.lifecycle import Service, background, cancelled, return_freed_memory
+from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task, return_freed_memory
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
 from hermesbus.errors import BrokerError, ConfigError, StoreError
@@ -193,13 +193,13 @@ class Processor(Service):
         self._records.stopping = False
         self._finished_at = time.monotonic()
         self._tasks = [
-            background(self._consume(), f"{self.name}-consume"),
-            background(self._commit_loop(), f"{self.name}-commit"),
-            background(self._timer_loop(), f"{self.name}-timers"),
+            logged_task(self._consume(), f"{self.name}-consume"),
+            logged_task(self._commit_loop(), f"{self.name}-commit"),
+            logged_task(self._timer_loop(), f"{self.name}-timers"),
         ]
         if not self._eos:  # max_in_flight workers, each running one session at a time
             self._workers = [
-                background(self._work(), f"{self.name}-worker-{n}")
+                logged_task(self._work(), f"{self.name}-worker-{n}")
                 for n in range(self._settings.max_in_flight)
             ]
 
@@ -219,7 +219,7 @@ class Processor(Service):
         deadline = asyncio.get_running_loop().time() + revoke_s
         if self._eos:  # the consume loop ends by itself once its transaction commits
             await asyncio.wait(self._tasks[:1], timeout=revoke_s)
-        await cancelled(self._tasks, f"processor {self.name}")
+        await cancel_and_wait(self._tasks, f"processor {self.name}")
         for part in self._parts.values():
             part.closed = True  # the workers start no more of its records
         parts = [*self._parts.values(), *self._detached]
@@ -229,7 +229,7 @@ class Processor(Service):
                 await asyncio.gather(*busy)
         except TimeoutError:
             log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)
-        await cancelled(self._workers, f"processor {self.name}")
+        await cancel_and_wait(self._workers, f"processor {self.name}")
         # nothing produces now: the producer flushes while the finished prefix is committed
         flushed = asyncio.ensure_future(producer.stop())
         await self._release(list(self._parts))  # nothing runs now: it commits and forgets
@@ -315,7 +315,7 @@ class Processor(Service):
         if waits:
             timeout = self._settings.revoke_timeout_ms / 1000
             try:
-                async with asyncio.timeout(timeout):  # not wait_for: see lifecycle.cancelled
+                async with asyncio.timeout(timeout):  # not wait_for: see lifecycle.cancel_and_wait
                     await asyncio.gather(*waits)
             except TimeoutError:
                 log.warning("processor=%s in-flight work outlived revoke_timeout", self.name)

@@ -28,7 +28,7 @@ from hermesbus.contract.payloads import (
     ToolResults,
 )
 from hermesbus.errors import BrokerError, HermesError
-from hermesbus.topics import apply_command
+from hermesbus.topics import apply_command_line
 from hermesbus.trace.index import ArchivedRecord, Document, archived
 from hermesbus.trace.tail import catalog_topics, drain, partitions
 
@@ -124,7 +124,7 @@ def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) ->
     return (
         f"cannot read the trace: {which} {total} topics of the catalog exist on {bootstrap} "
         f"(prefix {prefix!r}); missing: {', '.join(missing)}. "
-        f"A new broker? `{apply_command(bootstrap, prefix)}` creates them; "
+        f"A new broker? `{apply_command_line(bootstrap, prefix)}` creates them; "
         "another prefix? pass --prefix (or HERMES_TOPIC_PREFIX)"
     )
 

@@ -7,6 +7,7 @@ actions in ``ACTIONS``); intent parsing is a port (``IntentParser``: ``RuleInten
 by default, ``HttpIntentParser`` when configured).
 """
 
+from hermesbus.errors import TransitionError  # the error tree holds it; exported here too
 from hermesbus.processors.conversation._actions import ACTIONS
 from hermesbus.processors.conversation._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
 from hermesbus.processors.conversation._context import UNFINISHED_LABEL
@@ -40,7 +41,6 @@ from hermesbus.processors.conversation._machine import (
     StateSpec,
     Timeout,
     Transition,
-    TransitionError,
 )
 from hermesbus.processors.conversation._results import EXITS
 from hermesbus.processors.conversation._session import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
-from hermesbus.errors import HermesError
+from hermesbus.errors import TransitionError
 
 __all__ = [
     "FAILURE",
@@ -28,12 +28,7 @@ __all__ = [
     "StateSpec",
     "Timeout",
     "Transition",
-    "TransitionError",
 ]
-
-
-class TransitionError(HermesError):
-    """A trigger that the state machine's table does not allow in the current state."""
 
 
 @dataclass(frozen=True, slots=True)

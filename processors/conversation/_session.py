@@ -15,7 +15,7 @@ from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 from hermesbus.errors import StoreError
 from hermesbus.processors.conversation._history import History
 from hermesbus.processors.conversation._texts import LOW_CONFIDENCE
-from hermesbus.runtime import kept
+from hermesbus.runtime import carried_model
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -93,7 +93,7 @@ class Session(BaseModel):
 def load_session(data: Mapping[str, Any], session_id: str) -> Session:
     """The saved state, or a fresh session when nothing was saved yet; the very model the
     previous envelope left when the runtime kept it (see ``runtime.ModelState``)."""
-    session = kept(data, Session)
+    session = carried_model(data, Session)
     if session is not None:
         return session
     try:

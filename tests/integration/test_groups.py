@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 
 from hermesbus.compose.stack import stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.connectors.kafka.groups import committed, hand_over, hand_over_all
+from hermesbus.connectors.kafka.groups import committed, hand_over, hand_over_to_each
 from hermesbus.errors import BrokerError
 from hermesbus.processors import tool
 from hermesbus.topics import Catalog, plan
@@ -248,4 +248,6 @@ async def test_up_starts_after_the_wedge(
         for group in groups:
             assert await committed(kafka, group, topic) == {**EARLIEST, 0: 2, 1: 1}, group
     # and the next start leaves every group's offsets as they are
-    assert await hand_over_all(kafka, topic, tool.NAME, groups) == {group: {} for group in groups}
+    assert await hand_over_to_each(kafka, topic, tool.NAME, groups) == {
+        group: {} for group in groups
+    }

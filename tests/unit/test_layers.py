@@ -197,3 +197,51 @@ def test_every_backend_package_has_the_same_shape() -> None:
     for package in backends:
         missing = [name for name in BACKEND_SHAPE if not (package / name).exists()]
         assert not missing, f"connectors/{package.name} lacks {missing} (client, config, errors)"
+
+
+def _processor_uses(path: Path) -> Iterator[tuple[str, str]]:
+    """(processor package, name) for every name ``path`` takes from a processor package:
+    ``from hermesbus.processors.tool import X``, and ``tool.X`` after ``from
+    hermesbus.processors import tool`` (or ``import hermesbus.processors.tool as tool``)."""
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "hermesbus.processors":
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"hermesbus.processors.{alias.name}"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "hermesbus.processors."
+        ):
+            for alias in node.names:
+                yield node.module or "", alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("hermesbus.processors.") and alias.asname:
+                    aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            yield aliases[node.value.id], node.attr
+
+
+def test_each_processor_package_exports_what_is_used_outside_it() -> None:
+    # outside a processor package, the product uses only what its __init__ exports
+    # (its __all__) or its public subpackages; the tests may reach inside (white box)
+    import importlib
+
+    wrong = []
+    for module, path in MODULES.items():
+        for target, name in _processor_uses(path):
+            package = ".".join(target.split(".")[:3])
+            if module == package or module.startswith(package + "."):
+                continue
+            if target != package and target.split(".")[3].startswith("_"):
+                wrong.append(f"{module} imports {target} (private to {package})")
+                continue
+            exported = getattr(importlib.import_module(target), "__all__", ())
+            if name not in exported and f"{target}.{name}" not in MODULES:
+                wrong.append(f"{module} uses {target}.{name}, not in its __all__")
+    assert not wrong, "\n".join(sorted(set(wrong)))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hermesbus.base.lifecycle import COLLECTOR_THRESHOLDS, cancelled
+from hermesbus.base.lifecycle import COLLECTOR_THRESHOLDS, cancel_and_wait
 
 _PROBE = """
 import gc
@@ -48,7 +48,7 @@ async def test_cancelled_cancels_again_a_task_that_dropped_the_first_cancellatio
 
     task = asyncio.create_task(loop())
     await asyncio.sleep(0)
-    await cancelled([task], "the test")
+    await cancel_and_wait([task], "the test")
     assert dropped == [True]
     assert task.cancelled()
 
@@ -68,7 +68,7 @@ async def test_cancelled_leaves_a_task_that_will_not_end_and_names_it(
     task = asyncio.create_task(stubborn(), name="stubborn-loop")
     await asyncio.sleep(0)
     with caplog.at_level(logging.WARNING, logger="hermesbus.base.lifecycle"):
-        await cancelled([task], "processor p", within_s=0.3)
+        await cancel_and_wait([task], "processor p", within_s=0.3)
     assert not task.done()  # bounded: the stop goes on without it
     assert "processor p: still running 0.3 s after being cancelled: stubborn-loop" in caplog.text
     release.set()
@@ -84,6 +84,6 @@ async def test_cancelled_ends_every_task_and_raises_none_of_their_failures() -> 
 
     failing, waiting = asyncio.create_task(fails()), asyncio.create_task(waits())
     await asyncio.sleep(0)
-    await cancelled([failing, waiting], "the test")
+    await cancel_and_wait([failing, waiting], "the test")
     assert isinstance(failing.exception(), RuntimeError)
     assert waiting.cancelled()

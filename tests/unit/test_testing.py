@@ -16,7 +16,14 @@ from hermesbus import Envelope, Payload, Reply, TimerFired, UserTurn
 from hermesbus.compose.stack import in_memory
 from hermesbus.errors import ConfigError
 from hermesbus.processors import conversation, protocol
-from hermesbus.runtime import HandlerInput, ModelState, Outcome, TimerRequest, derive_id, kept
+from hermesbus.runtime import (
+    HandlerInput,
+    ModelState,
+    Outcome,
+    TimerRequest,
+    carried_model,
+    derive_id,
+)
 from hermesbus.runtime._effects import timer_fired
 from hermesbus.testing import Harness
 
@@ -146,7 +153,7 @@ async def test_a_model_state_comes_back_as_the_model_the_handler_left() -> None:
     left: list[Tally] = []
 
     async def tally(inp: HandlerInput) -> Outcome:
-        before = kept(inp.state.data, Tally)
+        before = carried_model(inp.state.data, Tally)
         seen.append(before)
         now = before or Tally.model_validate(dict(inp.state.data))
         text = str(getattr(inp.envelope.payload.body, "text", ""))
@@ -164,7 +171,7 @@ async def test_a_model_state_comes_back_as_the_model_the_handler_left() -> None:
     saved = harness.state("conversation", "s1").data
     assert dict(saved) == {"turns": 2, "said": {"a": 1, "b": 1}}  # reads as its JSON dump
     assert list(saved["said"]) == ["a", "b"]
-    assert kept(saved, Reply) is None and kept({"turns": 2}, Tally) is None
+    assert carried_model(saved, Reply) is None and carried_model({"turns": 2}, Tally) is None
 
 
 async def test_emitted_envelopes_reach_the_processors_of_their_topics_until_quiet() -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from hermesbus.base.lifecycle import Service, background, cancelled
+from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
 from hermesbus.contract.envelope import Envelope
@@ -150,8 +150,8 @@ class Indexer(Service):
             raise
         self._consumer, self._producer, self._stopping = consumer, producer, False
         self._stop_asked.clear()
-        self._task = background(self._run(consumer), f"{self.name}-loop")
-        self._committer = background(self._commit_loop(consumer), f"{self.name}-commit")
+        self._task = logged_task(self._run(consumer), f"{self.name}-loop")
+        self._committer = logged_task(self._commit_loop(consumer), f"{self.name}-commit")
 
     async def stop(self) -> None:
         """Index what the topics hold by now and commit it (bounded), leave the group.
@@ -168,7 +168,7 @@ class Indexer(Service):
         await asyncio.wait({task}, timeout=self._settings.revoke_timeout_ms / 1000)
         committer, self._committer = self._committer, None
         # an index still away: what was not stored is not committed
-        await cancelled([task, *([committer] if committer else [])], f"indexer {self.name}")
+        await cancel_and_wait([task, *([committer] if committer else [])], f"indexer {self.name}")
         await self._commit(consumer)  # the last stored batches
         refresh = getattr(self.index, "refresh", None)
         if refresh is not None:  # searchable at once for the commands run next

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.base.lifecycle import cancelled
+from hermesbus.base.lifecycle import cancel_and_wait
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
@@ -270,7 +270,7 @@ async def test_redis_one_cancellation_ends_a_task_running_commands_wherever_it_l
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=1)
         ran_on += not done
-        await cancelled([task], "the test", within_s=5)  # so a failure leaves nothing running
+        await cancel_and_wait([task], "the test", within_s=5)  # so a failure leaves nothing running
     assert ran_on == 0, f"{ran_on} of 300 loops went on after being cancelled"
     assert await redis_store.load("p", "s1") == SessionState()  # and the client still works
 
