@@ -177,9 +177,15 @@ class MarkGuard:
 
     @property
     def book(self) -> MarkBook:
+        """Where the expected mark is kept: the book given (the composition gives the state
+        folder's of the program's settings), else the one in ``HERMES_HOME``."""
         if self._book is None:
             self._book = MarkBook()
         return self._book
+
+    @book.setter
+    def book(self, book: MarkBook) -> None:
+        self._book = book
 
     @property
     def watching(self) -> bool:

@@ -23,6 +23,7 @@ from hermesbus.errors import HermesError, SettingError
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
 
+    from hermesbus.compose.settings import Settings
     from hermesbus.connectors.kafka import KafkaConfig
 
 __all__ = [
@@ -86,6 +87,14 @@ _SHORT = 60
 _TRUE = {"1", "true", "yes", "on"}
 _WORDS = {"missing": "missing", "extra_forbidden": "unknown field"}
 _TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
+
+
+def program_settings() -> Settings:
+    """The program's settings, read from the environment where the command starts (after
+    its options: ``--home`` has set ``HERMES_HOME``), and handed down from there."""
+    from hermesbus.compose.settings import Settings
+
+    return Settings.from_environment()
 
 
 def kafka_with(bootstrap: str | None) -> KafkaConfig:

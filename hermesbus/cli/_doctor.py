@@ -55,7 +55,7 @@ from hermesbus.errors import HermesError
 from hermesbus.identity import Keyring
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
-from hermesbus.processors.tool import ToolService, ToolSettings
+from hermesbus.processors.tool import ToolService
 from hermesbus.topics import Catalog, apply_command_line, plan, sized_by_existing
 
 from ._check import Check
@@ -67,6 +67,7 @@ from ._common import (
     errors,
     kafka_with,
     problems,
+    program_settings,
     variables,
 )
 from ._doctor_index import indexing_check, trace_index_check
@@ -419,12 +420,12 @@ async def _neo4j() -> list[Check]:
 async def _tools() -> list[Check]:
     """Each registered tool probed now, judged by its own limits; nothing is saved, so a
     running bus goes on reading its own probes."""
-    settings = ToolSettings()
+    settings = program_settings()
     if not tool_store_exists(settings):  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
     store = tool_store(settings)
-    async with ToolService(store, settings) as tools:
+    async with ToolService(store, settings.tool) as tools:
         specs = {spec.name: spec for spec in await tools.store.list_specs()}
         probes = await tools.probe_all(save=False)
     if not probes:

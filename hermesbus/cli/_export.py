@@ -16,7 +16,16 @@ from hermesbus.replay.bundle import same_user, write_bundle
 from hermesbus.replay.shadow import documents
 from hermesbus.trace.index import Document
 
-from ._common import BootstrapOption, HomeOption, PrefixOption, console, errors, fail, shown
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    console,
+    errors,
+    fail,
+    program_settings,
+    shown,
+)
 from ._sources import read_sessions
 
 __all__ = ["export_command"]
@@ -80,7 +89,7 @@ def export_command(
 
 async def _index_documents(session_id: str, memory_topic: str) -> list[Document]:
     """The index's documents when the records came from the broker (none if no index)."""
-    index = trace_index(install=False)
+    index = trace_index(program_settings(), install=False)
     if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():  # noqa: ASYNC240
         return []
     try:

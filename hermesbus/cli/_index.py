@@ -38,6 +38,7 @@ from ._common import (
     fail,
     json_safe,
     kafka_with,
+    program_settings,
     shown,
 )
 from ._when import TIMES, parse_when
@@ -100,8 +101,9 @@ def trace_command(
 def _beside(trace_id: str, sandbox: str, found: Sequence[Hop], where: str, as_json: bool) -> None:
     """The trace and the sandbox's run of it: waterfalls, then the replies side by side."""
     prefix = sandbox if sandbox.endswith(".") else sandbox + "."
-    lineage = lineage_of(prefix)
-    path = sandbox_home(prefix) / "index.sqlite3"
+    home = program_settings().home
+    lineage = lineage_of(home, prefix)
+    path = sandbox_home(home, prefix) / "index.sqlite3"
 
     async def read() -> list[Document]:
         async with SqliteTraceIndex(path) as index:
@@ -246,7 +248,7 @@ def search_command(
 
 def _ask(question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
     """Open the configured index read-only, ask, close; a missing SQLite file is no index."""
-    index = trace_index(install=False)
+    index = trace_index(program_settings(), install=False)
     if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():
         raise fail(
             f"no trace index at {index.where}: `hermesbus up` indexes every envelope there "
@@ -344,8 +346,9 @@ def _sessions(docs: Sequence[Document]) -> None:
 def _kibana(kuery: str, docs: Sequence[Document]) -> str | None:
     """The Discover link for ``kuery`` over the documents' time, when HERMES_KIBANA_URL is set
     and the index read is Elasticsearch."""
-    base = HermesSettings().kibana_url
-    if not base or not docs or isinstance(trace_index(install=False), SqliteTraceIndex):
+    settings = program_settings()
+    base = settings.bus.kibana_url
+    if not base or not docs or isinstance(trace_index(settings, install=False), SqliteTraceIndex):
         return None  # Kibana shows Elasticsearch's documents, not the SQLite index's
     times = [doc["hermes"]["kafka"]["timestamp_ms"] for doc in docs]
     start, end = iso_ms(min(times) - 60_000), iso_ms(max(times) + 60_000)

@@ -39,6 +39,7 @@ from ._common import (
     errors,
     fail,
     json_safe,
+    program_settings,
     shown,
 )
 from ._sources import Slice, read_sessions
@@ -242,7 +243,7 @@ def _redrive(
     bootstrap: str | None,
 ) -> None:
     sandbox = into if into.endswith(".") else into + "."
-    home = sandbox_home(sandbox)
+    home = sandbox_home(program_settings().home, sandbox)
     turns = external_inputs(recording, sessions, prefix, selected=chosen.keeps)
     if dry_run:
         console.print(
@@ -278,13 +279,15 @@ def _redrive(
             soft_wrap=True,
         )
         return
-    kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    settings = program_settings()
+    if bootstrap:
+        settings = settings.with_parts(kafka=KafkaConfig(bootstrap=bootstrap))
     done = asyncio.run(
         redrive(
             recording,
             sessions,
+            settings,
             into=sandbox,
-            kafka=kafka,
             source_prefix=prefix,
             fork=changes,
             live_tools=live_tools,
@@ -339,7 +342,7 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
 async def _shadow(
     recording: Recording, sessions: list[str], names: Sequence[str], chosen: Slice, prefix: str
 ) -> ShadowReport:
-    async with shadows(names, prefix=prefix) as wired:
+    async with shadows(program_settings(), names, prefix=prefix) as wired:
         with _progress() as tick:
             return await shadow(
                 recording,

@@ -20,7 +20,7 @@ from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, 
 from hermesbus.trace.spans import Hop
 from hermesbus.trace.tail import Position, catalog_topics, tail
 
-from ._common import err_console, shown
+from ._common import err_console, program_settings, shown
 
 __all__ = ["Read", "Slice", "read_sessions"]
 
@@ -144,7 +144,7 @@ def _session_of_record(record: ArchivedRecord) -> str | None:
 
 
 async def _from_index(prefix: str, sessions: list[str], chosen: Slice, across: list[str]) -> Read:
-    index = trace_index(install=False)
+    index = trace_index(program_settings(), install=False)
     if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
         raise ConfigError(
             f"no trace index at {index.where} and no broker with the records: `hermesbus up` "

@@ -18,7 +18,7 @@ from hermesbus.base.storemark import Mark, MarkedStore, MarkGuard
 from hermesbus.errors import HermesError
 
 from ._check import Check
-from ._common import HomeOption, console, errors
+from ._common import HomeOption, console, errors, program_settings
 
 __all__ = ["app", "store_checks"]
 
@@ -38,10 +38,11 @@ def _stores() -> list[tuple[str, _Store]]:
     """The stores ``up`` would use, by role, from the settings (none opened yet)."""
     from hermesbus.compose.backends import memory_stores, state_store, tool_store
 
-    memory = memory_stores()
+    settings = program_settings()
+    memory = memory_stores(settings)
     found = [
-        ("state", state_store()),
-        ("tools", tool_store()),
+        ("state", state_store(settings)),
+        ("tools", tool_store(settings)),
         ("memory", memory.preferences),
         ("graph", memory.graph),
     ]

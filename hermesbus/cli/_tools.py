@@ -12,11 +12,12 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from hermesbus.compose.backends import tool_store, tool_store_exists
+from hermesbus.compose.settings import Settings
 from hermesbus.errors import ConfigError
-from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSettings, ToolSpec
+from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSpec
 from hermesbus.processors.tool.demo import register_demo
 
-from ._common import console, errors, fail, problems
+from ._common import console, errors, fail, problems, program_settings
 
 app = typer.Typer(help="Tools: admission, the registry and live health.", no_args_is_help=True)
 
@@ -46,8 +47,10 @@ _NOTHING = (
 )
 
 
-def _settings(home: Path | None) -> ToolSettings:
-    return ToolSettings(home=home) if home is not None else ToolSettings()
+def _settings(home: Path | None) -> Settings:
+    """The program's settings, with ``--home`` (``home``) as the state folder if given."""
+    settings = program_settings()
+    return settings.at_home(home) if home is not None else settings
 
 
 def _load(path: Path) -> Any:
@@ -101,9 +104,9 @@ def _spec(data: dict[str, Any], schema_file: Path | None) -> ToolSpec:
         raise ConfigError("invalid tool spec:" + "".join(f"\n  {line}" for line in lines)) from exc
 
 
-async def _register(settings: ToolSettings, debug: bool, spec: ToolSpec | None) -> list[str]:
+async def _register(settings: Settings, debug: bool, spec: ToolSpec | None) -> list[str]:
     async with tool_store(settings) as store:
-        registry = ToolRegistry(store, settings, debug=debug or None)
+        registry = ToolRegistry(store, settings.tool, debug=debug or None)
         if spec is None:
             return await register_demo(registry)
         return [(await registry.register(spec)).name]
@@ -187,7 +190,7 @@ def register_command(
         console.print(f"[green]registered[/green] {registered}")
 
 
-def _no_state(settings: ToolSettings) -> str | None:
+def _no_state(settings: Settings) -> str | None:
     """What to say when no tool was ever registered here; reading must create nothing."""
     if tool_store_exists(settings):
         return None
@@ -218,7 +221,7 @@ def list_command(home: HomeOption = None) -> None:
     console.print(table)
 
 
-async def _list(settings: ToolSettings) -> tuple[str, list[ToolSpec]]:
+async def _list(settings: Settings) -> tuple[str, list[ToolSpec]]:
     async with tool_store(settings) as store:
         return store.where, await store.list_specs()
 
@@ -232,7 +235,7 @@ def health_command(home: HomeOption = None) -> None:
             raise fail(nothing, 1)
         rows = asyncio.run(_health(settings))
     if not rows:
-        raise fail(f"no tools are registered in {settings.tools_path}", 1)
+        raise fail(f"no tools are registered in {settings.tool.tools_path}", 1)
     table = Table(title="tool health")
     for column in ("tool", "latency", "success", "quota", "healthy", "slow", "probe"):
         table.add_column(column)
@@ -241,8 +244,8 @@ def health_command(home: HomeOption = None) -> None:
     console.print(table)
 
 
-async def _health(settings: ToolSettings) -> list[tuple[str, ...]]:
-    async with ToolService(tool_store(settings), settings) as tools:
+async def _health(settings: Settings) -> list[tuple[str, ...]]:
+    async with ToolService(tool_store(settings), settings.tool) as tools:
         probes = await tools.probe_all()
         rows: list[tuple[str, ...]] = []
         for name, probe in sorted(probes.items()):

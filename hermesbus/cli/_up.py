@@ -17,10 +17,11 @@ from rich.status import Status
 from hermesbus.base import sigint as _sigint
 from hermesbus.base.lifecycle import tune_collector
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker, answers
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, _provision, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
-from hermesbus.runtime import Processor, RuntimeSettings
+from hermesbus.runtime import Processor
 from hermesbus.topics import Catalog
 from hermesbus.trace.index import Indexer
 
@@ -32,6 +33,7 @@ from ._common import (
     err_console,
     errors,
     kafka_with,
+    program_settings,
 )
 
 __all__ = ["BROKER_LOST", "TOPICS_CHECK_S", "up_command"]
@@ -76,16 +78,15 @@ def up_command(
     naming the process that runs (``hermesbus.compose.homelock``).
     """
     with errors():
-        kafka = kafka_with(bootstrap)
-        settings = RuntimeSettings(exactly_once=exactly_once)
-        code = asyncio.run(_up(kafka, prefix, settings, run_demo=run_demo, once=once))
+        read = program_settings()
+        runtime = read.runtime.model_copy(update={"exactly_once": exactly_once})
+        settings = read.with_parts(kafka=kafka_with(bootstrap), runtime=runtime)
+        code = asyncio.run(_up(settings, prefix, run_demo=run_demo, once=once))
     if code:
         raise typer.Exit(code)
 
 
-async def _up(
-    kafka: KafkaConfig, prefix: str, settings: RuntimeSettings, *, run_demo: bool, once: bool
-) -> int:
+async def _up(settings: Settings, prefix: str, *, run_demo: bool, once: bool) -> int:
     """Run the stack; the exit code: 0, 1 (the demo did not finish), BROKER_LOST, or 130
     after Ctrl-C.
 
@@ -98,7 +99,7 @@ async def _up(
     for sig in (signal.SIGINT, signal.SIGTERM):  # first: until now, Ctrl-C exited 130 at once
         loop.add_signal_handler(sig, _stop_on, sig, received, stop)
     try:
-        code = await _serve(kafka, prefix, settings, stop, run_demo=run_demo, once=once)
+        code = await _serve(settings, prefix, stop, run_demo=run_demo, once=once)
     finally:  # all stopped: from here on, Ctrl-C exits 130 at once
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -112,22 +113,20 @@ def _stop_on(sig: int, received: list[int], stop: asyncio.Event) -> None:
 
 
 async def _serve(
-    kafka: KafkaConfig,
+    settings: Settings,
     prefix: str,
-    settings: RuntimeSettings,
     stop: asyncio.Event,
     *,
     run_demo: bool,
     once: bool,
 ) -> int:
     """Run the stack until ``stop`` is set, the run ends or the embedded broker dies."""
+    kafka = settings.kafka
     broker = None if kafka.bootstrap else EmbeddedBroker()
     finished: list[bool] = []  # the demo's outcome, once it has one
     up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
     serving: list[Stack] = []  # the stack, once it runs: told of the topics made again
-    work = _run(
-        kafka, broker, prefix, settings, finished, up, serving, run_demo=run_demo, once=once
-    )
+    work = _run(settings, broker, prefix, finished, up, serving, run_demo=run_demo, once=once)
     run = asyncio.create_task(work)
     signalled = asyncio.create_task(stop.wait())
     watch = asyncio.create_task(_watch(broker, kafka, prefix, up, serving))
@@ -151,10 +150,9 @@ async def _serve(
 
 
 async def _run(
-    kafka: KafkaConfig,
+    settings: Settings,
     broker: EmbeddedBroker | None,
     prefix: str,
-    settings: RuntimeSettings,
     finished: list[bool],
     up: asyncio.Event,
     serving: list[Stack],
@@ -165,9 +163,8 @@ async def _run(
     """The stack, the demo, then serving until cancelled (or, with ``once``, not)."""
     progress = _Progress()
     started = stack(
-        kafka=kafka,
-        prefix=prefix,
         settings=settings,
+        prefix=prefix,
         demo=run_demo,
         embedded_broker=broker,
         progress=progress,

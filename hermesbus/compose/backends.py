@@ -1,4 +1,5 @@
-"""Which backend serves each store, picked from settings: the one place that picks.
+"""Which backend serves each store, picked from the program's :class:`Settings`: the one
+place that picks.
 
 The embedded default is SQLite under the state folder (``HERMES_HOME``); a configured
 server replaces it: ``HERMES_REDIS_URL`` the session state (state, outboxes, timers: shared
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
-from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
-from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
+from hermesbus.base.storemark import MarkBook
+from hermesbus.compose.settings import Settings
+from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
+from hermesbus.connectors.neo4j import Neo4jGraphStore
 from hermesbus.connectors.redis import (
-    RedisConfig,
     RedisPreferenceStore,
     RedisStateStore,
     RedisToolStore,
@@ -40,11 +42,15 @@ __all__ = [
     "OpenedStateStore",
     "OpenedToolStore",
     "memory_stores",
+    "sqlite_memory",
     "state_store",
     "tool_store",
     "tool_store_exists",
     "trace_index",
 ]
+
+
+T = TypeVar("T")
 
 
 class Opened(Protocol):
@@ -69,60 +75,81 @@ class OpenedToolStore(tool.ToolStore, Opened, Protocol):
     """A tool store, opened with ``async with``."""
 
 
-def state_store() -> OpenedStateStore:
+def _marked(settings: Settings, *stores: T) -> None:
+    """Each store's mark kept in the book of the settings' state folder (a redrive's
+    sandbox keeps its own), not in whatever folder the environment names."""
+    book = MarkBook(settings.home)
+    for store in stores:
+        guard = getattr(store, "marks", None)  # every marked store has one (MarkedStore)
+        if guard is not None:
+            guard.book = book
+
+
+def state_store(settings: Settings) -> OpenedStateStore:
     """Session state, outboxes and timers: Redis when ``HERMES_REDIS_URL`` is set, else
     SQLite (``$HERMES_HOME/state.sqlite3``)."""
-    redis = RedisConfig()
-    if redis.url is not None:
-        return RedisStateStore(redis)
-    return SqliteStateStore()
+    store: OpenedStateStore = (
+        RedisStateStore(settings.redis)
+        if settings.redis.url is not None
+        else SqliteStateStore(config=settings.sqlite)
+    )
+    _marked(settings, store)
+    return store
 
 
-def memory_stores(
-    settings: memory.MemorySettings | None = None, *, embedded: bool = False
-) -> memory.MemoryStores:
+def memory_stores(settings: Settings) -> memory.MemoryStores:
     """Memory's mid-term store (Redis when ``HERMES_REDIS_URL`` is set) and long-term graph
-    (Neo4j when ``HERMES_NEO4J_URL`` is set); SQLite on one file (``settings.db_path``) for
-    what is not configured. ``embedded``: SQLite whatever is configured (a shadow replay
-    writes nowhere that lasts)."""
-    settings = settings or memory.MemorySettings()
-    path, timeout = settings.db_path, settings.busy_timeout_ms
-    redis, neo4j = RedisConfig(), Neo4jConfig()
+    (Neo4j when ``HERMES_NEO4J_URL`` is set); SQLite on one file (``settings.memory.db_path``)
+    for what is not configured."""
+    own = settings.memory
+    path, timeout = own.db_path, own.busy_timeout_ms
+    redis, neo4j = settings.redis, settings.neo4j
     preferences: memory.PreferenceStore = (
         RedisPreferenceStore(redis)
-        if redis.url is not None and not embedded
+        if redis.url is not None
         else SqlitePreferenceStore(path, busy_timeout_ms=timeout)
     )
     graph: memory.GraphStore = (
-        Neo4jGraphStore(neo4j)
-        if neo4j.url and not embedded
-        else SqliteGraphStore(path, busy_timeout_ms=timeout)
+        Neo4jGraphStore(neo4j) if neo4j.url else SqliteGraphStore(path, busy_timeout_ms=timeout)
     )
-    return memory.MemoryStores(settings, preferences=preferences, graph=graph)
+    _marked(settings, preferences, graph)
+    return memory.MemoryStores(own, preferences=preferences, graph=graph)
 
 
-def tool_store(
-    settings: tool.ToolSettings | None = None, *, path: Path | None = None
-) -> OpenedToolStore:
+def sqlite_memory(own: memory.MemorySettings) -> memory.MemoryStores:
+    """Memory's two stores in SQLite on ``own.db_path``, whatever servers are configured
+    (a shadow replay, the in-memory bus: nothing written where it lasts)."""
+    path, timeout = own.db_path, own.busy_timeout_ms
+    return memory.MemoryStores(
+        own,
+        preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout),
+        graph=SqliteGraphStore(path, busy_timeout_ms=timeout),
+    )
+
+
+def tool_store(settings: Settings, *, path: Path | None = None) -> OpenedToolStore:
     """Registered tools, released results (idempotency and cache), call samples, probes:
-    Redis when ``HERMES_REDIS_URL`` is set, else SQLite (``settings.tools_path``). ``path``:
-    the SQLite file of another state folder (``up --copy-tools-from``), whatever is set."""
-    redis = RedisConfig()
-    if redis.url is not None and path is None:
-        return RedisToolStore(redis)
-    return SqliteToolStore(path, settings=settings)
+    Redis when ``HERMES_REDIS_URL`` is set, else SQLite (``settings.tool.tools_path``).
+    ``path``: the SQLite file of another state folder (``up --copy-tools-from``), whatever
+    is set."""
+    store: OpenedToolStore = (
+        RedisToolStore(settings.redis)
+        if settings.redis.url is not None and path is None
+        else SqliteToolStore(path, settings=settings.tool)
+    )
+    _marked(settings, store)
+    return store
 
 
-def tool_store_exists(settings: tool.ToolSettings) -> bool:
+def tool_store_exists(settings: Settings) -> bool:
     """Whether there is a tool store to read: Redis configured (reading it creates nothing),
     else the SQLite file (opening a missing one would create it)."""
-    return RedisConfig().url is not None or settings.tools_path.exists()
+    return settings.redis.url is not None or settings.tool.tools_path.exists()
 
 
-def trace_index(*, install: bool = True) -> TraceIndex:
+def trace_index(settings: Settings, *, install: bool = True) -> TraceIndex:
     """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set, else SQLite under the state
     folder. ``install``: put the data stream's templates (the read-only commands do not)."""
-    config = ElasticsearchConfig()
-    if config.url:
-        return ElasticsearchTraceIndex(config, install=install)
-    return SqliteTraceIndex()
+    if settings.elasticsearch.url:
+        return ElasticsearchTraceIndex(settings.elasticsearch, install=install)
+    return SqliteTraceIndex(config=settings.sqlite)

@@ -11,8 +11,9 @@ answered, as a user would. Everything the sandbox keeps is its own:
   fresh or that a redrive marked as its sandbox (``hermesbus.replay.sandbox``): another
   environment's prefix is refused before anything is written;
 * state, memory, tool registry and a trace index (SQLite) under
-  ``$HERMES_HOME/replays/<PREFIX>/``, never a production server or file from settings;
-  only the keyring is shared (read);
+  ``$HERMES_HOME/replays/<PREFIX>/``, never a production server or file: the sandbox's
+  settings are made from the bus's by :meth:`Settings.sandbox`, which keeps every store
+  in that folder and configures no server; only the keyring is shared (read);
 * tools answer what they answered then for the same arguments (recorded mode), or run
   for real with ``--live-tools`` (the production registry's specs, copied); the
   dispatcher sees the tool health it saw then.
@@ -26,31 +27,24 @@ records it, and ``hermesbus trace TRACE --sandbox PREFIX`` shows both branches.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from hermesbus.base.config import state_home, writable_home
+from hermesbus.base.config import writable_home
 from hermesbus.client import Client
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, Progress, stack
-from hermesbus.connectors.elasticsearch import ElasticsearchConfig
-from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.connectors.neo4j import Neo4jConfig
-from hermesbus.connectors.redis import RedisConfig
-from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import Reply, UserTurn
 from hermesbus.errors import ConfigError
-from hermesbus.identity import KEYS_FILE_ENV, keys_path
-from hermesbus.processors import dispatcher, memory, tool
+from hermesbus.processors import dispatcher
 from hermesbus.processors.recorded import ArgumentTools, health_of
 from hermesbus.replay.sandbox import claim
 from hermesbus.replay.shadow import Recording, consumed_order
@@ -107,15 +101,16 @@ class Redriven:
     forks: list[dict[str, Any]] = field(default_factory=list)
 
 
-def sandbox_home(prefix: str) -> Path:
-    """``$HERMES_HOME/replays/<prefix>``: the sandbox's state, stores and trace index."""
+def sandbox_home(home: Path, prefix: str) -> Path:
+    """``HOME/replays/<prefix>``: the sandbox's state, stores and trace index (``home``:
+    the bus's state folder)."""
     name = prefix.rstrip(".")
     if not _SANDBOX.fullmatch(name):
         raise ConfigError(
             f"--into {prefix!r}: a sandbox prefix of letters, digits, '-', '_' and '.' "
             "(e.g. replay-1.)"
         )
-    return state_home() / "replays" / name
+    return home / "replays" / name
 
 
 def external_inputs(
@@ -194,67 +189,23 @@ def _step(node: Any, part: str, so_far: str, path: str) -> Any:
     raise ConfigError(f"--set {path}: the envelope has no field {so_far!r}")
 
 
-_PRODUCTION = (
-    "HERMES_ELASTICSEARCH_URL",
-    "HERMES_REDIS_URL",
-    "HERMES_NEO4J_URL",
-    "HERMES_MEMORY_PATH",
-)
-"""The production stores a sandbox must never use: servers, and files outside the state
-folder (memory's SQLite file)."""
-
-
-@contextlib.contextmanager
-def _sandbox_settings(home: Path) -> Iterator[None]:
-    """``HERMES_HOME`` the sandbox's folder while it runs; the keyring stays the bus's.
-
-    Every store of the sandbox is SQLite in that folder: the production servers
-    (Elasticsearch, Redis, Neo4j) and memory's own file are not configured while it runs,
-    so nothing of theirs is read or written (the sandbox's sessions have the production
-    sessions' ids); :func:`_sandboxed` checks what the settings then give."""
-    keys = keys_path()
-    saved = {name: os.environ.get(name) for name in ("HERMES_HOME", KEYS_FILE_ENV, *_PRODUCTION)}
-    os.environ["HERMES_HOME"] = str(home)
-    os.environ[KEYS_FILE_ENV] = str(keys)
-    for name in _PRODUCTION:
-        os.environ.pop(name, None)
-    try:
-        _sandboxed(home)
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 _GROUPS = (*REPLAYABLE, INDEXER_GROUP)
 """The consumer groups a sandbox joins (after its prefix; each tool's own only with
 ``--live-tools``)."""
 
 
-def _sandboxed(home: Path) -> None:
-    """ConfigError unless every store the settings now pick is the sandbox's own: a SQLite
-    file in ``home``, no server (the state, memory's two stores, the tools' results and
-    idempotency keys; the trace index is given to the stack explicitly)."""
-    files = {
-        "session state": SqliteConfig().path,
-        "memory": memory.MemorySettings().db_path,
-        "tools": tool.ToolSettings().tools_path,
-    }
-    servers = {
-        "Redis": RedisConfig().url is not None,
-        "Neo4j": bool(Neo4jConfig().url),
-        "Elasticsearch": bool(ElasticsearchConfig().url),
-    }
-    outside = [f"{what} at {path}" for what, path in files.items() if not path.is_relative_to(home)]
-    outside += [f"{what} (a server)" for what, configured in servers.items() if configured]
+def _sandboxed(settings: Settings, home: Path) -> Settings:
+    """The sandbox's settings, made from the bus's; ConfigError if any store they give is
+    not the sandbox's own (a SQLite file in ``home``, no server), which would mean a part
+    of the settings that :meth:`Settings.sandbox` does not move yet."""
+    sandbox = settings.sandbox(home)
+    outside = sandbox.outside(home)
     if outside:
         raise ConfigError(
             f"a redrive keeps every store in its sandbox {home}, but the settings give "
             f"{', '.join(outside)}: refused, it would write production's stores"
         )
+    return sandbox
 
 
 def _recorded_health(recording: Recording) -> dispatcher.StaticHealth:
@@ -270,9 +221,9 @@ def _recorded_health(recording: Recording) -> dispatcher.StaticHealth:
 async def redrive(
     recording: Recording,
     sessions: Sequence[str],
+    settings: Settings,
     *,
     into: str,
-    kafka: KafkaConfig,
     source_prefix: str = "",
     fork: Fork | None = None,
     live_tools: bool = False,
@@ -281,11 +232,13 @@ async def redrive(
     selected: Callable[[Hop], bool] | None = None,
 ) -> Redriven:
     """Copy the sessions' turns into ``into`` topics and run the processors there (up to
-    the last turn ``selected`` keeps; see :func:`external_inputs`)."""
+    the last turn ``selected`` keeps; see :func:`external_inputs`). ``settings``: the
+    bus's (its broker, state folder and keys); the sandbox's are made from them."""
     prefix = into if into.endswith(".") else into + "."
     if prefix == source_prefix:
         raise ConfigError(f"--into {into!r} is the recording's own prefix: choose a sandbox prefix")
-    home = sandbox_home(prefix)
+    kafka = settings.kafka
+    home = sandbox_home(settings.home, prefix)
     inputs = external_inputs(recording, sessions, source_prefix, selected=selected)
     if not inputs:
         raise ConfigError(f"no user turn of {', '.join(sessions)} in {recording.source}")
@@ -301,29 +254,32 @@ async def redrive(
         )
     if kafka.bootstrap:  # else a new embedded broker: nothing on it but the sandbox
         await claim(kafka, prefix, [prefix + name for name in _GROUPS])
-    production = writable_home()  # before HERMES_HOME points at the sandbox
+    production = writable_home(settings.home)
+    sandbox = _sandboxed(settings, home)
     home.mkdir(parents=True, exist_ok=True)
     tools = None if live_tools else ArgumentTools.of(recording)
     health = None if live_tools else _recorded_health(recording)
-    with _sandbox_settings(home):
-        async with stack(
-            kafka=kafka,
-            prefix=prefix,
-            index=SqliteTraceIndex(home / "index.sqlite3"),
-            group_prefix=prefix,
-            tool_port=tools,
-            health=health,
-            copy_tools_from=production if live_tools else None,
-            progress=say,
-        ) as running:
-            done = Redriven(prefix, home, running.bootstrap, running.embedded)
-            client = Client(
-                KafkaConfig(bootstrap=running.bootstrap), name="replay", topic_prefix=prefix
-            )
-            async with client:
-                for hop in inputs:
-                    await _send(client, hop, done, fork, reply_timeout_s)
-            await _settle(running.processors)
+    async with stack(
+        settings=sandbox,
+        prefix=prefix,
+        index=SqliteTraceIndex(home / "index.sqlite3"),
+        group_prefix=prefix,
+        tool_port=tools,
+        health=health,
+        copy_tools_from=production if live_tools else None,
+        progress=say,
+    ) as running:
+        done = Redriven(prefix, home, running.bootstrap, running.embedded)
+        client = Client(
+            kafka.model_copy(update={"bootstrap": running.bootstrap}),
+            name="replay",
+            topic_prefix=prefix,
+            keys=sandbox.keys.load(),
+        )
+        async with client:
+            for hop in inputs:
+                await _send(client, hop, done, fork, reply_timeout_s)
+        await _settle(running.processors)
     _write_lineage(done, recording)
     return done
 
@@ -395,9 +351,10 @@ def _write_lineage(done: Redriven, recording: Recording) -> None:
     (done.home / "lineage.json").write_text(json.dumps(lineage, ensure_ascii=False, indent=2))
 
 
-def lineage_of(prefix: str) -> dict[str, Any]:
-    """The sandbox's ``lineage.json``; ConfigError when there is no such sandbox."""
-    path = sandbox_home(prefix if prefix.endswith(".") else prefix + ".") / "lineage.json"
+def lineage_of(home: Path, prefix: str) -> dict[str, Any]:
+    """The sandbox's ``lineage.json`` (``home``: the bus's state folder); ConfigError when
+    there is no such sandbox."""
+    path = sandbox_home(home, prefix if prefix.endswith(".") else prefix + ".") / "lineage.json"
     if not path.exists():
         raise ConfigError(
             f"no sandbox {prefix!r}: {path} does not exist (replay --redrive --into {prefix})"

@@ -21,15 +21,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from hermesbus.base.config import state_home
 from hermesbus.base.lifecycle import logged_task
-from hermesbus.compose.backends import memory_stores, state_store, tool_store, trace_index
+from hermesbus.compose.backends import (
+    memory_stores,
+    sqlite_memory,
+    state_store,
+    tool_store,
+    trace_index,
+)
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.compose.homelock import home_lock
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.errors import ConfigError, HermesError
-from hermesbus.identity import Keyring, WritePolicy, keys_path
+from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
@@ -122,9 +128,9 @@ class Stack:
 @asynccontextmanager
 async def stack(
     *,
+    settings: Settings,
     kafka: KafkaConfig | None = None,
     prefix: str = "",
-    settings: RuntimeSettings | None = None,
     store: StateStore | None = None,
     demo: bool = False,
     clock: Callable[[], float] = time.time,
@@ -138,39 +144,41 @@ async def stack(
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
+    Everything comes from ``settings`` (the program's, read where it started); ``kafka``
+    replaces its Kafka part (``--bootstrap``).
+
     The state folder's lock (``hermesbus.compose.homelock``) is held while the stack runs: a
     second stack on the same ``HERMES_HOME`` is refused, naming the process that runs.
 
     ``embedded_broker``: the one to start (and stop) then, for a caller that watches it.
     ``progress`` is told each step as it completes ("broker up", "topics ready",
     "conversation joined", ...). ``index``: the trace index the indexer writes (default:
-    ``backends.trace_index()``, from settings). On the embedded broker the processors'
-    consumer groups use its group timings (``RuntimeSettings.for_embedded_broker``), unless
-    set explicitly.
+    ``backends.trace_index(settings)``). On the embedded broker the processors' consumer
+    groups use its group timings (``RuntimeSettings.for_embedded_broker``).
 
     A sandbox (``replay --redrive``) also passes ``group_prefix`` (put before every
     consumer group's name), ``tool_port`` and ``health`` (what the tool processor and the
     dispatcher use instead of the registered tools and their live health), and
     ``copy_tools_from`` (a state folder whose registered tools are registered here too).
     """
-    kafka = kafka or KafkaConfig()
+    kafka = kafka or settings.kafka
     say = progress or _quiet
-    settings = settings or RuntimeSettings()
+    runtime = settings.runtime
     async with contextlib.AsyncExitStack() as exits:
-        home = state_home()
+        home = settings.home
         say(f"state: {home}")  # first: the broker's log and the keys are kept there
         exits.enter_context(home_lock(home))  # one bus per state folder, until it stops
         embedded = not kafka.bootstrap
         broker = (embedded_broker or EmbeddedBroker()) if embedded else None
         if broker is not None:
-            kafka, settings = await _embedded(exits, broker, kafka, settings, say)
-        keys = keyring(create=embedded)
+            kafka, runtime = await _embedded(exits, broker, kafka, runtime, say)
+        keys = keyring(settings.keys, create=embedded)
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
-        states = store if store is not None else await _state(exits, say)
+        states = store if store is not None else await _state(exits, say, settings)
         _demo_keys(fresh=demo, copying=copy_tools_from is not None)
-        stores = await enter(memory_stores())
-        tools = await enter(tool.ToolService(tool_store()))
+        stores = await enter(memory_stores(settings))
+        tools = await enter(tool.ToolService(tool_store(settings), settings.tool))
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.broker = broker
@@ -179,19 +187,26 @@ async def stack(
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
         if copy_tools_from is not None:
-            running.tool_names = await _copy_tools(copy_tools_from, tools)
+            running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
         # the first probes start the tools' workers while the groups join (tansu: >= 1 s);
         # until they land, a dispatcher asking for a tool's health waits (no stale probe)
         tools.probed.clear()
         probed = asyncio.create_task(_first_probes(tools, say))
         exits.push_async_callback(_cancelled, probed)
-        intent = await _conversation_ports(enter)
+        intent = await _conversation_ports(enter, settings.conversation)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
         await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
         running.indexer = await _indexer(
-            exits, index, kafka=kafka, prefix=prefix, settings=settings, say=say, group=group_prefix
+            exits,
+            index if index is not None else trace_index(settings),
+            kafka=kafka,
+            prefix=prefix,
+            settings=runtime,
+            keyring=settings.keys.load,
+            say=say,
+            group=group_prefix,
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
@@ -206,7 +221,8 @@ async def stack(
                 kafka=kafka,
                 topic_prefix=prefix,
                 group_id=group_prefix + name,
-                settings=settings,
+                settings=runtime,
+                keyring=settings.keys.load,
                 ports=ports,
                 clock=clock,
                 dead_letter_undecodable=name not in sharing,  # dead-lettered once, by "tool"
@@ -272,28 +288,34 @@ async def _embedded(
 
 async def _indexer(
     exits: contextlib.AsyncExitStack,
-    index: TraceIndex | None,
+    index: TraceIndex,
     *,
     kafka: KafkaConfig,
     prefix: str,
     settings: RuntimeSettings,
+    keyring: Callable[[], Keyring],
     say: Progress,
     group: str = "",
 ) -> Indexer:
     """The trace index opened and its indexer made (started with the processors, stopped
     after them, so their last outputs are indexed too)."""
-    traces = await exits.enter_async_context(index if index is not None else trace_index())
+    traces = await exits.enter_async_context(index)
     say(f"trace index: {traces.where}")
     indexer = Indexer(
-        traces, kafka=kafka, prefix=prefix, settings=settings, group_id=group + INDEXER_GROUP
+        traces,
+        kafka=kafka,
+        prefix=prefix,
+        settings=settings,
+        keyring=keyring,
+        group_id=group + INDEXER_GROUP,
     )
     exits.push_async_callback(indexer.stop)
     return indexer
 
 
-async def _state(exits: contextlib.AsyncExitStack, say: Progress) -> StateStore:
+async def _state(exits: contextlib.AsyncExitStack, say: Progress, settings: Settings) -> StateStore:
     """The session state store the settings pick, opened (closed with the stack)."""
-    chosen = await exits.enter_async_context(state_store())
+    chosen = await exits.enter_async_context(state_store(settings))
     say(f"session state: {chosen.where}")
     return chosen
 
@@ -319,23 +341,23 @@ async def _joined(processors: Sequence[_Joining], say: Progress) -> None:
         log.warning("not joined after %g s: %s; timers fire anyway", JOIN_WAIT_S, late)
 
 
-def keyring(*, create: bool) -> Keyring:
+def keyring(keys: KeySettings, *, create: bool) -> Keyring:
     """Every component's keys: created under the state folder on the embedded broker.
 
     With a configured broker, processors may run in several processes that must share
     the keys, so a missing key is an error saying how to make and share them.
     """
     if create:
-        return Keyring.ensure(protocol.IDENTITIES)
-    keys = Keyring.load()
-    missing = keys.lacking(protocol.IDENTITIES)
+        return keys.ensure(protocol.IDENTITIES)
+    found = keys.load()
+    missing = found.lacking(protocol.IDENTITIES)
     if missing:
         raise ConfigError(
-            f"no signing keys for {', '.join(missing)} in {keys.source}: run `hermesbus keys "
-            f"init` (writes {keys_path()}) and give every process of the cluster that file "
+            f"no signing keys for {', '.join(missing)} in {found.source}: run `hermesbus keys "
+            f"init` (writes {keys.file}) and give every process of the cluster that file "
             "(HERMES_KEYS_FILE), or set HERMES_KEY_<IDENTITY> for each"
         )
-    return keys
+    return found
 
 
 Wired = dict[str, tuple[Handler, str, dict[str, Any]]]
@@ -367,10 +389,11 @@ def wiring(
     }
 
 
-async def _conversation_ports(enter: Callable[[Any], Awaitable[object]]) -> dict[str, Any]:
+async def _conversation_ports(
+    enter: Callable[[Any], Awaitable[object]], settings: conversation.ConversationSettings
+) -> dict[str, Any]:
     """The conversation's ports from its settings: the intent parser, started by ``enter``,
     and the cycle budgets (a value: nothing to start)."""
-    settings = conversation.ConversationSettings()
     ports: dict[str, Any] = dict(conversation.build_ports(settings))
     for port in ports.values():
         await enter(port)
@@ -405,12 +428,12 @@ def _handlers(
     return handlers + [(tool.group_name(name), tool.serving([name]), topic, ports) for name in own]
 
 
-async def _copy_tools(home: Path, tools: tool.ToolService) -> list[str]:
+async def _copy_tools(home: Path, tools: tool.ToolService, settings: Settings) -> list[str]:
     """Register the tools registered under the state folder ``home`` (read only)."""
-    path = tool.ToolSettings(home=home).tools_path
+    path = settings.tool.model_copy(update={"home": home}).tools_path
     if not path.exists():
         return []
-    async with tool_store(path=path) as theirs:
+    async with tool_store(settings, path=path) as theirs:
         specs = await theirs.list_specs()
     for spec in specs:
         await tools.register(spec)
@@ -511,7 +534,7 @@ they are replayed."""
 
 @asynccontextmanager
 async def shadows(
-    names: Sequence[str] = tuple(REPLAYABLE), *, prefix: str = ""
+    settings: Settings, names: Sequence[str] = tuple(REPLAYABLE), *, prefix: str = ""
 ) -> AsyncIterator[list[Shadow]]:
     """The processors ``names`` wired for a shadow replay: nothing live, nothing kept.
 
@@ -526,9 +549,9 @@ async def shadows(
             f"no processor {', '.join(unknown)} to replay (processors: {', '.join(REPLAYABLE)})"
         )
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
-        async with memory_in(Path(folder), in_ram=True) as stores:
+        async with memory_in(Path(folder), settings, in_ram=True) as stores:
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
-            parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
+            parser = conversation.RuleIntentParser(settings.conversation.zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
             table = wiring(intent=ports, tools=tools, health=health, stores=stores, backlog=health)
             cues = {
@@ -551,12 +574,14 @@ async def shadows(
 
 
 @asynccontextmanager
-async def memory_in(folder: Path, *, in_ram: bool = False) -> AsyncIterator[memory.MemoryStores]:
+async def memory_in(
+    folder: Path, settings: Settings, *, in_ram: bool = False
+) -> AsyncIterator[memory.MemoryStores]:
     """Memory's SQLite stores in ``folder`` (not the state folder's), started and stopped;
     ``in_ram``: in SQLite's in-memory databases instead, gone when stopped."""
     path = Path(":memory:") if in_ram else folder / "memory.sqlite3"
-    settings = memory.MemorySettings(home=folder, path=path)
-    async with memory_stores(settings, embedded=True) as stores:
+    own = settings.memory.model_copy(update={"home": folder, "path": path})
+    async with sqlite_memory(own) as stores:
         yield stores
 
 
@@ -568,12 +593,15 @@ async def in_memory(
     health: protocol.HealthView,
     conversation_handler: Handler | None = None,
     policy: WritePolicy | None = None,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Harness]:
     """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
     ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
-    ``conversation_handler`` replaces the conversation's (a variant under test)."""
-    async with memory_in(folder) as stores:
-        parser = conversation.RuleIntentParser(conversation.ConversationSettings().zone)
+    ``conversation_handler`` replaces the conversation's (a variant under test).
+    ``settings``: default, every part's defaults with ``folder`` as the state folder."""
+    settings = settings if settings is not None else Settings.of(folder)
+    async with memory_in(folder, settings) as stores:
+        parser = conversation.RuleIntentParser(settings.conversation.zone)
         table = wiring(
             intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
         )

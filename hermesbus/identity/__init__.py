@@ -22,6 +22,7 @@ from ._keys import (
     public_keys_path,
 )
 from ._public import PUBLIC_SIGNATURE, PUBLIC_SIGNERS, PublicKeys, read_by_apps
+from ._settings import KeySettings
 from ._sign import SIGNATURE, Signer, Verifier, signature_of
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "SIGNATURE",
     "Guard",
     "Key",
+    "KeySettings",
     "Keyring",
     "PublicKeys",
     "Signer",

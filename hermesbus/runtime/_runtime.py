@@ -67,6 +67,7 @@ class Processor(Service):
         dead_letter_undecodable: bool = True,
         identity: str | None = None,
         keys: Keyring | None = None,
+        keyring: Callable[[], Keyring] | None = None,
         policy: WritePolicy | None = None,
         timers_gate: asyncio.Event | None = None,
         paused: PauseNotice | None = None,
@@ -81,9 +82,10 @@ class Processor(Service):
         dead-lettered once.
 
         ``identity`` (default: ``name``) is whom the processor signs as, with its key from
-        ``keys`` (default: ``HERMES_KEY_*`` / the keyring file, re-read when a record names
-        an unknown key id); ``policy`` says who may write what to its topics (default: the
-        signer must be the envelope's source).
+        ``keys``, else from ``keyring()`` (the program's keys; default: ``HERMES_KEY_*`` /
+        the keyring file), loaded again when a record names an unknown key id; ``policy``
+        says who may write what to its topics (default: the signer must be the envelope's
+        source).
 
         Time nobody ran a partition is not charged to its timers: a partition taken over
         moves its not-yet-due timers later by the time since its last owner last ran it,
@@ -135,13 +137,14 @@ class Processor(Service):
         self._beat_ms = 0
         self._broker_answers = broker_answers or _always
         self._away_ms: int | None = None
+        load = keyring or Keyring.load
         guard = Guard(
             identity or name,
-            keys if keys is not None else Keyring.load(),
+            keys if keys is not None else load(),
             processor=name,
             policy=policy,
             prefix=topic_prefix,
-            reload=None if keys is not None else Keyring.load,
+            reload=None if keys is not None else load,
         )
         self._records = Records(
             name,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
@@ -20,7 +21,12 @@ async def demo_stack(
     """The stack ``hermesbus up --demo`` runs (SQLite stores in ``home``, the demo tools in
     worker processes) on ``bootstrap``, its topics under ``prefix``."""
     monkeypatch.setenv("HERMES_HOME", str(home))
-    async with stack(kafka=KafkaConfig(bootstrap=bootstrap), prefix=prefix, demo=True) as running:
+    async with stack(
+        settings=Settings.from_environment(),
+        kafka=KafkaConfig(bootstrap=bootstrap),
+        prefix=prefix,
+        demo=True,
+    ) as running:
         yield running
 
 

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer
 from hermesbus import Client, Envelope, MemoryWrite, Reply, TrustLevel
 from hermesbus.cli._demo import lacks
 from hermesbus.codec import decode
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo.expense import DEMO_USER, conversations, missing, reply_text, run, talk
@@ -142,7 +143,11 @@ async def test_the_s2_wait_times_out_by_the_runtime_clock(
     kafka = KafkaConfig(bootstrap=broker)
     prefix = f"wait-{unique}."
     async with stack(
-        kafka=kafka, prefix=prefix, demo=True, clock=lambda: time.time() + skew[0]
+        settings=Settings.from_environment(),
+        kafka=kafka,
+        prefix=prefix,
+        demo=True,
+        clock=lambda: time.time() + skew[0],
     ) as s:
         first, _ = conversations()
         first = type(first)(first.name, first.session_id, first.trace_id, first.turns[:1])

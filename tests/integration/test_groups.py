@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import committed, hand_over, hand_over_to_each
@@ -242,7 +243,9 @@ async def test_up_starts_after_the_wedge(
     await _join_and_leave(broker, tool.group_name("trip_tool"), topic)
     await _join_and_die(broker, tool.group_name("ocr_tool"), topic)
 
-    async with stack(kafka=kafka, prefix=prefix, demo=True) as running:
+    async with stack(
+        settings=Settings.from_environment(), kafka=kafka, prefix=prefix, demo=True
+    ) as running:
         groups = [tool.group_name(name) for name in running.tool_names]
         assert tool.group_name("trip_tool") in groups
         for group in groups:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from hermesbus import Envelope, Reply
 from hermesbus.cli import app
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, shadows
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo.expense import run
@@ -179,7 +180,7 @@ async def test_the_demo_replays_from_the_topics_without_divergence(
     memory_topic = running.prefix + "hermes.memory"
     recording = await _settled(kafka, sessions, running.prefix, [memory_topic])
     assert recording.source == f"Kafka at {running.bootstrap}"
-    async with shadows(prefix=running.prefix) as wired:
+    async with shadows(Settings.from_environment(), prefix=running.prefix) as wired:
         report = await shadow(recording, wired, policy=ProtocolPolicy(), prefix=running.prefix)
     assert report.divergences == [], [d.lines() for d in report.divergences]
     assert report.compared["conversation"] == 15 and report.compared["tool"] == 11

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus import Reply
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, shadows
 from hermesbus.processors.protocol import ProtocolPolicy
 from hermesbus.replay.bundle import read_bundle
@@ -31,7 +32,7 @@ async def test_the_golden_history_replays_without_divergence(name: str) -> None:
         if isinstance(h.envelope.payload.body, Reply)
     ]
     assert ENDINGS[name] in replies[-1].text  # the history is the conversation it claims
-    async with shadows(prefix=bundle.prefix) as wired:
+    async with shadows(Settings.from_environment(), prefix=bundle.prefix) as wired:
         report = await shadow(
             recording,
             wired,

@@ -6,12 +6,16 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from hermesbus import Payload, Reply, ToolCall, ToolResult, UserTurn
 from hermesbus.compose import backends
 from hermesbus.compose import redrive as sandboxes
 from hermesbus.compose.redrive import Fork, external_inputs, forked, redrive, sandbox_home
+from hermesbus.compose.settings import Settings
+from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.redis import RedisConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.errors import ConfigError
@@ -70,19 +74,13 @@ def test_a_bad_set_names_the_field(sets: dict[str, str], says: str) -> None:
 
 
 @pytest.mark.parametrize("prefix", ["", ".", "../up.", "a/b.", "x y."])
-def test_a_sandbox_prefix_is_a_plain_name(
-    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+def test_a_sandbox_prefix_is_a_plain_name(prefix: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="a sandbox prefix of letters"):
-        sandbox_home(prefix)
+        sandbox_home(tmp_path, prefix)
 
 
-def test_the_sandbox_lives_under_the_state_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    assert sandbox_home("try-1.") == tmp_path / "replays" / "try-1"
+def test_the_sandbox_lives_under_the_state_folder(tmp_path: Path) -> None:
+    assert sandbox_home(tmp_path, "try-1.") == tmp_path / "replays" / "try-1"
 
 
 async def test_recorded_tools_answer_the_same_arguments_and_say_when_they_cannot() -> None:
@@ -129,16 +127,14 @@ def test_a_slice_ends_the_turns_copied_but_keeps_those_before_it() -> None:
     assert external_inputs(recording, ["s1"], selected=lambda hop: False) == []
 
 
-async def test_a_sandbox_used_before_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    used = sandbox_home("try-1.")
+async def test_a_sandbox_used_before_is_refused(tmp_path: Path) -> None:
+    used = sandbox_home(tmp_path, "try-1.")
     used.mkdir(parents=True)
     (used / "lineage.json").write_text("{}")
     recording = Recording.of([Hop(turn(), IN, 0, 0, 0)], "test")
+    settings = Settings.of(tmp_path, kafka=KafkaConfig(bootstrap="127.0.0.1:9"))
     with pytest.raises(ConfigError, match="sandbox try-1. was used before"):
-        await redrive(recording, ["s1"], into="try-1.", kafka=KafkaConfig(bootstrap="127.0.0.1:9"))
+        await redrive(recording, ["s1"], settings, into="try-1.")
 
 
 def test_a_sandbox_uses_no_production_server(
@@ -149,29 +145,40 @@ def test_a_sandbox_uses_no_production_server(
         monkeypatch.setenv(name, f"{name.lower()}://prod:1")
     production_memory = tmp_path / "prod" / "memory.sqlite3"
     monkeypatch.setenv("HERMES_MEMORY_PATH", str(production_memory))
-    with sandboxes._sandbox_settings(tmp_path / "sandbox"):
-        assert os.environ["HERMES_HOME"] == str(tmp_path / "sandbox")
-        assert isinstance(backends.state_store(), SqliteStateStore)
-        stores = backends.memory_stores()
-        assert isinstance(stores.graph, SqliteGraphStore)
-        assert isinstance(stores.preferences, SqlitePreferenceStore)
-        assert stores.settings.db_path == tmp_path / "sandbox" / "memory.sqlite3"
-        assert backends.tool_store().where == str(tmp_path / "sandbox" / "tools.sqlite3")
-    assert os.environ["HERMES_REDIS_URL"] == "hermes_redis_url://prod:1"  # given back
-    assert os.environ["HERMES_MEMORY_PATH"] == str(production_memory)
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "prod"))
+    production = Settings.from_environment()
+    sandbox = sandboxes._sandboxed(production, tmp_path / "sandbox")
+    assert sandbox.home == tmp_path / "sandbox"
+    assert isinstance(backends.state_store(sandbox), SqliteStateStore)
+    stores = backends.memory_stores(sandbox)
+    assert isinstance(stores.graph, SqliteGraphStore)
+    assert isinstance(stores.preferences, SqlitePreferenceStore)
+    assert stores.settings.db_path == tmp_path / "sandbox" / "memory.sqlite3"
+    assert backends.tool_store(sandbox).where == str(tmp_path / "sandbox" / "tools.sqlite3")
+    assert not isinstance(backends.trace_index(sandbox), ElasticsearchTraceIndex)
+    assert sandbox.keys == production.keys  # the bus's keyring, read
+    # the bus's own settings are as they were: nothing was changed to make the sandbox
+    assert production.redis.url is not None and production.memory.db_path == production_memory
+    assert os.environ["HERMES_HOME"] == str(tmp_path / "prod")
 
 
 def test_a_sandbox_whose_settings_still_name_a_production_store_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # a store location the sandbox does not clear (a settings field added later): refused
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "prod"))
+    production = Settings.of(tmp_path / "prod")
+    home = tmp_path / "sandbox"
+    moved = production.sandbox(home)
+    assert moved.outside(home) == []
+    # a part Settings.sandbox does not move (one added later, say) is refused, by name
+    unmoved = moved.model_copy(update={"sqlite": production.sqlite})
+    monkeypatch.setattr(Settings, "sandbox", lambda self, to: unmoved)
     with pytest.raises(ConfigError, match=r"but the settings give session state at .*prod"):
-        sandboxes._sandboxed(tmp_path / "sandbox")
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "sandbox"))
-    monkeypatch.setenv("HERMES_REDIS_URL", "redis://prod:1")
+        sandboxes._sandboxed(production, home)
+    redis = RedisConfig.model_construct(url=SecretStr("redis://prod:1"))
+    served = moved.model_copy(update={"redis": redis})
+    monkeypatch.setattr(Settings, "sandbox", lambda self, to: served)
     with pytest.raises(ConfigError, match=r"settings give Redis \(a server\): refused"):
-        sandboxes._sandboxed(tmp_path / "sandbox")
+        sandboxes._sandboxed(production, home)
 
 
 def test_a_redrive_dry_run_says_which_prefix_it_would_refuse(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -99,6 +99,7 @@ class Indexer(Service):
         group_id: str = NAME,
         documents: DocumentSettings | None = None,
         keys: Keyring | None = None,
+        keyring: Callable[[], Keyring] | None = None,
     ) -> None:
         self.name = group_id
         self.index = index
@@ -109,7 +110,8 @@ class Indexer(Service):
         self._codec = codec or default_codec()
         self._topics = Catalog.load().with_overrides(prefix=prefix).names()
         self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
-        self._verifier = Verifier(keys if keys is not None else Keyring.load(), Keyring.load)
+        load = keyring or Keyring.load  # the program's keys, loaded again for an unknown kid
+        self._verifier = Verifier(keys if keys is not None else load(), load)
         self._causes: OrderedDict[str, int] = OrderedDict()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None

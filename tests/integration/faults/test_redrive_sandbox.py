@@ -1,4 +1,5 @@
-"""Issue 25 item 5: a redrive cannot reach another environment, on each real broker.
+"""A redrive cannot reach another environment, on each real broker (issue 25 item 5), and is
+isolated by construction (issue 26 point 3).
 
 With two tenants on one broker, ``replay --redrive --into prod`` from the first fed the
 second's running groups, wrote its state and ran its tools; with ``HERMES_MEMORY_PATH``
@@ -8,6 +9,12 @@ unless a redrive marked it as its sandbox; a redrive into a fresh prefix writes 
 production's stores, files or servers. In every case nothing outside the sandbox
 changes: topics' end offsets, groups' committed offsets, every file of the state folder
 and memory's own file (by digest), Redis keys and Neo4j nodes of production.
+
+With Redis, Neo4j and Elasticsearch configured for production, a redrive and then a fork
+run and none of those servers gets a single connection or command, as the servers count
+them: Redis's connections received and calls per command, Neo4j's Bolt connection ids
+(numbered in order by the server), Elasticsearch's HTTP connections opened. Each count
+is read the same way before and after; what one reading itself costs is measured first.
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from neo4j import AsyncGraphDatabase
+from redis.asyncio import Redis
 
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
@@ -31,6 +41,7 @@ from hermesbus.errors import SettingError
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.replay.sandbox import MARKER, claim, marker_of
 from hermesbus.topics import CONVERSATION_IN, Catalog
+from hermesbus.trace.tail import Filters, Position, tail
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import demo_stack
 
@@ -112,10 +123,19 @@ def _files(*roots: Path) -> dict[str, str | None]:
     return found
 
 
-def _redrive(session: str, source: str, into: str, *, broker: str, env: dict[str, str]) -> Ran:
+def _redrive(
+    session: str,
+    source: str,
+    into: str,
+    *,
+    broker: str,
+    env: dict[str, str],
+    more: Sequence[str] = ("--redrive",),
+) -> Ran:
+    """``hermesbus replay`` of ``session`` into ``into``: ``--redrive``, or ``more``."""
     cwd = Path(env["HERMES_HOME"]).parent
     args = ["--session", session, "--bootstrap", broker, "--prefix", source, "--into", into]
-    return hermesbus("replay", *args, "--redrive", env=env, cwd=cwd, timeout=300)
+    return hermesbus("replay", *args, *more, env=env, cwd=cwd, timeout=300)
 
 
 async def _environment(kafka: KafkaConfig, prefix: str) -> None:
@@ -203,7 +223,7 @@ async def test_a_redrive_into_another_environment_is_refused_and_changes_nothing
 
 
 @pytest.mark.parametrize("production", ["sqlite", "servers"])
-async def test_a_redrive_writes_none_of_productions_stores(
+async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     broker: str,
     unique: str,
     tmp_path: Path,
@@ -213,7 +233,8 @@ async def test_a_redrive_writes_none_of_productions_stores(
     request: pytest.FixtureRequest,
 ) -> None:
     """Production's settings in the environment (memory's own file; with "servers",
-    Redis and Neo4j too): the sandbox uses its own SQLite files, nothing of those."""
+    Redis, Neo4j and Elasticsearch too): the sandbox uses its own SQLite files, nothing of
+    those; with "servers" a fork runs too, and no server hears of either."""
     source, home = f"prod-{unique}.", tmp_path / "home"
     memory_file = tmp_path / "production" / "memory.sqlite3"
     settings = {"HERMES_MEMORY_PATH": str(memory_file)}
@@ -223,6 +244,8 @@ async def test_a_redrive_writes_none_of_productions_stores(
             "HERMES_REDIS_PREFIX": f"prod{unique}",
             "HERMES_NEO4J_URL": request.getfixturevalue("neo4j_url"),
             "HERMES_NEO4J_NAMESPACE": f"prod{unique}",
+            "HERMES_ELASTICSEARCH_URL": request.getfixturevalue("elasticsearch_url"),
+            "HERMES_ELASTICSEARCH_DATA_STREAM": f"logs-hermes.envelopes-t{unique}",
         }
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
@@ -234,10 +257,21 @@ async def test_a_redrive_writes_none_of_productions_stores(
     before = await _broker_state(kafka, [source])
     files = _files(home, memory_file)
     servers = await _servers(settings)
+    heard = await _heard(settings)  # the servers' own counts, and what reading them costs
     env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}, **settings)
-    ran = _redrive(stopped.conversation.session_id, source, sandbox, broker=broker, env=env)
+    session = stopped.conversation.session_id
+    ran = _redrive(session, source, sandbox, broker=broker, env=env)
     assert ran.code == 0, ran.output
     assert "hermes  " in ran.out  # the sandbox answered
+    if production == "servers":  # a fork of the first turn, into a sandbox of its own
+        (first, *_) = [turn for turn, _reply in stopped.replies]
+        fork = await _first_turn_id(kafka, source, session, first.text)
+        args = ["--fork", fork, "--set", "payload.body.text=我要报上个月去北京的差旅费"]
+        forked = _redrive(session, source, f"fork-{unique}.", broker=broker, env=env, more=args)
+        assert forked.code == 0, forked.output
+        assert "hermes  " in forked.out
+    # first, before this test's own reads below connect to them
+    assert await _heard(settings, since=heard) == {}, "a production server heard of the sandbox"
     assert await _broker_state(kafka, [source]) == before
     assert _files(home, memory_file) == files
     assert await _servers(settings) == servers
@@ -297,3 +331,73 @@ class _Topic:
 
     def kafka_configs(self) -> dict[str, str]:
         return {}
+
+
+async def _first_turn_id(kafka: KafkaConfig, prefix: str, session: str, text: str) -> str:
+    """The message id of the session's user turn that says ``text``, read from the log."""
+    found = tail(
+        kafka,
+        [prefix + CONVERSATION_IN],
+        start=Position("beginning"),
+        filters=Filters(session=session),
+    )
+    async for read in found:
+        env = read.envelope
+        if env is not None and env.source.startswith("app:") and env.payload.body.text == text:  # type: ignore[union-attr]
+            return env.message_id
+    raise AssertionError(f"no turn {text!r} of {session} in the log")
+
+
+Counts = dict[str, int]
+
+
+async def _counts(settings: dict[str, str]) -> Counts:
+    """What the production servers count of their clients, each read once, the same way:
+    Redis's connections received and calls per command (``INFO``), Neo4j's highest Bolt
+    connection id (the server numbers connections in order: ``dbms.listConnections``),
+    Elasticsearch's HTTP connections opened (``_nodes/stats/http``)."""
+    counts: Counts = {}
+    redis = Redis.from_url(settings["HERMES_REDIS_URL"], single_connection_client=True)
+    try:
+        stats = await redis.info("stats")
+        commands = await redis.info("commandstats")
+    finally:
+        await redis.aclose()
+    counts["redis connections"] = int(stats["total_connections_received"])
+    counts |= {f"redis {name}": int(row["calls"]) for name, row in commands.items()}
+    driver = AsyncGraphDatabase.driver(settings["HERMES_NEO4J_URL"], auth=None)
+    try:
+        rows = await driver.execute_query(
+            "CALL dbms.listConnections() YIELD connectionId RETURN connectionId"
+        )
+    finally:
+        await driver.close()
+    ids = [str(r["connectionId"]) for r in rows.records]
+    bolt = [int(i.rsplit("-", 1)[1]) for i in ids if i.startswith("bolt-")]
+    counts["neo4j bolt connections"] = max(bolt)
+    async with httpx.AsyncClient(base_url=settings["HERMES_ELASTICSEARCH_URL"]) as es:
+        nodes = (await es.get("/_nodes/stats/http")).raise_for_status().json()["nodes"]
+    counts["elasticsearch http connections"] = sum(
+        n["http"]["total_opened"] for n in nodes.values()
+    )
+    return counts
+
+
+async def _heard(settings: dict[str, str], since: tuple[Counts, Counts] | None = None) -> Any:
+    """Without ``since``: the servers' counts now, and what one reading adds to them
+    (read twice). With it: what changed since then beyond one more reading, by count
+    (empty when no server heard from anyone else). {} without servers configured."""
+    if "HERMES_REDIS_URL" not in settings:
+        return {} if since is not None else ({}, {})
+    if since is None:
+        first = await _counts(settings)
+        second = await _counts(settings)
+        return second, {k: second[k] - first.get(k, 0) for k in second}
+    before, reading = since
+    now = await _counts(settings)
+    changed = {
+        k: now[k] - before.get(k, 0) - reading.get(k, 0)
+        for k in now
+        if now[k] - before.get(k, 0) != reading.get(k, 0)
+    }
+    return changed

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.demo.expense import missing, reply_text, run
@@ -71,6 +72,7 @@ async def running(
     monkeypatch.setenv("HERMES_CONVERSATION_BUDGET_SCALE", str(BUDGET_SCALE))
     try:  # groups of its own: another test's members joining "memory" would rebalance it
         async with stack(
+            settings=Settings.from_environment(),
             kafka=KafkaConfig(bootstrap=broker),
             prefix=f"fault-{unique}.",
             demo=True,

@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from hermesbus.codec import default_codec
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import stack
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
@@ -94,7 +95,9 @@ async def test_the_demo_leaves_every_envelope_in_elasticsearch_and_the_same_wate
     prefix = f"idx-{unique}."
     es = ElasticsearchTraceIndex(es_config(elasticsearch_url, unique))
     kafka = KafkaConfig(bootstrap=broker)
-    async with stack(kafka=kafka, prefix=prefix, demo=True, index=es) as running:
+    async with stack(
+        settings=Settings.from_environment(), kafka=kafka, prefix=prefix, demo=True, index=es
+    ) as running:
         submitted, held = await run(running.bootstrap, prefix, _quiet)
     in_log = await _log_ids(broker, prefix)
     async with ElasticsearchTraceIndex(es_config(elasticsearch_url, unique)) as es:
@@ -131,7 +134,11 @@ async def test_an_elasticsearch_outage_mid_demo_loses_nothing_and_stores_nothing
     config = es_config(relay.url, unique)
     kafka = KafkaConfig(bootstrap=embedded_bootstrap)
     async with stack(
-        kafka=kafka, prefix=prefix, demo=True, index=ElasticsearchTraceIndex(config)
+        settings=Settings.from_environment(),
+        kafka=kafka,
+        prefix=prefix,
+        demo=True,
+        index=ElasticsearchTraceIndex(config),
     ) as running:
         indexer = running.indexer
         assert indexer is not None

@@ -166,8 +166,10 @@ def test_stores_check_and_adopt_name_a_sqlite_file_deleted(home: Path, tmp_path:
 
 async def _first_use(home: Path) -> None:
     from hermesbus.compose.backends import memory_stores, state_store, tool_store
+    from hermesbus.compose.settings import Settings
 
-    async with state_store(), tool_store(), memory_stores():
+    settings = Settings.from_environment()
+    async with state_store(settings), tool_store(settings), memory_stores(settings):
         pass
     assert (home / BOOK_NAME).exists()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.compose.backends import memory_stores
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.contract.payloads import MemoryTier, MemoryWrite
 from hermesbus.errors import StoreError
@@ -21,10 +22,10 @@ async def test_default_file_is_under_hermes_home(
 ) -> None:
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HERMES_MEMORY_BUDGET_ITEMS", "7")
-    settings = MemorySettings()
+    settings = Settings.from_environment().memory
     assert settings.db_path == tmp_path / "home" / "memory.sqlite3"
     assert settings.budget_items == 7
-    async with memory_stores(settings) as stores:  # the default the settings pick
+    async with memory_stores(Settings.from_environment()) as stores:  # the default picked
         assert isinstance(stores.preferences, SqlitePreferenceStore)
         assert isinstance(stores.graph, SqliteGraphStore)
     assert settings.db_path.exists()

@@ -1,0 +1,48 @@
+"""Where a process finds its keys: the keyring file, the apps' public keys, and keys given
+in the environment (``HERMES_KEY_<IDENTITY>``), as one frozen value.
+
+Read from the environment once, where a program starts
+(:meth:`hermesbus.compose.settings.Settings.from_environment`); below that, a keyring is
+loaded from these settings, never from whatever the environment says at the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from hermesbus.identity._keys import PUBLIC_KEYS_NAME, Keyring
+
+__all__ = ["KeySettings"]
+
+
+class KeySettings(BaseModel):
+    """The keyring file, the public keys file, and the keys the environment gave."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: Path
+    """``HERMES_KEYS_FILE``, else ``keys.json`` in the state folder."""
+    public_file: Path | None = None
+    """``HERMES_PUBLIC_KEYS_FILE``; None: ``public-keys.json`` beside :attr:`file`."""
+    given: Mapping[str, SecretStr] = Field(default_factory=dict)
+    """``HERMES_KEY_<IDENTITY>`` variables with their values (secrets: never printed)."""
+
+    @property
+    def public(self) -> Path:
+        """The public keys apps check replies with."""
+        return self.public_file or self.file.with_name(PUBLIC_KEYS_NAME)
+
+    def load(self) -> Keyring:
+        """The keys given here over the keyring file (which may be absent)."""
+        return Keyring.load(self.file, environ=self._environ())
+
+    def ensure(self, identities: Iterable[str]) -> Keyring:
+        """The keyring, first adding to the file a key for each identity it lacks."""
+        Keyring.ensure(identities, self.file)
+        return self.load()
+
+    def _environ(self) -> dict[str, str]:
+        return {name: value.get_secret_value() for name, value in self.given.items()}
