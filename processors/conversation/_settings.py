@@ -86,9 +86,9 @@ def zone_of(name: str) -> ZoneInfo:
         ) from exc
 
 
-def build_ports(settings: ConversationSettings | None = None) -> dict[str, Service]:
-    """``{"intent": parser}``: start/stop each value (``async with``) around the processor."""
-    settings = settings or ConversationSettings()
+def build_ports(settings: ConversationSettings) -> dict[str, Service]:
+    """``{"intent": parser}`` from the program's settings: start/stop each value (``async
+    with``) around the processor."""
     if not settings.llm_url:
         return {INTENT_PORT: RuleIntentParser(settings.zone)}
     parser = HttpIntentParser(

@@ -34,13 +34,13 @@ class ToolRegistry:
     def __init__(
         self,
         store: ToolStore,
-        settings: ToolSettings | None = None,
+        settings: ToolSettings,
         *,
         debug: bool | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.store = store
-        self.settings = settings or ToolSettings()
+        self.settings = settings
         self.debug = self.settings.debug if debug is None else debug
         self._client = client
 

@@ -89,10 +89,10 @@ class ToolService(Service):
     """Runs registered tools: validate, execute isolated, verify, cap, fall back, record."""
 
     def __init__(
-        self, store: ToolStore, settings: ToolSettings | None = None, *, debug: bool | None = None
+        self, store: ToolStore, settings: ToolSettings, *, debug: bool | None = None
     ) -> None:
         self.store = store
-        self.settings = settings or ToolSettings()
+        self.settings = settings
         self._client: httpx.AsyncClient | None = None
         self.registry = ToolRegistry(store, self.settings, debug=debug)
         self.health_view = RegistryHealth(store, window=self.settings.tool_health_window)

@@ -152,17 +152,17 @@ async def test_the_handler_uses_the_endpoint_when_it_answers(endpoint: str) -> N
 
 def test_build_ports_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HERMES_LLM_URL", raising=False)
-    assert isinstance(build_ports()["intent"], RuleIntentParser)
+    assert isinstance(build_ports(ConversationSettings())["intent"], RuleIntentParser)
     monkeypatch.setenv("HERMES_LLM_URL", "https://llm.local/v1/")
     monkeypatch.setenv("HERMES_LLM_MODEL", "qwen")
     monkeypatch.setenv("HERMES_LLM_API_KEY", "sk-env")
-    parser = build_ports()["intent"]
+    parser = build_ports(ConversationSettings())["intent"]
     assert isinstance(parser, HttpIntentParser)
     assert (parser.url, parser.model) == ("https://llm.local/v1/chat/completions", "qwen")
     assert "sk-env" not in repr(ConversationSettings())
     monkeypatch.setenv("HERMES_LLM_URL", "http://llm.local/v1/")
     with pytest.raises(ConfigError, match="HERMES_LLM_URL"):
-        build_ports()
+        build_ports(ConversationSettings())
 
 
 @pytest.mark.parametrize(
