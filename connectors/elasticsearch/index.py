@@ -96,8 +96,8 @@ class ElasticsearchTraceIndex(Service):
     lifecycle management) at start; the read-only commands pass False.
     """
 
-    def __init__(self, config: ElasticsearchConfig | None = None, *, install: bool = True) -> None:
-        self.config = config or ElasticsearchConfig()
+    def __init__(self, config: ElasticsearchConfig, *, install: bool = True) -> None:
+        self.config = config
         self.stream = self.config.data_stream
         self.where = f"{self.config.shown_url} ({self.stream})"
         self.template = templates.template_name(self.config.dataset)

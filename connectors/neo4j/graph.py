@@ -182,8 +182,8 @@ _LEVELS = {level.value: level for level in TRUST_RANK}
 class Neo4jGraphStore(Service):
     """The :class:`~hermesbus.processors.memory.GraphStore` on Neo4j (``HERMES_NEO4J_URL``)."""
 
-    def __init__(self, config: Neo4jConfig | None = None) -> None:
-        self.config = config or Neo4jConfig()
+    def __init__(self, config: Neo4jConfig) -> None:
+        self.config = config
         self._driver: AsyncDriver | None = None
         self.marks = marks.guard_for(self.config)
 

@@ -144,8 +144,8 @@ class RedisService(Service):
     held: ClassVar[str] = "what it held"
     """What is lost with the store, for the log line that says so."""
 
-    def __init__(self, config: RedisConfig | None = None) -> None:
-        self.config = config or RedisConfig()
+    def __init__(self, config: RedisConfig) -> None:
+        self.config = config
         self._redis: Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         self._mark_key = mark_key(self.config, self.mark_name)

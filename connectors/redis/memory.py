@@ -116,7 +116,7 @@ class RedisPreferenceStore(RedisService):
     mark_name = "memory"
     held = "memory's confirmed preferences, choice observations and items"
 
-    def __init__(self, config: RedisConfig | None = None) -> None:
+    def __init__(self, config: RedisConfig) -> None:
         super().__init__(config)
         self._ns = self.config.prefix
 

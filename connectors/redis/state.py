@@ -164,7 +164,7 @@ class RedisStateStore(RedisService):
     mark_name = "state"
     held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
-    def __init__(self, config: RedisConfig | None = None) -> None:
+    def __init__(self, config: RedisConfig) -> None:
         super().__init__(config)
         self._ns = self.config.prefix
 

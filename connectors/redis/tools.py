@@ -67,7 +67,7 @@ class RedisToolStore(RedisService):
         "released results, call samples and probes"
     )
 
-    def __init__(self, config: RedisConfig | None = None) -> None:
+    def __init__(self, config: RedisConfig) -> None:
         super().__init__(config)
         self._slot = f"{self.config.prefix}:{{{self.config.prefix}:tools}}"
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from hermesbus.base.config import HermesSettings, unwritable_home, why_unwritable
+from hermesbus.base.config import unwritable_home, why_unwritable
 from hermesbus.base.lifecycle import Service
 from hermesbus.base.storemark import Mark, MarkGuard
 from hermesbus.connectors.sqlite.mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
@@ -38,8 +38,12 @@ class SqliteFile(Service):
     held: ClassVar[str] = "what it held"
     """What is lost with the store, for the log line that says so."""
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, home: Path | None = None
+    ) -> None:
         self.path = Path(path)
+        self._home = home
+        """The state folder the file is in by the settings (for how a failure is said)."""
         self._timeout_s = busy_timeout_ms / 1000
         self._db: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None
@@ -113,7 +117,7 @@ class SqliteFile(Service):
         """The store's folder cannot be made: the state folder's SettingError when it is
         the state folder (HERMES_HOME), else a StoreError naming the store."""
         folder = self.path.parent
-        if folder.absolute() == HermesSettings().home:
+        if self._home is not None and folder.absolute() == self._home:
             return unwritable_home(folder, exc)
         why = why_unwritable(folder, exc)
         return StoreError(f"cannot open the {self.what} {self.path}: {why}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.connectors.sqlite.client import BUSY_TIMEOUT_MS, SqliteFile
 from hermesbus.connectors.sqlite.config import SqliteConfig
 from hermesbus.trace.index import Document, Search, WriteResult
 
@@ -49,10 +49,13 @@ class SqliteTraceIndex(SqliteFile):
     what = "trace index"
 
     def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
-        config = config or SqliteConfig()
+        """The file at ``path``, else ``index.sqlite3`` in ``config``'s state folder."""
+        if path is None and config is None:
+            raise TypeError("SqliteTraceIndex needs its path or its config")
         super().__init__(
-            path if path is not None else config.home / "index.sqlite3",
-            busy_timeout_ms=config.busy_timeout_ms,
+            path if path is not None else config.home / "index.sqlite3",  # type: ignore[union-attr]
+            busy_timeout_ms=config.busy_timeout_ms if config else BUSY_TIMEOUT_MS,
+            home=config.home if config else None,
         )
         self.where = str(self.path)
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.connectors.sqlite.client import BUSY_TIMEOUT_MS, SqliteFile
 from hermesbus.connectors.sqlite.config import SqliteConfig
 from hermesbus.errors import StoreError
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
@@ -72,10 +72,13 @@ class SqliteStateStore(SqliteFile):
     held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
     def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
-        self._config = config or SqliteConfig()
+        """The file at ``path``, else where ``config`` (the program's settings) says."""
+        if path is None and config is None:
+            raise TypeError("SqliteStateStore needs its path or its config")
         super().__init__(
-            path if path is not None else self._config.path,
-            busy_timeout_ms=self._config.busy_timeout_ms,
+            path if path is not None else config.path,  # type: ignore[union-attr]
+            busy_timeout_ms=config.busy_timeout_ms if config else BUSY_TIMEOUT_MS,
+            home=config.home if config else None,
         )
         self._queued: list[_Queued] = []
 

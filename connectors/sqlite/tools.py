@@ -45,7 +45,13 @@ class SqliteToolStore(SqliteFile):
     def __init__(
         self, path: Path | str | None = None, settings: ToolSettings | None = None
     ) -> None:
-        super().__init__(path if path is not None else (settings or ToolSettings()).tools_path)
+        """The file at ``path``, else where ``settings`` (the program's) say."""
+        if path is None and settings is None:
+            raise TypeError("SqliteToolStore needs its path or its settings")
+        super().__init__(
+            path if path is not None else settings.tools_path,  # type: ignore[union-attr]
+            home=settings.home if settings else None,
+        )
 
     @property
     def where(self) -> str:
