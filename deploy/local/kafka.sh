@@ -14,33 +14,31 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 POM="$SCRIPT_DIR/kafka/pom.xml"
+LOG_NAME=kafka.sh SERVICE=Kafka STOP_FLAGS=--keep-logs
+USAGE="fetch | start [PORT] | stop [--keep-logs] | status"
+# shellcheck source=deploy/local/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 # The Kafka version lives in one place, the pom's <kafka.version>; it can be
 # overridden per run with HERMES_KAFKA_VERSION (passed to mvn as -Dkafka.version).
 pom_version=$(sed -n 's:.*<kafka\.version>\([^<]*\)</kafka\.version>.*:\1:p' "$POM" | head -n 1)
 KAFKA_VERSION=${HERMES_KAFKA_VERSION:-$pom_version}
 if [[ ! $KAFKA_VERSION =~ ^[0-9A-Za-z._-]+$ ]]; then
-  echo "kafka.sh: bad Kafka version '$KAFKA_VERSION'" >&2
+  log "bad Kafka version '$KAFKA_VERSION'"
   exit 2
 fi
 CACHE_DIR=${HERMES_KAFKA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermesbus/kafka-$KAFKA_VERSION}
 LIB_DIR="$CACHE_DIR/lib"
 RUN_DIR=${HERMES_KAFKA_RUN_DIR:-/tmp/hermesbus-kafka}
-PID_FILE="$RUN_DIR/kafka.pid"
-DIR_FILE="$RUN_DIR/kafka.dir"
+run_files kafka # kafka.pid, kafka.dir; its data folders carry .hermesbus-kafka
+PID_PATTERN='kafka\.Kafka' # a recycled pid is not our broker
 BOOT_FILE="$RUN_DIR/kafka.bootstrap"
 START_TIMEOUT=${HERMES_KAFKA_START_TIMEOUT:-90}
 HEAP=${HERMES_KAFKA_HEAP:-512m}
 JAVA=${JAVA:-java}
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
-
-check_uint() { # name value
-  [[ $2 =~ ^[0-9]+$ ]] || die "$1 must be a number, got '$2'"
-}
 check_uint HERMES_KAFKA_START_TIMEOUT "$START_TIMEOUT"
-[[ $HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || die "HERMES_KAFKA_HEAP must look like 512m, got '$HEAP'"
+check_heap HERMES_KAFKA_HEAP "$HEAP"
 
 # ---------------------------------------------------------------- fetch
 
@@ -58,51 +56,30 @@ do_fetch() {
   lib_complete && return 0
   command -v mvn >/dev/null || die "mvn not found (needed once to fetch Kafka $KAFKA_VERSION)"
   mkdir -p "$CACHE_DIR"
-  # Serialise concurrent fetches into the same cache.
-  exec 9>"$CACHE_DIR/.lock"
-  flock 9
-  if lib_complete; then exec 9>&-; return 0; fi
+  lock_cache "$CACHE_DIR/.lock"
+  if lib_complete; then unlock_cache; return 0; fi
   log "fetching Kafka $KAFKA_VERSION jars with mvn into $LIB_DIR"
   local tmp="$CACHE_DIR/lib.tmp.$$"
   rm -rf -- "$tmp"
-  # Maven's output goes to stderr: stdout of `start` is reserved for the bootstrap line.
-  # (Debian's Maven 3.8 prints bare colour resets even in batch mode: strip them.)
-  if ! mvn -q -B -f "$POM" "-Dkafka.version=$KAFKA_VERSION" \
-      dependency:copy-dependencies -DincludeScope=runtime "-DoutputDirectory=$tmp" 2>&1 |
-      sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then
+  if ! mvn_quiet -f "$POM" "-Dkafka.version=$KAFKA_VERSION" \
+      dependency:copy-dependencies -DincludeScope=runtime "-DoutputDirectory=$tmp"; then
     rm -rf -- "$tmp"
-    exec 9>&-
     die "mvn failed to fetch Kafka $KAFKA_VERSION"
   fi
-  compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || { rm -rf -- "$tmp"; exec 9>&-; die "no kafka_2.13 jar was fetched"; }
+  compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || { rm -rf -- "$tmp"; die "no kafka_2.13 jar was fetched"; }
   cache_key >"$tmp/.complete"
   rm -rf -- "$LIB_DIR"
   mv -- "$tmp" "$LIB_DIR"
-  exec 9>&-
+  unlock_cache
   log "cached $(find "$LIB_DIR" -name '*.jar' | wc -l) jars in $LIB_DIR"
 }
 
-# ---------------------------------------------------------------- helpers
-
-free_port() {
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
+cmd_fetch() {
+  do_fetch
+  echo "KAFKA_LIB=$LIB_DIR"
 }
 
-# pid of the running broker (recorded by us and still a kafka.Kafka JVM), or fail.
-running_pid() {
-  [[ -f $PID_FILE ]] || return 1
-  local pid
-  pid=$(cat "$PID_FILE")
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  # Guard against a recycled pid: the process must be our broker.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka' || return 1
-  echo "$pid"
-}
+# ---------------------------------------------------------------- readiness
 
 # Ask the broker over the Kafka protocol: ApiVersions (v0), then Metadata (v4..v8,
 # the non-flexible versions) and require that it lists itself. Exit 0 when it answers.
@@ -165,12 +142,9 @@ PY
 
 # ---------------------------------------------------------------- start
 
-do_start() {
+cmd_start() {
   local port=${1:-${HERMES_KAFKA_PORT:-}}
-  if [[ -n $port ]]; then
-    check_uint PORT "$port"
-    ((port > 0 && port < 65536)) || die "PORT out of range: $port"
-  fi
+  [[ -z $port ]] || check_port PORT "$port"
   mkdir -p "$RUN_DIR"
 
   local pid
@@ -184,21 +158,15 @@ do_start() {
     fi
     die "a broker is already running at $boot (pid $pid); run '$0 stop' first"
   fi
-  # Leftovers of a broker that died: clean them up first.
-  cleanup_state
+  clean_state "$BOOT_FILE" # the leftovers of a broker that died
 
   command -v "$JAVA" >/dev/null || die "java not found (Kafka $KAFKA_VERSION needs Java 17+)"
   do_fetch
 
   [[ -n $port ]] || port=$(free_port)
-  local cport
-  cport=$(free_port)
-  while [[ $cport == "$port" ]]; do cport=$(free_port); done
-
-  local dir
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/hermesbus-kafka-data.XXXXXX")
-  : >"$dir/.hermesbus-kafka"
-  echo "$dir" >"$DIR_FILE"
+  local cport dir
+  cport=$(free_port "$port")
+  dir=$(data_dir_new "${TMPDIR:-/tmp}" hermesbus-kafka-data)
   mkdir -p "$dir/data" "$dir/logs"
 
   cat >"$dir/server.properties" <<EOF
@@ -286,108 +254,43 @@ while True:
     "$JAVA" "${jvm[@]}" kafka.Kafka "$dir/server.properties" \
     >"$dir/logs/stdout.log" 2>&1 </dev/null &
   echo "127.0.0.1:$port" >"$BOOT_FILE"
-
-  local deadline=$((SECONDS + START_TIMEOUT))
-  while ((SECONDS < deadline)); do
-    if [[ -s $PID_FILE ]]; then
-      pid=$(cat "$PID_FILE")
-      if ! kill -0 "$pid" 2>/dev/null; then
-        start_failed "$dir" "the broker exited during startup"
-      fi
-      if grep -q 'Kafka Server started' "$dir/logs/server.log" 2>/dev/null && probe_broker "$port"; then
-        log "ready after ${SECONDS}s"
-        echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
-        return 0
-      fi
-    fi
-    sleep 0.25
-  done
-  start_failed "$dir" "the broker was not ready within ${START_TIMEOUT}s"
+  wait_ready "$START_TIMEOUT" broker_ready "$dir" "$port" || start_failed "$dir"
+  log "ready after ${SECONDS}s"
+  echo "KAFKA_BOOTSTRAP=127.0.0.1:$port"
 }
 
-start_failed() { # dir message
+broker_ready() { # dir port: it logged its start and answers on its port
+  grep -q 'Kafka Server started' "$1/logs/server.log" 2>/dev/null && probe_broker "$2"
+}
+
+start_failed() { # dir
   local dir=$1
-  log "$2; last lines of $dir/logs:"
+  log "last lines of $dir/logs:"
   tail -n 40 "$dir/logs/server.log" >&2 2>/dev/null || true
   tail -n 20 "$dir/logs/stdout.log" >&2 2>/dev/null || true
-  stop_broker
+  stop_service 30 || true
   rm -f -- "$PID_FILE" "$BOOT_FILE"
   log "data/log dir kept for inspection: $dir ('$0 stop' removes it)"
   exit 1
 }
 
-# ---------------------------------------------------------------- stop
+# ---------------------------------------------------------------- stop and status
 
-stop_broker() {
-  local pid
-  pid=$(running_pid) || return 0
-  log "stopping broker (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 60; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.5
-  done
-  log "broker did not stop within 30s, killing it"
-  kill -KILL "$pid" 2>/dev/null || true
-  for ((i = 0; i < 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.25
-  done
+keep_logs() { # after a failed test run: the broker's logs (and its config) stay, its data goes
+  local dir
+  dir=$(data_dir) || return 0
+  rm -rf -- "$dir/data" "${dir:?}/$MARKER"
+  log "logs kept: $dir/logs"
 }
 
-cleanup_state() {
-  if [[ -f $DIR_FILE ]]; then
-    local dir
-    dir=$(cat "$DIR_FILE")
-    # Only ever delete a directory that we created (it carries our marker).
-    if [[ -n $dir && -f $dir/.hermesbus-kafka ]]; then
-      rm -rf -- "$dir"
-    fi
-  fi
-  rm -f -- "$PID_FILE" "$DIR_FILE" "$BOOT_FILE"
+cmd_stop() { # [--keep-logs]
+  stop_service 30 || true
+  if has_flag --keep-logs "$@"; then keep_logs; fi
+  clean_state "$BOOT_FILE"
 }
 
-# After a failed test run: the broker's logs (and its config) stay where they were,
-# only the data goes.
-keep_logs() {
-  if [[ -f $DIR_FILE ]]; then
-    local dir
-    dir=$(cat "$DIR_FILE")
-    if [[ -n $dir && -f $dir/.hermesbus-kafka ]]; then
-      rm -rf -- "$dir/data" "$dir/.hermesbus-kafka"
-      log "logs kept: $dir/logs"
-    fi
-  fi
-  rm -f -- "$PID_FILE" "$DIR_FILE" "$BOOT_FILE"
+cmd_status() {
+  report_status "KAFKA_BOOTSTRAP=$(cat "$BOOT_FILE" 2>/dev/null) dir=$(cat "$DIR_FILE" 2>/dev/null)"
 }
 
-do_stop() { # [--keep-logs]
-  stop_broker
-  if [[ ${1:-} == --keep-logs ]]; then keep_logs; else cleanup_state; fi
-}
-
-do_status() {
-  local pid
-  if pid=$(running_pid); then
-    echo "running pid=$pid KAFKA_BOOTSTRAP=$(cat "$BOOT_FILE" 2>/dev/null) dir=$(cat "$DIR_FILE" 2>/dev/null)"
-    return 0
-  fi
-  echo "not running"
-  return 3
-}
-
-usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-cmd=${1:-}
-[[ $# -gt 0 ]] && shift
-case $cmd in
-  fetch) [[ $# -eq 0 ]] || usage; do_fetch; echo "KAFKA_LIB=$LIB_DIR" ;;
-  start) [[ $# -le 1 ]] || usage; do_start "${1:-}" ;;
-  stop) [[ $# -eq 0 || ( $# -eq 1 && $1 == --keep-logs ) ]] || usage; do_stop "${1:-}" ;;
-  status) [[ $# -eq 0 ]] || usage; do_status ;;
-  *) usage ;;
-esac
+main "$@"

@@ -17,38 +17,38 @@
 set -euo pipefail
 
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+LOG_NAME=neo4j.sh SERVICE=Neo4j STOP_FLAGS="--fast --keep-logs"
+USAGE="fetch | start [PORT] | stop [--fast] [--keep-logs] | status"
+# shellcheck source=deploy/local/lib.sh
+source "$HERE/lib.sh"
+
 VERSION=$(sed -n 's:.*<neo4j.version>\(.*\)</neo4j.version>.*:\1:p' "$HERE/neo4j/pom.xml")
 CACHE_DIR=${HERMES_NEO4J_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hermesbus/neo4j-$VERSION}
 RUN_DIR=${HERMES_NEO4J_RUN_DIR:-/tmp/hermesbus-neo4j}
-PID_FILE="$RUN_DIR/neo4j.pid"
-DIR_FILE="$RUN_DIR/neo4j.dir"
-URL_FILE="$RUN_DIR/neo4j.url"
+run_files neo4j # neo4j.pid, neo4j.dir, neo4j.url; its data folders carry .hermesbus-neo4j
+PID_PATTERN=Neo4jRunner # a recycled pid is not our server
 LOG_FILE="$RUN_DIR/neo4j.logfile"
 HEAP=${HERMES_NEO4J_HEAP:-512m}
 START_TIMEOUT=${HERMES_NEO4J_START_TIMEOUT:-90}
 JAVA=${JAVA:-java}
 
-log() { printf 'neo4j.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
-
 [[ $VERSION =~ ^[0-9][0-9A-Za-z._-]*$ ]] || die "no neo4j.version in $HERE/neo4j/pom.xml"
-[[ $START_TIMEOUT =~ ^[0-9]+$ ]] || die "HERMES_NEO4J_START_TIMEOUT must be a number, got '$START_TIMEOUT'"
-[[ $HEAP =~ ^[0-9]+[kKmMgG]$ ]] || die "HERMES_NEO4J_HEAP must look like 512m or 1g, got '$HEAP'"
+check_uint HERMES_NEO4J_START_TIMEOUT "$START_TIMEOUT"
+check_heap HERMES_NEO4J_HEAP "$HEAP"
 
-do_fetch() {
+cmd_fetch() {
   [[ -f $CACHE_DIR/complete ]] && return 0
   command -v mvn >/dev/null || die "mvn not found (needed once to fetch Neo4j $VERSION)"
   command -v javac >/dev/null || die "javac not found (a JDK 17+ compiles the runner once)"
   mkdir -p "$CACHE_DIR"
-  exec 9>"$CACHE_DIR/.lock" # serialise concurrent fetches into the same cache
-  flock 9
-  if [[ -f $CACHE_DIR/complete ]]; then exec 9>&-; return 0; fi
+  lock_cache "$CACHE_DIR/.lock"
+  if [[ -f $CACHE_DIR/complete ]]; then unlock_cache; return 0; fi
   local tmp="$CACHE_DIR/fetch.$$"
   rm -rf -- "$tmp" "$CACHE_DIR/lib" "$CACHE_DIR/classes"
   mkdir -p "$tmp"
   log "fetching org.neo4j.test:neo4j-harness:$VERSION and its dependencies (about 144 MB) with mvn"
-  if ! mvn -q -B -f "$HERE/neo4j/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-      "-DoutputDirectory=$tmp/lib" 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then
+  if ! mvn_quiet -f "$HERE/neo4j/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      "-DoutputDirectory=$tmp/lib"; then
     rm -rf -- "$tmp"
     die "mvn could not fetch neo4j-harness $VERSION"
   fi
@@ -59,108 +59,67 @@ do_fetch() {
   mv "$tmp/classes" "$CACHE_DIR/classes"
   rm -rf -- "$tmp"
   touch "$CACHE_DIR/complete"
-  exec 9>&-
+  unlock_cache
 }
 
-free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+runner_ready() { # dir: the runner said where Bolt listens
+  grep -q '^NEO4J_BOLT=' "$1/runner.out" 2>/dev/null
 }
 
-running() { [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
-
-do_start() {
+cmd_start() {
   local port=${1:-}
-  if [[ -n $port ]]; then
-    [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) || die "PORT out of range: $port"
-  fi
-  if running; then
-    cat "$URL_FILE"
-    return 0
-  fi
+  [[ -z $port ]] || check_port PORT "$port"
+  already_running "$(cat "$URL_FILE" 2>/dev/null)" && return 0
   command -v "$JAVA" >/dev/null || die "no java on PATH (set JAVA)"
-  do_fetch
+  cmd_fetch
   [[ -n $port ]] || port=$(free_port)
   mkdir -p "$RUN_DIR"
-  local dir
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/hermesbus-neo4j.XXXXXX")
-  echo "$dir" >"$DIR_FILE"
+  clean_state "$URL_FILE" "$LOG_FILE" # the leftovers of a server that died
+  local dir t0=$SECONDS
+  dir=$(data_dir_new "${TMPDIR:-/tmp}" hermesbus-neo4j)
   log "starting Neo4j $VERSION on 127.0.0.1:$port (heap $HEAP, dir $dir)"
   "$JAVA" "-Xmx$HEAP" -XX:+UseSerialGC -cp "$CACHE_DIR/lib/*:$CACHE_DIR/classes" Neo4jRunner \
     "$dir/data" "$port" >"$dir/runner.out" 2>"$dir/neo4j.log" &
   echo $! >"$PID_FILE"
-  local waited=0
-  until grep -q '^NEO4J_BOLT=' "$dir/runner.out" 2>/dev/null; do
-    if ! running; then
-      tail -20 "$dir/neo4j.log" >&2 || true
-      die "Neo4j exited before it was ready (log: $dir/neo4j.log)"
-    fi
-    waited=$((waited + 1))
-    if ((waited > START_TIMEOUT * 5)); then
-      do_stop --fast
-      die "Neo4j was not ready within ${START_TIMEOUT}s"
-    fi
-    sleep 0.2
-  done
+  local status=0
+  POLL_S=0.2 wait_ready "$START_TIMEOUT" runner_ready "$dir" || status=$?
+  if ((status == 1)); then
+    tail -20 "$dir/neo4j.log" >&2 || true
+    die "its log: $dir/neo4j.log"
+  elif ((status != 0)); then
+    cmd_stop --fast
+    exit 1
+  fi
   local url="bolt://127.0.0.1:$port" debug
   echo "$url" >"$URL_FILE"
   # the server's own log (the runner's stderr is its own errors only)
   debug=$(find "$dir/data" -path '*/logs/debug.log' -print -quit 2>/dev/null || true)
   echo "${debug:-$dir/neo4j.log}" >"$LOG_FILE"
-  log "ready after $((waited / 5))s (log: ${debug:-$dir/neo4j.log})"
+  log "ready after $((SECONDS - t0))s (log: ${debug:-$dir/neo4j.log})"
   echo "HERMES_NEO4J_URL=$url"
 }
 
-do_stop() { # [--fast] [--keep-logs]
-  local fast="" keep="" flag
-  for flag in "$@"; do
-    case $flag in
-      --fast) fast=1 ;;
-      --keep-logs) keep=1 ;;
-      *) die "stop takes --fast and --keep-logs, not '$flag'" ;;
-    esac
-  done
-  if running; then
-    local pid
-    pid=$(cat "$PID_FILE")
-    if [[ -n $fast ]]; then
-      kill -KILL "$pid" 2>/dev/null || true
-    else
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 150); do # it closes its store files first: 5 to 12 s
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-  fi
-  if [[ -f $DIR_FILE ]]; then
-    local dir
-    dir=$(cat "$DIR_FILE")
-    if [[ -n $keep && -d $dir ]]; then # the logs stay where they were, the store files go
-      find "$dir" -type f ! -name '*.log' ! -name runner.out -delete
-      find "$dir" -mindepth 1 -type d -empty -delete
-      log "logs kept: $dir"
-    else
-      rm -rf -- "$dir"
-    fi
-  fi
-  rm -f -- "$PID_FILE" "$DIR_FILE" "$URL_FILE" "$LOG_FILE"
+keep_logs() { # the logs stay where they were, the store files go
+  local dir
+  dir=$(data_dir) || return 0
+  find "$dir" -type f ! -name '*.log' ! -name runner.out -delete
+  find "$dir" -mindepth 1 -type d -empty -delete
+  log "logs kept: $dir"
 }
 
-case ${1:-} in
-  fetch) do_fetch ;;
-  start) do_start "${2:-}" ;;
-  stop) shift; do_stop "$@" ;;
-  status)
-    if running; then cat "$URL_FILE"; else exit 3; fi
-    ;;
-  *)
-    echo "usage: $0 fetch | start [PORT] | stop [--fast] [--keep-logs] | status" >&2
-    exit 2
-    ;;
-esac
+cmd_stop() { # [--fast] [--keep-logs]
+  if has_flag --fast "$@"; then
+    stop_service 0 || true # its data is thrown away: SIGKILL at once
+  else
+    stop_service 15 || true # it closes its store files first: 5 to 12 s
+  fi
+  if has_flag --keep-logs "$@"; then keep_logs; fi
+  clean_state "$URL_FILE" "$LOG_FILE"
+}
+
+cmd_status() { # the URL, as start printed it when it found the server running
+  running_pid >/dev/null || return 3
+  cat "$URL_FILE"
+}
+
+main "$@"

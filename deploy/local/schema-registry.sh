@@ -28,6 +28,11 @@
 #   HERMES_SR_MVN_ARGS               extra arguments for mvn (e.g. -o, -Dmaven.repo.local=...)
 set -euo pipefail
 
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+LOG_NAME=schema-registry SERVICE="Apicurio Registry" USAGE="start [PORT|0|auto] | stop | status"
+# shellcheck source=deploy/local/lib.sh
+source "$HERE/lib.sh"
+
 RUN_DIR="${HERMES_SR_RUN_DIR:-/tmp/hermesbus-sr}"
 CACHE_ROOT="${HERMES_SR_CACHE_DIR:-${HOME}/.cache/hermesbus}"
 START_TIMEOUT="${HERMES_SR_START_TIMEOUT:-120}"
@@ -37,12 +42,12 @@ JAVA_OPTS="${HERMES_SR_JAVA_OPTS:-$JAVA_OPTS_DEFAULT}"
 BASE_PATH="/apis/ccompat/v7"
 DEP_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
-PIDFILE="$RUN_DIR/schema-registry.pid"
-URLFILE="$RUN_DIR/schema-registry.url"
-LOGFILE="$RUN_DIR/schema-registry.log"
+run_files schema-registry # schema-registry.pid, .url; no data folder (its storage is in memory)
+# a recycled pid is not our server: it must be a java running an Apicurio launcher
+PID_PATTERN='quarkus-run\.jar|apicurio-registry-app-.*-runner\.jar'
+LOG_FILE="$RUN_DIR/schema-registry.log"
 
-log() { echo "schema-registry: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+check_uint HERMES_SR_START_TIMEOUT "$START_TIMEOUT"
 
 java_major() { # prints the major version of the java binary $1 (empty on failure)
   "$1" -version 2>&1 | awk -F'"' '/version/ { split($2, a, "."); print (a[1] == "1") ? a[2] : a[1]; exit }'
@@ -89,10 +94,7 @@ fetch() { # ensures the distribution of $VERSION is unpacked; sets APP_DIR
   mkdir -p "$CACHE_ROOT"
   command -v mvn >/dev/null 2>&1 || die "mvn not found (needed once to fetch Apicurio $VERSION)"
   (
-    # Serialize concurrent fetches of the same version.
-    if command -v flock >/dev/null 2>&1; then
-      exec 9>"$APP_DIR.lock"; flock 9
-    fi
+    lock_cache "$APP_DIR.lock" # concurrent fetches of the same version wait in turn
     [ -f "$APP_DIR/.complete" ] && exit 0
     local tmp; tmp="$(mktemp -d "$CACHE_ROOT/.fetch.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT
@@ -124,39 +126,26 @@ app_jar() { # prints the launcher jar of the unpacked distribution
   fi
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
 port_in_use() {
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(0 if s.connect_ex(("127.0.0.1",int(sys.argv[1])))==0 else 1)' "$1"
-}
-
-running_pid() { # prints the pid if our server process is alive
-  [ -f "$PIDFILE" ] || return 1
-  local pid; pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  # Guard against a recycled pid: it must be a java running an Apicurio launcher.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -Eq 'quarkus-run\.jar|apicurio-registry-app-.*-runner\.jar' || return 1
-  echo "$pid"
 }
 
 api_up() { curl -sf -o /dev/null --max-time 3 "$1/subjects"; }
 
 cmd_start() {
-  local port="${1:-${HERMES_SR_PORT:-8081}}"
+  local port="${1:-${HERMES_SR_PORT:-8081}}" pid
+  case "$port" in 0|auto) port="$(free_port)" ;; esac
+  check_port PORT "$port"
   mkdir -p "$RUN_DIR"
   if pid="$(running_pid)"; then
-    local url; url="$(cat "$URLFILE" 2>/dev/null || true)"
+    local url; url="$(cat "$URL_FILE" 2>/dev/null || true)"
     if [ -n "$url" ] && api_up "$url"; then
       log "already running (pid $pid)"
       echo "HERMES_SCHEMA_REGISTRY_URL=$url"; return 0
     fi
     die "a server (pid $pid) is running but not answering; run '$0 stop' first"
   fi
-  rm -f "$PIDFILE" "$URLFILE"
-  case "$port" in 0|auto) port="$(free_port)" ;; esac
-  [[ "$port" =~ ^[0-9]+$ ]] || die "bad port: $port"
+  clean_state "$URL_FILE" # the leftovers of a server that died
   port_in_use "$port" && die "port $port on 127.0.0.1 is already in use"
 
   choose_runtime
@@ -173,29 +162,14 @@ cmd_start() {
     "QUARKUS_OTEL_SDK_DISABLED=true"
   )
 
-  log "starting Apicurio Registry $VERSION on 127.0.0.1:$port (java: $JAVA, log: $LOGFILE)"
+  log "starting Apicurio Registry $VERSION on 127.0.0.1:$port (java: $JAVA, log: $LOG_FILE)"
   local t0=$SECONDS
   # shellcheck disable=SC2086
   (cd "$RUN_DIR" && exec env "${envs[@]}" nohup "$JAVA" $JAVA_OPTS -jar "$jar" \
-      </dev/null >"$LOGFILE" 2>&1) &
-  local pid=$!
-  echo "$pid" >"$PIDFILE"
-
-  while :; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PIDFILE"
-      log "server exited during start-up; last log lines:"; tail -n 40 "$LOGFILE" >&2 || true
-      exit 1
-    fi
-    if api_up "$url"; then break; fi
-    if [ $((SECONDS - t0)) -ge "$START_TIMEOUT" ]; then
-      log "API did not answer within ${START_TIMEOUT}s; stopping it. Last log lines:"
-      tail -n 40 "$LOGFILE" >&2 || true
-      terminate "$pid"; rm -f "$PIDFILE"
-      exit 1
-    fi
-    sleep 0.5
-  done
+      </dev/null >"$LOG_FILE" 2>&1) &
+  pid=$!
+  echo "$pid" >"$PID_FILE"
+  POLL_S=0.5 wait_ready "$START_TIMEOUT" api_up "$url" || start_failed "$pid"
   if [ -n "$DEFAULT_COMPAT" ]; then
     # Store a real global rule through the API. Without one, 3.x answers GET /config with
     # NONE and registers anything, yet POST /compatibility still checks BACKWARD; 2.x
@@ -203,43 +177,33 @@ cmd_start() {
     if ! curl -sf -o /dev/null --max-time 10 -X PUT \
         -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
         --data "{\"compatibility\":\"$DEFAULT_COMPAT\"}" "$url/config"; then
-      log "could not set the global compatibility to $DEFAULT_COMPAT; stopping it"
-      terminate "$pid"; rm -f "$PIDFILE"
-      exit 1
+      log "could not set the global compatibility to $DEFAULT_COMPAT"
+      start_failed "$pid"
     fi
   fi
-  echo "$url" >"$URLFILE"
+  echo "$url" >"$URL_FILE"
   log "ready after $((SECONDS - t0))s (pid $pid)"
   echo "HERMES_SCHEMA_REGISTRY_URL=$url"
 }
 
-terminate() { # SIGTERM pid $1, SIGKILL after 30 s
-  local pid="$1"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 60); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.5
-  done
-  log "pid $pid did not stop after SIGTERM; sending SIGKILL"
-  kill -KILL "$pid" 2>/dev/null || true
+start_failed() { # pid: show the end of its log, stop it; exit 1
+  log "last lines of $LOG_FILE:"
+  tail -n 40 "$LOG_FILE" >&2 || true
+  stop_pid "$1" 30 || true
+  rm -f "$PID_FILE"
+  exit 1
 }
 
 cmd_stop() {
-  local pid
-  if ! pid="$(running_pid)"; then
-    log "not running"
-    rm -f "$PIDFILE" "$URLFILE"
-    return 0
-  fi
-  terminate "$pid"
-  rm -f "$PIDFILE" "$URLFILE"
-  log "stopped (pid $pid)"
+  if ! running_pid >/dev/null; then log "not running"; fi
+  stop_service 30 || true
+  clean_state "$URL_FILE"
 }
 
 cmd_status() {
   local pid url
   if ! pid="$(running_pid)"; then log "not running"; return 3; fi
-  url="$(cat "$URLFILE" 2>/dev/null || true)"
+  url="$(cat "$URL_FILE" 2>/dev/null || true)"
   if [ -n "$url" ] && api_up "$url"; then
     log "running (pid $pid)"
     echo "HERMES_SCHEMA_REGISTRY_URL=$url"; return 0
@@ -247,9 +211,4 @@ cmd_status() {
   log "process $pid alive but API not answering (yet)"; return 1
 }
 
-case "${1:-}" in
-  start) shift; cmd_start "$@" ;;
-  stop) cmd_stop ;;
-  status) cmd_status ;;
-  *) echo "usage: $0 start [PORT|0|auto] | stop | status" >&2; exit 2 ;;
-esac
+main "$@"
