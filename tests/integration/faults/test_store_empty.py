@@ -158,6 +158,9 @@ async def test_redis_back_empty_under_a_session_in_s4_pauses_until_adopted(
     async with Client(bootstrap=running.bootstrap, topic_prefix=running.prefix) as app:
         said = await talk(app, opening, _quiet, timeout=TURN_S)
         assert said.last is not None and said.last.source == "conversation:S4", _texts(said)
+        # memory writes what the opening said after its last reply: done before Redis goes,
+        # so the loss is met by the conversation's 确认 (the alert names its topic)
+        await _settled(running)
 
         await own_redis.restart_empty()
         answered: list[tuple[float, Envelope]] = []  # each reply to 确认 as it arrives
@@ -275,3 +278,21 @@ async def test_an_up_started_against_redis_back_empty_is_refused_until_adopted(
         assert (await store.load("conversation", "s1")).version == 0  # accepted: afresh
     async with RedisStateStore(config) as store:  # the adoption is remembered
         assert (await store.load("conversation", "s1")).version == 0
+
+
+async def _settled(running: Stack, still_s: float = 1.0) -> None:
+    """Until no processor has a record waiting and none processed one for ``still_s``."""
+
+    def processed() -> int:
+        return sum(p.stats.processed for p in running.processors)
+
+    async def still() -> None:
+        last = -1
+        while True:
+            now = processed()
+            if now == last and all(p.waiting == 0 for p in running.processors):
+                return
+            last = now
+            await asyncio.sleep(still_s)
+
+    await asyncio.wait_for(still(), SEEN_S)
