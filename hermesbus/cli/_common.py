@@ -42,6 +42,7 @@ __all__ = [
     "kafka_with",
     "printable",
     "problems",
+    "program_settings",
     "shown",
     "variables",
 ]

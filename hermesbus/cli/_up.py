@@ -122,7 +122,7 @@ async def _serve(
 ) -> int:
     """Run the stack until ``stop`` is set, the run ends or the embedded broker dies."""
     kafka = settings.kafka
-    broker = None if kafka.bootstrap else EmbeddedBroker()
+    broker = None if kafka.bootstrap else EmbeddedBroker(home=settings.home)
     finished: list[bool] = []  # the demo's outcome, once it has one
     up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
     serving: list[Stack] = []  # the stack, once it runs: told of the topics made again

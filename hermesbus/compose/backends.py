@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self, TypeVar
+from typing import Protocol, Self
 
 from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.settings import Settings
@@ -50,9 +50,6 @@ __all__ = [
 ]
 
 
-T = TypeVar("T")
-
-
 class Opened(Protocol):
     """A store with a connection to open and close (``async with`` it) that can say
     where it keeps what it keeps, for messages (no secret in it)."""
@@ -75,7 +72,7 @@ class OpenedToolStore(tool.ToolStore, Opened, Protocol):
     """A tool store, opened with ``async with``."""
 
 
-def _marked(settings: Settings, *stores: T) -> None:
+def _marked(settings: Settings, *stores: object) -> None:
     """Each store's mark kept in the book of the settings' state folder (a redrive's
     sandbox keeps its own), not in whatever folder the environment names."""
     book = MarkBook(settings.home)

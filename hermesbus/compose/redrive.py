@@ -44,7 +44,8 @@ from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import Reply, UserTurn
 from hermesbus.errors import ConfigError
-from hermesbus.processors import dispatcher
+from hermesbus.identity import KeySettings
+from hermesbus.processors import dispatcher, protocol
 from hermesbus.processors.recorded import ArgumentTools, health_of
 from hermesbus.replay.sandbox import claim
 from hermesbus.replay.shadow import Recording, consumed_order
@@ -197,8 +198,15 @@ _GROUPS = (*REPLAYABLE, INDEXER_GROUP)
 def _sandboxed(settings: Settings, home: Path) -> Settings:
     """The sandbox's settings, made from the bus's; ConfigError if any store they give is
     not the sandbox's own (a SQLite file in ``home``, no server), which would mean a part
-    of the settings that :meth:`Settings.sandbox` does not move yet."""
-    sandbox = settings.sandbox(home)
+    of the settings that :meth:`Settings.sandbox` does not move yet.
+
+    The sandbox signs and verifies with the bus's keyring, read, never written: where the
+    bus has no complete keyring (a bundle replayed on another machine, a fresh state
+    folder), the sandbox makes keys of its own in its folder instead."""
+    keys = settings.keys
+    if not keys.file.exists() or keys.load().lacking(protocol.IDENTITIES):
+        keys = KeySettings(file=home / "keys.json")
+    sandbox = settings.sandbox(home, keys=keys)
     outside = sandbox.outside(home)
     if outside:
         raise ConfigError(
@@ -275,6 +283,7 @@ async def redrive(
             name="replay",
             topic_prefix=prefix,
             keys=sandbox.keys.load(),
+            trust=sandbox.keys.public,
         )
         async with client:
             for hop in inputs:

@@ -15,19 +15,19 @@ clearing variables someone remembered to list.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr, TypeAdapter, ValidationError
 
-from hermesbus.base.config import HermesSettings
+from hermesbus.base.config import HermesSettings, StateHome
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig
 from hermesbus.connectors.redis import RedisConfig
 from hermesbus.connectors.sqlite import SqliteConfig
-from hermesbus.errors import ConfigError
+from hermesbus.errors import ConfigError, SettingError
 from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, PUBLIC_KEYS_FILE_ENV, KeySettings
 from hermesbus.processors.conversation import ConversationSettings
 from hermesbus.processors.memory import MemorySettings
@@ -51,6 +51,22 @@ _PARTS: dict[str, type[BaseModel]] = {
 """Every part of :class:`Settings` but the keys, with the model that reads it."""
 _HOMED = ("bus", "sqlite", "tool", "memory")
 """The parts that keep files under the state folder: given the one ``home``."""
+SANDBOX: dict[str, str] = {
+    "bus": "moved",
+    "kafka": "taken",
+    "runtime": "taken",
+    "sqlite": "moved",
+    "redis": "default",
+    "neo4j": "default",
+    "elasticsearch": "default",
+    "tool": "moved",
+    "conversation": "taken",
+    "memory": "moved",
+}
+"""What a redrive's sandbox takes of each part of the bus's settings: ``taken`` as it is
+(the broker, the tuning), ``moved`` into the sandbox's folder, or ``default`` (a part not
+taken: no server). Every part is named here; tests/unit/compose/test_settings.py fails on
+a part that is not, so a new backend is placed on purpose."""
 
 
 class Settings(BaseModel):
@@ -77,13 +93,11 @@ class Settings(BaseModel):
         return self.bus.home
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """Every part from its ``HERMES_*`` variables (``environ``: the process's), read now.
-
-        The variables are read from the process environment by each part's model, so
-        ``environ`` other than ``os.environ`` only decides the keys' variables; tests that
-        need other values set them in the environment first."""
-        environ = os.environ if environ is None else environ
+    def from_environment(cls) -> Self:
+        """Every part from its ``HERMES_*`` variables, read now, once: every part is checked
+        here, so a malformed variable stops the program at its start, named, whatever the
+        command goes on to use."""
+        environ = os.environ
         bus = HermesSettings()
         home = bus.home
         parts: dict[str, Any] = {
@@ -94,7 +108,11 @@ class Settings(BaseModel):
         keys = KeySettings(
             file=Path(named) if named else home / "keys.json",
             public_file=Path(public) if public else None,
-            given={k: SecretStr(v) for k, v in environ.items() if k.startswith(ENV_PREFIX) and v},
+            given=tuple(
+                (k, SecretStr(v))
+                for k, v in sorted(environ.items())
+                if k.startswith(ENV_PREFIX) and v
+            ),
         )
         return cls(**parts, keys=keys)
 
@@ -103,33 +121,31 @@ class Settings(BaseModel):
         """Settings built in code, with nothing read from the environment: every part not
         given has its defaults, with its files under ``home``; the keyring is
         ``home/keys.json``. ``parts`` by name (``kafka=KafkaConfig(...)``)."""
-        unknown = sorted(set(parts) - set(_PARTS) - {"keys"})
-        if unknown:
-            raise ConfigError(f"Settings.of: no part named {', '.join(unknown)}")
-        given: dict[str, Any] = {
-            "keys": parts.pop("keys", None) or KeySettings(file=home / "keys.json")
-        }
+        _known(parts, "Settings.of")
+        home = _state_home(home)
+        keys = parts.pop("keys", None) or KeySettings(file=home / "keys.json")
+        given: dict[str, Any] = {"keys": keys}
         for name, model in _PARTS.items():
-            values: dict[str, Any] = {"home": home} if name in _HOMED else {}
             part = parts.get(name)
-            given[name] = (
-                part
-                if part is not None
-                else model.model_construct(**{**_defaults(model), **values})
-            )
+            if part is None:  # its defaults, marked as given by nobody (model_fields_set)
+                values: dict[str, Any] = {"home": home} if name in _HOMED else {}
+                part = model.model_construct(**values)
+            given[name] = part
         return cls(**given)
 
     def with_parts(self, **parts: BaseModel) -> Self:
         """The same settings with some parts replaced (``kafka=...``, ``runtime=...``)."""
-        unknown = sorted(set(parts) - set(_PARTS) - {"keys"})
-        if unknown:
-            raise ConfigError(f"Settings.with_parts: no part named {', '.join(unknown)}")
+        _known(parts, "Settings.with_parts")
+        for name, part in parts.items():
+            wanted = KeySettings if name == "keys" else _PARTS[name]
+            if not isinstance(part, wanted):
+                raise TypeError(f"Settings.with_parts: {name} must be a {wanted.__name__}")
         return self.model_copy(update=parts)
 
     def at_home(self, home: Path) -> Self:
         """The same settings with ``home`` as every part's state folder (``--home``); the
         keyring file moves with it unless it was named (``HERMES_KEYS_FILE``)."""
-        home = home.expanduser().absolute()
+        home = _state_home(home)
         moved: dict[str, Any] = {
             name: getattr(self, name).model_copy(update={"home": home}) for name in _HOMED
         }
@@ -137,20 +153,26 @@ class Settings(BaseModel):
             moved["keys"] = self.keys.model_copy(update={"file": home / "keys.json"})
         return self.model_copy(update=moved)
 
-    def sandbox(self, home: Path) -> Self:
-        """A redrive's settings: every store a SQLite file under ``home`` (state, memory,
-        tools), no server (Redis, Neo4j, Elasticsearch are not configured), the same
-        broker and keys (the bus's keyring, read: the sandbox's processors sign as the
-        bus's components, so its records verify with the keys the apps have)."""
-        moved = self.at_home(home).model_copy(update={"keys": self.keys})
-        return moved.model_copy(
-            update={
-                "memory": moved.memory.model_copy(update={"path": None}),
-                "redis": self.redis.model_copy(update={"url": None}),
-                "neo4j": self.neo4j.model_copy(update={"url": None}),
-                "elasticsearch": self.elasticsearch.model_copy(update={"url": None}),
-            }
-        )
+    def sandbox(self, home: Path, keys: KeySettings | None = None) -> Self:
+        """A redrive's settings, built afresh in ``home``: only what :data:`SANDBOX` says a
+        sandbox takes from the bus's settings is taken (the broker and the tuning), every
+        store is a SQLite file in ``home`` and no server is configured. ``keys``: whose the
+        sandbox signs and verifies with (default: the bus's keyring, read)."""
+        fresh = type(self).of(home)
+        taken: dict[str, Any] = {"keys": keys or self.keys}
+        for name, how in SANDBOX.items():
+            if how == "taken":
+                taken[name] = getattr(self, name)
+            elif how == "moved":  # the bus's part in the sandbox's folder, no path of its own
+                part = getattr(self, name)
+                update: dict[str, Any] = {"home": fresh.home}
+                update |= {"path": None} if name == "memory" else {}
+                taken[name] = part.model_copy(update=update)
+        return fresh.model_copy(update=taken)  # the rest: the fresh settings' defaults
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # the parts hold URLs that may carry a password: what is printed is where state is
+        yield "home", self.home
 
     def outside(self, home: Path) -> list[str]:
         """What these settings would use outside ``home``: a store's file elsewhere or a
@@ -171,12 +193,15 @@ class Settings(BaseModel):
         return found + [f"{what} (a server)" for what, on in servers.items() if on]
 
 
-def _defaults(model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s field defaults, without reading anything (for :meth:`Settings.of`)."""
-    found: dict[str, Any] = {}
-    for name, field in model.model_fields.items():
-        if field.default_factory is not None:
-            found[name] = field.default_factory()  # type: ignore[call-arg]
-        elif not field.is_required():
-            found[name] = field.default
-    return found
+def _known(parts: Mapping[str, object], where: str) -> None:
+    unknown = sorted(set(parts) - set(_PARTS) - {"keys"})
+    if unknown:
+        raise ConfigError(f"{where}: no part named {', '.join(unknown)}")
+
+
+def _state_home(home: Path) -> Path:
+    """``home`` as ``HERMES_HOME`` is taken: absolute, user expanded, not a file."""
+    try:
+        return TypeAdapter(StateHome).validate_python(home)
+    except ValidationError as exc:
+        raise SettingError(exc.errors(include_url=False)[0]["msg"]) from None

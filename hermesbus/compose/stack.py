@@ -169,7 +169,7 @@ async def stack(
         say(f"state: {home}")  # first: the broker's log and the keys are kept there
         exits.enter_context(home_lock(home))  # one bus per state folder, until it stops
         embedded = not kafka.bootstrap
-        broker = (embedded_broker or EmbeddedBroker()) if embedded else None
+        broker = (embedded_broker or EmbeddedBroker(home=home)) if embedded else None
         if broker is not None:
             kafka, runtime = await _embedded(exits, broker, kafka, runtime, say)
         keys = keyring(settings.keys, create=embedded)

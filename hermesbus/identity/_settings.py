@@ -8,10 +8,10 @@ loaded from these settings, never from whatever the environment says at the time
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from hermesbus.identity._keys import PUBLIC_KEYS_NAME, Keyring
 
@@ -27,7 +27,7 @@ class KeySettings(BaseModel):
     """``HERMES_KEYS_FILE``, else ``keys.json`` in the state folder."""
     public_file: Path | None = None
     """``HERMES_PUBLIC_KEYS_FILE``; None: ``public-keys.json`` beside :attr:`file`."""
-    given: Mapping[str, SecretStr] = Field(default_factory=dict)
+    given: tuple[tuple[str, SecretStr], ...] = ()
     """``HERMES_KEY_<IDENTITY>`` variables with their values (secrets: never printed)."""
 
     @property
@@ -45,4 +45,4 @@ class KeySettings(BaseModel):
         return self.load()
 
     def _environ(self) -> dict[str, str]:
-        return {name: value.get_secret_value() for name, value in self.given.items()}
+        return {name: value.get_secret_value() for name, value in self.given}

@@ -171,12 +171,12 @@ def test_a_sandbox_whose_settings_still_name_a_production_store_is_refused(
     assert moved.outside(home) == []
     # a part Settings.sandbox does not move (one added later, say) is refused, by name
     unmoved = moved.model_copy(update={"sqlite": production.sqlite})
-    monkeypatch.setattr(Settings, "sandbox", lambda self, to: unmoved)
+    monkeypatch.setattr(Settings, "sandbox", lambda self, to, keys=None: unmoved)
     with pytest.raises(ConfigError, match=r"but the settings give session state at .*prod"):
         sandboxes._sandboxed(production, home)
     redis = RedisConfig.model_construct(url=SecretStr("redis://prod:1"))
     served = moved.model_copy(update={"redis": redis})
-    monkeypatch.setattr(Settings, "sandbox", lambda self, to: served)
+    monkeypatch.setattr(Settings, "sandbox", lambda self, to, keys=None: served)
     with pytest.raises(ConfigError, match=r"settings give Redis \(a server\): refused"):
         sandboxes._sandboxed(production, home)
 

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -43,6 +44,7 @@ from hermesbus.replay.sandbox import MARKER, claim, marker_of
 from hermesbus.topics import CONVERSATION_IN, Catalog
 from hermesbus.trace.tail import Filters, Position, tail
 from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.index.proxy import Relay
 from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -238,13 +240,16 @@ async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     source, home = f"prod-{unique}.", tmp_path / "home"
     memory_file = tmp_path / "production" / "memory.sqlite3"
     settings = {"HERMES_MEMORY_PATH": str(memory_file)}
+    relays: dict[str, Relay] = {}  # production reaches each server through a relay of ours
     if production == "servers":
+        for name in ("redis", "neo4j", "elasticsearch"):
+            relays[name] = await _relay(request.getfixturevalue(f"{name}_url"))
         settings |= {
-            "HERMES_REDIS_URL": request.getfixturevalue("redis_url"),
+            "HERMES_REDIS_URL": f"redis://127.0.0.1:{relays['redis'].port}/0",
             "HERMES_REDIS_PREFIX": f"prod{unique}",
-            "HERMES_NEO4J_URL": request.getfixturevalue("neo4j_url"),
+            "HERMES_NEO4J_URL": f"bolt://127.0.0.1:{relays['neo4j'].port}",
             "HERMES_NEO4J_NAMESPACE": f"prod{unique}",
-            "HERMES_ELASTICSEARCH_URL": request.getfixturevalue("elasticsearch_url"),
+            "HERMES_ELASTICSEARCH_URL": relays["elasticsearch"].url,
             "HERMES_ELASTICSEARCH_DATA_STREAM": f"logs-hermes.envelopes-t{unique}",
         }
     for name, value in settings.items():
@@ -258,19 +263,25 @@ async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     files = _files(home, memory_file)
     servers = await _servers(settings)
     heard = await _heard(settings)  # the servers' own counts, and what reading them costs
+    through = {name: relay.accepted for name, relay in relays.items()}
     env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}, **settings)
     session = stopped.conversation.session_id
-    ran = _redrive(session, source, sandbox, broker=broker, env=env)
+    # in a thread: the relays (this loop) keep serving, so a connection would be counted
+    ran = await asyncio.to_thread(_redrive, session, source, sandbox, broker=broker, env=env)
     assert ran.code == 0, ran.output
     assert "hermes  " in ran.out  # the sandbox answered
     if production == "servers":  # a fork of the first turn, into a sandbox of its own
         (first, *_) = [turn for turn, _reply in stopped.replies]
         fork = await _first_turn_id(kafka, source, session, first.text)
         args = ["--fork", fork, "--set", "payload.body.text=我要报上个月去北京的差旅费"]
-        forked = _redrive(session, source, f"fork-{unique}.", broker=broker, env=env, more=args)
+        into = f"fork-{unique}."
+        forked = await asyncio.to_thread(
+            _redrive, session, source, into, broker=broker, env=env, more=args
+        )
         assert forked.code == 0, forked.output
         assert "hermes  " in forked.out
     # first, before this test's own reads below connect to them
+    assert {name: relay.accepted for name, relay in relays.items()} == through
     assert await _heard(settings, since=heard) == {}, "a production server heard of the sandbox"
     assert await _broker_state(kafka, [source]) == before
     assert _files(home, memory_file) == files
@@ -280,6 +291,31 @@ async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     assert (own / "state.sqlite3").exists() and (own / "memory.sqlite3").exists()
     if production == "servers":
         assert servers["redis"] > 0 and servers["neo4j"] > 0  # production had data there
+        assert all(through.values()), through  # production itself went through the relays
+    for relay in relays.values():
+        await relay.stop()
+
+
+async def _relay(url: str) -> Relay:
+    parts = urlsplit(url)
+    relay = Relay(parts.hostname or "127.0.0.1", parts.port or 0)
+    await relay.start()
+    return relay
+
+
+def test_a_redrive_on_its_own_broker_writes_only_in_its_sandbox(tmp_path: Path) -> None:
+    """No broker given: the redrive starts an embedded one. Its log, the keys the sandbox
+    signs with (the state folder has none) and every store stay in the sandbox's folder."""
+    home = tmp_path / "home"
+    golden = Path(__file__).resolve().parents[2] / "golden" / "demo-b.tar.gz"
+    args = ["--bundle", str(golden), "--redrive", "--into", "try-1"]
+    ran = hermesbus("replay", *args, env=clean_env(home), cwd=tmp_path, timeout=300)
+    assert ran.code == 0, ran.output
+    assert "hermes  " in ran.out  # the sandbox answered
+    outside = [p for p in home.rglob("*") if p.is_file() and "replays" not in p.parts]
+    assert outside == [], outside
+    own = home / "replays" / "try-1"
+    assert (own / "keys.json").exists() and list((own / "broker").glob("tansu-*.log"))
 
 
 async def _servers(settings: dict[str, str]) -> dict[str, int]:

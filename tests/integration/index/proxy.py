@@ -18,6 +18,8 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self.port = 0
+        self.accepted = 0
+        """Connections clients opened through the relay so far."""
 
     @property
     def url(self) -> str:
@@ -42,6 +44,7 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._pipes.add(task)
+        self.accepted += 1
         up_writer: asyncio.StreamWriter | None = None
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.compose.settings import Settings
+from hermesbus.compose.settings import SANDBOX, Settings
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.errors import ConfigError
+from hermesbus.errors import ConfigError, SettingError
 
 POISON = {
     "HERMES_HOME": "/nonexistent/poison-home",
@@ -42,7 +42,7 @@ def test_every_part_is_read_from_its_variables_once(
     assert read.memory.db_path == Path("/nonexistent/poison-memory.sqlite3")
     assert read.bus.topic_prefix == "poison." and read.conversation.llm_url == "http://poison:1"
     assert read.keys.file == Path("/nonexistent/poison-keys.json")
-    assert read.keys.given["HERMES_KEY_CONVERSATION"].get_secret_value() == "s3cret-key"
+    assert dict(read.keys.given)["HERMES_KEY_CONVERSATION"].get_secret_value() == "s3cret-key"
     assert "s3cret" not in repr(read.keys)  # the keys' values are secrets
     monkeypatch.setenv("HERMES_KAFKA_BOOTSTRAP", "changed:2")
     assert read.kafka.bootstrap == "poison:1"  # read once: later changes are not seen
@@ -97,3 +97,57 @@ def test_another_home_moves_every_part_and_the_default_keyring(tmp_path: Path) -
     assert moved.home == tmp_path / "b" and moved.keys.file == tmp_path / "b" / "keys.json"
     named = settings.with_parts(keys=settings.keys.model_copy(update={"file": tmp_path / "k"}))
     assert named.at_home(tmp_path / "b").keys.file == tmp_path / "k"  # a named one stays
+
+
+def test_every_part_is_placed_for_a_sandbox_and_what_is_not_taken_is_a_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a part added later (a new backend) must say what a sandbox does with it
+    assert set(SANDBOX) == set(Settings.model_fields) - {"keys"}
+    for name, value in POISON.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "prod"))
+    production = Settings.from_environment()
+    sandbox = production.sandbox(tmp_path / "sandbox")
+    fresh = Settings.of(tmp_path / "sandbox")
+    for name, how in SANDBOX.items():
+        if how == "default":
+            assert getattr(sandbox, name) == getattr(fresh, name), name
+        if how == "taken":
+            assert getattr(sandbox, name) == getattr(production, name), name
+        if how == "moved":
+            assert getattr(sandbox, name).home == tmp_path / "sandbox", name
+
+
+def test_defaults_built_in_code_are_given_by_nobody(tmp_path: Path) -> None:
+    # the embedded broker's group timings apply where the runtime's were not set
+    built = Settings.of(tmp_path)
+    assert built.runtime.model_fields_set == set()
+    embedded = built.runtime.for_embedded_broker()
+    assert embedded.session_timeout_ms < built.runtime.session_timeout_ms
+
+
+def test_a_home_given_in_code_is_taken_as_hermes_home_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Settings.of(Path("rel")).home == tmp_path / "rel"
+    assert Settings.of(tmp_path).at_home(Path("other")).home == tmp_path / "other"
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SettingError, match="is a file, not a folder"):
+        Settings.of(tmp_path / "afile")
+    with pytest.raises(SettingError, match="is a file, not a folder"):
+        Settings.of(tmp_path).at_home(tmp_path / "afile")
+
+
+def test_settings_print_no_url_and_can_be_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    monkeypatch.setenv("HERMES_ELASTICSEARCH_URL", "http://user:espw@es:9200")
+    monkeypatch.setenv("HERMES_NEO4J_URL", "bolt://neo:neopw@h:7687")
+    read = Settings.from_environment()
+    assert "espw" not in repr(read) and "neopw" not in str(read)
+    assert hash(read) == hash(Settings.from_environment())
+    with pytest.raises(TypeError, match="kafka must be a KafkaConfig"):
+        read.with_parts(kafka=read.runtime)
