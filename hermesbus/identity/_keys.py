@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from hermesbus.base.config import HermesSettings
 from hermesbus.errors import ConfigError
+from hermesbus.identity._document import read_document
 
 from ._public import PublicKeys
 
@@ -219,14 +219,7 @@ class Keyring:
     @classmethod
     def read(cls, path: Path) -> Keyring:
         """The keyring file at ``path``; ConfigError naming the file and what is wrong."""
-        try:
-            data: Any = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read the keyring {path}: {exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise ConfigError(f"the keyring {path} is not JSON: {exc}") from exc
-        if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
-            raise ConfigError(f'the keyring {path} must be {{"version": 1, "keys": {{...}}}}')
+        data = read_document(path, "keyring")
         keys: dict[str, list[Key]] = {}
         for identity, entries in data["keys"].items():
             where = f"{path}: {identity}"

@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from hermesbus.errors import ConfigError, IdentityError
+from hermesbus.identity._document import read_document
 from hermesbus.topics import CONVERSATION_OUT
 
 if TYPE_CHECKING:
@@ -162,14 +163,7 @@ class PublicKeys:
 
     @classmethod
     def read(cls, path: Path) -> PublicKeys:
-        try:
-            data: Any = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read the public keys {path}: {exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise ConfigError(f"the public keys file {path} is not JSON: {exc}") from exc
-        if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
-            raise ConfigError(f'the public keys file {path} must be {{"version": 1, "keys": ...}}')
+        data = read_document(path, "public keys file")
         keys: dict[str, dict[str, Ed25519PublicKey]] = {}
         for identity, entries in data["keys"].items():
             if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):

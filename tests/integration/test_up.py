@@ -19,6 +19,7 @@ from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.contract.payloads import TrustLevel
 from hermesbus.demo.expense import FIGURES
 from hermesbus.identity import KEYS_FILE_ENV
+from tests.cli_process import Background
 
 pytestmark = pytest.mark.kafka
 
@@ -162,40 +163,12 @@ REVOKE_MS = 3_000
 STOP_MARGIN_S = 5.0
 
 
-class _Command:
-    """A hermesbus command in the background; its stdout and stderr go to files."""
+class _Command(Background):
+    """A hermesbus command in the background (in the test's session: ``end`` stops its
+    children itself)."""
 
     def __init__(self, folder: Path, name: str, *args: str, env: dict[str, str]) -> None:
-        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
-        with self.out.open("w") as out, self.err.open("w") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "hermesbus.cli", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=folder,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stderr(self) -> str:
-        return self.err.read_text()
-
-    def wait_for(self, text: str, within_s: float, *, stdout: bool = False) -> str:
-        """The output once it holds ``text``; fails if the command exits or time runs out."""
-        deadline = time.monotonic() + within_s
-        path = self.out if stdout else self.err
-        while time.monotonic() < deadline:  # a subprocess's file: nothing to wait on
-            said = path.read_text()
-            if text in said:
-                return said
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.2)
-        pytest.fail(f"no {text!r} within {within_s:g} s; stderr:\n{self.stderr()}")
+        super().__init__(folder, *args, env=env, name=name, session=False)
 
     def end(self) -> None:
         """SIGTERM, then SIGKILL of it and its children (the broker is in its own session)."""

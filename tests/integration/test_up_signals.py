@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli_process import clean_env, hermesbus
+from tests.cli_process import Background, clean_env, hermesbus
 
 pytestmark = pytest.mark.kafka
 
@@ -32,49 +28,17 @@ STOP_S = 90.0
 POLL_S = 0.02
 
 
-class _Up:
-    """``hermesbus up ARGS`` in a session of its own; stderr goes to a file, polled."""
+class _Up(Background):
+    """``hermesbus up ARGS`` in a session of its own."""
 
     def __init__(self, folder: Path, *args: str, env: dict[str, str]) -> None:
-        self.err = folder / "up.err"
-        with self.err.open("wb") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "hermesbus.cli", "up", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=env,
-                cwd=folder,
-                start_new_session=True,
-            )
-        self.pid = self.process.pid
-
-    def stderr(self) -> str:
-        return self.err.read_text(errors="replace")
+        super().__init__(folder, "up", *args, env=env, name="up")
 
     def wait_until(self, done: str, check: Callable[[], bool], within_s: float = START_S) -> None:
-        """Poll ``check()`` until true; fails if ``up`` exits first or time runs out."""
-        deadline = time.monotonic() + within_s
-        while time.monotonic() < deadline:
-            if check():
-                return
-            if self.process.poll() is not None:
-                pytest.fail(
-                    f"up exited ({self.process.returncode}) before {done}:\n{self.stderr()}"
-                )
-            time.sleep(POLL_S)
-        pytest.fail(f"not {done} within {within_s:g} s; stderr:\n{self.stderr()}")
+        super().wait_until(done, check, within_s)
 
-    def interrupt(self) -> int:
-        """Ctrl-C: SIGINT to its process group; its exit code."""
-        os.killpg(self.pid, signal.SIGINT)
-        return self.process.wait(STOP_S)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
-            self.process.wait()
+    def interrupt(self, within_s: float = STOP_S) -> int:
+        return super().interrupt(within_s)
 
 
 @contextlib.contextmanager

@@ -19,8 +19,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +35,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ReplyTimeout
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, Catalog
-from tests.cli_process import clean_env
+from tests.cli_process import Background, clean_env
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -55,56 +53,20 @@ IN_FLIGHT = 12
 every partition, when it does."""
 
 
-class _Process:
-    """A ``hermesbus`` command in a session of its own; stdout and stderr go to files."""
-
-    def __init__(self, folder: Path, *args: str, env: dict[str, str]) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.out, self.err = folder / "out", folder / "err"
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "hermesbus.cli", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=folder,
-                start_new_session=True,
-            )
-
-    def stderr(self) -> str:
-        return self.err.read_text(errors="replace")
-
-    def wait_for(self, text: str, *, within_s: float, stdout: bool = False) -> None:
-        """Poll its output until ``text`` appears; fails if it exits first or time runs out."""
-        deadline = time.monotonic() + within_s
-        where = self.out if stdout else self.err
-        while time.monotonic() < deadline:
-            if text in where.read_text(errors="replace"):
-                return
-            if self.process.poll() is not None:
-                pytest.fail(f"exited ({self.process.returncode}) before {text!r}:\n{self.stderr()}")
-            time.sleep(POLL_S)
-        pytest.fail(f"no {text!r} within {within_s:g} s; stderr:\n{self.stderr()}")
+class _Process(Background):
+    """A ``hermesbus`` command in a session of its own."""
 
     def stop(self) -> None:
         """Ctrl-C (SIGINT to its group), so it stops its tool workers too; else SIGKILL."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(STOP_S)
+                self.interrupt(STOP_S)
         self.kill()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
 
 
 @contextlib.contextmanager
 def _running(folder: Path, *args: str, env: dict[str, str]) -> Iterator[_Process]:
-    process = _Process(folder, *args, env=env)
+    process = _Process(folder, *args, env=env, name="hermesbus")
     try:
         yield process
     finally:
