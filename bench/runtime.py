@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from hermesbus import ContextSnapshot, Envelope, Payload, Reply, ToolCallTrace, UserTurn
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import default_codec
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -142,7 +143,7 @@ class TimedStore(SqliteStateStore):
     """Notes the first load: the first record consumed."""
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path)
+        super().__init__(path, book=MarkBook(path.parent))
         self.meter = Meter()
 
     async def load(self, processor: str, session_id: str) -> State:

@@ -45,6 +45,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hermesbus.base.storemark import MarkBook  # noqa: E402
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore  # noqa: E402
 from hermesbus.connectors.neo4j import graph as neo4j_graph  # noqa: E402
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore  # noqa: E402
@@ -72,6 +73,9 @@ TARGET, P99_MS = 0.8, 2.0
 ROUNDS = 5
 DATA = {"state": "S3", "facts": {f"k{i}": "值" * 20 for i in range(16)}, "turns": 7}
 """About 1 KB of JSON, like a conversation's small state."""
+_MARKS = tempfile.TemporaryDirectory(prefix="bench-marks-")
+BOOK = MarkBook(Path(_MARKS.name))
+"""The book of the benchmark's stores' marks: a folder of its own, gone at exit."""
 
 
 def _applied(n: int) -> tuple[str, ...]:
@@ -131,7 +135,7 @@ def _row(name: str, count: int, seconds: float, base: float | None, p99: float |
 async def part_redis(url: str, count: int, in_flight: int) -> bool:
     print(f"(a) Redis at {url}: {count:,} state saves of ~{len(orjson.dumps(DATA))} B")
     config = RedisConfig(url=url, prefix=f"bench{uuid.uuid4().hex[:8]}")
-    async with RedisStateStore(config) as store:
+    async with RedisStateStore(config, book=BOOK) as store:
         client = store.redis
         sha = await client.script_load(_COMMIT)
         data, ok = orjson.dumps(DATA), True
@@ -191,7 +195,7 @@ async def part_sqlite(count: int, in_flight: int) -> None:
     print(f"(b) SQLite: {count:,} state saves, {in_flight} sessions at a time")
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as folder:
         path = Path(folder) / "state.sqlite3"
-        async with SqliteStateStore(path) as store:
+        async with SqliteStateStore(path, book=BOOK) as store:
             versions: dict[str, int] = {}
 
             async def store_many(n: int) -> None:
@@ -246,7 +250,7 @@ SET r.trust_level = 'verified', r.trust_rank = 1, r.verified_by = $tool,
 async def part_neo4j(url: str, count: int) -> None:
     print(f"(c) Neo4j at {url}: {count:,} verified-edge writes, one at a time")
     config = Neo4jConfig(url=url, namespace=f"bench{uuid.uuid4().hex[:8]}")
-    async with Neo4jGraphStore(config) as graph:
+    async with Neo4jGraphStore(config, book=BOOK) as graph:
 
         def edge(n: int) -> Edge:
             return Edge(
@@ -331,7 +335,7 @@ async def _memory_query(
         home = Path(folder)
         stores = MemoryStores(
             MemorySettings(home=home),
-            preferences=SqlitePreferenceStore(home / "prefs.sqlite3"),
+            preferences=SqlitePreferenceStore(home / "prefs.sqlite3", book=BOOK),
             graph=graph,
         )
         started = time.perf_counter()
@@ -369,7 +373,7 @@ async def part_memory_query(neo4j_url: str | None, count: int) -> None:
     print(f"(d) a memory query: {count:,} MemoryQuery -> MemoryContext, {FACTS} facts each")
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as folder:
         path = Path(folder) / "graph.sqlite3"
-        lite = SqliteGraphStore(path)
+        lite = SqliteGraphStore(path, book=BOOK)
         db = sqlite3.connect(path, check_same_thread=False)
 
         async def raw_lite() -> None:
@@ -386,7 +390,7 @@ async def part_memory_query(neo4j_url: str | None, count: int) -> None:
         print("  Neo4j: skipped (no server)")
         return
     config = Neo4jConfig(url=neo4j_url, namespace=f"bench{uuid.uuid4().hex[:8]}")
-    graph = Neo4jGraphStore(config)
+    graph = Neo4jGraphStore(config, book=BOOK)
 
     async def raw_neo4j() -> None:
         await graph.driver.execute_query(
@@ -399,7 +403,7 @@ async def part_memory_query(neo4j_url: str | None, count: int) -> None:
         )
 
     await _memory_query("Neo4j", graph, raw_neo4j, count)
-    async with Neo4jGraphStore(config) as cleaner:
+    async with Neo4jGraphStore(config, book=BOOK) as cleaner:
         await cleaner.driver.execute_query(
             "MATCH (n {ns: $ns}) DETACH DELETE n", ns=config.namespace
         )

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 from hermesbus.base.lifecycle import Service
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.neo4j import mark as marks
 from hermesbus.connectors.neo4j.client import connect, translated
 from hermesbus.connectors.neo4j.config import Neo4jConfig
@@ -182,10 +183,12 @@ _LEVELS = {level.value: level for level in TRUST_RANK}
 class Neo4jGraphStore(Service):
     """The :class:`~hermesbus.processors.memory.GraphStore` on Neo4j (``HERMES_NEO4J_URL``)."""
 
-    def __init__(self, config: Neo4jConfig) -> None:
+    def __init__(self, config: Neo4jConfig, *, book: MarkBook | None = None) -> None:
+        """``book``: where the store's mark is expected (the composition gives the state
+        folder's); given none, the store refuses to start (ConfigError)."""
         self.config = config
         self._driver: AsyncDriver | None = None
-        self.marks = marks.guard_for(self.config)
+        self.marks = marks.guard_for(self.config, book)
 
     @property
     def where(self) -> str:
@@ -194,6 +197,7 @@ class Neo4jGraphStore(Service):
     async def start(self) -> None:
         if self._driver is not None:
             return
+        self.marks.require_book()
         driver = connect(self.config)
         try:
             async with translated(self.config, "connecting"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, LiteralString
 
-from hermesbus.base.storemark import Mark, MarkGuard
+from hermesbus.base.storemark import Mark, MarkBook, MarkGuard
 from hermesbus.connectors.neo4j.client import connect, translated
 from hermesbus.connectors.neo4j.config import Neo4jConfig
 
@@ -32,7 +32,8 @@ CLAIM: LiteralString = (
 REPLACE: LiteralString = "MERGE (m:StoreMark {ns: $ns}) SET m.mark = $mark RETURN m.mark AS mark"
 
 
-def guard_for(config: Neo4jConfig) -> MarkGuard:
+def guard_for(config: Neo4jConfig, book: MarkBook | None) -> MarkGuard:
+    """The graph store's guard, its mark expected in ``book`` (None: it refuses to start)."""
     database = config.database or "default"
     store = f"neo4j {config.shown_url} {database} {config.namespace} graph"
     where = (
@@ -40,7 +41,7 @@ def guard_for(config: Neo4jConfig) -> MarkGuard:
         f"namespace {config.namespace})"
     )
     held = "memory's long-term graph (entities, facts, reviews, its change ledger)"
-    return MarkGuard(store, where, held)
+    return MarkGuard(store, where, held, book=book)
 
 
 async def query_mark(

@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from hermesbus.base.lifecycle import Service
-from hermesbus.base.storemark import Mark, MarkGuard
+from hermesbus.base.storemark import Mark, MarkBook, MarkGuard
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.errors import ConfigError, StoreError
 
@@ -144,14 +144,16 @@ class RedisService(Service):
     held: ClassVar[str] = "what it held"
     """What is lost with the store, for the log line that says so."""
 
-    def __init__(self, config: RedisConfig) -> None:
+    def __init__(self, config: RedisConfig, *, book: MarkBook | None = None) -> None:
+        """``book``: where the store's mark is expected (the composition gives the state
+        folder's); given none, the store refuses to start (ConfigError)."""
         self.config = config
         self._redis: Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         self._mark_key = mark_key(self.config, self.mark_name)
         store = f"redis {self.config.shown_url} {self.config.prefix} {self.mark_name}"
         where = f"the Redis {self.what} at {self.config.shown_url} (prefix {self.config.prefix})"
-        self.marks = MarkGuard(store, where, self.held)
+        self.marks = MarkGuard(store, where, self.held, book=book)
 
     @property
     def where(self) -> str:
@@ -160,6 +162,7 @@ class RedisService(Service):
     async def start(self) -> None:
         if self._redis is not None:
             return
+        self.marks.require_book()
         client = connect(self.config, self._connected)
         try:
             async with translated(self.config, "connecting"):

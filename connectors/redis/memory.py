@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.processors.memory import CHOICE_HISTORY, ChoiceCount, MidTermItem, Preference
@@ -116,8 +117,8 @@ class RedisPreferenceStore(RedisService):
     mark_name = "memory"
     held = "memory's confirmed preferences, choice observations and items"
 
-    def __init__(self, config: RedisConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: RedisConfig, *, book: MarkBook | None = None) -> None:
+        super().__init__(config, book=book)
         self._ns = self.config.prefix
 
     def _pref(self, user_id: str, name: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StoredTimer
@@ -164,8 +165,8 @@ class RedisStateStore(RedisService):
     mark_name = "state"
     held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
-    def __init__(self, config: RedisConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: RedisConfig, *, book: MarkBook | None = None) -> None:
+        super().__init__(config, book=book)
         self._ns = self.config.prefix
 
     async def close(self) -> None:

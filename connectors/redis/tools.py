@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.contract.payloads import ToolResult
@@ -67,8 +68,8 @@ class RedisToolStore(RedisService):
         "released results, call samples and probes"
     )
 
-    def __init__(self, config: RedisConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: RedisConfig, *, book: MarkBook | None = None) -> None:
+        super().__init__(config, book=book)
         self._slot = f"{self.config.prefix}:{{{self.config.prefix}:tools}}"
 
     @property

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final
 
 from hermesbus.base.config import unwritable_home, why_unwritable
 from hermesbus.base.lifecycle import Service
-from hermesbus.base.storemark import Mark, MarkGuard
+from hermesbus.base.storemark import Mark, MarkBook, MarkGuard
 from hermesbus.connectors.sqlite.mark import MARK_SCHEMA, file_id, peek, read_mark, write_mark
 from hermesbus.errors import HermesError, StoreError
 
@@ -39,8 +39,15 @@ class SqliteFile(Service):
     """What is lost with the store, for the log line that says so."""
 
     def __init__(
-        self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, home: Path | None = None
+        self,
+        path: Path | str,
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        home: Path | None = None,
+        book: MarkBook | None = None,
     ) -> None:
+        """``book``: where the store's mark is expected (the composition gives the state
+        folder's); a marked store given none refuses to start (ConfigError)."""
         self.path = Path(path)
         self._home = home
         """The state folder the file is in by the settings (for how a failure is said)."""
@@ -51,11 +58,13 @@ class SqliteFile(Service):
         if self.mark_name is not None and str(path) != ":memory:":
             store = f"sqlite {self.path.absolute()} {self.mark_name}"
             where = f"the SQLite {self.what} {self.path}"
-            self.marks = MarkGuard(store, where, self.held)
+            self.marks = MarkGuard(store, where, self.held, book=book)
 
     async def start(self) -> None:
         if self._db is not None:
             return
+        if self.marks is not None:
+            self.marks.require_book()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

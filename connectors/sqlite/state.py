@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.client import BUSY_TIMEOUT_MS, SqliteFile
 from hermesbus.connectors.sqlite.config import SqliteConfig
 from hermesbus.errors import StoreError
@@ -71,14 +72,22 @@ class SqliteStateStore(SqliteFile):
     mark_name = "state"
     held = "every session's state, outboxes and timers (sessions in flight cannot go on)"
 
-    def __init__(self, path: Path | str | None = None, config: SqliteConfig | None = None) -> None:
-        """The file at ``path``, else where ``config`` (the program's settings) says."""
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        config: SqliteConfig | None = None,
+        *,
+        book: MarkBook | None = None,
+    ) -> None:
+        """The file at ``path``, else where ``config`` (the program's settings) says; its
+        mark expected in ``book`` (none given: it refuses to start, unless in memory)."""
         if path is None and config is None:
             raise TypeError("SqliteStateStore needs its path or its config")
         super().__init__(
             path if path is not None else config.path,  # type: ignore[union-attr]
             busy_timeout_ms=config.busy_timeout_ms if config else BUSY_TIMEOUT_MS,
             home=config.home if config else None,
+            book=book,
         )
         self._queued: list[_Queued] = []
 

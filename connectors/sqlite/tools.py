@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
@@ -43,14 +44,20 @@ class SqliteToolStore(SqliteFile):
     held = "the tool registry (every registered tool), released results, call samples and probes"
 
     def __init__(
-        self, path: Path | str | None = None, settings: ToolSettings | None = None
+        self,
+        path: Path | str | None = None,
+        settings: ToolSettings | None = None,
+        *,
+        book: MarkBook | None = None,
     ) -> None:
-        """The file at ``path``, else where ``settings`` (the program's) say."""
+        """The file at ``path``, else where ``settings`` (the program's) say; its mark
+        expected in ``book`` (none given: it refuses to start, unless in memory)."""
         if path is None and settings is None:
             raise TypeError("SqliteToolStore needs its path or its settings")
         super().__init__(
             path if path is not None else settings.tools_path,  # type: ignore[union-attr]
             home=settings.home if settings else None,
+            book=book,
         )
 
     @property

@@ -32,8 +32,7 @@ from typing import Protocol
 
 import orjson
 
-from hermesbus.base.config import state_home
-from hermesbus.errors import StoreError, StoreLost
+from hermesbus.errors import ConfigError, StoreError, StoreLost
 
 __all__ = [
     "BOOK_NAME",
@@ -92,11 +91,12 @@ class Mark:
 
 
 class MarkBook:
-    """The marks the bus expects, by store: ``HERMES_HOME/store-marks.json`` (written
-    under a lock beside it, replaced atomically, so ``up`` and ``stores adopt`` can share)."""
+    """The marks the bus expects, by store: ``store-marks.json`` in the state folder ``home``
+    (written under a lock beside it, replaced atomically, so ``up`` and ``stores adopt`` can
+    share). The composition gives each store the book of its settings' state folder."""
 
-    def __init__(self, home: Path | None = None) -> None:
-        self.path = (home if home is not None else state_home()) / BOOK_NAME
+    def __init__(self, home: Path) -> None:
+        self.path = home / BOOK_NAME
 
     def read(self) -> dict[str, Mark]:
         try:
@@ -145,9 +145,10 @@ class MarkBook:
 
 
 class MarkGuard:
-    """One store's mark, checked: ``store`` is its entry in the book (backend, address,
+    """One store's mark, checked: ``store`` is its entry in ``book`` (backend, address,
     namespace), ``where`` and ``held`` say it in messages (e.g. ``the session state store
-    (Redis at ...)`` and ``every session's state, outbox and timers``).
+    (Redis at ...)`` and ``every session's state, outbox and timers``). ``book`` None: the
+    store was given none, and :meth:`require_book` and :meth:`settle` refuse it (ConfigError).
 
     The backend reads and writes the mark; the guard decides. :meth:`settle` at start,
     :meth:`verify` whenever the backend read the mark (on a reconnect, when :meth:`due`,
@@ -160,7 +161,7 @@ class MarkGuard:
         where: str,
         held: str,
         *,
-        book: MarkBook | None = None,
+        book: MarkBook | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.where, self.held = store, where, held
@@ -177,15 +178,20 @@ class MarkGuard:
 
     @property
     def book(self) -> MarkBook:
-        """Where the expected mark is kept: the book given (the composition gives the state
-        folder's of the program's settings), else the one in ``HERMES_HOME``."""
+        """Where the expected mark is kept: the book given (the composition gives the one of
+        the program's state folder). A guard given none cannot check its store: ConfigError
+        (at the store's start), never a book found elsewhere."""
         if self._book is None:
-            self._book = MarkBook()
+            raise ConfigError(
+                f"no book of store marks given: {self.where} cannot check its mark (give the "
+                "store the MarkBook of its state folder: hermesbus.compose.backends does)"
+            )
         return self._book
 
-    @book.setter
-    def book(self, book: MarkBook) -> None:
-        self._book = book
+    def require_book(self) -> None:
+        """ConfigError unless a book was given: a store asks first thing at start, before
+        it opens or writes anything."""
+        _ = self.book
 
     @property
     def watching(self) -> bool:

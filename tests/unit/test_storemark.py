@@ -4,13 +4,19 @@ test_store_marks.py and the fault suite's test_store_empty.py)."""
 
 from __future__ import annotations
 
+import ast
 import logging
 from pathlib import Path
 
 import pytest
 
 from hermesbus.base.storemark import BOOK_NAME, CHECK_EVERY_S, Mark, MarkBook, MarkGuard
-from hermesbus.errors import StoreError, StoreLost
+from hermesbus.compose import backends
+from hermesbus.connectors.neo4j import Neo4jGraphStore
+from hermesbus.connectors.redis.client import RedisService
+from hermesbus.connectors.sqlite.client import SqliteFile
+from hermesbus.errors import ConfigError, StoreError, StoreLost
+from tests.unit.test_layers import MODULES
 
 
 class Clock:
@@ -139,3 +145,46 @@ def test_a_book_that_is_not_json_is_a_store_error_naming_it(tmp_path: Path) -> N
     (tmp_path / BOOK_NAME).write_text("{")
     with pytest.raises(StoreError, match=f"the store marks {tmp_path / BOOK_NAME} are not JSON"):
         MarkBook(tmp_path).read()
+
+
+def test_a_guard_given_no_book_refuses_and_never_finds_one_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No book found in the environment's state folder: the store given none is refused."""
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    marks = MarkGuard("sqlite /a state", "the SQLite state store /a", "its state", book=None)
+    with pytest.raises(
+        ConfigError, match="no book of store marks given: the SQLite state store /a"
+    ):
+        marks.require_book()
+    with pytest.raises(ConfigError, match="no book of store marks given"):
+        marks.settle(None)
+    assert not marks.watching and not (tmp_path / BOOK_NAME).exists()
+
+
+def _marked_stores() -> set[str]:
+    """Every store class that carries a mark (``backends`` imports every connector)."""
+    found = {Neo4jGraphStore.__name__}
+    todo: list[type[SqliteFile | RedisService]] = [SqliteFile, RedisService]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.startswith("hermesbus.") and sub.mark_name is not None:
+                found.add(sub.__name__)
+    return found
+
+
+def test_every_marked_store_the_product_builds_is_given_its_book() -> None:
+    """A store given no book refuses to start: no module of the product builds one without."""
+    marked = _marked_stores()
+    assert backends.__name__ in MODULES and {"SqliteStateStore", "RedisToolStore"} <= marked
+    unbooked = [
+        f"{module}:{node.lineno}"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name | ast.Attribute)
+        and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) in marked
+        and not any(keyword.arg == "book" for keyword in node.keywords)
+    ]
+    assert unbooked == []

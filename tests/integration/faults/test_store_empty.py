@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.client import Client
 from hermesbus.codec import default_codec
 from hermesbus.compose.stack import Stack
@@ -259,16 +260,16 @@ def _line(out: str, name: str) -> str:
 
 
 async def test_an_up_started_against_redis_back_empty_is_refused_until_adopted(
-    own_redis: OwnRedis, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_redis: OwnRedis, unique: str, tmp_path: Path
 ) -> None:
     """What a restart of ``up`` meets: the mark is remembered in the state folder, so a new
     process (a new store) sees the loss too, before it reads or writes anything."""
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    book = MarkBook(tmp_path / "home")  # the state folder's, as every up there is given
     config = RedisConfig(url=own_redis.url, prefix=f"empty{unique}")
-    async with RedisStateStore(config) as store:
+    async with RedisStateStore(config, book=book) as store:
         assert await store.commit("conversation", "s1", StateChange(0, "m1", {"n": 1}, ("m1",)))
     await own_redis.restart_empty()
-    async with RedisStateStore(config) as store:
+    async with RedisStateStore(config, book=book) as store:
         with pytest.raises(StoreLost, match="is lost .its mark is gone.: paused until"):
             await store.load("conversation", "s1")
         with pytest.raises(StoreLost):  # nothing is written past it either
@@ -276,7 +277,7 @@ async def test_an_up_started_against_redis_back_empty_is_refused_until_adopted(
         assert await store.redis.dbsize() == 0
         await store.adopt()
         assert (await store.load("conversation", "s1")).version == 0  # accepted: afresh
-    async with RedisStateStore(config) as store:  # the adoption is remembered
+    async with RedisStateStore(config, book=book) as store:  # the adoption is remembered
         assert (await store.load("conversation", "s1")).version == 0
 
 

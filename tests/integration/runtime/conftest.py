@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import StateStore
 
@@ -25,16 +26,17 @@ async def prefix(broker: str, unique: str) -> str:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
-    async with SqliteStateStore(tmp_path / "state.sqlite3") as store:
+    async with SqliteStateStore(tmp_path / "state.sqlite3", book=MarkBook(tmp_path)) as store:
         yield store
 
 
 @pytest.fixture(params=["sqlite", "redis"])
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> str:
     """Where a test's state lives, as a worker process is told: ``sqlite:PATH`` or
-    ``redis:URL PREFIX`` (a key prefix of its own on the run's server)."""
+    ``redis:URL PREFIX FOLDER`` (a key prefix of its own on the run's server, its marks in
+    the test's folder's book)."""
     if request.param == "redis":
-        return f"redis:{request.getfixturevalue('redis_url')} t{unique}"
+        return f"redis:{request.getfixturevalue('redis_url')} t{unique} {tmp_path}"
     return f"sqlite:{tmp_path / 'state.sqlite3'}"
 
 

@@ -1,7 +1,7 @@
 """A worker process for the crash test: ``python -m tests.integration.runtime.worker``.
 
 Arguments: bootstrap, topic prefix, the state store (``sqlite:PATH`` or ``redis:URL
-PREFIX``). Runs the counting handler (with a short pause per envelope, so a SIGKILL lands
+PREFIX FOLDER``). Runs the counting handler (with a short pause per envelope, so a SIGKILL lands
 mid-stream) until SIGTERM.
 """
 

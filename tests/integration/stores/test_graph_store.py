@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.neo4j import graph as neo4j_graph
 from hermesbus.contract.payloads import MemoryWrite, TrustLevel
@@ -54,9 +55,11 @@ literals) and ``_read``'s parameter, whose callers are held to constants here to
 
 
 @pytest.fixture
-async def graph_store(neo4j_url: str, unique: str) -> AsyncIterator[GraphStore]:
+async def graph_store(neo4j_url: str, unique: str, tmp_path: Path) -> AsyncIterator[GraphStore]:
     """A namespace of its own on the run's server (Community has one database)."""
-    async with Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"t{unique}")) as store:
+    async with Neo4jGraphStore(
+        Neo4jConfig(url=neo4j_url, namespace=f"t{unique}"), book=MarkBook(tmp_path)
+    ) as store:
         yield store
 
 
@@ -137,13 +140,13 @@ async def test_every_query_starts_from_an_index_seek_never_a_scan(
 
 
 async def test_a_new_graph_store_logs_no_warning_for_its_own_queries(
-    neo4j_url: str, unique: str, caplog: pytest.LogCaptureFixture
+    neo4j_url: str, unique: str, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     """No ``01N00`` (deprecated ``CALL {}``) or ``01N52`` (a property not known yet): the
     driver logged one per query, and read as failures in a demo's output."""
     with caplog.at_level("WARNING", logger="neo4j.notifications"):
         config = Neo4jConfig(url=neo4j_url, namespace=f"w{unique}")
-        async with Neo4jGraphStore(config) as store:
+        async with Neo4jGraphStore(config, book=MarkBook(tmp_path)) as store:
             assert await store.facts("user:nobody", TrustLevel.RAW) == ()
             assert await store.node("user:nobody") is None
             assert await store.review_queue() == ()
@@ -165,9 +168,15 @@ def test_the_start_makes_every_label_and_property_the_queries_name() -> None:
         assert named <= made, (name, sorted(named - made))
 
 
-async def test_namespaces_do_not_see_each_other(neo4j_url: str, unique: str) -> None:
-    one = Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"a{unique}"))
-    two = Neo4jGraphStore(Neo4jConfig(url=neo4j_url, namespace=f"b{unique}"))
+async def test_namespaces_do_not_see_each_other(
+    neo4j_url: str, unique: str, tmp_path: Path
+) -> None:
+    one = Neo4jGraphStore(
+        Neo4jConfig(url=neo4j_url, namespace=f"a{unique}"), book=MarkBook(tmp_path)
+    )
+    two = Neo4jGraphStore(
+        Neo4jConfig(url=neo4j_url, namespace=f"b{unique}"), book=MarkBook(tmp_path)
+    )
     async with one, two:
         await one.apply(GraphPlan(change_id="c1", edges=(edge("x", "y", "z"),)))
         assert await one.edge("x", "y", "z") is not None
@@ -227,7 +236,7 @@ def _cypher(text: str) -> bool:
 
 
 async def test_two_writers_of_one_subject_decide_one_after_the_other(
-    neo4j_url: str, unique: str
+    neo4j_url: str, unique: str, tmp_path: Path
 ) -> None:
     """Two workers verify conflicting single-valued facts about one user at once. Each
     planner reads, then dawdles before it decides: were the reads not in the write
@@ -238,7 +247,10 @@ async def test_two_writers_of_one_subject_decide_one_after_the_other(
     settings = MemorySettings()
     early = fact_write("user:u1", "belongs_to", "dept:a", when=at(0))
     late = fact_write("user:u1", "belongs_to", "dept:b", when=at(600))  # 10 minutes on
-    async with Neo4jGraphStore(config) as one, Neo4jGraphStore(config) as two:
+    async with (
+        Neo4jGraphStore(config, book=MarkBook(tmp_path)) as one,
+        Neo4jGraphStore(config, book=MarkBook(tmp_path)) as two,
+    ):
 
         async def decide(store: Neo4jGraphStore, write: MemoryWrite, change: str) -> object:
             async def planner(graph: GraphReader) -> GraphPlan | Refused:

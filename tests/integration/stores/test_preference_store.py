@@ -4,9 +4,11 @@ from the unit suite), then what only Redis promises: the keys' names and hash sl
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis import RedisConfig
 from hermesbus.connectors.redis.memory import RedisPreferenceStore
 from hermesbus.processors.memory import Preference, PreferenceStore
@@ -37,8 +39,12 @@ __all__ = [
 
 
 @pytest.fixture
-async def preference_store(redis_url: str, unique: str) -> AsyncIterator[PreferenceStore]:
-    async with RedisPreferenceStore(RedisConfig(url=redis_url, prefix=f"t{unique}")) as store:
+async def preference_store(
+    redis_url: str, unique: str, tmp_path: Path
+) -> AsyncIterator[PreferenceStore]:
+    async with RedisPreferenceStore(
+        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
+    ) as store:
         yield store
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hermesbus.base.lifecycle import cancel_and_wait
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
@@ -27,16 +28,20 @@ async def store(
 ) -> AsyncIterator[StateStore]:
     if request.param == "redis":
         config = RedisConfig(url=request.getfixturevalue("redis_url"), prefix=f"t{unique}")
-        async with RedisStateStore(config) as redis:
+        async with RedisStateStore(config, book=MarkBook(tmp_path)) as redis:
             yield redis
         return
-    async with SqliteStateStore(tmp_path / "state.sqlite3") as sqlite:
+    async with SqliteStateStore(tmp_path / "state.sqlite3", book=MarkBook(tmp_path)) as sqlite:
         yield sqlite
 
 
 @pytest.fixture
-async def redis_store(redis_url: str, unique: str) -> AsyncIterator[RedisStateStore]:
-    async with RedisStateStore(RedisConfig(url=redis_url, prefix=f"t{unique}")) as store:
+async def redis_store(
+    redis_url: str, unique: str, tmp_path: Path
+) -> AsyncIterator[RedisStateStore]:
+    async with RedisStateStore(
+        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
+    ) as store:
         yield store
 
 
@@ -126,10 +131,10 @@ async def test_timers_one_per_purpose_cancel_and_due_by_partition(store: StateSt
 
 async def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
-    async with SqliteStateStore(path) as store:
+    async with SqliteStateStore(path, book=MarkBook(tmp_path)) as store:
         await store.commit("conv", "s1", change(0, "m1", n=1))
         await store.schedule(timer("t1", "wait", 100))
-    async with SqliteStateStore(path) as store:
+    async with SqliteStateStore(path, book=MarkBook(tmp_path)) as store:
         assert (await store.load("conv", "s1")).data == {"n": 1}
         assert len(await store.due("conv", [("in", 0)], 1000, 10)) == 1
 
@@ -137,7 +142,10 @@ async def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
 async def test_sqlite_two_connections_fence_each_other(tmp_path: Path) -> None:
     """Two worker processes share the file: only one save of the same version wins."""
     path = tmp_path / "s.sqlite3"
-    async with SqliteStateStore(path) as a, SqliteStateStore(path) as b:
+    async with (
+        SqliteStateStore(path, book=MarkBook(tmp_path)) as a,
+        SqliteStateStore(path, book=MarkBook(tmp_path)) as b,
+    ):
         await a.commit("conv", "s1", change(0, "m1"))
         loaded_a, loaded_b = await a.load("conv", "s1"), await b.load("conv", "s1")
         assert await b.commit("conv", "s1", change(loaded_b.version, "m2"))
@@ -145,13 +153,13 @@ async def test_sqlite_two_connections_fence_each_other(tmp_path: Path) -> None:
 
 
 async def test_sqlite_errors_are_store_errors(tmp_path: Path) -> None:
-    store = SqliteStateStore(tmp_path / "s.sqlite3")
+    store = SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path))
     with pytest.raises(StoreError, match="not started"):
         await store.load("conv", "s1")
     (tmp_path / "dir.sqlite3").mkdir()
     with pytest.raises(StoreError, match="cannot open the state store"):
-        await SqliteStateStore(tmp_path / "dir.sqlite3").start()
-    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+        await SqliteStateStore(tmp_path / "dir.sqlite3", book=MarkBook(tmp_path)).start()
+    async with SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path)) as store:
         db = sqlite3.connect(tmp_path / "s.sqlite3")
         db.execute("DROP TABLE state")
         db.close()
@@ -208,11 +216,16 @@ async def test_redis_scripts_are_loaded_again_after_a_flush(redis_store: RedisSt
     assert dict((await redis_store.load("conv", "s1")).data) == {"n": 2}
 
 
-async def test_redis_two_clients_fence_each_other(redis_url: str, unique: str) -> None:
+async def test_redis_two_clients_fence_each_other(
+    redis_url: str, unique: str, tmp_path: Path
+) -> None:
     """Two workers share the server: only one save of the same version wins (a zombie's
     stale save writes nothing, its outbox and timers neither)."""
     config = RedisConfig(url=redis_url, prefix=f"t{unique}")
-    async with RedisStateStore(config) as a, RedisStateStore(config) as b:
+    async with (
+        RedisStateStore(config, book=MarkBook(tmp_path)) as a,
+        RedisStateStore(config, book=MarkBook(tmp_path)) as b,
+    ):
         await a.commit("conv", "s1", change(0, "m1"))
         version = (await a.load("conv", "s1")).version
         assert await b.commit("conv", "s1", change(version, "m2", n=2))
@@ -223,13 +236,15 @@ async def test_redis_two_clients_fence_each_other(redis_url: str, unique: str) -
         assert await b.due("conv", [("in", 0)], 10, 10) == []  # its index entry: dropped
 
 
-async def test_redis_unreachable_is_a_store_error_naming_the_server_not_its_password() -> None:
+async def test_redis_unreachable_is_a_store_error_naming_the_server_not_its_password(
+    tmp_path: Path,
+) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = RedisConfig(url=f"redis://:s3cret@127.0.0.1:{port}/0", timeout_s=0.5)
     with pytest.raises(StoreError) as caught:
-        await RedisStateStore(config).start()
+        await RedisStateStore(config, book=MarkBook(tmp_path)).start()
     assert f"127.0.0.1:{port}" in str(caught.value) and "s3cret" not in str(caught.value)
 
 
@@ -276,13 +291,16 @@ async def test_redis_one_cancellation_ends_a_task_running_commands_wherever_it_l
 
 
 async def test_redis_that_stops_answering_is_a_store_error_then_is_used_again(
-    redis_url: str, unique: str
+    redis_url: str, unique: str, tmp_path: Path
 ) -> None:
     """``CLIENT PAUSE ... ALL`` holds every client's commands on the real server, as a hung or
     overloaded Redis would: the operation fails within ``timeout_s`` naming what it was
     doing, and once the server answers again the same store works."""
     config = RedisConfig(url=redis_url, prefix=f"t{unique}", timeout_s=0.3)
-    async with RedisStateStore(config) as store, RedisStateStore(config) as admin:
+    async with (
+        RedisStateStore(config, book=MarkBook(tmp_path)) as store,
+        RedisStateStore(config, book=MarkBook(tmp_path)) as admin,
+    ):
         await admin.redis.client_pause(1500, all=True)
         with pytest.raises(StoreError, match=r"load did not finish within 0\.3 s"):
             await store.load("p", "s1")

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.base.storemark import BOOK_NAME, CHECK_EVERY_S
+from hermesbus.base.storemark import BOOK_NAME, CHECK_EVERY_S, MarkBook
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.contract.payloads import TrustLevel
-from hermesbus.errors import StoreLost
+from hermesbus.errors import ConfigError, StoreLost
 from hermesbus.runtime import SessionState, StateChange
 from tests.cli_process import clean_env, hermesbus
 
@@ -36,6 +36,12 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "home"
     monkeypatch.setenv("HERMES_HOME", str(folder))
     return folder
+
+
+@pytest.fixture
+def book(home: Path) -> MarkBook:
+    """The book of the test's state folder, given to every store it opens."""
+    return MarkBook(home)
 
 
 def remove(path: Path) -> None:
@@ -83,17 +89,17 @@ def lost_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_sqlite_file_deleted_under_a_running_store_is_lost_until_adopted(
-    home: Path, caplog: pytest.LogCaptureFixture
+    home: Path, book: MarkBook, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = home / "state.sqlite3"
-    async with SqliteStateStore(path) as store:
+    async with SqliteStateStore(path, book=book) as store:
         assert await store.commit("conv", "s1", change(0, "m1", n=1))
         remove(path)
         lost = await until_lost(lambda: store.load("conv", "s1"))
         assert "is lost (its mark is gone)" in str(lost)
         with pytest.raises(StoreLost):  # nothing is written past it
             await store.commit("conv", "s1", change(1, "m2", n=2))
-        async with SqliteStateStore(path) as restarted:  # a restarted up: lost too
+        async with SqliteStateStore(path, book=book) as restarted:  # a restarted up: lost too
             with pytest.raises(StoreLost):
                 await restarted.load("conv", "s1")
             await restarted.adopt()  # what `hermesbus stores adopt` does
@@ -107,12 +113,12 @@ async def test_sqlite_file_deleted_under_a_running_store_is_lost_until_adopted(
 
 
 async def test_sqlite_file_replaced_by_another_stores_is_lost(
-    home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    home: Path, book: MarkBook, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path, other = home / "state.sqlite3", tmp_path / "other" / "state.sqlite3"
-    async with SqliteStateStore(other):
+    async with SqliteStateStore(other, book=book):
         pass  # a store of its own mark
-    async with SqliteStateStore(path) as store:
+    async with SqliteStateStore(path, book=book) as store:
         assert await store.commit("conv", "s1", change(0, "m1", n=1))
         remove(path)
         shutil.copy(other, path)
@@ -122,10 +128,10 @@ async def test_sqlite_file_replaced_by_another_stores_is_lost(
     assert "is not the store the bus used: its mark is epoch" in line
 
 
-async def test_sqlite_file_restored_resumes_by_itself(home: Path) -> None:
+async def test_sqlite_file_restored_resumes_by_itself(home: Path, book: MarkBook) -> None:
     """The store's own data back (a backup copied in place): its mark matches, no adoption."""
     path, backup = home / "state.sqlite3", home / "backup.sqlite3"
-    async with SqliteStateStore(path) as store:
+    async with SqliteStateStore(path, book=book) as store:
         assert await store.commit("conv", "s1", change(0, "m1", n=1))
         store.db.execute(f"VACUUM INTO '{backup}'")
         remove(path)
@@ -135,11 +141,24 @@ async def test_sqlite_file_restored_resumes_by_itself(home: Path) -> None:
         assert isinstance(state, SessionState) and dict(state.data) == {"n": 1}
 
 
-async def test_sqlite_in_memory_carries_no_mark(home: Path) -> None:
-    async with SqliteStateStore(":memory:") as store:
+async def test_sqlite_in_memory_carries_no_mark(home: Path, book: MarkBook) -> None:
+    async with SqliteStateStore(":memory:", book=book) as store:
         assert store.marks is None
         assert await store.commit("conv", "s1", change(0, "m1"))
     assert not (home / BOOK_NAME).exists()
+
+
+async def test_a_store_given_no_book_refuses_to_start_before_opening_anything(
+    home: Path, tmp_path: Path
+) -> None:
+    """No book looked for in the environment's state folder (``HERMES_HOME`` is set)."""
+    path = tmp_path / "nobook" / "state.sqlite3"
+    store = SqliteStateStore(path)
+    with pytest.raises(ConfigError, match=f"no book of store marks given: .* {path}"):
+        await store.start()
+    assert not path.parent.exists() and not (home / BOOK_NAME).exists()
+    async with SqliteStateStore(":memory:") as unmarked:  # carries no mark: needs none
+        assert await unmarked.commit("conv", "s1", change(0, "m1"))
 
 
 def test_stores_check_and_adopt_name_a_sqlite_file_deleted(home: Path, tmp_path: Path) -> None:
@@ -178,15 +197,15 @@ async def _first_use(home: Path) -> None:
 
 
 async def test_neo4j_graph_emptied_is_lost_until_adopted(
-    neo4j_url: str, unique: str, caplog: pytest.LogCaptureFixture
+    neo4j_url: str, unique: str, book: MarkBook, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = Neo4jConfig(url=neo4j_url, namespace=f"m{unique}")
-    async with Neo4jGraphStore(config) as store:
+    async with Neo4jGraphStore(config, book=book) as store:
         assert await store.facts("user:u1", TrustLevel.RAW) == ()
         await store.driver.execute_query("MATCH (n {ns: $ns}) DETACH DELETE n", ns=config.namespace)
         await until_lost(lambda: store.facts("user:u1", TrustLevel.RAW))
         assert await store.peek() is None
-        async with Neo4jGraphStore(config) as restarted:
+        async with Neo4jGraphStore(config, book=book) as restarted:
             with pytest.raises(StoreLost):
                 await restarted.node("user:u1")
             await restarted.adopt()
@@ -200,19 +219,19 @@ async def test_neo4j_graph_emptied_is_lost_until_adopted(
 
 
 async def test_redis_keys_flushed_without_a_restart_are_noticed(
-    redis_url: str, unique: str, caplog: pytest.LogCaptureFixture
+    redis_url: str, unique: str, book: MarkBook, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No reconnect to see it by: the mark is read again every CHECK_EVERY_S, and at once
     after a lost compare-and-set (a commit against the emptied store loses it)."""
     config = RedisConfig(url=redis_url, prefix=f"m{unique}")
-    async with RedisStateStore(config) as store:
+    async with RedisStateStore(config, book=book) as store:
         assert await store.commit("conv", "s1", change(0, "m1", n=1))
         keys = [k async for k in store.redis.scan_iter(match=f"{config.prefix}:*")]
         await store.redis.delete(*keys)
         assert not await store.commit("conv", "s1", change(1, "m2", n=2))  # version moved
         with pytest.raises(StoreLost):  # the reload after it: refused, not an empty state
             await store.load("conv", "s1")
-        async with RedisStateStore(config) as restarted:
+        async with RedisStateStore(config, book=book) as restarted:
             await restarted.adopt()
         assert await until_back(lambda: store.load("conv", "s1")) == SessionState()
     line, _restarted = lost_lines(caplog)  # one per store (the running one, the restarted)

@@ -4,9 +4,11 @@ unit suite), then what only Redis promises: one hash slot for every key."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis import RedisConfig, RedisToolStore
 from hermesbus.processors.tool import ToolStore
 from tests.unit.processors.tool.test_tool_store import (  # the shared suite
@@ -32,8 +34,10 @@ __all__ = [
 
 
 @pytest.fixture
-async def tool_store(redis_url: str, unique: str) -> AsyncIterator[ToolStore]:
-    async with RedisToolStore(RedisConfig(url=redis_url, prefix=f"t{unique}")) as store:
+async def tool_store(redis_url: str, unique: str, tmp_path: Path) -> AsyncIterator[ToolStore]:
+    async with RedisToolStore(
+        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
+    ) as store:
         yield store
 
 

@@ -14,6 +14,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from hermesbus import Envelope
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import Codec
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.contract.payloads import ErrorReport
@@ -55,7 +56,7 @@ def notice(envelope: Envelope, pause: Pause) -> Envelope:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
-    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+    async with SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path)) as store:
         yield store
 
 
@@ -192,7 +193,8 @@ async def test_every_process_raises_the_same_alert_for_one_loss_and_a_new_one_fo
     loss after an adoption (another mark) is another alert."""
     sent = []
     for n, lost in enumerate((lost_store("e1"), lost_store("e1"), lost_store("e2"))):
-        async with SqliteStateStore(tmp_path / f"{n}.sqlite3") as store:  # a process's own
+        own = SqliteStateStore(tmp_path / f"{n}.sqlite3", book=MarkBook(tmp_path))
+        async with own as store:  # a process's own
             w = worker(store, [lost])
             await run(w)
         (alert,) = w.sent

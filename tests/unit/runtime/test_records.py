@@ -14,6 +14,7 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
 from hermesbus import Envelope
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import Codec, encode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -43,7 +44,7 @@ async def count(inp: HandlerInput) -> Outcome:  # state only: no producer needed
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
-    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+    async with SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path)) as store:
         yield store
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import Codec
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings, SessionState
@@ -23,7 +24,7 @@ async def nothing(inp: HandlerInput) -> Outcome:
 
 @pytest.fixture
 async def records(tmp_path: Path) -> AsyncIterator[Records]:
-    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+    async with SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path)) as store:
         yield Records(
             "conv",
             nothing,

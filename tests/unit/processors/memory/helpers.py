@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hermesbus import Envelope, Payload
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
 from hermesbus.contract.fields import Record
 from hermesbus.contract.payloads import MemoryTier, MemoryWrite, TrustLevel, Verification
@@ -31,11 +32,11 @@ SESSION = "sess_456"
 DISPATCHER = "mcp:dispatcher"
 
 PREFERENCE_STORES: dict[str, Callable[[Path], PreferenceStore]] = {
-    "sqlite": lambda tmp: SqlitePreferenceStore(tmp / "memory.sqlite3"),
+    "sqlite": lambda tmp: SqlitePreferenceStore(tmp / "memory.sqlite3", book=MarkBook(tmp)),
 }
 """Every PreferenceStore implementation; Redis joins here and the same suites run on it."""
 GRAPH_STORES: dict[str, Callable[[Path], GraphStore]] = {
-    "sqlite": lambda tmp: SqliteGraphStore(tmp / "memory.sqlite3"),
+    "sqlite": lambda tmp: SqliteGraphStore(tmp / "memory.sqlite3", book=MarkBook(tmp)),
 }
 """Every GraphStore implementation; Neo4j joins here."""
 

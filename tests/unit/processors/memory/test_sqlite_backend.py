@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.backends import memory_stores
 from hermesbus.compose.settings import Settings
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
@@ -36,7 +37,10 @@ async def test_default_file_is_under_hermes_home(
 async def test_both_stores_share_one_wal_file_and_persist(tmp_path: Path) -> None:
     path = tmp_path / "memory.sqlite3"
     pref = Preference(user_id="u", name="n", value_json="1", updated_at_ms=1, confirmed_by="m")
-    async with SqlitePreferenceStore(path) as prefs, SqliteGraphStore(path) as graph:
+    async with (
+        SqlitePreferenceStore(path, book=MarkBook(tmp_path)) as prefs,
+        SqliteGraphStore(path, book=MarkBook(tmp_path)) as graph,
+    ):
         await prefs.start()  # twice is harmless
         await prefs.put_preference(pref)
         assert await graph.review_queue() == ()
@@ -45,25 +49,25 @@ async def test_both_stores_share_one_wal_file_and_persist(tmp_path: Path) -> Non
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"preferences", "choices", "items", "nodes", "edges", "reviews"} <= tables
-    async with SqlitePreferenceStore(path) as reopened:
+    async with SqlitePreferenceStore(path, book=MarkBook(tmp_path)) as reopened:
         assert await reopened.preference("u", "n") == pref
 
 
 async def test_a_store_not_started_says_so(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not started"):
-        await SqliteGraphStore(tmp_path / "m.db").review_queue()
+        await SqliteGraphStore(tmp_path / "m.db", book=MarkBook(tmp_path)).review_queue()
 
 
 async def test_an_unopenable_file_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(StoreError, match="cannot open"):
-        await SqlitePreferenceStore(tmp_path / "dir.db").start()
+        await SqlitePreferenceStore(tmp_path / "dir.db", book=MarkBook(tmp_path)).start()
 
 
 async def test_values_are_bound_not_spliced(tmp_path: Path) -> None:
     """A key full of SQL is stored as text (every statement is parameterised)."""
     evil = "x'); DROP TABLE preferences; --"
-    async with SqlitePreferenceStore(tmp_path / "m.db") as prefs:
+    async with SqlitePreferenceStore(tmp_path / "m.db", book=MarkBook(tmp_path)) as prefs:
         pref = Preference(
             user_id=evil, name="n", value_json='"v"', updated_at_ms=1, confirmed_by=evil
         )
