@@ -52,6 +52,7 @@ from hermesbus.connectors.sqlite.index import _INSERT as SQLITE_INSERT
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.index import _row as sqlite_row
 from hermesbus.contract.headers import envelope_headers
+from hermesbus.identity import Keyring
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import DLQ, Catalog
 from hermesbus.trace.index import (
@@ -69,6 +70,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.8
 TOPIC = "hermes.tool"
 """Where the benchmark's envelopes (tool calls) are appended."""
+UNSIGNED = Keyring({})
+"""The indexer's keys: the bench's records are unsigned (each is indexed as unverified)."""
 TRACES_TIMED = 15
 PER_TRACE = 20
 """Envelopes per trace in the log of (b): about a demo conversation's."""
@@ -148,7 +151,7 @@ async def indexer_rate(kafka: KafkaConfig, prefix: str, index: object, count: in
     """Envelopes per second of an Indexer, from its join to the last one stored."""
     settings = RuntimeSettings().for_embedded_broker()
     indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings,  # type: ignore[arg-type]
-                      group_id=f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
+                      keys=UNSIGNED, group_id=f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
     async with indexer:
         await indexer.joined.wait()
         began = time.perf_counter()

@@ -3,8 +3,15 @@
 A handler is ``async (HandlerInput) -> Outcome``; :class:`Processor` runs it as one
 consumer group with per-session order, effectively-once effects, durable timers,
 retries and dead letters. :class:`StateStore` is the port for session state.
+
+Its parts are public for other consumer groups and for running handlers without Kafka:
+:class:`Producer`, :class:`RebalanceListener` and :func:`close_within` (the trace indexer
+consumes, produces and closes as a processor does), :func:`dead_letter` (a record's dead
+letter), and :func:`emitted` and :func:`timer_fired` (the envelopes an outcome sends, as
+the runtime makes them: ``hermesbus.testing`` runs handlers in memory with them).
 """
 
+from ._effects import dead_letter, emitted, timer_fired
 from ._model import (
     Effects,
     Handler,
@@ -19,12 +26,15 @@ from ._model import (
     derive_id,
 )
 from ._offsets import OffsetTracker
+from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
+from ._rebalance import RebalanceListener
 from ._records import outage
 from ._runtime import Processor, ProcessorStats
 from ._settings import RuntimeSettings
 from ._store import OutRecord, StateChange, StateStore, StoredTimer
 
 __all__ = [
+    "CLOSE_TIMEOUT_S",
     "Effects",
     "Handler",
     "HandlerInput",
@@ -36,6 +46,8 @@ __all__ = [
     "PauseNotice",
     "Processor",
     "ProcessorStats",
+    "Producer",
+    "RebalanceListener",
     "RuntimeSettings",
     "SessionState",
     "StateChange",
@@ -43,6 +55,10 @@ __all__ = [
     "StoredTimer",
     "TimerRequest",
     "carried_model",
+    "close_within",
+    "dead_letter",
     "derive_id",
+    "emitted",
     "outage",
+    "timer_fired",
 ]

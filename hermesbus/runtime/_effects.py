@@ -189,7 +189,8 @@ def dead_letter(
     attempt: int,
     dlq_topic: str,
 ) -> OutRecord:
-    """The original bytes, unchanged, with where they came from and why they failed."""
+    """The dead letter of a record (for ``dlq_topic``): its original bytes, unchanged, with
+    headers saying where it came from, who failed it and why."""
     message = str(error) or type(error).__name__
     extra = (
         (h.DLQ_ORIGIN_TOPIC, topic.encode()),

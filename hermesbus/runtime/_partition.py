@@ -51,6 +51,7 @@ class Partition:
         "closed",
         "committed",
         "failed",
+        "gone",
         "idle",
         "resumed",
         "sent",
@@ -63,6 +64,10 @@ class Partition:
         self.tp = tp
         self.tracker = OffsetTracker()
         self.committed = -1
+        self.gone = False
+        """The broker refused a commit of it for an unknown topic: its log is gone (the topic
+        deleted, perhaps made again already), so nothing of it is committed any more; a new
+        log gets a new partition (see ``Processor._made_again``, ``logs_made_again``)."""
         self.closed = False
         self.active = 0
         self.resumed = 0

@@ -16,7 +16,13 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
 from aiokafka.errors import KafkaError
 
-from hermesbus.connectors.kafka import KafkaConfig, kafka_reason, start_or_close
+from hermesbus.connectors.kafka import (
+    KafkaConfig,
+    kafka_reason,
+    plain_producer,
+    start_or_close,
+    transactional_producer,
+)
 from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
@@ -42,7 +48,8 @@ _PERMANENT = (
 
 
 class Producer:
-    """Sends records and waits until the broker has them all (``acks=all``)."""
+    """Sends records and waits until the broker has them all (``acks=all``); in exactly-once
+    mode, also one transactional producer per input partition (see the module)."""
 
     def __init__(self, kafka: KafkaConfig, group: str, *, exactly_once: bool = False) -> None:
         self._kafka = kafka
@@ -56,9 +63,7 @@ class Producer:
             return
         if self.exactly_once:
             await self._probe_transactions()
-        producer = AIOKafkaProducer(
-            **self._kafka.client_kwargs(), acks="all", enable_idempotence=False, linger_ms=2
-        )
+        producer = plain_producer(self._kafka, acks="all", enable_idempotence=False, linger_ms=2)
         where = f"cannot reach Kafka at {self._kafka.address}"
         await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
@@ -116,13 +121,7 @@ class Producer:
             raise _broker_error(f"cannot produce in the transaction of {tp}", exc) from exc
 
     def _new_transactional(self, transactional_id: str) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            **self._kafka.client_kwargs(),
-            acks="all",
-            enable_idempotence=True,
-            transactional_id=transactional_id,
-            linger_ms=2,
-        )
+        return transactional_producer(self._kafka, transactional_id, acks="all", linger_ms=2)
 
     async def _probe_transactions(self) -> None:
         """Refuse exactly-once mode at start on a broker without transactions."""

@@ -1,4 +1,4 @@
-"""aiokafka's rebalance callbacks, forwarded to the runtime."""
+"""aiokafka's rebalance callbacks, forwarded to a consumer group's owner."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
-__all__ = ["Rebalance"]
+__all__ = ["RebalanceListener"]
 
 
-class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Revocation is awaited before the group rejoins, so in-flight work can finish."""
+class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Tells ``adopt`` the partitions assigned and awaits ``release`` with those revoked
+    before the group rejoins, so in-flight work can finish and commit first."""
 
     def __init__(
         self,

@@ -18,11 +18,16 @@ from types import MappingProxyType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError, UnknownTopicOrPartitionError
 
 from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task, return_freed_memory
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
+from hermesbus.connectors.kafka import (
+    KafkaConfig,
+    commit_as_member,
+    group_consumer,
+    start_or_close,
+)
 from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
 
@@ -30,7 +35,7 @@ from ._eos import Transactions
 from ._model import EMPTY, Handler, PauseNotice
 from ._partition import Partition, ProcessorStats, Record
 from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
-from ._rebalance import Rebalance
+from ._rebalance import RebalanceListener
 from ._records import Records
 from ._settings import RuntimeSettings
 from ._store import StateStore
@@ -57,8 +62,8 @@ class Processor(Service):
         topics: Sequence[str],
         *,
         store: StateStore,
-        kafka: KafkaConfig | None = None,
-        settings: RuntimeSettings | None = None,
+        kafka: KafkaConfig,
+        settings: RuntimeSettings,
         ports: Mapping[str, Any] | None = None,
         codec: Codec | None = None,
         topic_prefix: str = "",
@@ -82,10 +87,10 @@ class Processor(Service):
         dead-lettered once.
 
         ``identity`` (default: ``name``) is whom the processor signs as, with its key from
-        ``keys``, else from ``keyring()`` (the program's keys; default: ``HERMES_KEY_*`` /
-        the keyring file), loaded again when a record names an unknown key id; ``policy``
-        says who may write what to its topics (default: the signer must be the envelope's
-        source).
+        ``keys``, else from ``keyring()`` (the program's keys, as its settings say where they
+        are), loaded again when a record names an unknown key id: one of the two is
+        required. ``policy`` says who may write what to its topics (default: the signer
+        must be the envelope's source).
 
         Time nobody ran a partition is not charged to its timers: a partition taken over
         moves its not-yet-due timers later by the time since its last owner last ran it,
@@ -106,8 +111,8 @@ class Processor(Service):
         self.stats = ProcessorStats()
         self._topics = [topic_prefix + t for t in topics]
         self._store = store
-        self._kafka = kafka or KafkaConfig()
-        self._settings = settings or RuntimeSettings()
+        self._kafka = kafka
+        self._settings = settings
         self._group = group_id or name
         self._parts: dict[TopicPartition, Partition] = {}
         self._detached: list[Partition] = []
@@ -137,14 +142,13 @@ class Processor(Service):
         self._beat_ms = 0
         self._broker_answers = broker_answers or _always
         self._away_ms: int | None = None
-        load = keyring or Keyring.load
         guard = Guard(
             identity or name,
-            keys if keys is not None else load(),
+            keys if keys is not None else _loaded(keyring, f"processor {name}"),
             processor=name,
             policy=policy,
             prefix=topic_prefix,
-            reload=None if keys is not None else load,
+            reload=None if keys is not None else keyring,
         )
         self._records = Records(
             name,
@@ -173,10 +177,9 @@ class Processor(Service):
         settings = self._settings
         producer = Producer(self._kafka, self._group, exactly_once=settings.exactly_once)
         await producer.start()  # first, so exactly-once mode is refused before joining
-        consumer = AIOKafkaConsumer(
-            **self._kafka.client_kwargs(),
-            group_id=self._group,
-            enable_auto_commit=False,
+        consumer = group_consumer(
+            self._kafka,
+            self._group,
             auto_offset_reset="earliest",
             isolation_level="read_committed" if settings.exactly_once else "read_uncommitted",
             max_poll_records=settings.max_poll_records,
@@ -184,7 +187,7 @@ class Processor(Service):
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             fetch_max_wait_ms=settings.fetch_max_wait_ms,
         )
-        consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
+        consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:
             where = f"processor {self.name}: cannot reach Kafka"
             await start_or_close(consumer.start, consumer.stop, where)
@@ -509,7 +512,7 @@ class Processor(Service):
         offsets = {}
         for part in parts:
             position = part.tracker.committable()
-            if position is not None and position > part.committed:
+            if position is not None and position > part.committed and not part.gone:
                 offsets[part.tp] = position
         if not offsets or consumer is None:
             return
@@ -528,6 +531,9 @@ class Processor(Service):
                 timeout_s,
             )
             return
+        except UnknownTopicOrPartitionError as exc:
+            self._gone([part for part in parts if part.tp in offsets], exc)
+            return
         except KafkaError as exc:
             log.warning("processor=%s commit failed: %s", self.name, exc)
             return
@@ -541,6 +547,22 @@ class Processor(Service):
         for part in parts:
             if part.tp in offsets:
                 part.committed = offsets[part.tp]
+
+    def _gone(self, parts: Sequence[Partition], refusal: KafkaError) -> None:
+        """The broker refused to commit ``parts`` for an unknown topic: their log is gone,
+        and nothing of it is committed again, neither these offsets (sent again the next
+        round, they went into the topic once ``up`` made it again) nor later ones (records
+        of the old log that finish once it is back). A new log gets a new partition; what
+        finished is redelivered, and skipped."""
+        for part in parts:
+            part.gone = True
+        log.warning(
+            "processor=%s commit refused (%s): the log of %s is gone; none of its offsets "
+            "is committed, what finished of it is redelivered and skipped",
+            self.name,
+            refusal,
+            ", ".join(sorted(f"{p.tp.topic}-{p.tp.partition}" for p in parts)),
+        )
 
     async def _timer_loop(self) -> None:
         while not self._stopping:
@@ -630,3 +652,11 @@ class Processor(Service):
 
 def _always() -> bool:
     return True
+
+
+def _loaded(keyring: Callable[[], Keyring] | None, who: str) -> Keyring:
+    """The keys ``keyring()`` loads; a processor given neither ``keys`` nor ``keyring`` is
+    refused (the program's keys are its settings' to find, never guessed here)."""
+    if keyring is None:
+        raise ConfigError(f"{who}: give it keys= or keyring= (the program's keys)")
+    return keyring()

@@ -45,8 +45,9 @@ from hermesbus.runtime import (
     RuntimeSettings,
     SessionState,
     TimerRequest,
+    emitted,
+    timer_fired,
 )
-from hermesbus.runtime._effects import emitted, timer_fired
 from hermesbus.topics import Catalog, topic_for
 from hermesbus.trace.index import ArchivedRecord
 
@@ -122,13 +123,18 @@ class _Consumer:
 class Harness:
     """Processors in memory. ``prefix`` is the topics' prefix (as ``hermesbus up --prefix``);
     ``policy``: who may write what where, checked before a handler runs (default: not
-    checked; the runtime checks signatures too, which the harness has none of)."""
+    checked; the runtime checks signatures too, which the harness has none of);
+    ``applied_window``: ids kept per session to skip a redelivery (default: the runtime's
+    default, from ``RuntimeSettings.model_construct()``, which reads no environment: a test
+    kit behaves the same on every machine)."""
 
     prefix: str = ""
     policy: WritePolicy | None = None
     now: datetime | None = None
     """The clock: None until the first envelope arrives."""
-    applied_window: int = field(default_factory=lambda: RuntimeSettings().applied_window)
+    applied_window: int = field(
+        default_factory=lambda: RuntimeSettings.model_construct().applied_window
+    )
     handled: list[Handled] = field(default_factory=list)
     """Every handler call, in order."""
     sent: list[Sent] = field(default_factory=list)

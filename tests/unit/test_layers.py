@@ -123,6 +123,9 @@ def test_the_analysis_sees_the_tree() -> None:
     assert layer("hermesbus.connectors.sqlite.memory") == "stores"
     assert layer("hermesbus.base.config") == "foundation"
     assert FOLDERS["processors"] == "hermesbus.processors"
+    assert "hermesbus.runtime._effects" in EDGES["hermesbus.runtime._records"]
+    assert private_to("hermesbus.runtime._effects") == "hermesbus.runtime"
+    assert private_to("hermesbus.runtime") is None
 
 
 def test_the_top_level_is_subpackages_each_in_one_layer() -> None:
@@ -245,3 +248,27 @@ def test_each_processor_package_exports_what_is_used_outside_it() -> None:
             if name not in exported and f"{target}.{name}" not in MODULES:
                 wrong.append(f"{module} uses {target}.{name}, not in its __all__")
     assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def private_to(module: str) -> str | None:
+    """The package a private (``_``) module is the internals of: ``hermesbus.runtime`` for
+    ``hermesbus.runtime._producer``; None for a public module."""
+    parts = module.split(".")
+    for n, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:n])
+    return None
+
+
+def test_no_module_imports_the_private_modules_of_another_package() -> None:
+    # a package's ``_private`` modules are its own: outside it, only what its __init__
+    # exports is used (the trace indexer runs on hermesbus.runtime's public names)
+    wrong = sorted(
+        f"{module} imports {target} (private to {owner})"
+        for module, targets in EDGES.items()
+        for target in targets
+        if (owner := private_to(target)) is not None
+        and module != owner
+        and not module.startswith(owner + ".")
+    )
+    assert not wrong, "\n".join(wrong)

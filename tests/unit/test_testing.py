@@ -23,8 +23,8 @@ from hermesbus.runtime import (
     TimerRequest,
     carried_model,
     derive_id,
+    timer_fired,
 )
-from hermesbus.runtime._effects import timer_fired
 from hermesbus.testing import Harness
 
 from .processors.conversation.demo import demo_tools

@@ -18,18 +18,27 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError, UnknownTopicOrPartitionError
 
 from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig, commit_as_member, start_or_close
+from hermesbus.connectors.kafka import (
+    KafkaConfig,
+    commit_as_member,
+    group_consumer,
+    start_or_close,
+)
 from hermesbus.contract.envelope import Envelope
-from hermesbus.errors import HermesError, TraceIndexError
+from hermesbus.errors import ConfigError, HermesError, TraceIndexError
 from hermesbus.identity import Keyring, Verifier
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.runtime._effects import dead_letter
-from hermesbus.runtime._producer import CLOSE_TIMEOUT_S, Producer, close_within
-from hermesbus.runtime._rebalance import Rebalance
+from hermesbus.runtime import (
+    CLOSE_TIMEOUT_S,
+    Producer,
+    RebalanceListener,
+    RuntimeSettings,
+    close_within,
+    dead_letter,
+)
 from hermesbus.topics import DLQ, Catalog
 
 from ._ecs import DocumentSettings, decode, document, refused_document
@@ -84,8 +93,10 @@ class IndexerStats:
 class Indexer(Service):
     """Indexes every record of the catalog's topics (dead letters included) into ``index``.
 
-    Each record's signature is checked with ``keys`` (default: the bus's keyring, as the
-    processors load it); one that does not prove its source is marked (see ``_signature``).
+    Each record's signature is checked with ``keys``, else with what ``keyring()`` loads
+    (the bus's keys, as the processors load them; loaded again for an unknown key id): one
+    of the two is required. One that does not prove its source is marked (see
+    ``_signature``).
     """
 
     def __init__(
@@ -94,7 +105,7 @@ class Indexer(Service):
         *,
         kafka: KafkaConfig,
         prefix: str = "",
-        settings: RuntimeSettings | None = None,
+        settings: RuntimeSettings,
         codec: Codec | None = None,
         group_id: str = NAME,
         documents: DocumentSettings | None = None,
@@ -106,12 +117,15 @@ class Indexer(Service):
         self.stats = IndexerStats()
         self.joined = asyncio.Event()
         self._kafka = kafka
-        self._settings = settings or RuntimeSettings()
+        self._settings = settings
         self._codec = codec or default_codec()
         self._topics = Catalog.load().with_overrides(prefix=prefix).names()
         self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
-        load = keyring or Keyring.load  # the program's keys, loaded again for an unknown kid
-        self._verifier = Verifier(keys if keys is not None else load(), load)
+        if keys is None:
+            if keyring is None:
+                raise ConfigError(f"indexer {group_id}: give it keys= or keyring= (the bus's keys)")
+            keys = keyring()
+        self._verifier = Verifier(keys, keyring)
         self._causes: OrderedDict[str, int] = OrderedDict()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: Producer | None = None
@@ -120,6 +134,10 @@ class Indexer(Service):
         self._done_to: dict[TopicPartition, int] = {}
         """Per partition, the offset after the last record stored: what may be committed."""
         self._committed: dict[TopicPartition, int] = {}
+        self._gone: set[TopicPartition] = set()
+        """Partitions the broker refused a commit of for an unknown topic: their log is gone,
+        and nothing of it is committed until a new one is read (their offsets went back,
+        or they were read afresh: ``_forget``)."""
         self._logs: dict[TopicPartition, int] = {}
         """Per partition, how often ``logs_made_again`` reset it: a batch fetched before
         finishes without making its old offsets the new log's to commit."""
@@ -134,17 +152,16 @@ class Indexer(Service):
         settings = self._settings
         producer = Producer(self._kafka, self.name)  # dead letters of refused documents
         await producer.start()
-        consumer = AIOKafkaConsumer(
-            **self._kafka.client_kwargs(),
-            group_id=self.name,
-            enable_auto_commit=False,
+        consumer = group_consumer(
+            self._kafka,
+            self.name,
             auto_offset_reset="earliest",
             max_poll_records=settings.max_poll_records,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             fetch_max_wait_ms=settings.fetch_max_wait_ms,
         )
-        consumer.subscribe(self._topics, listener=Rebalance(self._adopt, self._release))
+        consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:
             await start_or_close(consumer.start, consumer.stop, "indexer: cannot reach Kafka")
         except BaseException:  # also cancelled while joining (Ctrl-C): nothing left unclosed
@@ -190,9 +207,7 @@ class Indexer(Service):
         """Commit what is stored of the revoked partitions, then forget them."""
         if self._consumer is not None:
             await self._commit(self._consumer)
-        for tp in revoked:
-            self._done_to.pop(tp, None)
-            self._committed.pop(tp, None)
+        self._forget(revoked)
 
     async def _run(self, consumer: AIOKafkaConsumer) -> None:
         """Fetch, make documents, store, commit. Up to ``_IN_FLIGHT`` batches are being
@@ -253,6 +268,7 @@ class Indexer(Service):
                 done_to = records[-1].offset + 1
                 if done_to < self._done_to.get(tp, 0):  # went back: a log made again
                     self._committed.pop(tp, None)  # its offsets are the new log's to commit
+                    self._gone.discard(tp)
                 self._done_to[tp] = done_to
 
     async def logs_made_again(self, topics: Collection[str]) -> list[TopicPartition]:
@@ -269,14 +285,21 @@ class Indexer(Service):
         )
         for tp in reset:
             self._logs[tp] = self._logs.get(tp, 0) + 1
-            self._done_to.pop(tp, None)
-            self._committed.pop(tp, None)
+        self._forget(reset)
         if reset:
             try:
                 await consumer.seek_to_beginning(*reset)
             except IllegalStateError:  # a rebalance took them meanwhile: read afresh anyway
                 return []
         return reset
+
+    def _forget(self, partitions: Sequence[TopicPartition]) -> None:
+        """Forget what was stored and committed of ``partitions``: none of it is for the
+        next owner, or the next log, to commit."""
+        for tp in partitions:
+            self._done_to.pop(tp, None)
+            self._committed.pop(tp, None)
+            self._gone.discard(tp)
 
     async def _stored(
         self,
@@ -420,7 +443,11 @@ class Indexer(Service):
             await self._commit(consumer)
 
     async def _commit(self, consumer: AIOKafkaConsumer) -> None:
-        offsets = {tp: o for tp, o in self._done_to.items() if o > self._committed.get(tp, -1)}
+        offsets = {
+            tp: o
+            for tp, o in self._done_to.items()
+            if o > self._committed.get(tp, -1) and tp not in self._gone
+        }
         if not offsets:
             return
         # aiokafka waits for a lost coordinator for ever: bound it, the last one tightly
@@ -429,6 +456,15 @@ class Indexer(Service):
             async with asyncio.timeout(timeout_s):
                 if not await commit_as_member(consumer, offsets):
                     return  # it lost its group (the broker came back empty?): commits nothing
+        except UnknownTopicOrPartitionError as exc:
+            self._gone |= offsets.keys()
+            log.warning(
+                "indexer: commit refused (%s): the log of %s is gone; none of its offsets is "
+                "committed, what was stored of it is indexed again, and stored once",
+                exc,
+                ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in offsets)),
+            )
+            return
         except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
             log.warning("indexer: commit failed (the batch is stored): %s", exc)
             return

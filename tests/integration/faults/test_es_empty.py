@@ -35,6 +35,7 @@ from hermesbus.contract.headers import envelope_headers
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, Catalog
 from hermesbus.trace.index import Indexer
+from tests import signing
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.index.conftest import documents_of, record_of
@@ -92,7 +93,9 @@ async def test_the_indexer_puts_its_templates_back_before_writing_after_an_outag
         settings = settings.for_embedded_broker()
     topic = prefix + CONVERSATION_IN
     index = ElasticsearchTraceIndex(config)
-    indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+    indexer = Indexer(
+        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
+    )
     try:
         async with index, indexer, ElasticsearchTraceIndex(direct, install=False) as es:
             await relay.stop()  # away ...
@@ -132,7 +135,9 @@ async def test_templates_gone_without_an_outage_seen_are_put_back_before_a_write
     if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
         settings = settings.for_embedded_broker()
     index = ElasticsearchTraceIndex(config)
-    indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+    indexer = Indexer(
+        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
+    )
     async with index, indexer:
         await _emptied(index)
         await _send(broker, prefix + CONVERSATION_IN, "quick", 2)

@@ -95,9 +95,8 @@ async def test_the_demo_leaves_every_envelope_in_elasticsearch_and_the_same_wate
     prefix = f"idx-{unique}."
     es = ElasticsearchTraceIndex(es_config(elasticsearch_url, unique))
     kafka = KafkaConfig(bootstrap=broker)
-    async with stack(
-        settings=Settings.from_environment(), kafka=kafka, prefix=prefix, demo=True, index=es
-    ) as running:
+    settings = Settings.from_environment()
+    async with stack(settings=settings, kafka=kafka, prefix=prefix, demo=True, index=es) as running:
         submitted, held = await run(running.bootstrap, prefix, _quiet)
     in_log = await _log_ids(broker, prefix)
     async with ElasticsearchTraceIndex(es_config(elasticsearch_url, unique)) as es:
@@ -107,7 +106,15 @@ async def test_the_demo_leaves_every_envelope_in_elasticsearch_and_the_same_wate
         assert await es.count() == len(in_log)
         # the same topics indexed into SQLite by a second group: the same waterfall
         sqlite = SqliteTraceIndex(home / "second.sqlite3")
-        async with sqlite, Indexer(sqlite, kafka=kafka, prefix=prefix, group_id="idx2") as second:
+        second = Indexer(
+            sqlite,
+            kafka=kafka,
+            prefix=prefix,
+            settings=settings.runtime,
+            keyring=settings.keys.load,
+            group_id="idx2",
+        )
+        async with sqlite, second:
             await asyncio.wait_for(_caught_up(second, len(in_log)), 60)
         async with sqlite:
             for said in (submitted, held):

@@ -18,6 +18,7 @@ from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import Catalog
 from hermesbus.trace.index import INDEXER_GROUP, Indexer
+from tests import signing
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
 
@@ -147,7 +148,9 @@ async def test_the_indexing_check_counts_what_the_indexer_has_not_committed(
     assert f"{prefix}{TOPIC} 5" in said
     settings = RuntimeSettings(session_timeout_ms=6_000, heartbeat_interval_ms=1_000)
     async with SqliteTraceIndex(tmp_path / "index.sqlite3") as index:
-        indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings)
+        indexer = Indexer(
+            index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys
+        )
         async with indexer:
             async with asyncio.timeout(60):
                 while indexer.stats.indexed < 5:

@@ -28,6 +28,7 @@ from hermesbus.trace.index import (
     Search,
     archived,
 )
+from tests import signing
 from tests.builders import turn
 
 from .conftest import documents_of, es_config, record_of
@@ -63,7 +64,9 @@ async def test_undecodable_and_refused_records_are_kept_and_dead_lettered(
     if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
         settings = settings.for_embedded_broker()
     index = ElasticsearchTraceIndex(es_config(elasticsearch_url, unique))
-    indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+    indexer = Indexer(
+        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
+    )
     async with index, indexer:
         async with asyncio.timeout(60):
             while indexer.stats.refused < 2 or indexer.stats.indexed < 4:

@@ -24,6 +24,7 @@ from hermesbus.contract.headers import envelope_headers
 from hermesbus.runtime import RuntimeSettings
 from hermesbus.topics import CONVERSATION_IN, Catalog
 from hermesbus.trace.index import Indexer
+from tests import signing
 from tests.builders import turn
 
 pytestmark = pytest.mark.kafka
@@ -65,7 +66,14 @@ async def test_a_full_index_does_not_hold_the_stop_and_nothing_is_lost(
     async with SqliteTraceIndex(path) as index:
         (pages,) = index.db.execute("PRAGMA page_count").fetchone()
         index.db.execute(f"PRAGMA max_page_count = {pages}")  # full: no page more
-        indexer = Indexer(index, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+        indexer = Indexer(
+            index,
+            kafka=kafka,
+            prefix=prefix,
+            settings=settings,
+            keyring=signing.keys,
+            group_id=prefix,
+        )
         await indexer.start()
         try:
             async with asyncio.timeout(STOP_BUDGET_S):
@@ -78,7 +86,14 @@ async def test_a_full_index_does_not_hold_the_stop_and_nothing_is_lost(
     assert "stopped while the index is away" in caplog.text
 
     async with SqliteTraceIndex(path) as roomy:  # a new connection: no page limit
-        again = Indexer(roomy, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+        again = Indexer(
+            roomy,
+            kafka=kafka,
+            prefix=prefix,
+            settings=settings,
+            keyring=signing.keys,
+            group_id=prefix,
+        )
         async with again:
             async with asyncio.timeout(STOP_BUDGET_S):
                 while await roomy.count() < RECORDS:

@@ -50,7 +50,14 @@ async def test_unsigned_and_impersonating_records_are_marked_unverified(
     settings = RuntimeSettings()
     if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
         settings = settings.for_embedded_broker()
-    indexer = Indexer(trace_index, kafka=kafka, prefix=prefix, settings=settings, group_id=prefix)
+    indexer = Indexer(
+        trace_index,
+        kafka=kafka,
+        prefix=prefix,
+        settings=settings,
+        keyring=signing.keys,
+        group_id=prefix,
+    )
     async with indexer:
         async with asyncio.timeout(60):
             while indexer.stats.indexed < 3:

@@ -7,17 +7,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from hermesbus import Envelope, Payload, Reply, UserTurn
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import decode, encode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.contract.envelope import Metadata, RetryPolicy
-from hermesbus.runtime import HandlerInput, Outcome, Processor, StateStore
+from hermesbus.runtime import HandlerInput, Outcome, Processor, RuntimeSettings, StateStore
 from hermesbus.topics import Catalog
 from tests import signing
 
@@ -29,14 +31,17 @@ T0 = datetime(2024, 5, 16, 9, 30, tzinfo=UTC)
 
 @asynccontextmanager
 async def open_store(spec: str) -> AsyncIterator[StateStore]:
-    """The state store ``spec`` names: ``sqlite:PATH`` or ``redis:URL PREFIX``."""
+    """The state store ``spec`` names: ``sqlite:PATH`` (its marks in the book of PATH's
+    folder) or ``redis:URL PREFIX FOLDER`` (in FOLDER's book): every process given the
+    spec shares the book."""
     kind, _, where = spec.partition(":")
     if kind == "redis":
-        url, _, prefix = where.partition(" ")
-        async with RedisStateStore(RedisConfig(url=url, prefix=prefix)) as redis:
+        url, prefix, folder = where.split(" ")
+        config = RedisConfig(url=url, prefix=prefix)
+        async with RedisStateStore(config, book=MarkBook(Path(folder))) as redis:
             yield redis
         return
-    async with SqliteStateStore(where) as sqlite:
+    async with SqliteStateStore(where, book=MarkBook(Path(where).parent)) as sqlite:
         yield sqlite
 
 
@@ -106,11 +111,23 @@ async def counting(inp: HandlerInput) -> Outcome:
     return Outcome(emit=(reply_to(inp.envelope, str(seq)),), state=state)
 
 
-class ConversationProcessor(Processor):
-    """A processor of these tests: it reads user turns, so it signs as the conversation."""
+DEFAULTS = RuntimeSettings.model_construct()
+"""The runtime's defaults, whatever the environment says."""
 
-    def __init__(self, *args: Any, identity: str = "conversation", **kwargs: Any) -> None:
-        super().__init__(*args, identity=identity, **kwargs)
+
+class ConversationProcessor(Processor):
+    """A processor of these tests: it reads user turns, so it signs as the conversation,
+    with the run's keys; ``settings`` are the runtime's defaults unless given."""
+
+    def __init__(
+        self,
+        *args: Any,
+        identity: str = "conversation",
+        settings: RuntimeSettings = DEFAULTS,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("keyring", signing.keys)
+        super().__init__(*args, identity=identity, settings=settings, **kwargs)
 
 
 async def produce(

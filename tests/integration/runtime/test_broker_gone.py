@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.broker import EmbeddedBroker
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
-from hermesbus.runtime import HandlerInput, Outcome, RuntimeSettings
-from hermesbus.runtime._producer import CLOSE_TIMEOUT_S
+from hermesbus.runtime import CLOSE_TIMEOUT_S, HandlerInput, Outcome, RuntimeSettings
 
 from .support import IN, ConversationProcessor, counting, produce, provision, turn, wait_for
 
@@ -39,7 +39,7 @@ async def test_a_processor_stops_in_time_when_its_broker_is_gone(
     prefix = f"gone{unique}."
     async with (
         EmbeddedBroker(home=tmp_path / "broker") as broker,
-        SqliteStateStore(tmp_path / "state.sqlite3") as store,
+        SqliteStateStore(tmp_path / "state.sqlite3", book=MarkBook(tmp_path)) as store,
     ):
         await provision(broker.bootstrap, prefix)
         await produce(broker.bootstrap, prefix + IN, [turn("done", 0), turn("stuck", 0)])

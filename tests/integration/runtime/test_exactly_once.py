@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -106,7 +107,7 @@ async def test_a_handler_failure_aborts_the_transaction(
 async def test_exactly_once_is_refused_on_the_embedded_broker(
     embedded_bootstrap: str, tmp_path: Path
 ) -> None:
-    async with SqliteStateStore(tmp_path / "s.sqlite3") as store:
+    async with SqliteStateStore(tmp_path / "s.sqlite3", book=MarkBook(tmp_path)) as store:
         processor = ConversationProcessor(
             "eos",
             counting,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.codec import decode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -118,7 +119,7 @@ async def test_the_same_input_emits_the_same_ids(broker: str, prefix: str, tmp_p
     await produce(broker, prefix + IN, [turn("s1", 0), turn("s1", 1)])
     kafka = KafkaConfig(bootstrap=broker)
     for run in ("a", "b"):
-        async with SqliteStateStore(tmp_path / f"{run}.sqlite3") as store:
+        async with SqliteStateStore(tmp_path / f"{run}.sqlite3", book=MarkBook(tmp_path)) as store:
             processor = ConversationProcessor(
                 "replay",
                 counting,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import committed
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
@@ -57,7 +58,7 @@ def own_redis(tmp_path: Path, redis_url: str) -> Iterator[tuple[str, int]]:
 
 
 async def test_a_redis_outage_pauses_work_in_place_and_loses_nothing(
-    broker: str, prefix: str, own_redis: tuple[str, int]
+    broker: str, prefix: str, own_redis: tuple[str, int], tmp_path: Path
 ) -> None:
     url, pid = own_redis
     sessions, per = 40, 10
@@ -71,7 +72,7 @@ async def test_a_redis_outage_pauses_work_in_place_and_loses_nothing(
         return await counting(inp)
 
     config = RedisConfig(url=url, prefix="outage", timeout_s=0.5)
-    async with RedisStateStore(config) as store:
+    async with RedisStateStore(config, book=MarkBook(tmp_path)) as store:
         processor = ConversationProcessor(
             "outage",
             handler,
