@@ -1,4 +1,5 @@
-"""Kafka connector: connection settings, topic administration, client start-up."""
+"""Kafka connector: connection settings, every client built from them, topic administration,
+client start-up, and the group-less log reader."""
 
 from hermesbus.connectors.kafka import (
     assignments as assignments,  # installs the check of a stale assignment
@@ -11,12 +12,30 @@ from hermesbus.connectors.kafka.client import (
     require_topic,
     start_or_close,
 )
+from hermesbus.connectors.kafka.clients import (
+    admin_client,
+    group_consumer,
+    log_consumer,
+    plain_producer,
+    protocol_client,
+    transactional_producer,
+)
 from hermesbus.connectors.kafka.commits import commit_as_member, is_member
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.connectors.kafka.errors import BrokerError, ConfigError
 from hermesbus.connectors.kafka.partitioner import PARTITIONER_HINT, partition_of
+from hermesbus.connectors.kafka.reader import (
+    BEGINNING,
+    END,
+    LogReader,
+    Position,
+    Record,
+    partition_counts,
+)
 
 __all__ = [
+    "BEGINNING",
+    "END",
     "NO_TOPIC_HINT",
     "PARTITIONER_HINT",
     "UNREACHABLE_HINT",
@@ -25,11 +44,21 @@ __all__ = [
     "ExistingTopic",
     "KafkaAdmin",
     "KafkaConfig",
+    "LogReader",
     "NewTopicSpec",
+    "Position",
+    "Record",
+    "admin_client",
     "commit_as_member",
+    "group_consumer",
     "is_member",
     "kafka_reason",
+    "log_consumer",
+    "partition_counts",
     "partition_of",
+    "plain_producer",
+    "protocol_client",
     "require_topic",
     "start_or_close",
+    "transactional_producer",
 ]

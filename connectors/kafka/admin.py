@@ -14,6 +14,7 @@ from aiokafka.errors import KafkaError
 
 from hermesbus.base.lifecycle import Service
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
+from hermesbus.connectors.kafka.clients import admin_client
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
 
@@ -60,7 +61,7 @@ class KafkaAdmin(Service):
     async def start(self) -> None:
         if self._client is not None:
             return
-        client = AIOKafkaAdminClient(**self._config.client_kwargs())
+        client = admin_client(self._config)
         where = f"cannot reach Kafka at {self._config.address}"
         await start_or_close(client.start, client.close, where)
         self._client = client

@@ -32,6 +32,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from hermesbus.connectors.kafka.admin import KafkaAdmin
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
+from hermesbus.connectors.kafka.clients import group_consumer, log_consumer
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
 
@@ -184,10 +185,9 @@ async def _commit_as_member(
 ) -> None:
     """Join ``group_id``, wait until this member holds every partition, commit, leave."""
     held = _Holding(parts)
-    consumer = AIOKafkaConsumer(
-        **kafka.client_kwargs(),
-        group_id=group_id,
-        enable_auto_commit=False,
+    consumer = group_consumer(
+        kafka,
+        group_id,
         session_timeout_ms=_SESSION_TIMEOUT_MS,
         heartbeat_interval_ms=_HEARTBEAT_INTERVAL_MS,
     )
@@ -228,8 +228,6 @@ class _Holding(ConsumerRebalanceListener):  # type: ignore[misc]
 
 async def _outsider(kafka: KafkaConfig, group_id: str | None) -> AIOKafkaConsumer:
     """A started consumer of the group that never joins it: it only fetches and commits."""
-    consumer = AIOKafkaConsumer(
-        **kafka.client_kwargs(), group_id=group_id, enable_auto_commit=False
-    )
+    consumer = log_consumer(kafka) if group_id is None else group_consumer(kafka, group_id)
     await start_or_close(consumer.start, consumer.stop, f"group {group_id}: cannot reach Kafka")
     return consumer

@@ -16,16 +16,15 @@ topic has that name, so an environment's prefix never carries it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, LogReader, plain_producer
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.errors import BrokerError, SettingError
 from hermesbus.topics import CONVERSATION_IN, Catalog
@@ -35,7 +34,6 @@ __all__ = ["MADE_BY", "MARKER", "claim", "marker_of"]
 MARKER: Final = "hermes.replay.sandbox"
 """The marker topic's name after the prefix."""
 MADE_BY: Final = "hermesbus replay --redrive"
-_POLL_MS: Final = 500
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,7 @@ async def _mark(kafka: KafkaConfig, prefix: str, *, created: bool) -> None:
             await admin.create([_MarkerTopic(marker, copies)])
     elif await _first_record(kafka, marker) is not None:
         return  # a redrive marked it and stopped before making the topics: marked anyway
-    producer = AIOKafkaProducer(**kafka.client_kwargs(), acks="all")
+    producer = plain_producer(kafka, acks="all")
     await start_or_close(producer.start, producer.stop, f"cannot reach Kafka at {kafka.address}")
     try:
         await producer.send_and_wait(marker, marker_of(prefix), partition=0)
@@ -134,25 +132,8 @@ async def _mark(kafka: KafkaConfig, prefix: str, *, created: bool) -> None:
 
 async def _first_record(kafka: KafkaConfig, topic: str) -> bytes | None:
     """The value of the first record of ``topic``'s partition 0; None when it has none."""
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    await start_or_close(consumer.start, consumer.stop, f"cannot reach Kafka at {kafka.address}")
-    place = TopicPartition(topic, 0)
-    try:
-        consumer.assign([place])
-        first = (await consumer.beginning_offsets([place]))[place]
-        if (await consumer.end_offsets([place]))[place] <= first:
-            return None
-        consumer.seek(place, first)
-        async with asyncio.timeout(kafka.request_timeout_ms / 1000):
-            while not (records := (await consumer.getmany(place, timeout_ms=_POLL_MS)).get(place)):
-                pass  # a new topic's leader may not be known yet: polled until it is
-    except TimeoutError:
-        raise BrokerError(
-            f"cannot read {topic}: it has a record, none came in {kafka.request_timeout_ms} ms"
-        ) from None
-    except KafkaError as exc:
-        raise BrokerError(f"cannot read {topic}: {kafka_reason(exc)}") from exc
-    finally:
-        await consumer.stop()
-    value: bytes | None = records[0].value
-    return value
+    async with LogReader(kafka, [TopicPartition(topic, 0)], what=f"cannot read {topic}") as log:
+        async for batch in log:
+            value: bytes | None = batch[0].value
+            return value
+    return None

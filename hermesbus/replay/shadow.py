@@ -22,18 +22,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from aiokafka import TopicPartition
+
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig, LogReader, Record
 from hermesbus.contract import headers as h
 from hermesbus.contract.envelope import Envelope
-from hermesbus.errors import ConfigError
+from hermesbus.errors import ConfigError, HermesError
 from hermesbus.identity import WritePolicy
 from hermesbus.runtime import Handler, derive_id
 from hermesbus.testing import Harness
 from hermesbus.topics import DLQ
 from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, archived
 from hermesbus.trace.spans import Hop, hop_of
-from hermesbus.trace.tail import Filters, Position, catalog_topics, tail
+from hermesbus.trace.tail import (
+    Filters,
+    Position,
+    catalog_topics,
+    existing_partitions,
+    partitions,
+    tail,
+)
 
 __all__ = [
     "IGNORED",
@@ -221,9 +230,12 @@ async def shadow(
     policy: WritePolicy | None = None,
     prefix: str = "",
     progress: Progress | None = None,
+    applied_window: int | None = None,
 ) -> ShadowReport:
     """Replay each of ``shadows`` over the recording and compare the inputs ``selected``
     keeps (default: all) of ``sessions`` (default: every session in the recording).
+    ``applied_window``: the bus's (``settings.runtime.applied_window``; default: the
+    runtime's default), so redeliveries are skipped as they were.
 
     ``policy`` refuses what the runtime refused (a refused record ran no handler); dead
     letters of the recording are skipped too."""
@@ -232,7 +244,11 @@ async def shadow(
     plan = [(s, _inputs(recording, s, wanted)) for s in shadows]
     total, done = sum(len(inputs) for _, inputs in plan), 0
     for spec, inputs in plan:
-        harness = Harness(prefix=prefix).processor(spec.name, spec.handler, (), ports=spec.ports)
+        harness = (
+            Harness(prefix=prefix)
+            if applied_window is None
+            else Harness(prefix=prefix, applied_window=applied_window)
+        ).processor(spec.name, spec.handler, (), ports=spec.ports)
         diverged: Divergence | None = None
         report.replayed[spec.name] = report.compared[spec.name] = 0
         for hop in inputs:
@@ -414,7 +430,7 @@ async def from_broker(
     the topics ``every_session_of`` (prefixed names), for processors whose state spans
     sessions."""
     records = await records_from_broker(
-        kafka, sessions, prefix=prefix, every_session_of=every_session_of
+        kafka, sessions, prefix=prefix, every_session_of=every_session_of, codec=codec
     )
     return recording_of(records, f"Kafka at {kafka.bootstrap}", prefix=prefix, codec=codec)
 
@@ -425,20 +441,56 @@ async def records_from_broker(
     *,
     prefix: str = "",
     every_session_of: Sequence[str] = (),
+    codec: Codec | None = None,
 ) -> list[ArchivedRecord]:
-    """The records :func:`from_broker` reads, as the broker has them."""
-    found: dict[Place, ArchivedRecord] = {}
-    everything = catalog_topics(prefix)
-    reads = [(everything, Filters(session=s)) for s in sessions]
-    reads += [([topic], Filters()) for topic in every_session_of]
-    for topics, filters in reads:
-        start, end = Position("beginning"), Position("end")
-        async for t in tail(kafka, topics, start=start, end=end, filters=filters, missing_ok=True):
-            record = ArchivedRecord(
-                t.topic, t.partition, t.offset, t.timestamp_ms, t.key, t.value, t.headers
-            )
-            found[t.topic, t.partition, t.offset] = record
-    return list(found.values())
+    """The records :func:`from_broker` reads, as the broker has them: one read of each
+    session's partition of every catalog topic and of every partition of
+    ``every_session_of``, from the beginning to the ends the log has when it starts."""
+    codec = codec or default_codec()
+    own: dict[TopicPartition, set[str]] = {}  # the sessions read on each partition
+    if sessions:
+        counts = await existing_partitions(kafka, catalog_topics(prefix), missing_ok=True)
+        for session in sessions:
+            for tp in partitions(counts, session):
+                own.setdefault(tp, set()).add(session)
+    every: set[TopicPartition] = set()  # every record of these
+    if every_session_of:
+        every = set(partitions(await existing_partitions(kafka, every_session_of), None))
+    found: list[ArchivedRecord] = []
+    parts = [*own, *(every - own.keys())]
+    async with LogReader(kafka, parts, what="reading the sessions' records") as log:
+        async for batch in log:
+            found += [
+                _archived(r)
+                for r in batch
+                if _place(r) in every or _session_of(r, codec) in own.get(_place(r), ())
+            ]
+    return found
+
+
+def _place(record: Record) -> TopicPartition:
+    return TopicPartition(record.topic, record.partition)
+
+
+def _session_of(record: Record, codec: Codec) -> str | None:
+    """The session of the record's envelope, or its key when it does not decode."""
+    try:
+        return codec.decode(record.value or b"").session_id
+    except HermesError:
+        return record.key.decode("utf-8", "replace") if record.key is not None else None
+
+
+def _archived(record: Record) -> ArchivedRecord:
+    headers = tuple((k, bytes(v)) for k, v in record.headers or ())
+    return ArchivedRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.key,
+        record.value or b"",
+        headers,
+    )
 
 
 def recording_of(
@@ -458,7 +510,9 @@ def recording_of(
     return Recording.of(hops, source, dead)
 
 
-async def sessions_of_trace(kafka: KafkaConfig, trace_id: str, *, prefix: str = "") -> list[str]:
+async def sessions_of_trace(
+    kafka: KafkaConfig, trace_id: str, *, prefix: str = "", codec: Codec | None = None
+) -> list[str]:
     """The sessions whose envelopes carry ``trace_id`` (every partition is read)."""
     start, end = Position("beginning"), Position("end")
     found: dict[str, None] = {}
@@ -469,6 +523,7 @@ async def sessions_of_trace(kafka: KafkaConfig, trace_id: str, *, prefix: str = 
         end=end,
         filters=Filters(trace=trace_id),
         missing_ok=True,
+        codec=codec,
     ):
         if tailed.envelope is not None:
             found[tailed.envelope.session_id] = None

@@ -11,12 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-
 from hermesbus.base.printable import printable
 from hermesbus.codec import Codec, default_codec
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig, kafka_reason, start_or_close
+from hermesbus.connectors.kafka import KafkaConfig, LogReader, Record, partition_counts
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import (
     ErrorReport,
@@ -30,7 +27,7 @@ from hermesbus.contract.payloads import (
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.topics import apply_command_line
 from hermesbus.trace.index import ArchivedRecord, Document, archived
-from hermesbus.trace.tail import catalog_topics, drain, partitions
+from hermesbus.trace.tail import catalog_topics, partitions
 
 __all__ = ["Hop", "Span", "collect", "hop_of", "hops_of", "partitions", "spans", "waterfall"]
 
@@ -83,21 +80,16 @@ async def collect(
     """
     codec = codec or default_codec()
     names = catalog_topics(prefix)
-    async with KafkaAdmin(kafka) as admin:  # partition counts: a plain consumer has none
-        counts = {name: topic.partitions for name, topic in (await admin.describe(names)).items()}
+    counts = await partition_counts(kafka, names)  # a plain consumer knows no counts
     missing = [name for name in names if name not in counts]
     if missing:
         cluster = kafka.bootstrap or "the cluster"
         raise BrokerError(_missing(missing, len(names), cluster, prefix), retriable=False)
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None, enable_auto_commit=False)
-    where = f"trace: cannot reach Kafka at {kafka.address}"
-    await start_or_close(consumer.start, consumer.stop, where)
-    try:
-        hops = await _read(consumer, partitions(counts, session_id), trace_id, codec)
-    except KafkaError as exc:
-        raise BrokerError(f"trace {trace_id}: {kafka_reason(exc)}") from exc
-    finally:
-        await consumer.stop()
+    hops: list[Hop] = []
+    reader = LogReader(kafka, partitions(counts, session_id), what=f"trace {trace_id}")
+    async with reader:
+        async for batch in reader:
+            hops += [h for r in batch if (h := _hop(r, trace_id, codec)) is not None]
     return sorted(hops, key=lambda hop: (hop.appended_ms, hop.topic, hop.offset))
 
 
@@ -129,34 +121,17 @@ def _missing(missing: Sequence[str], total: int, bootstrap: str, prefix: str) ->
     )
 
 
-async def _read(
-    consumer: AIOKafkaConsumer, parts: list[TopicPartition], trace: str, codec: Codec
-) -> list[Hop]:
-    if not parts:
-        return []
-    consumer.assign(parts)
-    await consumer.seek_to_beginning(*parts)
-    firsts = await consumer.beginning_offsets(parts)
-    ends = await consumer.end_offsets(parts)  # not trusted on tansu: drain reads past it
-    hops: list[Hop] = []
-    async for batch in drain(consumer, firsts, dict(ends), set(parts)):
-        for records in batch.values():
-            hops += [h for r in records if (h := _hop(r, trace, codec)) is not None]
-    return hops
-
-
-def _hop(record: object, trace: str, codec: Codec) -> Hop | None:
+def _hop(record: Record, trace: str, codec: Codec) -> Hop | None:
     """The record's hop if its envelope is of ``trace``. The envelope's own ``trace_id``
     decides, never a ``trace_id`` header: headers are not signed, and one added to a
     record (or a second one) must not hide it from its trace or put it in another."""
     try:
-        envelope = codec.decode(getattr(record, "value", b"") or b"")
+        envelope = codec.decode(record.value or b"")
     except HermesError:
         return None
     if envelope.trace_id != trace:
         return None
-    r = record
-    return Hop(envelope, r.topic, r.partition, r.offset, r.timestamp)  # type: ignore[attr-defined]
+    return Hop(envelope, record.topic, record.partition, record.offset, record.timestamp)
 
 
 def spans(hops: Iterable[Hop]) -> list[Span]:

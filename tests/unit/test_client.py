@@ -18,10 +18,10 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 import hermesbus as h
-from hermesbus import client as client_module
 from hermesbus.client import Client, partition_for_key
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka import clients as clients_module
 from hermesbus.contract.headers import traceparent
 from hermesbus.errors import (
     BrokerError,
@@ -135,8 +135,8 @@ class FakeConsumer:
 @pytest.fixture
 def kafka(monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
     fake = FakeKafka()
-    monkeypatch.setattr(client_module, "AIOKafkaProducer", lambda **kw: FakeProducer(fake, **kw))
-    monkeypatch.setattr(client_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(fake, **kw))
+    monkeypatch.setattr(clients_module, "AIOKafkaProducer", lambda **kw: FakeProducer(fake, **kw))
+    monkeypatch.setattr(clients_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(fake, **kw))
     return fake
 
 
