@@ -23,7 +23,7 @@ from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
 from hermesbus.processors.tool._registry import ToolRegistry
 from hermesbus.processors.tool._release import arguments_digest
 from hermesbus.processors.tool._service import CallReport, ToolPort, ToolService
-from hermesbus.processors.tool._settings import DEMO_MODULES, ToolSettings
+from hermesbus.processors.tool._settings import DEMO_MODULES, ToolEnvironment, ToolSettings
 from hermesbus.processors.tool._spec import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_CAP,
@@ -61,6 +61,7 @@ __all__ = [
     "SignatureConfig",
     "SignedResult",
     "StoredResult",
+    "ToolEnvironment",
     "ToolKind",
     "ToolPort",
     "ToolRegistry",

@@ -56,7 +56,8 @@ _BASE_ENV = ("PATH", "PYTHONPATH", "HOME", "LANG", "TZ", "TMPDIR", "SYSTEMROOT")
 def worker_env(
     names: tuple[str, ...], secret: str | None, source: Mapping[str, str]
 ) -> dict[str, str]:
-    """A worker's environment: the base variables, LC_*, and ``names``; never ``secret``."""
+    """A worker's environment, taken from ``source`` (the environment the tool service was
+    handed): the base variables, LC_*, and ``names``; never ``secret``."""
     wanted = set(_BASE_ENV) | set(names)
     env = {k: v for k, v in source.items() if k in wanted or k.startswith("LC_")}
     env.pop(secret or "", None)
@@ -94,7 +95,8 @@ class Executor(Protocol):
 
 
 class PythonWorker:
-    """One warm worker process for a python tool's call, probe and verify targets."""
+    """One warm worker process for a python tool's call, probe and verify targets; ``env``
+    is its whole environment (:func:`worker_env`), nothing is inherited."""
 
     def __init__(
         self,
@@ -102,13 +104,13 @@ class PythonWorker:
         targets: dict[str, str],
         memory_mb: int,
         spawn_timeout_s: float,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str],
     ) -> None:
         self.name = name
         self._config = json.dumps(
             {"targets": targets, "memory_mb": memory_mb, "path": [p for p in sys.path if p]}
         )
-        self._env = dict(worker_env((), None, os.environ) if env is None else env)
+        self._env = dict(env)
         self._spawn_timeout_s = spawn_timeout_s
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from hermesbus.contract.payloads import ToolResult
@@ -32,14 +32,17 @@ async def release(
     execution: Execution,
     verifier: Callable[[Any], Awaitable[None]],
     fallback: str | None,
+    *,
+    env: Mapping[str, str],
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> tuple[ToolResult, str | None]:
     """The verified result (truncated past the cap), or a 502 and the alert message.
 
     ``verifier`` runs the spec's verifier on the JSON value (in the tool's worker) and
-    raises :class:`VerificationError` when it says no."""
+    raises :class:`VerificationError` when it says no; ``env`` holds the key the spec's
+    signature names."""
     try:
-        verified = await _verified(spec, execution, verifier, max_depth)
+        verified = await _verified(spec, execution, verifier, env, max_depth)
     except VerificationError as exc:
         error = f"verification failed: {exc}"
         return ToolResult(tool=spec.name, status_code=VERIFICATION_FAILED, error=error), error
@@ -60,9 +63,10 @@ async def _verified(
     spec: ToolSpec,
     execution: Execution,
     verifier: Callable[[Any], Awaitable[None]],
+    env: Mapping[str, str],
     max_depth: int,
 ) -> Verified:
-    value = check_result(spec, execution.body, execution.signature, max_depth=max_depth)
+    value = check_result(spec, execution.body, execution.signature, env, max_depth)
     await verifier(value)
     return finish(spec, value)
 

@@ -1,8 +1,10 @@
 """The tool processor's port: registry, executors, calls with fallbacks, probes, health.
 
-``async with ToolService(store, settings) as tools`` starts the store, an HTTP client and
-(lazily) a pool of warm workers per python tool; ``ports = {"tools": tools}`` for the handler,
-and ``tools.health_view`` (or ``tools`` itself) is the dispatcher's ``HealthView``.
+``async with ToolService(store, settings, environ=...) as tools`` starts the store, an HTTP
+client and (lazily) a pool of warm workers per python tool; ``ports = {"tools": tools}`` for
+the handler, and ``tools.health_view`` (or ``tools`` itself) is the dispatcher's
+``HealthView``. ``environ`` is the only environment the tools are given anything from
+(``Settings.tool_env``, revealed): nothing here reads the process's own.
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -86,13 +87,23 @@ class _Meter:
 
 
 class ToolService(Service):
-    """Runs registered tools: validate, execute isolated, verify, cap, fall back, record."""
+    """Runs registered tools: validate, execute isolated, verify, cap, fall back, record.
+
+    ``environ``: where a python tool's worker takes its variables from (the base ones and
+    those its spec names) and where a result's signature key is looked up; read when a
+    worker is made and when a result is verified."""
 
     def __init__(
-        self, store: ToolStore, settings: ToolSettings, *, debug: bool | None = None
+        self,
+        store: ToolStore,
+        settings: ToolSettings,
+        *,
+        environ: Mapping[str, str],
+        debug: bool | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
+        self._environ = environ
         self._client: httpx.AsyncClient | None = None
         self.registry = ToolRegistry(store, self.settings, debug=debug)
         self.health_view = RegistryHealth(store, window=self.settings.tool_health_window)
@@ -266,7 +277,9 @@ class ToolService(Service):
         execution = meter.add(await executor.run("call", arguments, timeout, key))
         if execution.ok:
             verifier = self._verifier(spec, "main", timeout)
-            result, alert = await release(spec, execution, verifier, None, self._depth)
+            result, alert = await release(
+                spec, execution, verifier, None, env=self._environ, max_depth=self._depth
+            )
         else:
             result, alert = failure(spec.name, execution.status, execution.error), None
         ok = not is_failure(result.status_code)
@@ -297,7 +310,9 @@ class ToolService(Service):
             log.warning("tool %s: backup failed: %s", spec.name, execution.error)
             return None
         verifier = self._verifier(spec, "backup", spec.timeout_s)
-        result, _ = await release(spec, execution, verifier, "proxy", self._depth)
+        result, _ = await release(
+            spec, execution, verifier, "proxy", env=self._environ, max_depth=self._depth
+        )
         return result if result.status_code == OK else None
 
     async def _cached(
@@ -361,7 +376,7 @@ class ToolService(Service):
             targets["probe"] = spec.health
         name = spec.name if role == "main" else f"{spec.name}({role})"
         secret = spec.signature.key_env if spec.signature else None
-        env = worker_env(spec.env, secret, os.environ)
+        env = worker_env(spec.env, secret, self._environ)
         spawn = self.settings.tool_spawn_timeout_s
 
         def worker(_: int) -> PythonWorker:

@@ -1,16 +1,19 @@
-"""Settings of the tool processor, read from ``HERMES_*`` environment variables."""
+"""Settings of the tool processor, read from ``HERMES_*`` environment variables, and the
+environment its tools are given (read where the program starts, handed down)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Self
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.base.config import StateHome, default_home
 
-__all__ = ["DEMO_MODULES", "ToolSettings", "module_allowed", "private_part"]
+__all__ = ["DEMO_MODULES", "ToolEnvironment", "ToolSettings", "module_allowed", "private_part"]
 
 DEMO_MODULES = "hermesbus.processors.tool.demo"
 """The module prefix allowed by default: the demo tools."""
@@ -69,3 +72,24 @@ class ToolSettings(BaseSettings):
     @property
     def tools_path(self) -> Path:
         return self.home / "tools.sqlite3"
+
+
+class ToolEnvironment(BaseModel):
+    """The variables tools are given, from the program's environment as it was read at
+    its start: a python tool's worker gets the base ones (PATH, HOME, LANG, LC_*, TZ,
+    TMPDIR) and those its spec's ``env`` names, and the service checks a result's
+    signature with the key its ``key_env`` names. The values are secrets, never printed;
+    the :class:`~hermesbus.processors.tool.ToolService` is handed :meth:`revealed`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    variables: tuple[tuple[str, SecretStr], ...] = Field(default=(), repr=False)
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str]) -> Self:
+        """Every variable of ``environ`` (a program's ``os.environ``, read where it starts)."""
+        return cls(variables=tuple((k, SecretStr(v)) for k, v in sorted(environ.items())))
+
+    def revealed(self) -> dict[str, str]:
+        """The variables with their values: for the tool service, never to print."""
+        return {name: value.get_secret_value() for name, value in self.variables}

@@ -1,6 +1,7 @@
 """Verification of a result before release: signature, output schema, verifier, content.
 
-Keys come from the environment only (the spec names the variable) and are never logged.
+Keys come from the environment the tool service was handed only (the spec names the
+variable; nothing reads the process's own) and are never logged.
 Each failure is a :class:`~hermesbus.errors.VerificationError` whose message starts with
 the check that failed (``signature``, ``json``, ``output_schema``, ``verifier``,
 ``sensitive_words``). The verifier itself is tool code: the service runs it in the
@@ -14,7 +15,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -116,12 +116,13 @@ def check_result(
     spec: ToolSpec,
     body: bytes,
     signature: str | None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Any:
-    """Signature, JSON (at most ``max_depth`` deep) and output schema; the JSON value."""
+    """Signature (its key from ``env``), JSON (at most ``max_depth`` deep) and output
+    schema; the JSON value."""
     if spec.signature is not None:
-        check_signature(spec.signature, body, signature, os.environ if env is None else env)
+        check_signature(spec.signature, body, signature, env)
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -1,8 +1,8 @@
 """The demo tools of the expense-report walkthrough (``README.md`` here) over DEMO FIXTURES.
 
-``os.environ.update(demo_keys())`` before the tool service starts (the demo specs pass
-only the private key to their workers, the processor verifies with the public one), then ``await
-register_demo(tools)``.
+``demo_keys()`` join the environment the tool service is given (``ToolService(...,
+environ={**environ, **demo_keys()})``: the demo specs pass only the private key to their
+workers, the processor verifies with the public one), then ``await register_demo(tools)``.
 """
 
 from hermesbus.processors.tool.demo import fixtures

@@ -212,8 +212,9 @@ def demo_specs() -> list[ToolSpec]:
 
 
 def demo_keys() -> dict[str, str]:
-    """A fresh Ed25519 keypair as the environment to set before the tool service starts:
-    ``HERMES_DEMO_SIGNING_KEY`` (private, for the workers) and ``HERMES_DEMO_VERIFY_KEY``."""
+    """A fresh Ed25519 keypair, variables to add to the environment the tool service is
+    given: ``HERMES_DEMO_SIGNING_KEY`` (private, for the workers) and
+    ``HERMES_DEMO_VERIFY_KEY``."""
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)

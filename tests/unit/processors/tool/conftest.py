@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.processors.tool import Fallback, ToolService, ToolSettings, ToolSpec
 
@@ -52,6 +54,14 @@ def _modules(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def tools(settings: ToolSettings) -> AsyncIterator[ToolService]:
-    async with ToolService(SqliteToolStore(settings=settings), settings) as service:
+def environ() -> dict[str, str]:
+    """The environment the service is handed (a copy of the tests' own): a test sets the
+    variables a tool or a signature needs here, before the tool first runs."""
+    return dict(os.environ)
+
+
+@pytest.fixture
+async def tools(settings: ToolSettings, environ: dict[str, str]) -> AsyncIterator[ToolService]:
+    store = SqliteToolStore(settings=settings, book=MarkBook(settings.home))
+    async with ToolService(store, settings, environ=environ) as service:
         yield service

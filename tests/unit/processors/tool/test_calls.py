@@ -117,10 +117,10 @@ async def test_a_verifier_that_raises_discards_the_result(tools: ToolService) ->
 
 
 async def test_hmac_signatures_are_checked_over_the_exact_body(
-    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+    tools: ToolService, environ: dict[str, str]
 ) -> None:
-    monkeypatch.setenv(sample_tools.HMAC_ENV, "s3cret-for-tests")
-    monkeypatch.setenv(sample_tools.HMAC_SIGNING_ENV, "s3cret-for-tests")
+    environ[sample_tools.HMAC_ENV] = "s3cret-for-tests"
+    environ[sample_tools.HMAC_SIGNING_ENV] = "s3cret-for-tests"
     signature = SignatureConfig(alg="hmac-sha256", key_env=sample_tools.HMAC_ENV)
     env = (sample_tools.HMAC_SIGNING_ENV,)
     await tools.register(python_spec("mac", "hmac_signed", signature=signature, env=env))
@@ -136,13 +136,13 @@ async def test_hmac_signatures_are_checked_over_the_exact_body(
 
 
 async def test_ed25519_signatures_are_checked_with_the_public_key(
-    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+    tools: ToolService, environ: dict[str, str]
 ) -> None:
     key = Ed25519PrivateKey.generate()
     raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    monkeypatch.setenv(sample_tools.ED25519_PRIVATE_ENV, base64.b64encode(raw).decode())
-    monkeypatch.setenv("HERMES_TEST_TOOL_ED25519_PUBLIC", base64.b64encode(public).decode())
+    environ[sample_tools.ED25519_PRIVATE_ENV] = base64.b64encode(raw).decode()
+    environ["HERMES_TEST_TOOL_ED25519_PUBLIC"] = base64.b64encode(public).decode()
     signature = SignatureConfig(alg="ed25519", key_env="HERMES_TEST_TOOL_ED25519_PUBLIC")
     env = (sample_tools.ED25519_PRIVATE_ENV,)
     await tools.register(python_spec("ed", "ed25519_signed", signature=signature, env=env))
@@ -152,16 +152,17 @@ async def test_ed25519_signatures_are_checked_with_the_public_key(
     assert bad.result.status_code == 502
     assert bad.alert == "verification failed: signature: Ed25519 signature does not match the body"
     other = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    monkeypatch.setenv("HERMES_TEST_TOOL_ED25519_PUBLIC", base64.b64encode(other).decode())
+    environ["HERMES_TEST_TOOL_ED25519_PUBLIC"] = base64.b64encode(other).decode()
     wrong_key = await tools.call(call("ed", "w", text="好"), now=NOW)
     assert wrong_key.result.status_code == 502
 
 
 async def test_a_signing_key_variable_that_is_unset_fails_verification(
-    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+    tools: ToolService, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(sample_tools.HMAC_SIGNING_ENV, "k")
-    monkeypatch.delenv("HERMES_TEST_UNSET_KEY", raising=False)
+    environ[sample_tools.HMAC_SIGNING_ENV] = "k"
+    environ.pop("HERMES_TEST_UNSET_KEY", None)
+    monkeypatch.setenv("HERMES_TEST_UNSET_KEY", "k")  # the process's own: never read
     signature = SignatureConfig(alg="hmac-sha256", key_env="HERMES_TEST_UNSET_KEY")
     env = (sample_tools.HMAC_SIGNING_ENV,)
     await tools.register(python_spec("nokey", "hmac_signed", signature=signature, env=env))

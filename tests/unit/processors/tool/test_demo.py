@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.processors.tool import ToolService, ToolSettings
 from hermesbus.processors.tool.demo import (
@@ -36,22 +37,21 @@ IDS = ["inv-001", "inv-002", "inv-003"]
 
 
 @pytest.fixture(scope="module")
-async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolService]:
+def demo_environ() -> dict[str, str]:
+    """The environment the demo's service is handed: the tests' own and the demo's keys."""
+    return {**os.environ, **demo_keys()}
+
+
+@pytest.fixture(scope="module")
+async def demo(
+    tmp_path_factory: pytest.TempPathFactory, demo_environ: dict[str, str]
+) -> AsyncIterator[ToolService]:
     """One service for the module: its warm workers are shared by the tests."""
-    keys = demo_keys()
-    saved = {name: os.environ.get(name) for name in keys}
-    os.environ.update(keys)
     settings = ToolSettings(home=tmp_path_factory.mktemp("demo"))
-    try:
-        async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
-            assert await register_demo(tools) == list(DEMO_TOOLS)
-            yield tools
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    store = SqliteToolStore(settings=settings, book=MarkBook(settings.home))
+    async with ToolService(store, settings, environ=demo_environ) as tools:
+        assert await register_demo(tools) == list(DEMO_TOOLS)
+        yield tools
 
 
 async def result_of(tools: ToolService, tool: str, **arguments: Any) -> tuple[dict[str, Any], Any]:
@@ -151,9 +151,9 @@ async def test_rule_engine_tool_warns_about_lodging(demo: ToolService, invoices:
 
 
 async def test_a_result_signed_with_another_key_is_discarded(
-    demo: ToolService, monkeypatch: pytest.MonkeyPatch
+    demo: ToolService, demo_environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(DEMO_VERIFY_ENV, demo_keys()[DEMO_VERIFY_ENV])
+    monkeypatch.setitem(demo_environ, DEMO_VERIFY_ENV, demo_keys()[DEMO_VERIFY_ENV])
     report = await demo.call(call("org_tool", "k", user_id=DEMO_USER_ID), now=NOW)
     assert report.result.status_code == 502
     assert "Ed25519 signature does not match" in (report.alert or "")

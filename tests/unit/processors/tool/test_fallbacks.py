@@ -103,12 +103,14 @@ async def test_proxy_calls_the_backup_and_verifies_it(tools: ToolService, tmp_pa
     assert report.external_calls == 2
 
 
-async def test_none_returns_the_failure(tmp_path: Path) -> None:
+async def test_none_returns_the_failure(tmp_path: Path, environ: dict[str, str]) -> None:
+    from hermesbus.base.storemark import MarkBook
     from hermesbus.connectors.sqlite.tools import SqliteToolStore
     from hermesbus.processors.tool import ToolSettings
 
     settings = ToolSettings(home=tmp_path, debug=True)
-    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+    store = SqliteToolStore(settings=settings, book=MarkBook(tmp_path))
+    async with ToolService(store, settings, environ=environ) as tools:
         down = await _flaky(tools, Fallback(strategy="none"), tmp_path)
         down.touch()
         report = await tools.call(call("flaky", "k", path=str(down)), now=NOW, fallback=True)

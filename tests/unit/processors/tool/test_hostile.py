@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.contract.payloads import ToolCall
 from hermesbus.errors import VerificationError
@@ -43,9 +44,10 @@ async def test_deeply_nested_arguments_are_a_400(tools: ToolService) -> None:
     assert tools.worker_pid("echo") is None  # nothing ran
 
 
-async def test_arguments_over_the_cap_are_a_400(tmp_path: Path) -> None:
+async def test_arguments_over_the_cap_are_a_400(tmp_path: Path, environ: dict[str, str]) -> None:
     settings = ToolSettings(home=tmp_path, tool_modules=MODULES, tool_max_arguments_bytes=1024)
-    async with ToolService(SqliteToolStore(settings=settings), settings) as tools:
+    store = SqliteToolStore(settings=settings, book=MarkBook(tmp_path))
+    async with ToolService(store, settings, environ=environ) as tools:
         await tools.register(python_spec("echo", "echo"))
         big = await tools.call(call("echo", "k", text="x" * 2000), now=NOW)
         assert (big.result.status_code, big.result.error) == (400, "arguments are over 1024 bytes")
@@ -75,9 +77,12 @@ class _FailingStore(SqliteToolStore):
         raise RuntimeError("disk on fire")
 
 
-async def test_an_unexpected_error_inside_call_is_a_500_result(tmp_path: Path) -> None:
+async def test_an_unexpected_error_inside_call_is_a_500_result(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     settings = ToolSettings(home=tmp_path, tool_modules=MODULES)
-    async with ToolService(_FailingStore(settings=settings), settings) as tools:
+    store = _FailingStore(settings=settings, book=MarkBook(tmp_path))
+    async with ToolService(store, settings, environ=environ) as tools:
         await tools.register(python_spec("echo", "echo", fallback=NO_FALLBACK))
         report = await tools.call(call("echo", "k", text="x"), now=NOW)
     assert report.result.status_code == 500

@@ -95,8 +95,8 @@ def http_spec(base: str, **fields: object) -> ToolSpec:
 
 
 @pytest.fixture(autouse=True)
-def _key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, SECRET)
+def _key(environ: dict[str, str]) -> None:
+    environ[KEY_ENV] = SECRET
 
 
 async def test_registration_fetches_the_schemas(tools: ToolService, server: str) -> None:

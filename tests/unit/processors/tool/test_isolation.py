@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
-from hermesbus.processors.tool import Fallback, ToolService
+from hermesbus.processors.tool import Fallback, ToolService, ToolSettings
 
 from .conftest import SAMPLES, python_spec
 from .test_executor import NO_FALLBACK, NOW, PATH_IN_ANY, call
@@ -79,19 +81,35 @@ async def test_a_timeout_kills_the_whole_process_group_at_once(
 
 
 async def test_the_worker_sees_a_minimal_environment(
-    tools: ToolService, monkeypatch: pytest.MonkeyPatch
+    tools: ToolService, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HERMES_KAFKA_SASL_PASSWORD", "broker-secret")
-    monkeypatch.setenv("HERMES_TEST_VERIFY_KEY", "verification-secret")
-    monkeypatch.setenv("HERMES_TEST_PASSED", "named-by-the-spec")
-    spec = python_spec("env", "environment", env=("HERMES_TEST_PASSED",))
+    environ["HERMES_KAFKA_SASL_PASSWORD"] = "broker-secret"  # noqa: S105 - a test value
+    environ["HERMES_TEST_VERIFY_KEY"] = "verification-secret"
+    environ["HERMES_TEST_PASSED"] = "named-by-the-spec"
+    monkeypatch.setenv("HERMES_TEST_PROCESS_ONLY", "not-handed-to-the-service")
+    named = ("HERMES_TEST_PASSED", "HERMES_TEST_PROCESS_ONLY")
+    spec = python_spec("env", "environment", env=named)
     await tools.register(spec)
     report = await tools.call(call("env", "the-key"), now=NOW)
     seen = json.loads(json.loads(report.result.result_json)["echo"])
     assert "HERMES_KAFKA_SASL_PASSWORD" not in seen["names"]
     assert "HERMES_TEST_VERIFY_KEY" not in seen["names"]
     assert "HERMES_TEST_PASSED" in seen["names"] and "PATH" in seen["names"]
+    assert "HERMES_TEST_PROCESS_ONLY" not in seen["names"]  # only what the service was given
     assert seen["key"] == "the-key"  # the call's idempotency key, for side effects
+
+
+async def test_a_service_given_no_environment_runs_its_tools_with_none(
+    settings: ToolSettings,
+) -> None:
+    store = SqliteToolStore(settings=settings, book=MarkBook(settings.home))
+    async with ToolService(store, settings, environ={}) as tools:
+        await tools.register(python_spec("env", "environment", env=("PATH",)))
+        report = await tools.call(call("env", "k"), now=NOW)
+    assert report.result.status_code == 200, report.result.error
+    seen = json.loads(json.loads(report.result.result_json)["echo"])
+    assert "PATH" not in seen["names"] and "HOME" not in seen["names"]  # none was given
+    assert "PYTHONPATH" in seen["names"]  # the worker's own: it imports the tool with it
 
 
 async def test_the_verification_key_is_never_passed_to_the_worker(tools: ToolService) -> None:

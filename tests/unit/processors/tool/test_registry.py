@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
 from hermesbus.processors.tool import (
@@ -26,7 +27,7 @@ from .test_executor import NOW, call
 
 @pytest.fixture
 async def store(settings: ToolSettings) -> AsyncIterator[SqliteToolStore]:
-    async with SqliteToolStore(settings=settings) as store:
+    async with SqliteToolStore(settings=settings, book=MarkBook(settings.home)) as store:
         yield store
 
 
@@ -108,7 +109,7 @@ async def test_an_admitted_spec_persists_in_the_sqlite_file(
 ) -> None:
     spec = python_spec("kept", "echo", sensitive_words=("secret",))
     await ToolRegistry(store, settings).register(spec)
-    async with SqliteToolStore(settings=settings) as reopened:
+    async with SqliteToolStore(settings=settings, book=MarkBook(settings.home)) as reopened:
         assert reopened.path == settings.home / "tools.sqlite3"
         assert await reopened.get_spec("kept") == spec
         assert [s.name for s in await reopened.list_specs()] == ["kept"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore
@@ -17,7 +18,7 @@ from .conftest import python_spec
 
 @pytest.fixture
 async def tool_store(tmp_path: Path) -> AsyncIterator[ToolStore]:
-    async with SqliteToolStore(tmp_path / "tools.sqlite3") as store:
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
         yield store
 
 
