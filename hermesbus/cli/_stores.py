@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import typer
 
@@ -19,6 +19,9 @@ from hermesbus.errors import HermesError
 
 from ._check import Check
 from ._common import HomeOption, console, errors, program_settings
+
+if TYPE_CHECKING:
+    from hermesbus.compose.settings import Settings
 
 __all__ = ["app", "store_checks"]
 
@@ -34,11 +37,10 @@ class _Store(MarkedStore, Protocol):
     async def stop(self) -> None: ...
 
 
-def _stores() -> list[tuple[str, _Store]]:
+def _stores(settings: Settings) -> list[tuple[str, _Store]]:
     """The stores ``up`` would use, by role, from the settings (none opened yet)."""
     from hermesbus.compose.backends import memory_stores, state_store, tool_store
 
-    settings = program_settings()
     memory = memory_stores(settings)
     found = [
         ("state", state_store(settings)),
@@ -55,10 +57,10 @@ async def _status(store: _Store, guard: MarkGuard) -> tuple[Mark | None, Mark | 
     return expected, (await store.peek() if expected is not None else None)
 
 
-async def store_checks() -> list[Check]:
+async def store_checks(settings: Settings) -> list[Check]:
     """One ``doctor`` line per store: its mark there, or gone (read only: nothing written)."""
     checks = []
-    for role, store in _stores():
+    for role, store in _stores(settings):
         guard = store.marks
         if guard is None:
             continue
@@ -97,7 +99,7 @@ def _lost(guard: MarkGuard, expected: Mark, found: Mark | None) -> str:
 def check_command(home: HomeOption = None) -> None:
     """Say for each store whether it still carries its mark; exit 1 if one came back empty."""
     with errors():
-        checks = asyncio.run(store_checks())
+        checks = asyncio.run(store_checks(program_settings()))
     for check in checks:
         console.print(f"{check.status:<4}  {check.name}: {check.said}", soft_wrap=True)
         if check.fix:
@@ -115,14 +117,14 @@ def adopt_command(home: HomeOption = None) -> None:
     """
     logging.getLogger("hermesbus.base.storemark").setLevel(logging.CRITICAL)  # said below instead
     with errors():
-        lines = asyncio.run(_adopt())
+        lines = asyncio.run(_adopt(program_settings()))
     for line in lines:
         console.print(line, soft_wrap=True)
 
 
-async def _adopt() -> list[str]:
+async def _adopt(settings: Settings) -> list[str]:
     lines, adopted = [], 0
-    for role, store in _stores():
+    for role, store in _stores(settings):
         guard = store.marks
         if guard is None:
             continue

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.cli._doctor import NEED_SETTINGS
 from hermesbus.compose.broker import free_port
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import KEYS_FILE_ENV
@@ -19,7 +20,16 @@ from tests.cli_process import Ran, clean_env, hermesbus
 
 pytestmark = pytest.mark.kafka
 
-CHECKS = ("python", "state", "signing keys", "broker", "transactions", "topics", "trace index")
+CHECKS = (
+    "settings",
+    "python",
+    "state",
+    "signing keys",
+    "broker",
+    "transactions",
+    "topics",
+    "trace index",
+)
 """The checks every run prints (the schema registry and tools too)."""
 
 
@@ -28,11 +38,11 @@ def _run(*args: str, env: dict[str, str], cwd: Path) -> Ran:
 
 
 def _statuses(out: str) -> dict[str, str]:
-    """Check name -> ok / warn / FAIL, from doctor's lines."""
+    """Check name -> ok / warn / FAIL / skip, from doctor's lines."""
     found = {}
     for line in out.splitlines():
         status, _, rest = line.partition("  ")
-        if status.strip() in {"ok", "warn", "FAIL"}:
+        if status.strip() in {"ok", "warn", "FAIL", "skip"}:
             name = rest.strip().split("  ", 1)[0]
             found[name] = status.strip()
     return found
@@ -141,17 +151,21 @@ async def test_session_topics_that_disagree_fail_the_topics_check(
     assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.out
 
 
-def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
-    broker_binary: str, tmp_path: Path
+def test_a_state_folder_that_is_a_file_fails_the_settings_and_what_needs_them_is_skipped(
+    tmp_path: Path,
 ) -> None:
+    """HERMES_HOME is a setting every part reads: doctor reads the settings once, first,
+    names the variable, and skips the checks that would need it (none runs on defaults)."""
     home = tmp_path / "afile"
     home.write_text("")
     result = _run("doctor", env=clean_env(home), cwd=tmp_path)
     assert result.code == 1
     statuses = _statuses(result.out)
-    assert statuses["state"] == "FAIL"
+    assert statuses["settings"] == "FAIL"
     assert f"HERMES_HOME: {home} is a file, not a folder" in result.out
-    assert statuses["python"] == statuses["broker"] == "ok"  # checked all the same
+    assert statuses["python"] == "ok"  # checked all the same
+    assert {statuses[name] for name in NEED_SETTINGS} == {"skip"}, result.out
+    assert "doctor: 1 to fix: settings" in result.out
     assert "Traceback" not in result.out + result.err
 
 
