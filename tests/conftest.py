@@ -46,20 +46,26 @@ __all__ = [
     "unique",
 ]
 
-# Every component signs what it produces. The whole test run (and every `hermesbus`
-# subprocess it starts) shares one keyring made for it, unless the caller gave one.
-if not os.environ.get(KEYS_FILE_ENV):
-    _KEYS_DIR = tempfile.mkdtemp(prefix="hermesbus-keys-")
-    atexit.register(shutil.rmtree, _KEYS_DIR, ignore_errors=True)
-    os.environ[KEYS_FILE_ENV] = str(Path(_KEYS_DIR) / "keys.json")
-TEST_KEYS = Keyring.ensure(IDENTITIES, Path(os.environ[KEYS_FILE_ENV]))
 
-# Nor does a test that sets no HERMES_HOME write to the user's own state folder: the run
-# gets one of its own (tests that need a fresh one set theirs).
-if not os.environ.get(HOME_ENV):
-    _HOME_DIR = tempfile.mkdtemp(prefix="hermesbus-home-")
-    atexit.register(shutil.rmtree, _HOME_DIR, ignore_errors=True)
-    os.environ[HOME_ENV] = _HOME_DIR
+def pytest_configure(config: pytest.Config) -> None:
+    """The test run's start, its composition root: what every test and every `hermesbus`
+    subprocess it starts shares is set here, once, not when a module is imported.
+
+    Every component signs what it produces: the run shares one keyring made for it,
+    unless the caller gave one. Nor does a test that sets no HERMES_HOME write to the
+    user's own state folder: the run gets one of its own (tests that need a fresh one set
+    theirs). xdist's workers inherit both from the run that starts them.
+    """
+    if not os.environ.get(KEYS_FILE_ENV):
+        keys_dir = tempfile.mkdtemp(prefix="hermesbus-keys-")
+        atexit.register(shutil.rmtree, keys_dir, ignore_errors=True)
+        os.environ[KEYS_FILE_ENV] = str(Path(keys_dir) / "keys.json")
+    Keyring.ensure(IDENTITIES, Path(os.environ[KEYS_FILE_ENV]))
+    if not os.environ.get(HOME_ENV):
+        home_dir = tempfile.mkdtemp(prefix="hermesbus-home-")
+        atexit.register(shutil.rmtree, home_dir, ignore_errors=True)
+        os.environ[HOME_ENV] = home_dir
+
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100

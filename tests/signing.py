@@ -6,16 +6,18 @@ tests that write records by hand sign them here, as the component they stand in 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
-from hermesbus.identity import Guard, Keyring, Signer, WritePolicy
+from hermesbus.identity import KEYS_FILE_ENV, Guard, Keyring, Signer, WritePolicy
 
 __all__ = ["guard", "keys", "signed"]
 
 
 def keys() -> Keyring:
     """The keyring of this test run (``HERMES_KEYS_FILE``, made by tests/conftest.py)."""
-    return Keyring.load()
+    return Keyring.load(Path(os.environ[KEYS_FILE_ENV]), environ=os.environ)
 
 
 def guard(

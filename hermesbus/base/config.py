@@ -18,7 +18,6 @@ __all__ = [
     "HermesSettings",
     "StateHome",
     "default_home",
-    "state_home",
     "unwritable_home",
     "why_unwritable",
     "without_userinfo",
@@ -68,16 +67,9 @@ class HermesSettings(BaseSettings):
     """For ``kibana import``, if Kibana needs one (only from the environment)."""
 
 
-def state_home(settings: HermesSettings | None = None) -> Path:
-    """Where state lives, as an absolute path (for messages: ``doctor``, ``up``, and the
-    read-only commands that find no state). Looking never creates the folder."""
-    return (settings or HermesSettings()).home
-
-
-def writable_home(home: Path | None = None) -> Path:
-    """The state folder (default: :func:`state_home`), created if needed, once a file was
-    written in it; else the SettingError every command says it with."""
-    home = home if home is not None else state_home()
+def writable_home(home: Path) -> Path:
+    """The state folder ``home``, created if needed, once a file was written in it; else
+    the SettingError every command says it with."""
     try:
         home.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=home, prefix=".probe-"):

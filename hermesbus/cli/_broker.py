@@ -12,7 +12,7 @@ import typer
 from hermesbus.base.config import writable_home
 from hermesbus.compose.broker import EmbeddedBroker
 
-from ._common import HomeOption, err_console, errors, fail
+from ._common import HomeOption, err_console, errors, fail, program_settings
 
 __all__ = ["broker_command"]
 
@@ -38,9 +38,9 @@ def broker_command(
         stopping.set()
 
     with errors():
-        writable_home()  # its log is kept there
+        state = writable_home(program_settings().home)  # its log is kept there
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
-    broker = EmbeddedBroker(port)
+    broker = EmbeddedBroker(port, home=state)
     try:
         with errors():
             broker.start()

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from pydantic import ValidationError
 
 from hermesbus.client import Client
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, Keyring
@@ -35,9 +36,9 @@ _ERRORS_SHOWN = 4
 """A validation's errors named one by one; past these, only counted."""
 
 
-def kafka_config(bootstrap: str | None) -> KafkaConfig:
+def kafka_config(settings: Settings, bootstrap: str | None) -> KafkaConfig:
     """``HERMES_KAFKA_*`` with ``--bootstrap`` over it; BrokerError saying how to name one."""
-    kafka = kafka_with(bootstrap)
+    kafka = kafka_with(settings, bootstrap)
     if not kafka.bootstrap:
         raise BrokerError(
             "no Kafka broker given: pass --bootstrap HOST:PORT or set HERMES_KAFKA_BOOTSTRAP "
@@ -53,13 +54,13 @@ def unknown_identity(identity: str) -> str | None:
     return f"unknown identity {identity!r}: the bus's identities are {', '.join(IDENTITIES)}"
 
 
-def signing_keys(identity: str) -> Keyring:
+def signing_keys(settings: Settings, identity: str) -> Keyring:
     """The keyring, which holds a key for ``identity``; else ConfigError saying which key.
 
     Any new key signs, but only the one the bus holds is accepted: a key made for the
     occasion (``hermesbus keys init`` in another HERMES_HOME) gets the records refused.
     """
-    keys = Keyring.load()
+    keys = settings.keys.load()
     if keys.has(identity):
         return keys
     variable = ENV_PREFIX + identity.upper().replace("-", "_")

@@ -98,15 +98,17 @@ def program_settings() -> Settings:
     return Settings.from_environment()
 
 
-def kafka_with(bootstrap: str | None) -> KafkaConfig:
-    """``HERMES_KAFKA_*``, with ``--bootstrap`` over the bootstrap when it is given; a
-    malformed ``--bootstrap`` is a bad argument (exit 2) that names it."""
+def kafka_with(settings: Settings, bootstrap: str | None) -> KafkaConfig:
+    """The settings' Kafka part (``HERMES_KAFKA_*``), with ``--bootstrap`` over the
+    bootstrap when it is given; a malformed ``--bootstrap`` is a bad argument (exit 2) that
+    names it."""
     from hermesbus.connectors.kafka import KafkaConfig
 
     if not bootstrap:
-        return KafkaConfig()
+        return settings.kafka
     try:
-        return KafkaConfig(bootstrap=bootstrap).given_by("--bootstrap")
+        given = {**settings.kafka.model_dump(), "bootstrap": bootstrap}
+        return KafkaConfig.model_validate(given).given_by("--bootstrap")
     except ValidationError as exc:
         wrong = [e for e in exc.errors(include_url=False) if tuple(e["loc"]) == ("bootstrap",)]
         if not wrong:

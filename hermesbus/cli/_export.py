@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from hermesbus.compose.backends import trace_index
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import HermesError
@@ -58,15 +59,16 @@ def export_command(
         raise fail(f"-o {output} is a folder: give the bundle's file name", 2)
     memory_topic = prefix + REPLAYABLE["memory"]
     with errors():
+        settings = program_settings()
         found = asyncio.run(
-            read_sessions(source, bootstrap, prefix, [session_id], None, [memory_topic])
+            read_sessions(settings, source, bootstrap, prefix, [session_id], None, [memory_topic])
         )
         records = same_user(found.records, [session_id], memory_topic)
         own = sum(1 for r in records if r.key == session_id.encode())
         if not own:
             raise fail(f"no record of session {session_id!r} in {found.where}: check the id")
         kept = {record.id for record in records}
-        docs = found.documents or asyncio.run(_index_documents(session_id, memory_topic))
+        docs = found.documents or asyncio.run(_index_documents(settings, session_id, memory_topic))
         docs = [doc for doc in docs if doc.get("_id") in kept]
         manifest = write_bundle(
             output,
@@ -87,9 +89,11 @@ def export_command(
     console.print(shown(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
 
 
-async def _index_documents(session_id: str, memory_topic: str) -> list[Document]:
+async def _index_documents(
+    settings: Settings, session_id: str, memory_topic: str
+) -> list[Document]:
     """The index's documents when the records came from the broker (none if no index)."""
-    index = trace_index(program_settings(), install=False)
+    index = trace_index(settings, install=False)
     if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():  # noqa: ASYNC240
         return []
     try:

@@ -18,10 +18,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.table import Table
 
-from hermesbus.base.config import HermesSettings
-from hermesbus.codec import default_codec
+from hermesbus.codec import codec_for
 from hermesbus.compose.backends import trace_index
 from hermesbus.compose.redrive import lineage_of, sandbox_home
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.contract.payloads import Reply
 from hermesbus.topics import DLQ
@@ -74,34 +74,45 @@ def trace_command(
     if not trace_id.strip():
         raise fail("no trace id: pass the trace_id of an envelope (Client.ask's reply has it)", 2)
     with errors():
+        settings = program_settings()
+        codec = codec_for(settings.bus)
         if from_log:
-            kafka = kafka_with(bootstrap)
-            found = asyncio.run(collect(kafka, trace_id, session_id=session, prefix=prefix))
+            kafka = kafka_with(settings, bootstrap)
+            found = asyncio.run(
+                collect(kafka, trace_id, session_id=session, prefix=prefix, codec=codec)
+            )
             docs: list[Document] = []
             where = f"the topics at {kafka.bootstrap} (prefix {prefix!r})"
         else:
-            docs, where = _ask(lambda index: index.by_trace(trace_id))
-            found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
+            docs, where = _ask(settings, lambda index: index.by_trace(trace_id))
+            found = hops_of(docs, codec, dlq_topic=prefix + DLQ)
     if not found and not docs:
         raise fail(_not_found(trace_id, where, from_log=from_log))
     if sandbox is not None:
         with errors():
-            _beside(trace_id, sandbox, found, where, as_json)
+            _beside(settings, trace_id, sandbox, found, where, as_json)
         return
     if as_json:
         _print_json({"trace_id": trace_id, "index": where, **_answer(found, docs)})
         return
     _draw(found)
     _dead_letters(docs)
-    link = _kibana(f'trace.id:"{trace_id}"', docs)
+    link = _kibana(settings, f'trace.id:"{trace_id}"', docs)
     if link:
         console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
 
 
-def _beside(trace_id: str, sandbox: str, found: Sequence[Hop], where: str, as_json: bool) -> None:
+def _beside(
+    settings: Settings,
+    trace_id: str,
+    sandbox: str,
+    found: Sequence[Hop],
+    where: str,
+    as_json: bool,
+) -> None:
     """The trace and the sandbox's run of it: waterfalls, then the replies side by side."""
     prefix = sandbox if sandbox.endswith(".") else sandbox + "."
-    home = program_settings().home
+    home = settings.home
     lineage = lineage_of(home, prefix)
     path = sandbox_home(home, prefix) / "index.sqlite3"
 
@@ -109,7 +120,7 @@ def _beside(trace_id: str, sandbox: str, found: Sequence[Hop], where: str, as_js
         async with SqliteTraceIndex(path) as index:
             return await index.by_trace(trace_id)
 
-    theirs = hops_of(asyncio.run(read()), default_codec(), dlq_topic=prefix + DLQ)
+    theirs = hops_of(asyncio.run(read()), codec_for(settings.bus), dlq_topic=prefix + DLQ)
     forks = [f for f in lineage.get("forks", []) if f.get("trace") == trace_id]
     if as_json:
         _print_json(
@@ -172,8 +183,9 @@ def session_command(
     if not session_id.strip():
         raise fail("no session id: pass the session_id of a conversation", 2)
     with errors():
-        docs, where = _ask(lambda index: index.by_session(session_id))
-        found = hops_of(docs, default_codec(), dlq_topic=prefix + DLQ)
+        settings = program_settings()
+        docs, where = _ask(settings, lambda index: index.by_session(session_id))
+        found = hops_of(docs, codec_for(settings.bus), dlq_topic=prefix + DLQ)
     if not docs:
         raise fail(f"no envelope of session {session_id!r} in {where}: check the id")
     if as_json:
@@ -187,7 +199,7 @@ def session_command(
         console.rule(f"trace {shown(trace_id)}")
         _draw(hops)
     _dead_letters(docs)
-    link = _kibana(f'gen_ai.conversation.id:"{session_id}"', docs)
+    link = _kibana(settings, f'gen_ai.conversation.id:"{session_id}"', docs)
     if link:
         console.print(f"Kibana: {link}", soft_wrap=True, highlight=False)
 
@@ -235,7 +247,7 @@ def search_command(
             topic=prefix + topic if topic and not topic.startswith(prefix) else topic,
             limit=limit,
         )
-        docs, where = _ask(lambda index: index.search(query))
+        docs, where = _ask(program_settings(), lambda index: index.search(query))
     if as_json:
         _print_json({"index": where, "documents": [_row(doc) for doc in docs]})
         return
@@ -246,13 +258,13 @@ def search_command(
     _sessions(docs)
 
 
-def _ask(question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
+def _ask(settings: Settings, question: Callable[[TraceIndex], Awaitable[T]]) -> tuple[T, str]:
     """Open the configured index read-only, ask, close; a missing SQLite file is no index."""
-    index = trace_index(program_settings(), install=False)
+    index = trace_index(settings, install=False)
     if isinstance(index, SqliteTraceIndex) and not Path(index.where).exists():
         raise fail(
             f"no trace index at {index.where}: `hermesbus up` indexes every envelope there "
-            f"(HERMES_HOME={HermesSettings().home}); set HERMES_ELASTICSEARCH_URL to read "
+            f"(HERMES_HOME={settings.home}); set HERMES_ELASTICSEARCH_URL to read "
             "Elasticsearch instead"
         )
 
@@ -343,10 +355,9 @@ def _sessions(docs: Sequence[Document]) -> None:
     )
 
 
-def _kibana(kuery: str, docs: Sequence[Document]) -> str | None:
+def _kibana(settings: Settings, kuery: str, docs: Sequence[Document]) -> str | None:
     """The Discover link for ``kuery`` over the documents' time, when HERMES_KIBANA_URL is set
     and the index read is Elasticsearch."""
-    settings = program_settings()
     base = settings.bus.kibana_url
     if not base or not docs or isinstance(trace_index(settings, install=False), SqliteTraceIndex):
         return None  # Kibana shows Elasticsearch's documents, not the SQLite index's

@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from hermesbus.base.config import HermesSettings, writable_home
-from hermesbus.identity import Keyring, keys_path
+from hermesbus.base.config import writable_home
+from hermesbus.compose.settings import Settings
+from hermesbus.identity import Keyring
 from hermesbus.processors.protocol import IDENTITIES
 
-from ._common import HomeOption, console, errors, fail
+from ._common import HomeOption, console, errors, fail, program_settings
 
 __all__ = ["app"]
 
@@ -23,8 +24,9 @@ def init_command(home: HomeOption = None) -> None:
     """Create the keyring file (HERMES_KEYS_FILE, else $HERMES_HOME/keys.json), or add the
     identities it lacks; existing keys are kept."""
     with errors():
-        path = keys_path()
-        _home_of(path)
+        settings = program_settings()
+        path = settings.keys.file
+        _home_of(settings, path)
         keys = Keyring.ensure(IDENTITIES, path)
         console.print(f"keyring {path}: {', '.join(keys.identities)} (mode 0600)")
 
@@ -42,18 +44,19 @@ def rotate_command(
     with errors():
         if identity not in IDENTITIES:
             raise fail(f"unknown identity {identity!r}: use one of {', '.join(IDENTITIES)}", 2)
-        path = keys_path()
+        settings = program_settings()
+        path = settings.keys.file
         if not path.exists():
             raise fail(f"no keyring at {path}: run `hermesbus keys init` first", 2)
         rotated = Keyring.read(path).rotated(identity)
-        _home_of(path)
+        _home_of(settings, path)
         rotated.write(path)
         console.print(f"{identity} now signs with {rotated.signing(identity).kid} ({path})")
 
 
-def _home_of(path: Path) -> None:
+def _home_of(settings: Settings, path: Path) -> None:
     """A keyring in the state folder: the folder must be writable (said as everywhere)."""
-    home = HermesSettings().home
+    home = settings.home
     if path.absolute().parent == home:
         writable_home(home)
 
@@ -62,8 +65,9 @@ def _home_of(path: Path) -> None:
 def list_command(home: HomeOption = None) -> None:
     """Each identity's live key ids (the first signs); secrets are never shown."""
     with errors():
-        path = keys_path()
-        keys = Keyring.load(path)
+        settings = program_settings()
+        path = settings.keys.file
+        keys = settings.keys.load()
     if not keys.identities:
         console.print(
             f"no keys yet: no keyring at {path} and no HERMES_KEY_* variables; "

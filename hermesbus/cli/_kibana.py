@@ -14,9 +14,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from hermesbus.base.config import HermesSettings
-
-from ._common import console, errors, fail
+from ._common import console, errors, fail, program_settings
 
 __all__ = ["ASSETS", "app", "import_objects"]
 
@@ -39,7 +37,7 @@ def import_command(
     An API key, if Kibana needs one, comes from HERMES_KIBANA_API_KEY (never a flag).
     """
     with errors():
-        settings = HermesSettings()
+        settings = program_settings().bus
         base = url or settings.kibana_url
         if not base:
             raise fail("no Kibana URL: pass --url or set HERMES_KIBANA_URL", 2)

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 
 from hermesbus.base.lifecycle import tune_collector
 from hermesbus.compose.redrive import Fork, external_inputs, redrive, sandbox_home
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, shadows
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
@@ -39,6 +39,7 @@ from ._common import (
     errors,
     fail,
     json_safe,
+    kafka_with,
     program_settings,
     shown,
 )
@@ -162,6 +163,7 @@ def replay_command(
     )
     names = tuple(processor or REPLAYABLE)
     with errors():
+        settings = program_settings()
         if bundle is not None:
             opened = read_bundle(bundle)
             recording, prefix = opened.recording(), opened.prefix
@@ -170,7 +172,14 @@ def replay_command(
             across = [prefix + REPLAYABLE["memory"]] if "memory" in names else []
             found = asyncio.run(
                 read_sessions(
-                    source, bootstrap, prefix, list(session or ()), trace, across, chosen=chosen
+                    settings,
+                    source,
+                    bootstrap,
+                    prefix,
+                    list(session or ()),
+                    trace,
+                    across,
+                    chosen=chosen,
                 )
             )
             recording, sessions = found.recording(prefix), found.sessions
@@ -178,6 +187,7 @@ def replay_command(
             raise fail(_nothing(sessions, chosen, recording.source))
         if redriving and into is not None:
             _redrive(
+                settings,
                 recording,
                 sessions,
                 chosen,
@@ -194,7 +204,7 @@ def replay_command(
             _dry_run(recording, sessions, names, chosen, prefix, as_json)
             return
         tune_collector()  # a long replay makes many objects: rare collections, as `up` does
-        report = asyncio.run(_shadow(recording, sessions, names, chosen, prefix))
+        report = asyncio.run(_shadow(settings, recording, sessions, names, chosen, prefix))
     _print(report, recording, sessions, as_json)
     if report.diverged or not sum(report.compared.values()):
         raise typer.Exit(1)
@@ -231,6 +241,7 @@ def _assignment(text: str) -> tuple[str, str]:
 
 
 def _redrive(
+    settings: Settings,
     recording: Recording,
     sessions: list[str],
     chosen: Slice,
@@ -243,7 +254,7 @@ def _redrive(
     bootstrap: str | None,
 ) -> None:
     sandbox = into if into.endswith(".") else into + "."
-    home = sandbox_home(program_settings().home, sandbox)
+    home = sandbox_home(settings.home, sandbox)
     turns = external_inputs(recording, sessions, prefix, selected=chosen.keeps)
     if dry_run:
         console.print(
@@ -279,9 +290,8 @@ def _redrive(
             soft_wrap=True,
         )
         return
-    settings = program_settings()
     if bootstrap:
-        settings = settings.with_parts(kafka=KafkaConfig(bootstrap=bootstrap))
+        settings = settings.with_parts(kafka=kafka_with(settings, bootstrap))
     done = asyncio.run(
         redrive(
             recording,
@@ -340,9 +350,14 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
 
 
 async def _shadow(
-    recording: Recording, sessions: list[str], names: Sequence[str], chosen: Slice, prefix: str
+    settings: Settings,
+    recording: Recording,
+    sessions: list[str],
+    names: Sequence[str],
+    chosen: Slice,
+    prefix: str,
 ) -> ShadowReport:
-    async with shadows(program_settings(), names, prefix=prefix) as wired:
+    async with shadows(settings, names, prefix=prefix) as wired:
         with _progress() as tick:
             return await shadow(
                 recording,
@@ -352,6 +367,7 @@ async def _shadow(
                 policy=ProtocolPolicy(),
                 prefix=prefix,
                 progress=tick,
+                applied_window=settings.runtime.applied_window,
             )
 
 

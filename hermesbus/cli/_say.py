@@ -16,6 +16,7 @@ from ._common import (
     err_console,
     errors,
     fail,
+    program_settings,
     shown,
 )
 
@@ -82,12 +83,14 @@ def say_command(
         )
     seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
     with errors():
-        kafka = kafka_config(bootstrap)
+        settings = program_settings()
+        kafka = kafka_config(settings, bootstrap)
         client = Client(
             kafka,
+            settings=settings,
             name=CLIENT_NAME,
             topic_prefix=prefix,
-            keys=signing_keys(APP),
+            keys=signing_keys(settings, APP),
             on_unverified=_dropped,
         )
     turn = _turn(client, session, user, text)

@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from hermesbus.base.config import state_home
 from hermesbus.client import Client
 from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import HermesError
@@ -33,7 +32,16 @@ from ._bus import (
     signing_keys,
     unknown_identity,
 )
-from ._common import BootstrapOption, HomeOption, PrefixOption, err_console, errors, fail, shown
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    err_console,
+    errors,
+    fail,
+    program_settings,
+    shown,
+)
 
 __all__ = [
     "BAD_INPUT",
@@ -140,9 +148,17 @@ def send_command(
     if unknown:
         raise fail(unknown, BAD_INPUT)
     with errors():
-        kafka = kafka_config(bootstrap)
-        keys = signing_keys(identity)
-        client = Client(kafka, name=CLIENT_NAME, topic_prefix=prefix, identity=identity, keys=keys)
+        settings = program_settings()
+        kafka = kafka_config(settings, bootstrap)
+        keys = signing_keys(settings, identity)
+        client = Client(
+            kafka,
+            settings=settings,
+            name=CLIENT_NAME,
+            topic_prefix=prefix,
+            identity=identity,
+            keys=keys,
+        )
         lines = _read(file)
         good, bad = parse_lines(lines)
         bad += check_lines(client, good)
@@ -153,10 +169,11 @@ def send_command(
         err_console.print("sent 0 envelopes: the input has no envelope", soft_wrap=True)
         return
     ids = [line.envelope.message_id for line in good]
-    before = _sent_before(ids)
+    sent = settings.home / SENT_IDS
+    before = _sent_before(sent, ids)
     with errors():
         asyncio.run(_send(client, good))
-    _remember(ids)
+    _remember(sent, ids)
     err_console.print(f"sent {len(good)} envelope{'' if len(good) == 1 else 's'}", soft_wrap=True)
     if before:
         ids_shown = ", ".join(before[:_SHOWN_IDS]) + (", ..." if len(before) > _SHOWN_IDS else "")
@@ -165,23 +182,18 @@ def send_command(
         err_console.print(RESEND_NOTE, soft_wrap=True)
 
 
-def _sent_path() -> Path:
-    return state_home() / SENT_IDS
-
-
-def _sent_before(ids: list[str]) -> list[str]:
+def _sent_before(path: Path, ids: list[str]) -> list[str]:
     """Which of ``ids`` ``send`` already sent from this state folder (none if unreadable)."""
     try:
-        sent = set(_sent_path().read_text(encoding="utf-8").split())
+        sent = set(path.read_text(encoding="utf-8").split())
     except OSError:
         return []
     return [i for i in ids if i in sent]
 
 
-def _remember(ids: list[str]) -> None:
+def _remember(path: Path, ids: list[str]) -> None:
     """Add ``ids`` to the record, keeping the newest; a folder that cannot be written
     only costs the note next time, never the send."""
-    path = _sent_path()
     try:
         old = path.read_text(encoding="utf-8").split() if path.exists() else []
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermesbus.codec import Codec, codec_for
 from hermesbus.compose.backends import trace_index
+from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.errors import BrokerError, ConfigError
@@ -20,7 +22,7 @@ from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, 
 from hermesbus.trace.spans import Hop
 from hermesbus.trace.tail import Position, catalog_topics, tail
 
-from ._common import err_console, program_settings, shown
+from ._common import err_console, kafka_with, shown
 
 __all__ = ["Read", "Slice", "read_sessions"]
 
@@ -63,6 +65,7 @@ class Read:
 
 
 async def read_sessions(
+    settings: Settings,
     source: str,
     bootstrap: str | None,
     prefix: str,
@@ -74,13 +77,15 @@ async def read_sessions(
 ) -> Read:
     """The sessions' records (and a trace's sessions', or those of ``chosen``'s time range
     or offsets when no session is named) from the broker, or from the trace index's
-    archive when no broker is configured, it has none of them or is down."""
-    kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    archive when no broker is configured, it has none of them or is down; ``settings``:
+    the program's (the broker and its schema registry, the trace index)."""
+    kafka = kafka_with(settings, bootstrap)
+    codec = codec_for(settings.bus)
     chosen = chosen or Slice(trace=trace)
     if source != "archive" and kafka.bootstrap:
         try:
             return await _from_broker(
-                kafka, prefix, sessions, chosen, across, strict=source == "broker"
+                kafka, codec, prefix, sessions, chosen, across, strict=source == "broker"
             )
         except LookupError:
             err_console.print(
@@ -95,11 +100,12 @@ async def read_sessions(
         raise ConfigError(
             "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
         )
-    return await _from_index(prefix, sessions, chosen, across)
+    return await _from_index(settings, prefix, sessions, chosen, across)
 
 
 async def _from_broker(
     kafka: KafkaConfig,
+    codec: Codec,
     prefix: str,
     sessions: list[str],
     chosen: Slice,
@@ -109,23 +115,28 @@ async def _from_broker(
 ) -> Read:
     """LookupError: the broker holds none of it (and ``strict`` is off)."""
     if chosen.trace is not None:
-        sessions = [*sessions, *await sessions_of_trace(kafka, chosen.trace, prefix=prefix)]
+        of_trace = await sessions_of_trace(kafka, chosen.trace, prefix=prefix, codec=codec)
+        sessions = [*sessions, *of_trace]
     elif not sessions:
-        sessions = await _sessions_in_log(kafka, prefix, chosen)
+        sessions = await _sessions_in_log(kafka, codec, prefix, chosen)
     sessions = list(dict.fromkeys(sessions))
-    records = await records_from_broker(kafka, sessions, prefix=prefix, every_session_of=across)
+    records = await records_from_broker(
+        kafka, sessions, prefix=prefix, every_session_of=across, codec=codec
+    )
     if not strict and not any(_session_of_record(r) in sessions for r in records):
         raise LookupError(sessions)
     return Read(records, [], f"Kafka at {kafka.bootstrap}", sessions)
 
 
-async def _sessions_in_log(kafka: KafkaConfig, prefix: str, chosen: Slice) -> list[str]:
+async def _sessions_in_log(
+    kafka: KafkaConfig, codec: Codec, prefix: str, chosen: Slice
+) -> list[str]:
     """The sessions with an envelope in ``chosen``'s offsets, or else its time range."""
     found: dict[str, None] = {}
     if chosen.offsets:
         for topic, part, first, last in chosen.offsets:
             start, end = Position("offset", first), Position("offset", last + 1)
-            async for t in tail(kafka, [topic], start=start, end=end):
+            async for t in tail(kafka, [topic], start=start, end=end, codec=codec):
                 if t.partition == part and t.envelope is not None:
                     found[t.envelope.session_id] = None
         return list(found)
@@ -133,7 +144,8 @@ async def _sessions_in_log(kafka: KafkaConfig, prefix: str, chosen: Slice) -> li
         Position("time", chosen.since_ms) if chosen.since_ms is not None else Position("beginning")
     )
     end = Position("time", chosen.until_ms) if chosen.until_ms is not None else Position("end")
-    async for t in tail(kafka, catalog_topics(prefix), start=start, end=end, missing_ok=True):
+    topics = catalog_topics(prefix)
+    async for t in tail(kafka, topics, start=start, end=end, missing_ok=True, codec=codec):
         if t.envelope is not None:
             found[t.envelope.session_id] = None
     return list(found)
@@ -143,8 +155,10 @@ def _session_of_record(record: ArchivedRecord) -> str | None:
     return record.key.decode("utf-8", "replace") if record.key is not None else None
 
 
-async def _from_index(prefix: str, sessions: list[str], chosen: Slice, across: list[str]) -> Read:
-    index = trace_index(program_settings(), install=False)
+async def _from_index(
+    settings: Settings, prefix: str, sessions: list[str], chosen: Slice, across: list[str]
+) -> Read:
+    index = trace_index(settings, install=False)
     if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
         raise ConfigError(
             f"no trace index at {index.where} and no broker with the records: `hermesbus up` "

@@ -19,11 +19,13 @@ from ._common import (
     fail,
     json_safe,
     kafka_with,
+    program_settings,
     shown,
 )
 from ._when import TIMES, tail_position
 
 if TYPE_CHECKING:
+    from hermesbus.codec import Codec
     from hermesbus.connectors.kafka import KafkaConfig
     from hermesbus.trace.tail import Filters, Position, Tailed
 
@@ -83,9 +85,11 @@ def tail_command(
     filters = Filters(session=session, trace=trace, component=component)
     # Ctrl-C ends a --follow; a closed pipe (| head) ends any: both quietly
     with errors(), contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
-        asyncio.run(
-            _print(kafka_with(bootstrap), names, first, last, follow, filters, as_json, not topic)
-        )
+        from hermesbus.codec import codec_for
+
+        settings = program_settings()
+        kafka, codec = kafka_with(settings, bootstrap), codec_for(settings.bus)
+        asyncio.run(_print(kafka, codec, names, first, last, follow, filters, as_json, not topic))
 
 
 def _position(option: str, text: str, now_ms: int) -> Position:
@@ -98,6 +102,7 @@ def _position(option: str, text: str, now_ms: int) -> Position:
 
 async def _print(
     kafka: KafkaConfig,
+    codec: Codec,
     names: list[str],
     first: Position,
     last: Position | None,
@@ -119,6 +124,7 @@ async def _print(
         follow=follow,
         filters=filters,
         missing_ok=missing_ok,
+        codec=codec,
     ):
         listed += 1
         if as_json:

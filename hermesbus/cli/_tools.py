@@ -245,7 +245,8 @@ def health_command(home: HomeOption = None) -> None:
 
 
 async def _health(settings: Settings) -> list[tuple[str, ...]]:
-    async with ToolService(tool_store(settings), settings.tool) as tools:
+    environ = settings.tool_env.revealed()
+    async with ToolService(tool_store(settings), settings.tool, environ=environ) as tools:
         probes = await tools.probe_all()
         rows: list[tuple[str, ...]] = []
         for name, probe in sorted(probes.items()):

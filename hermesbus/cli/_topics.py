@@ -12,7 +12,7 @@ from rich.table import Table
 from hermesbus.topics import CATALOG_FILE, Catalog
 from hermesbus.topics.provision import ApplyResult, apply
 
-from ._common import PrefixOption, console, errors, kafka_with
+from ._common import PrefixOption, console, errors, kafka_with, program_settings
 
 app = typer.Typer(help="The topic catalog and its provisioning.", no_args_is_help=True)
 
@@ -76,7 +76,7 @@ def apply_command(
     """
     with errors():
         topics = _catalog(catalog, prefix, partitions, replication_factor)
-        config = kafka_with(bootstrap)
+        config = kafka_with(program_settings(), bootstrap)
         result = asyncio.run(apply(topics, config, dry_run=dry_run))
     _report(result, dry_run)
     if not result.ok:

@@ -17,8 +17,9 @@ from rich.status import Status
 from hermesbus.base import sigint as _sigint
 from hermesbus.base.lifecycle import tune_collector
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker, answers
+from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
-from hermesbus.compose.stack import Stack, _provision, stack
+from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.runtime import Processor
@@ -80,7 +81,7 @@ def up_command(
     with errors():
         read = program_settings()
         runtime = read.runtime.model_copy(update={"exactly_once": exactly_once})
-        settings = read.with_parts(kafka=kafka_with(bootstrap), runtime=runtime)
+        settings = read.with_parts(kafka=kafka_with(read, bootstrap), runtime=runtime)
         code = asyncio.run(_up(settings, prefix, run_demo=run_demo, once=once))
     if code:
         raise typer.Exit(code)
@@ -230,7 +231,7 @@ async def _topics_back(
         async with KafkaAdmin(kafka) as admin:
             if not await admin.missing(Catalog.load().with_overrides(prefix=prefix).names()):
                 return None
-        created = await _provision(kafka, prefix, _broker_news, announce=False)
+        created = await provision(kafka, prefix, _broker_news, announce=False)
     except ConfigError as exc:
         return f"the topics at {kafka.bootstrap} changed under up: {exc}"
     except BrokerError as exc:

@@ -16,17 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerStoppedError, TopicPartition
+from aiokafka import ConsumerStoppedError, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from hermesbus.base.config import HermesSettings
 from hermesbus.base.lifecycle import Service
-from hermesbus.codec import Codec, Framing, default_codec
+from hermesbus.codec import Codec, Framing, codec_for
 from hermesbus.connectors.kafka import (
     KafkaConfig,
     kafka_reason,
+    log_consumer,
     partition_of,
+    plain_producer,
     require_topic,
     start_or_close,
 )
@@ -41,10 +42,19 @@ from hermesbus.errors import (
     IdentityError,
     ReplyTimeout,
 )
-from hermesbus.identity import APP, Keyring, PublicKeys, Signer, public_keys_path
+from hermesbus.identity import APP, Keyring, PublicKeys, Signer
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
-__all__ = ["CONVERSATION_TARGET", "Client", "Replies", "Unverified", "partition_for_key"]
+from ._settings import ClientSettings, from_environment, invalid
+
+__all__ = [
+    "CONVERSATION_TARGET",
+    "Client",
+    "ClientSettings",
+    "Replies",
+    "Unverified",
+    "partition_for_key",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +72,17 @@ def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
     return ordered[partition_of(key, len(ordered))]
 
 
-def _kafka_config(config: KafkaConfig | None, overrides: Mapping[str, Any]) -> KafkaConfig:
-    """``config`` (default: from ``HERMES_KAFKA_*``) with keyword overrides; needs a bootstrap."""
+def _kafka_config(config: KafkaConfig, overrides: Mapping[str, Any]) -> KafkaConfig:
+    """``config`` with keyword overrides; needs a bootstrap."""
     unknown = sorted(set(overrides) - set(KafkaConfig.model_fields))
     if unknown:
         known = ", ".join(KafkaConfig.model_fields)
         raise ConfigError(f"unknown Kafka setting {', '.join(unknown)}: use one of {known}")
     try:
-        if config is None:
-            config = KafkaConfig(**overrides)
-        elif overrides:
+        if overrides:
             config = KafkaConfig.model_validate({**config.model_dump(), **overrides})
     except ValidationError as exc:
-        said = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ConfigError(f"invalid Kafka settings: {said}") from exc
+        raise invalid("Kafka settings", exc) from exc
     if not config.bootstrap:
         raise ConfigError(
             "no Kafka bootstrap: set HERMES_KAFKA_BOOTSTRAP or pass Client(bootstrap='HOST:PORT')"
@@ -105,9 +109,13 @@ _FETCH_MAX_WAIT_MS = 50
 class Client(Service):
     """An app's side of the bus; an async context manager whose start/stop are idempotent.
 
-    ``name`` is the instance part of the ``app:<name>`` source address; ``topic_prefix``
-    is put in front of every topic name (default ``HERMES_TOPIC_PREFIX``, else none).
-    Keyword ``overrides`` are :class:`KafkaConfig` fields (``bootstrap=...``, ...).
+    ``settings`` are what it is configured by (a program's
+    :class:`~hermesbus.compose.settings.Settings`, or any :class:`ClientSettings`); given
+    none, it reads the ``HERMES_*`` variables once, here, for whatever the other arguments
+    leave open. ``config`` replaces the settings' Kafka part; keyword ``overrides`` are
+    :class:`KafkaConfig` fields (``bootstrap=...``, ...). ``name`` is the instance part of
+    the ``app:<name>`` source address; ``topic_prefix`` is put in front of every topic
+    name (default: the settings', ``HERMES_TOPIC_PREFIX``, else none).
 
     Every record is signed. An app signs as ``app`` (``HERMES_KEY_APP`` or the keyring
     file) and may send only user turns to the ingress topic; ``identity=`` a component
@@ -126,6 +134,7 @@ class Client(Service):
         self,
         config: KafkaConfig | None = None,
         *,
+        settings: ClientSettings | None = None,
         name: str = "client",
         topic_prefix: str | None = None,
         codec: Codec | None = None,
@@ -138,14 +147,15 @@ class Client(Service):
     ) -> None:
         if not _INSTANCE.match(name):
             raise ConfigError(f"client name {name!r}: use letters, digits, '_', '.' or '-'")
-        self.config = _kafka_config(config, overrides)
+        self._settings = settings
+        self.config = _kafka_config(config or self._given().kafka, overrides)
         self.identity = identity
-        self._signer = Signer(identity, (keys if keys is not None else Keyring.load()))
+        self._signer = Signer(identity, keys if keys is not None else self._given().keys.load())
         self.source = f"app:{name}"
         self.topic_prefix = (
-            topic_prefix if topic_prefix is not None else HermesSettings().topic_prefix
+            topic_prefix if topic_prefix is not None else self._given().bus.topic_prefix
         )
-        self._kwargs = self.config.client_kwargs()
+        self.config.client_kwargs()  # incomplete SASL settings are refused here, not at start
         self._codec = codec
         self._framing: Framing = framing
         self._producer: Any = None
@@ -155,11 +165,17 @@ class Client(Service):
         self.unverified = 0
         """Replies-topic records dropped because their signature did not verify."""
 
+    def _given(self) -> ClientSettings:
+        """The settings given, else the environment's, read on first need (then kept)."""
+        if self._settings is None:
+            self._settings = from_environment()
+        return self._settings
+
     async def start(self) -> None:
         if self._producer is not None:
             return
         # acks=all without idempotence: the embedded broker has no idempotent producers.
-        producer = AIOKafkaProducer(**self._kwargs, acks="all", enable_idempotence=False)
+        producer = plain_producer(self.config, acks="all", enable_idempotence=False)
         where = f"cannot reach Kafka at {self.config.address}"
         await start_or_close(producer.start, producer.stop, where)
         self._producer = producer
@@ -174,8 +190,10 @@ class Client(Service):
 
     @property
     def codec(self) -> Codec:
-        """The codec given to the constructor, else the process-wide default."""
-        return self._codec if self._codec is not None else default_codec()
+        """The codec given to the constructor, else the one for the settings' registry."""
+        if self._codec is None:
+            self._codec = codec_for(self._given().bus)
+        return self._codec
 
     async def send(self, envelope: Envelope, *, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Write ``envelope`` to its target's topic, keyed by session, signed; wait for acks.
@@ -286,7 +304,7 @@ class Client(Service):
         """The public keys replies are checked with, loaded once; ConfigError if none."""
         if not isinstance(self._trust, PublicKeys):
             named = self._trust
-            self._trust = PublicKeys.load(Path(named) if named else public_keys_path())
+            self._trust = PublicKeys.load(Path(named) if named else self._given().keys.public)
         return self._trust
 
     def _started(self) -> Any:
@@ -346,10 +364,8 @@ class Replies(Service):
             return
         self._client.trusted()  # no keys to check replies with: refuse to read them
         partition = TopicPartition(self.topic, await self._client._partition(self.topic, self._key))
-        consumer = AIOKafkaConsumer(
-            **self._client._kwargs,
-            group_id=None,
-            enable_auto_commit=False,
+        consumer = log_consumer(
+            self._client.config,
             fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,  # a reply is waited for: don't sit on it
         )
         self._consumer, self._partition = consumer, partition

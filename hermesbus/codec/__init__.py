@@ -3,6 +3,10 @@
 Single-object framing (``C3 01`` + CRC-64-AVRO fingerprint) is the default and
 needs no registry; Confluent framing (``00`` + schema id) is used when
 ``HERMES_SCHEMA_REGISTRY_URL`` is set. ``decode`` detects the framing itself.
+
+:func:`default_codec` knows the shipped schemas and no registry; a program with a
+registry configured gets its codec from :func:`codec_for` with the settings its start
+read (the composition root hands it down), never from the environment here.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "Framing",
     "SchemaRegistry",
     "WriterSchema",
+    "codec_for",
     "decode",
     "decode_record",
     "default_codec",
@@ -31,22 +36,31 @@ __all__ = [
 ]
 
 _default: Codec | None = None
+_registered: dict[RegistryConfig, Codec] = {}
 _lock = threading.Lock()
 
 
 def default_codec() -> Codec:
-    """The process-wide codec over the shipped schemas (and the configured registry)."""
+    """The process-wide codec over the shipped schemas, with no schema registry."""
     global _default  # noqa: PLW0603 - one lazily built codec per process
     if _default is None:
         with _lock:
             if _default is None:
-                _default = Codec(registry=_registry_from_env())
+                _default = Codec()
     return _default
 
 
-def _registry_from_env() -> SchemaRegistryClient | None:
-    config = RegistryConfig.from_settings(HermesSettings())
-    return SchemaRegistryClient(config) if config else None
+def codec_for(bus: HermesSettings) -> Codec:
+    """The codec for a bus with these settings: :func:`default_codec` when they name no
+    schema registry, else one process-wide codec per registry (its schema ids cached)."""
+    config = RegistryConfig.from_settings(bus)
+    if config is None:
+        return default_codec()
+    with _lock:
+        codec = _registered.get(config)
+        if codec is None:
+            codec = _registered[config] = Codec(registry=SchemaRegistryClient(config))
+        return codec
 
 
 def encode(envelope: Envelope, framing: Framing = "single-object") -> bytes:

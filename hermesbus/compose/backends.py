@@ -8,7 +8,8 @@ by every worker of a group), memory's mid-term store and the tool store;
 index. The processors and the core know only the Protocols these implement
 (``runtime.StateStore``, memory's ``PreferenceStore`` and ``GraphStore``, the tool
 processor's ``ToolStore``, the index's ``TraceIndex``); the stack and the commands ask
-here for the implementations.
+here for the implementations. A command that asks a server itself (``doctor``) gets
+its client here too, from the same settings.
 
 Imports go one way (``tests/unit/test_layers.py`` holds them to it): the core, then the
 processors, then the store connectors, then this module, the stack and the CLI.
@@ -18,17 +19,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.settings import Settings
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.connectors.neo4j import Neo4jGraphStore
+from hermesbus.connectors.neo4j import connect as connect_neo4j
 from hermesbus.connectors.redis import (
     RedisPreferenceStore,
     RedisStateStore,
     RedisToolStore,
 )
+from hermesbus.connectors.redis import connect as connect_redis
+from hermesbus.connectors.schema_registry import RegistryConfig, SchemaRegistryClient
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.connectors.sqlite.memory import SqliteGraphStore, SqlitePreferenceStore
@@ -37,11 +41,18 @@ from hermesbus.processors import memory, tool
 from hermesbus.runtime import StateStore
 from hermesbus.trace.index import TraceIndex
 
+if TYPE_CHECKING:
+    from neo4j import AsyncDriver
+    from redis.asyncio import Redis
+
 __all__ = [
     "Opened",
     "OpenedStateStore",
     "OpenedToolStore",
     "memory_stores",
+    "neo4j_driver",
+    "redis_client",
+    "schema_registry",
     "sqlite_memory",
     "state_store",
     "tool_store",
@@ -72,25 +83,21 @@ class OpenedToolStore(tool.ToolStore, Opened, Protocol):
     """A tool store, opened with ``async with``."""
 
 
-def _marked(settings: Settings, *stores: object) -> None:
-    """Each store's mark kept in the book of the settings' state folder (a redrive's
-    sandbox keeps its own), not in whatever folder the environment names."""
-    book = MarkBook(settings.home)
-    for store in stores:
-        guard = getattr(store, "marks", None)  # every marked store has one (MarkedStore)
-        if guard is not None:
-            guard.book = book
+def _book(settings: Settings) -> MarkBook:
+    """Where every store's mark is expected: the book of the settings' state folder (a
+    redrive's sandbox keeps its own), given to each store as it is built."""
+    return MarkBook(settings.home)
 
 
 def state_store(settings: Settings) -> OpenedStateStore:
     """Session state, outboxes and timers: Redis when ``HERMES_REDIS_URL`` is set, else
     SQLite (``$HERMES_HOME/state.sqlite3``)."""
+    book = _book(settings)
     store: OpenedStateStore = (
-        RedisStateStore(settings.redis)
+        RedisStateStore(settings.redis, book=book)
         if settings.redis.url is not None
-        else SqliteStateStore(config=settings.sqlite)
+        else SqliteStateStore(config=settings.sqlite, book=book)
     )
-    _marked(settings, store)
     return store
 
 
@@ -100,27 +107,29 @@ def memory_stores(settings: Settings) -> memory.MemoryStores:
     for what is not configured."""
     own = settings.memory
     path, timeout = own.db_path, own.busy_timeout_ms
-    redis, neo4j = settings.redis, settings.neo4j
+    redis, neo4j, book = settings.redis, settings.neo4j, _book(settings)
     preferences: memory.PreferenceStore = (
-        RedisPreferenceStore(redis)
+        RedisPreferenceStore(redis, book=book)
         if redis.url is not None
-        else SqlitePreferenceStore(path, busy_timeout_ms=timeout)
+        else SqlitePreferenceStore(path, busy_timeout_ms=timeout, book=book)
     )
     graph: memory.GraphStore = (
-        Neo4jGraphStore(neo4j) if neo4j.url else SqliteGraphStore(path, busy_timeout_ms=timeout)
+        Neo4jGraphStore(neo4j, book=book)
+        if neo4j.url
+        else SqliteGraphStore(path, busy_timeout_ms=timeout, book=book)
     )
-    _marked(settings, preferences, graph)
     return memory.MemoryStores(own, preferences=preferences, graph=graph)
 
 
 def sqlite_memory(own: memory.MemorySettings) -> memory.MemoryStores:
     """Memory's two stores in SQLite on ``own.db_path``, whatever servers are configured
-    (a shadow replay, the in-memory bus: nothing written where it lasts)."""
-    path, timeout = own.db_path, own.busy_timeout_ms
+    (a shadow replay, the in-memory bus: nothing written where it lasts); their marks
+    expected in the book of ``own.home``."""
+    path, timeout, book = own.db_path, own.busy_timeout_ms, MarkBook(own.home)
     return memory.MemoryStores(
         own,
-        preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout),
-        graph=SqliteGraphStore(path, busy_timeout_ms=timeout),
+        preferences=SqlitePreferenceStore(path, busy_timeout_ms=timeout, book=book),
+        graph=SqliteGraphStore(path, busy_timeout_ms=timeout, book=book),
     )
 
 
@@ -129,12 +138,12 @@ def tool_store(settings: Settings, *, path: Path | None = None) -> OpenedToolSto
     Redis when ``HERMES_REDIS_URL`` is set, else SQLite (``settings.tool.tools_path``).
     ``path``: the SQLite file of another state folder (``up --copy-tools-from``), whatever
     is set."""
+    book = _book(settings)
     store: OpenedToolStore = (
-        RedisToolStore(settings.redis)
+        RedisToolStore(settings.redis, book=book)
         if settings.redis.url is not None and path is None
-        else SqliteToolStore(path, settings=settings.tool)
+        else SqliteToolStore(path, settings=settings.tool, book=book)
     )
-    _marked(settings, store)
     return store
 
 
@@ -150,3 +159,22 @@ def trace_index(settings: Settings, *, install: bool = True) -> TraceIndex:
     if settings.elasticsearch.url:
         return ElasticsearchTraceIndex(settings.elasticsearch, install=install)
     return SqliteTraceIndex(config=settings.sqlite)
+
+
+def redis_client(settings: Settings) -> Redis:
+    """A client of the Redis ``HERMES_REDIS_URL`` names, for asking the server itself
+    (``doctor``); no connection is made yet. ConfigError when none is configured."""
+    return connect_redis(settings.redis)
+
+
+def neo4j_driver(settings: Settings) -> AsyncDriver:
+    """A driver for the Neo4j ``HERMES_NEO4J_URL`` names, for asking the server itself
+    (``doctor``); it connects on first use. ConfigError when none is configured."""
+    return connect_neo4j(settings.neo4j)
+
+
+def schema_registry(settings: Settings) -> SchemaRegistryClient | None:
+    """A client of the schema registry ``HERMES_SCHEMA_REGISTRY_URL`` names (close it),
+    or None when none is configured."""
+    config = RegistryConfig.from_settings(settings.bus)
+    return SchemaRegistryClient(config) if config is not None else None

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, SecretStr, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from hermesbus.base.config import HermesSettings, StateHome
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig
@@ -28,10 +28,10 @@ from hermesbus.connectors.neo4j import Neo4jConfig
 from hermesbus.connectors.redis import RedisConfig
 from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.errors import ConfigError, SettingError
-from hermesbus.identity import ENV_PREFIX, KEYS_FILE_ENV, PUBLIC_KEYS_FILE_ENV, KeySettings
+from hermesbus.identity import KeySettings
 from hermesbus.processors.conversation import ConversationSettings
 from hermesbus.processors.memory import MemorySettings
-from hermesbus.processors.tool import ToolSettings
+from hermesbus.processors.tool import ToolEnvironment, ToolSettings
 from hermesbus.runtime import RuntimeSettings
 
 __all__ = ["Settings"]
@@ -62,11 +62,20 @@ SANDBOX: dict[str, str] = {
     "tool": "moved",
     "conversation": "taken",
     "memory": "moved",
+    "tool_env": "taken",
 }
 """What a redrive's sandbox takes of each part of the bus's settings: ``taken`` as it is
 (the broker, the tuning), ``moved`` into the sandbox's folder, or ``default`` (a part not
 taken: no server). Every part is named here; tests/unit/compose/test_settings.py fails on
-a part that is not, so a new backend is placed on purpose."""
+a part that is not, so a new backend is placed on purpose.
+
+``tool_env`` is taken: a redrive with ``--live-tools`` runs the bus's tools, and they get
+what they get on the bus (a worker the variables its spec names, the service the keys
+its signatures name), or they would fail where the bus's did not. No store or server is
+chosen from it (those come from the other parts); in recorded mode no tool runs."""
+_GIVEN: dict[str, type[BaseModel]] = {"keys": KeySettings, "tool_env": ToolEnvironment}
+"""The parts no settings model reads: built by :meth:`Settings.from_environment` from the
+environment, or given in code."""
 
 
 class Settings(BaseModel):
@@ -86,6 +95,10 @@ class Settings(BaseModel):
     conversation: ConversationSettings
     memory: MemorySettings
     keys: KeySettings
+    tool_env: ToolEnvironment
+    """The program's environment as read at its start, for its tools only (a worker gets
+    the variables its spec names, a signature is checked with the key it names); secrets,
+    never printed. Built in code: empty unless given."""
 
     @property
     def home(self) -> Path:
@@ -104,27 +117,19 @@ class Settings(BaseModel):
             name: (model(home=home) if name in _HOMED else model())
             for name, model in _PARTS.items()
         }
-        named, public = environ.get(KEYS_FILE_ENV), environ.get(PUBLIC_KEYS_FILE_ENV)
-        keys = KeySettings(
-            file=Path(named) if named else home / "keys.json",
-            public_file=Path(public) if public else None,
-            given=tuple(
-                (k, SecretStr(v))
-                for k, v in sorted(environ.items())
-                if k.startswith(ENV_PREFIX) and v
-            ),
-        )
-        return cls(**parts, keys=keys)
+        keys = KeySettings.from_environ(home, environ)
+        return cls(**parts, keys=keys, tool_env=ToolEnvironment.of(environ))
 
     @classmethod
     def of(cls, home: Path, **parts: BaseModel) -> Self:
         """Settings built in code, with nothing read from the environment: every part not
         given has its defaults, with its files under ``home``; the keyring is
-        ``home/keys.json``. ``parts`` by name (``kafka=KafkaConfig(...)``)."""
+        ``home/keys.json`` and the tools are given no variable (``tool_env``). ``parts``
+        by name (``kafka=KafkaConfig(...)``)."""
         _known(parts, "Settings.of")
         home = _state_home(home)
         keys = parts.pop("keys", None) or KeySettings(file=home / "keys.json")
-        given: dict[str, Any] = {"keys": keys}
+        given: dict[str, Any] = {"keys": keys, "tool_env": parts.pop("tool_env", ToolEnvironment())}
         for name, model in _PARTS.items():
             part = parts.get(name)
             if part is None:  # its defaults, marked as given by nobody (model_fields_set)
@@ -137,7 +142,7 @@ class Settings(BaseModel):
         """The same settings with some parts replaced (``kafka=...``, ``runtime=...``)."""
         _known(parts, "Settings.with_parts")
         for name, part in parts.items():
-            wanted = KeySettings if name == "keys" else _PARTS[name]
+            wanted = _GIVEN.get(name) or _PARTS[name]
             if not isinstance(part, wanted):
                 raise TypeError(f"Settings.with_parts: {name} must be a {wanted.__name__}")
         return self.model_copy(update=parts)
@@ -155,9 +160,10 @@ class Settings(BaseModel):
 
     def sandbox(self, home: Path, keys: KeySettings | None = None) -> Self:
         """A redrive's settings, built afresh in ``home``: only what :data:`SANDBOX` says a
-        sandbox takes from the bus's settings is taken (the broker and the tuning), every
-        store is a SQLite file in ``home`` and no server is configured. ``keys``: whose the
-        sandbox signs and verifies with (default: the bus's keyring, read)."""
+        sandbox takes from the bus's settings is taken (the broker, the tuning, the tools'
+        environment), every store is a SQLite file in ``home`` and no server is configured.
+        ``keys``: whose the sandbox signs and verifies with (default: the bus's keyring,
+        read)."""
         fresh = type(self).of(home)
         taken: dict[str, Any] = {"keys": keys or self.keys}
         for name, how in SANDBOX.items():
@@ -182,19 +188,28 @@ class Settings(BaseModel):
             "memory": self.memory.db_path,
             "tools": self.tool.tools_path,
         }
-        servers = {
-            "Redis": self.redis.url is not None,
-            "Neo4j": bool(self.neo4j.url),
-            "Elasticsearch": bool(self.elasticsearch.url),
-        }
         found = [
             f"{what} at {path}" for what, path in files.items() if not path.is_relative_to(home)
         ]
-        return found + [f"{what} (a server)" for what, on in servers.items() if on]
+        return found + [f"{server} (a server)" for server in self.servers()]
+
+    def servers(self) -> list[str]:
+        """The parts that name a server to connect to (a ``url`` set), by the server's name
+        (``Redis``, ``Neo4j``, ...): found from the parts, so a new backend is counted
+        without being listed here."""
+        return [
+            _SERVER_NAMES.get(name, name)
+            for name in _PARTS
+            if "url" in type(getattr(self, name)).model_fields and getattr(self, name).url
+        ]
+
+
+_SERVER_NAMES = {"redis": "Redis", "neo4j": "Neo4j", "elasticsearch": "Elasticsearch"}
+"""How a server part is named to a person; a part not here is named by its own name."""
 
 
 def _known(parts: Mapping[str, object], where: str) -> None:
-    unknown = sorted(set(parts) - set(_PARTS) - {"keys"})
+    unknown = sorted(set(parts) - set(_PARTS) - set(_GIVEN))
     if unknown:
         raise ConfigError(f"{where}: no part named {', '.join(unknown)}")
 
@@ -204,4 +219,5 @@ def _state_home(home: Path) -> Path:
     try:
         return TypeAdapter(StateHome).validate_python(home)
     except ValidationError as exc:
-        raise SettingError(exc.errors(include_url=False)[0]["msg"]) from None
+        said = str(exc.errors(include_url=False)[0]["msg"])
+        raise SettingError(said.removeprefix("Value error, ")) from None

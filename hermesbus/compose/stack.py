@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from hermesbus.base.lifecycle import logged_task
+from hermesbus.codec import Codec, codec_for
 from hermesbus.compose.backends import (
     memory_stores,
     sqlite_memory,
@@ -31,10 +31,12 @@ from hermesbus.compose.backends import (
 )
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.compose.homelock import home_lock
+from hermesbus.compose.probes import first_probes, keep_probing
+from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
-from hermesbus.errors import ConfigError, HermesError
+from hermesbus.errors import ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
@@ -42,11 +44,9 @@ from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.replay.shadow import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.testing import Harness
-from hermesbus.topics import Catalog, plan, sized_by_existing
 from hermesbus.trace.index import INDEXER_GROUP, Indexer, TraceIndex
 
 __all__ = [
-    "PROBE_INTERVAL_S",
     "REPLAYABLE",
     "Progress",
     "Stack",
@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 JOIN_WAIT_S = 60.0
 """How long start-up waits for every processor's group before timers may fire anyway."""
-PROBE_INTERVAL_S = 10.0
-"""How often every tool's health probe runs (the dispatcher reads the latest)."""
 
 
 STUCK_S: Final = 10.0
@@ -176,28 +174,25 @@ async def stack(
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states = store if store is not None else await _state(exits, say, settings)
-        _demo_keys(fresh=demo, copying=copy_tools_from is not None)
+        environ = _tool_environ(settings, fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory_stores(settings))
-        tools = await enter(tool.ToolService(tool_store(settings), settings.tool))
+        tools = await enter(tool.ToolService(tool_store(settings), settings.tool, environ=environ))
         violations = dispatcher.Violations()
         running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
         running.broker = broker
-        running.created = await _provision(kafka, prefix, say, announce=not embedded)
+        running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:
             running.tool_names = await demo_tools.register_demo(tools)
         if copy_tools_from is not None:
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
-        # the first probes start the tools' workers while the groups join (tansu: >= 1 s);
-        # until they land, a dispatcher asking for a tool's health waits (no stale probe)
-        tools.probed.clear()
-        probed = asyncio.create_task(_first_probes(tools, say))
-        exits.push_async_callback(_cancelled, probed)
+        probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
         intent = await _conversation_ports(enter, settings.conversation)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
         await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
         sharing = {tool.group_name(name) for name in own}
+        codec = codec_for(settings.bus)  # the bus's schema registry, if it has one
         running.indexer = await _indexer(
             exits,
             index if index is not None else trace_index(settings),
@@ -205,6 +200,7 @@ async def stack(
             prefix=prefix,
             settings=runtime,
             keyring=settings.keys.load,
+            codec=codec,
             say=say,
             group=group_prefix,
         )
@@ -223,6 +219,7 @@ async def stack(
                 group_id=group_prefix + name,
                 settings=runtime,
                 keyring=settings.keys.load,
+                codec=codec,
                 ports=ports,
                 clock=clock,
                 dead_letter_undecodable=name not in sharing,  # dead-lettered once, by "tool"
@@ -238,7 +235,7 @@ async def stack(
         )
         await _joined([*running.processors, running.indexer], say)
         await probed
-        exits.callback(logged_task(_probing(tools), "tool-health").cancel)
+        keep_probing(exits, tools)
         gate.set()
         say("ready")
         yield running
@@ -265,12 +262,15 @@ def _quiet(_step: str) -> None:
     return None
 
 
-def _demo_keys(*, fresh: bool, copying: bool) -> None:
-    """The demo tools' signing keys in the environment: the workers inherit the private one,
-    the service verifies with the public one. New for a demo run; for copied tools (they
-    may be the demo's) only when none are set."""
-    if fresh or (copying and demo_tools.DEMO_SIGNING_ENV not in os.environ):
-        os.environ.update(demo_tools.demo_keys())
+def _tool_environ(settings: Settings, *, fresh: bool, copying: bool) -> dict[str, str]:
+    """The environment the tools are given: the program's (``settings.tool_env``), with the
+    demo tools' signing keys (the workers get the private one, the service verifies with
+    the public one): new for a demo run; for copied tools (they may be the demo's) only
+    when none are set. The process's own environment is left as it is."""
+    environ = settings.tool_env.revealed()
+    if fresh or (copying and demo_tools.DEMO_SIGNING_ENV not in environ):
+        environ |= demo_tools.demo_keys()
+    return environ
 
 
 async def _embedded(
@@ -294,6 +294,7 @@ async def _indexer(
     prefix: str,
     settings: RuntimeSettings,
     keyring: Callable[[], Keyring],
+    codec: Codec,
     say: Progress,
     group: str = "",
 ) -> Indexer:
@@ -307,6 +308,7 @@ async def _indexer(
         prefix=prefix,
         settings=settings,
         keyring=keyring,
+        codec=codec,
         group_id=group + INDEXER_GROUP,
     )
     exits.push_async_callback(indexer.stop)
@@ -440,84 +442,12 @@ async def _copy_tools(home: Path, tools: tool.ToolService, settings: Settings) -
     return [spec.name for spec in specs]
 
 
-async def _provision(
-    kafka: KafkaConfig, prefix: str, say: Progress, *, announce: bool
-) -> list[str]:
-    """Create the catalog's missing topics; ``say`` is told when the broker answered
-    (``announce``) and when the missing ones follow the existing ones' partition count.
-
-    Topics keyed by session must share one partition count (a session's partition
-    number, with its state and timers, is the same on every topic). Missing ones are
-    created with the count the existing ones have (``topics apply --partitions 24``
-    made them so); existing ones that disagree with each other are refused.
-    """
-    listed = Catalog.load().with_overrides(prefix=prefix)
-    async with KafkaAdmin(kafka) as admin:
-        if announce:  # a configured broker is up once it answered
-            say(f"broker up: Kafka at {kafka.bootstrap}")
-        existing = await admin.describe(listed.names())
-        catalog, counts = sized_by_existing(listed, existing)
-        if len(counts) > 1:
-            found = ", ".join(f"{name}={n}" for name, n in sorted(counts.items()))
-            raise ConfigError(
-                f"topics keyed by session have different partition counts ({found}): a "
-                "session would be on a different partition of each topic. Recreate the odd "
-                "ones with the same count (partition counts never change in place), or use "
-                "another --prefix; `hermesbus doctor` lists the drift"
-            )
-        for name, wanted in counts.items():  # one: they agree
-            default = listed.get(name).partitions
-            if wanted != default and any(spec.name not in existing for spec in catalog):
-                say(
-                    f"topics: the existing session topics have {wanted} partitions ({name}; "
-                    f"the catalog says {default}): the missing ones get {wanted} too"
-                )
-        topics = plan(catalog, existing)
-        for drift in topics.drift:
-            log.warning("topic drift: %s", drift)
-        return await admin.create(topics.create)
-
-
 async def _stop_all(processors: Sequence[Processor]) -> None:
     """Stop every processor at once: each may give its in-flight work revoke_timeout_ms."""
     stopped = await asyncio.gather(*(p.stop() for p in processors), return_exceptions=True)
     for processor, outcome in zip(processors, stopped, strict=True):
         if isinstance(outcome, BaseException):
             log.error("processor %s did not stop cleanly", processor.name, exc_info=outcome)
-
-
-async def _probe(tools: tool.ToolService) -> None:
-    try:
-        await tools.probe_all()
-    except HermesError as exc:  # a probe that fails makes its tool unhealthy, not the stack
-        log.warning("tool health probes: %s", exc)
-
-
-async def _first_probes(tools: tool.ToolService, say: Progress) -> None:
-    try:
-        await _probe(tools)
-    finally:
-        tools.probed.set()
-    names = [spec.name for spec in await tools.store.list_specs()]
-    say(f"tools ready: {', '.join(names) or 'none registered'}")
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` and wait for it; its own failure is logged, not raised over the
-    error the stack may be unwinding for."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    except Exception:
-        log.exception("the tools' first probes failed")
-
-
-async def _probing(tools: tool.ToolService) -> None:
-    while True:
-        await asyncio.sleep(PROBE_INTERVAL_S)
-        await _probe(tools)
 
 
 REPLAYABLE: Final = MappingProxyType(
@@ -605,7 +535,7 @@ async def in_memory(
         table = wiring(
             intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
         )
-        bus = Harness(policy=policy)
+        bus = Harness(policy=policy, applied_window=settings.runtime.applied_window)
         for name, (handler, topic, ports) in table.items():
             chosen = (
                 conversation_handler

@@ -17,9 +17,7 @@ from ._keys import (
     Key,
     Keyring,
     check_identity,
-    keys_path,
     new_key,
-    public_keys_path,
 )
 from ._public import PUBLIC_SIGNATURE, PUBLIC_SIGNERS, PublicKeys, read_by_apps
 from ._settings import KeySettings
@@ -43,9 +41,7 @@ __all__ = [
     "Verifier",
     "WritePolicy",
     "check_identity",
-    "keys_path",
     "new_key",
-    "public_keys_path",
     "read_by_apps",
     "signature_of",
 ]

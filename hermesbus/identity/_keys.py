@@ -6,6 +6,9 @@ Where keys come from, first match wins per identity:
 2. the keyring file ``HERMES_KEYS_FILE``, else ``$HERMES_HOME/keys.json``: JSON
    ``{"version": 1, "keys": {"<identity>": [{"kid": ..., "secret": ...}, ...]}}``.
 
+Those variables are read once, where a program starts, into a
+:class:`~hermesbus.identity.KeySettings`; what is here is given the file and the variables.
+
 The file is created (mode 0600) by ``hermesbus up`` on the embedded broker and by
 ``hermesbus keys init``, with ``public-keys.json`` beside it (the public halves apps
 check replies with, see ``_public``); ``hermesbus keys rotate IDENTITY`` puts a new key first and
@@ -27,7 +30,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hermesbus.base.config import HermesSettings
 from hermesbus.errors import ConfigError
 from hermesbus.identity._document import read_document
 
@@ -40,10 +42,8 @@ __all__ = [
     "PUBLIC_KEYS_NAME",
     "Key",
     "Keyring",
-    "keys_path",
     "missing_key",
     "new_key",
-    "public_keys_path",
 ]
 
 ENV_PREFIX = "HERMES_KEY_"
@@ -107,23 +107,6 @@ def _key(kid: object, encoded: object, where: str) -> Key:
 
 def _encode(secret: bytes) -> str:
     return base64.urlsafe_b64encode(secret).decode().rstrip("=")
-
-
-def keys_path(settings: HermesSettings | None = None) -> Path:
-    """The keyring file: ``HERMES_KEYS_FILE``, else ``$HERMES_HOME/keys.json``."""
-    named = os.environ.get(KEYS_FILE_ENV)
-    if named:
-        return Path(named)
-    return (settings or HermesSettings()).home / "keys.json"
-
-
-def public_keys_path(settings: HermesSettings | None = None) -> Path:
-    """The public keys apps check replies with: ``HERMES_PUBLIC_KEYS_FILE``, else
-    ``public-keys.json`` beside the keyring file (where writing the keyring puts it)."""
-    named = os.environ.get(PUBLIC_KEYS_FILE_ENV)
-    if named:
-        return Path(named)
-    return keys_path(settings).with_name(PUBLIC_KEYS_NAME)
 
 
 def missing_key(identity: str, source: str) -> str:
@@ -200,10 +183,11 @@ class Keyring:
     # -- files and the environment ---------------------------------------------------------
 
     @classmethod
-    def load(cls, path: Path | None = None, *, environ: Mapping[str, str] | None = None) -> Keyring:
-        """Keys from ``HERMES_KEY_*`` over the keyring file (which may be absent)."""
-        path = path if path is not None else keys_path()
-        environ = os.environ if environ is None else environ
+    def load(cls, path: Path, *, environ: Mapping[str, str] | None = None) -> Keyring:
+        """Keys from ``HERMES_KEY_*`` in ``environ`` (the variables a program was started
+        with, as its settings hold them; none by default) over the keyring file at ``path``
+        (which may be absent)."""
+        environ = {} if environ is None else environ
         keys: dict[str, Sequence[Key]] = dict(cls.read(path)._keys) if path.exists() else {}
         from_env = []
         for name, value in environ.items():
@@ -268,9 +252,8 @@ class Keyring:
         public.write(target)
 
     @classmethod
-    def ensure(cls, identities: Iterable[str], path: Path | None = None) -> Keyring:
+    def ensure(cls, identities: Iterable[str], path: Path) -> Keyring:
         """Load the keyring, first adding a key for each of ``identities`` the file lacks."""
-        path = path if path is not None else keys_path()
         wanted = list(identities)
         on_file = cls.read(path) if path.exists() else cls({}, source=str(path))
         complete = on_file.with_missing(wanted)

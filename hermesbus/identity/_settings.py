@@ -8,12 +8,19 @@ loaded from these settings, never from whatever the environment says at the time
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from hermesbus.identity._keys import PUBLIC_KEYS_NAME, Keyring
+from hermesbus.identity._keys import (
+    ENV_PREFIX,
+    KEYS_FILE_ENV,
+    PUBLIC_KEYS_FILE_ENV,
+    PUBLIC_KEYS_NAME,
+    Keyring,
+)
 
 __all__ = ["KeySettings"]
 
@@ -29,6 +36,22 @@ class KeySettings(BaseModel):
     """``HERMES_PUBLIC_KEYS_FILE``; None: ``public-keys.json`` beside :attr:`file`."""
     given: tuple[tuple[str, SecretStr], ...] = ()
     """``HERMES_KEY_<IDENTITY>`` variables with their values (secrets: never printed)."""
+
+    @classmethod
+    def from_environ(cls, home: Path, environ: Mapping[str, str]) -> Self:
+        """What ``environ`` (a program's variables, given by its start) says: the keyring
+        file (``HERMES_KEYS_FILE``, else ``keys.json`` in ``home``), the public keys file
+        (``HERMES_PUBLIC_KEYS_FILE``) and the ``HERMES_KEY_*`` keys."""
+        named, public = environ.get(KEYS_FILE_ENV), environ.get(PUBLIC_KEYS_FILE_ENV)
+        return cls(
+            file=Path(named) if named else home / "keys.json",
+            public_file=Path(public) if public else None,
+            given=tuple(
+                (k, SecretStr(v))
+                for k, v in sorted(environ.items())
+                if k.startswith(ENV_PREFIX) and v
+            ),
+        )
 
     @property
     def public(self) -> Path:

@@ -14,7 +14,8 @@ is bounded: open cycles per session, tools per cycle, timeouts and retry policie
 (rules), and the memory writes one result feeds (:data:`MAX_FACTS`, capped writes
 alerted as :data:`CAPPED_WRITES`).
 
-Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health))``;
+Wiring: ``Processor(NAME, handle, [TOPIC], store=store, ports=dispatcher_ports(health),
+kafka=..., settings=..., keyring=...)`` (the program's settings' parts, as ``up`` gives them);
 ``dispatcher_ports(health)["violations"].summary()`` prints the totals.
 """
 

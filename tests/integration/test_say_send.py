@@ -32,6 +32,7 @@ from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ, Catalog
 from tests.builders import reply_to
 from tests.integration.stacks import conversation_topics, demo_stack
+from tests.signing import keys
 
 pytestmark = pytest.mark.kafka
 
@@ -271,7 +272,7 @@ async def test_send_puts_each_line_on_its_topic_signed_and_keyed_by_session(
     assert decode(record.value) == turn
     headers = dict(record.headers)
     assert headers["message_id"] == turn.message_id.encode()
-    verifier = Verifier(Keyring.load())
+    verifier = Verifier(keys())
     assert verifier.signer(record.topic, record.key, record.value, record.headers) == "app"
 
 

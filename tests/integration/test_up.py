@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.contract.payloads import TrustLevel
@@ -99,7 +100,10 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
     assert "demo: both conversations finished" in result.stdout
     assert f"session state: Redis at {redis_url} (keys up{unique}:*)" in result.stderr
     assert not (tmp_path / "home" / "state.sqlite3").exists()  # nothing went to SQLite
-    async with RedisStateStore(RedisConfig(url=redis_url, prefix=f"up{unique}")) as redis:
+    book = MarkBook(tmp_path / "home")  # up's: the stores' marks as up recorded them
+    async with RedisStateStore(
+        RedisConfig(url=redis_url, prefix=f"up{unique}"), book=book
+    ) as redis:
         keys = {k.decode() async for k in redis.redis.scan_iter(match=f"up{unique}:*")}
     sessions = {k.split("{", 1)[1].split("}", 1)[0] for k in keys if ":state:" in k}
     assert len(sessions) == 2  # the two demo conversations
@@ -109,7 +113,7 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
     assert f"up{unique}:items:{{u_xyz789}}" in keys  # mid-term: the unfinished report
     assert not (tmp_path / "home" / "memory.sqlite3").exists()
     config = Neo4jConfig(url=neo4j_url, namespace=f"up{unique}")
-    async with Neo4jGraphStore(config) as graph:
+    async with Neo4jGraphStore(config, book=book) as graph:
         rows = await graph.driver.execute_query(
             "MATCH (s:Entity {ns: $ns})-[r:FACT {relation: 'approved_by'}]->(o:Entity) "
             "RETURN s.name AS s, o.name AS o, r.verified_by AS by, r.trust_level AS trust, "

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from neo4j import AsyncGraphDatabase
 from redis.asyncio import Redis
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig, Neo4jGraphStore
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
@@ -261,7 +262,7 @@ async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     sandbox = f"sandbox-{unique}."
     before = await _broker_state(kafka, [source])
     files = _files(home, memory_file)
-    servers = await _servers(settings)
+    servers = await _servers(settings, home)
     heard = await _heard(settings)  # the servers' own counts, and what reading them costs
     through = {name: relay.accepted for name, relay in relays.items()}
     env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}, **settings)
@@ -285,7 +286,7 @@ async def test_a_redrive_and_a_fork_write_none_of_productions_stores(
     assert await _heard(settings, since=heard) == {}, "a production server heard of the sandbox"
     assert await _broker_state(kafka, [source]) == before
     assert _files(home, memory_file) == files
-    assert await _servers(settings) == servers
+    assert await _servers(settings, home) == servers
     # what the sandbox kept is in its own folder: memory's choice of "不用，就这三张" too
     own = home / "replays" / sandbox.rstrip(".")
     assert (own / "state.sqlite3").exists() and (own / "memory.sqlite3").exists()
@@ -318,19 +319,21 @@ def test_a_redrive_on_its_own_broker_writes_only_in_its_sandbox(tmp_path: Path) 
     assert (own / "keys.json").exists() and list((own / "broker").glob("tansu-*.log"))
 
 
-async def _servers(settings: dict[str, str]) -> dict[str, int]:
-    """Production's Redis keys and Neo4j nodes (under its prefix and namespace)."""
+async def _servers(settings: dict[str, str], home: Path) -> dict[str, int]:
+    """Production's Redis keys and Neo4j nodes (under its prefix and namespace), read by
+    stores whose marks are in the book of production's state folder ``home``."""
     if "HERMES_REDIS_URL" not in settings:
         return {}
-    prefix = settings["HERMES_REDIS_PREFIX"]
-    async with RedisStateStore(RedisConfig(url=settings["HERMES_REDIS_URL"], prefix=prefix)) as r:
+    prefix, book = settings["HERMES_REDIS_PREFIX"], MarkBook(home)
+    config = RedisConfig(url=settings["HERMES_REDIS_URL"], prefix=prefix)
+    async with RedisStateStore(config, book=book) as r:
         keys = [k async for k in r.redis.scan_iter(match=f"{prefix}:*")]
-    config = Neo4jConfig(
+    graph_config = Neo4jConfig(
         url=settings["HERMES_NEO4J_URL"], namespace=settings["HERMES_NEO4J_NAMESPACE"]
     )
-    async with Neo4jGraphStore(config) as graph:
+    async with Neo4jGraphStore(graph_config, book=book) as graph:
         rows = await graph.driver.execute_query(
-            "MATCH (n {ns: $ns}) RETURN count(n) AS n", ns=config.namespace
+            "MATCH (n {ns: $ns}) RETURN count(n) AS n", ns=graph_config.namespace
         )
     return {"redis": len(keys), "neo4j": int(rows.records[0]["n"])}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermesbus.base.config import HermesSettings, default_home, state_home
+from hermesbus.base.config import HermesSettings, default_home
 from hermesbus.compose.broker import free_port
 from hermesbus.schemas import SCHEMAS_DIR
 from tests.cli_process import Ran, clean_env, hermesbus
@@ -249,8 +249,8 @@ def test_state_home_is_hermes_home_made_absolute_else_the_user_data_folder(
 ) -> None:
     monkeypatch.delenv("HERMES_HOME", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert state_home() == default_home() == tmp_path / "data" / "hermesbus"
+    assert HermesSettings().home == default_home() == tmp_path / "data" / "hermesbus"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HERMES_HOME", "relative/home")
-    assert state_home() == HermesSettings().home == tmp_path / "relative" / "home"
+    assert HermesSettings().home == tmp_path / "relative" / "home"
     assert not (tmp_path / "relative").exists()  # looking creates nothing

@@ -111,13 +111,14 @@ def test_search_shows_a_dash_as_the_trace_of_an_undecodable_record() -> None:
 def test_a_kibana_link_only_for_the_elasticsearch_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kibana shows Elasticsearch's documents: over the SQLite index a link led nowhere."""
     from hermesbus.cli import _index
+    from hermesbus.compose.settings import Settings
 
     docs = [{"hermes": {"kafka": {"timestamp_ms": 1_717_405_200_000}}}]
     monkeypatch.setenv("HERMES_KIBANA_URL", "http://kibana.example:5601")
     monkeypatch.delenv("HERMES_ELASTICSEARCH_URL", raising=False)
-    assert _index._kibana('trace.id:"t1"', docs) is None  # SQLite
+    assert _index._kibana(Settings.from_environment(), 'trace.id:"t1"', docs) is None  # SQLite
     monkeypatch.setenv("HERMES_ELASTICSEARCH_URL", "http://127.0.0.1:1")  # never contacted
-    link = _index._kibana('trace.id:"t1"', docs)
+    link = _index._kibana(Settings.from_environment(), 'trace.id:"t1"', docs)
     assert link is not None and link.startswith("http://kibana.example:5601/app/discover#/?")
     assert "t1" in link
 

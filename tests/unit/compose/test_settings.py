@@ -11,6 +11,7 @@ import pytest
 from hermesbus.compose.settings import SANDBOX, Settings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import ConfigError, SettingError
+from hermesbus.processors.tool import ToolEnvironment
 
 POISON = {
     "HERMES_HOME": "/nonexistent/poison-home",
@@ -44,8 +45,11 @@ def test_every_part_is_read_from_its_variables_once(
     assert read.keys.file == Path("/nonexistent/poison-keys.json")
     assert dict(read.keys.given)["HERMES_KEY_CONVERSATION"].get_secret_value() == "s3cret-key"
     assert "s3cret" not in repr(read.keys)  # the keys' values are secrets
+    assert read.tool_env.revealed()["HERMES_LLM_URL"] == "http://poison:1"  # for the tools
+    assert "s3cret" not in repr(read.tool_env) and "s3cret" not in str(read.tool_env)
     monkeypatch.setenv("HERMES_KAFKA_BOOTSTRAP", "changed:2")
     assert read.kafka.bootstrap == "poison:1"  # read once: later changes are not seen
+    assert read.tool_env.revealed()["HERMES_KAFKA_BOOTSTRAP"] == "poison:1"
 
 
 def test_settings_built_in_code_read_nothing_from_the_environment(
@@ -63,6 +67,9 @@ def test_settings_built_in_code_read_nothing_from_the_environment(
     assert built.tool.tools_path.parent == tmp_path
     assert built.bus.topic_prefix == "" and built.conversation.llm_url is None
     assert built.keys.file == tmp_path / "keys.json" and dict(built.keys.given) == {}
+    assert built.tool_env.revealed() == {}  # the tools are given no variable
+    given = ToolEnvironment.of({"HERMES_TOOL_KEY": "k"})
+    assert Settings.of(tmp_path, tool_env=given).tool_env.revealed() == {"HERMES_TOOL_KEY": "k"}
     assert os.environ["HERMES_HOME"] == POISON["HERMES_HOME"]  # nothing was changed either
     with pytest.raises(ConfigError, match="no part named kafak"):
         Settings.of(tmp_path, kafak=kafka)
@@ -86,6 +93,7 @@ def test_a_sandbox_keeps_every_store_in_its_folder_and_no_server(
     assert sandbox.home == tmp_path / "sandbox"
     assert sandbox.memory.db_path == tmp_path / "sandbox" / "memory.sqlite3"
     assert sandbox.kafka == production.kafka and sandbox.keys == production.keys
+    assert sandbox.tool_env == production.tool_env  # live tools get what the bus's get
     assert sandbox.bus.topic_prefix == production.bus.topic_prefix
     assert production.redis.url is not None  # the bus's own settings are as they were
 
@@ -146,8 +154,12 @@ def test_settings_print_no_url_and_can_be_hashed(
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
     monkeypatch.setenv("HERMES_ELASTICSEARCH_URL", "http://user:espw@es:9200")
     monkeypatch.setenv("HERMES_NEO4J_URL", "bolt://neo:neopw@h:7687")
+    monkeypatch.setenv("HERMES_TEST_TOOL_KEY", "toolpw")  # only in what the tools are given
     read = Settings.from_environment()
     assert "espw" not in repr(read) and "neopw" not in str(read)
+    assert "toolpw" not in repr(read.tool_env) and "toolpw" not in read.model_dump_json()
     assert hash(read) == hash(Settings.from_environment())
     with pytest.raises(TypeError, match="kafka must be a KafkaConfig"):
         read.with_parts(kafka=read.runtime)
+    with pytest.raises(TypeError, match="tool_env must be a ToolEnvironment"):
+        read.with_parts(tool_env=read.keys)

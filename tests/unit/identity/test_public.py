@@ -13,10 +13,10 @@ from hermesbus.identity import (
     PUBLIC_SIGNERS,
     SIGNATURE,
     Keyring,
+    KeySettings,
     PublicKeys,
     Signer,
     new_key,
-    public_keys_path,
 )
 from hermesbus.processors.protocol import WRITERS
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
@@ -105,19 +105,20 @@ def test_a_keyring_made_before_public_keys_gets_them_from_ensure(tmp_path: Path)
     assert PublicKeys.load(tmp_path / "public-keys.json").identities == ("conversation",)
 
 
-def test_no_public_keys_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HERMES_KEYS_FILE", str(tmp_path / "keys.json"))
-    monkeypatch.delenv("HERMES_PUBLIC_KEYS_FILE", raising=False)
-    assert public_keys_path() == tmp_path / "public-keys.json"
+def test_no_public_keys_is_a_clear_error(tmp_path: Path) -> None:
+    environ = {"HERMES_KEYS_FILE": str(tmp_path / "keys.json")}
+    public = KeySettings.from_environ(tmp_path / "home", environ).public
+    assert public == tmp_path / "public-keys.json"
     with pytest.raises(ConfigError, match=r"no public keys to check replies with: .* beside"):
-        PublicKeys.load(public_keys_path())
-    monkeypatch.setenv("HERMES_PUBLIC_KEYS_FILE", str(tmp_path / "given.json"))
-    assert public_keys_path() == tmp_path / "given.json"
+        PublicKeys.load(public)
+    environ["HERMES_PUBLIC_KEYS_FILE"] = str(tmp_path / "given.json")
+    public = KeySettings.from_environ(tmp_path / "home", environ).public
+    assert public == tmp_path / "given.json"
     (tmp_path / "given.json").write_text('{"version": 1, "keys": {"app": []}}')
     with pytest.raises(ConfigError, match="holds no key of conversation, dispatcher"):
-        PublicKeys.load(public_keys_path())
+        PublicKeys.load(public)
     (tmp_path / "given.json").write_text(
         '{"version": 1, "keys": {"conversation": [{"kid": "k", "public": "xx"}]}}'
     )
     with pytest.raises(ConfigError, match="not 32 bytes of base64url"):
-        PublicKeys.load(public_keys_path())
+        PublicKeys.load(public)
