@@ -20,7 +20,7 @@ from hermesbus.connectors.kafka.clients import (
     protocol_client,
     transactional_producer,
 )
-from hermesbus.connectors.kafka.commits import commit_as_member, is_member
+from hermesbus.connectors.kafka.commits import absent, commit_as_member, is_member
 from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.connectors.kafka.errors import BrokerError, ConfigError
 from hermesbus.connectors.kafka.partitioner import PARTITIONER_HINT, partition_of
@@ -48,6 +48,7 @@ __all__ = [
     "NewTopicSpec",
     "Position",
     "Record",
+    "absent",
     "admin_client",
     "commit_as_member",
     "group_consumer",

@@ -29,11 +29,27 @@ from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import OffsetAndMetadata
 
-__all__ = ["commit_as_member", "is_member"]
+__all__ = ["absent", "commit_as_member", "is_member"]
 
 _NO_GENERATION: int = OffsetCommitRequest.DEFAULT_GENERATION_ID
 """aiokafka's generation before a join, and after the coordinator forgot the member."""
 _NO_MEMBER: str = JoinGroupRequest.UNKNOWN_MEMBER_ID
+
+
+async def absent(
+    consumer: AIOKafkaConsumer, refused: Mapping[TopicPartition, int]
+) -> set[TopicPartition]:
+    """Those of the ``refused`` partitions (a commit refused as for an unknown topic) whose
+    topic the cluster, asked afresh, no longer has. One OffsetCommit carries every
+    partition and the error names none, so a commit of several topics is refused for one
+    missing topic: only the missing ones are gone. Metadata that cannot be had counts
+    every one as gone (not committing is always safe: what finished is redelivered and
+    skipped)."""
+    try:
+        topics = await consumer.topics()  # a metadata request now, not the cached view
+    except KafkaError:
+        return set(refused)
+    return {tp for tp in refused if tp.topic not in topics}
 
 
 def is_member(consumer: AIOKafkaConsumer) -> bool:

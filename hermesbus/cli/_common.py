@@ -90,12 +90,16 @@ _WORDS = {"missing": "missing", "extra_forbidden": "unknown field"}
 _TYPER = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
 
 
-def program_settings() -> Settings:
+def program_settings(bootstrap: str | None = None) -> Settings:
     """The program's settings, read from the environment where the command starts (after
-    its options: ``--home`` has set ``HERMES_HOME``), and handed down from there."""
+    its options: ``--home`` has set ``HERMES_HOME``), and handed down from there.
+    ``--bootstrap``, when given, is the broker's address instead of
+    ``HERMES_KAFKA_BOOTSTRAP`` (which is then not read: a flag mends a bad variable)."""
     from hermesbus.compose.settings import Settings
 
-    return Settings.from_environment()
+    if not bootstrap:
+        return Settings.from_environment()
+    return Settings.from_environment(kafka=_flagged(bootstrap))
 
 
 def kafka_with(settings: Settings, bootstrap: str | None) -> KafkaConfig:
@@ -106,15 +110,32 @@ def kafka_with(settings: Settings, bootstrap: str | None) -> KafkaConfig:
 
     if not bootstrap:
         return settings.kafka
+    if settings.kafka.origin == "--bootstrap" and settings.kafka.bootstrap == bootstrap:
+        return settings.kafka  # program_settings(bootstrap) put it there
     try:
         given = {**settings.kafka.model_dump(), "bootstrap": bootstrap}
         return KafkaConfig.model_validate(given).given_by("--bootstrap")
     except ValidationError as exc:
-        wrong = [e for e in exc.errors(include_url=False) if tuple(e["loc"]) == ("bootstrap",)]
-        if not wrong:
-            raise  # another HERMES_KAFKA_* variable: errors() names it
-        reason = str(wrong[0]["msg"]).removeprefix("Value error, ")
-        raise fail(f"invalid --bootstrap {bootstrap!r}: {reason}", 2) from None
+        raise _bad_bootstrap(bootstrap, exc) from None
+
+
+def _flagged(bootstrap: str) -> KafkaConfig:
+    """``HERMES_KAFKA_*`` but the bootstrap, which ``--bootstrap`` gives."""
+    from hermesbus.connectors.kafka import KafkaConfig
+
+    try:
+        return KafkaConfig(bootstrap=bootstrap).given_by("--bootstrap")
+    except ValidationError as exc:
+        raise _bad_bootstrap(bootstrap, exc) from None
+
+
+def _bad_bootstrap(bootstrap: str, exc: ValidationError) -> BaseException:
+    """A malformed ``--bootstrap``: exit 2 naming it; another variable's error as it is."""
+    wrong = [e for e in exc.errors(include_url=False) if tuple(e["loc"]) == ("bootstrap",)]
+    if not wrong:
+        return exc  # another HERMES_KAFKA_* variable: errors() names it
+    reason = str(wrong[0]["msg"]).removeprefix("Value error, ")
+    return fail(f"invalid --bootstrap {bootstrap!r}: {reason}", 2)
 
 
 def check_component(component: str | None) -> None:

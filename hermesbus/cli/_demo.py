@@ -13,8 +13,9 @@ import asyncio
 import json
 import time
 
+from hermesbus.codec import codec_for
+from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack
-from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.contract.envelope import Envelope
 from hermesbus.demo import expense as demo
 from hermesbus.processors import conversation
@@ -31,16 +32,22 @@ APPROVER = "person:张主管"
 """Who approves the demo user's reports in the fixture company (finance_tool says so)."""
 
 
-async def run(running: Stack) -> bool:
-    """Both conversations, each reply as it arrives, then each trace and what memory holds."""
-    said = await demo.run(running.bootstrap, running.prefix, _show)
+async def run(running: Stack, settings: Settings) -> bool:
+    """Both conversations, each reply as it arrives, then each trace and what memory holds
+    (read with the program's ``settings``: its keys, its broker's security, its registry)."""
+    said = await demo.run(running.bootstrap, running.prefix, _show, settings)
     finished = True
-    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    kafka = settings.kafka.model_copy(update={"bootstrap": running.bootstrap})
+    codec = codec_for(settings.bus)
     for conversation_said, ending in zip(said, ENDINGS, strict=True):
         started = conversation_said.conversation
         console.rule(shown(f"session {started.session_id} · trace {started.trace_id}"))
         hops = await collect(
-            kafka, started.trace_id, session_id=started.session_id, prefix=running.prefix
+            kafka,
+            started.trace_id,
+            session_id=started.session_id,
+            prefix=running.prefix,
+            codec=codec,
         )
         for line in waterfall(spans(hops)):
             console.print(shown(line), soft_wrap=True)

@@ -39,7 +39,7 @@ from hermesbus.compose.backends import (
 )
 from hermesbus.compose.homelock import held_by
 from hermesbus.compose.settings import Settings
-from hermesbus.connectors.kafka import kafka_reason
+from hermesbus.connectors.kafka import KafkaConfig, kafka_reason
 from hermesbus.connectors.neo4j.client import translated as translated_neo4j
 from hermesbus.connectors.redis.client import translated as translated_redis
 from hermesbus.errors import HermesError, RegistryError
@@ -94,7 +94,7 @@ def doctor_command(
     """Check Python, state, keys, the broker, topics, schema registry and tools; say each fix."""
     with errors():
         read, settings = _settings(bootstrap)
-        checks = asyncio.run(_doctor(read, settings, prefix))
+        checks = asyncio.run(_doctor(read, settings, prefix, bootstrap))
     width = max(len(check.name) for check in checks)
     for check in checks:
         colour = _COLOURS[check.status]
@@ -115,7 +115,7 @@ def _settings(bootstrap: str | None) -> tuple[Check, Settings | None]:
     """The first check: the program's settings, read once (``--bootstrap`` over the
     broker's), or a FAIL naming the malformed variable and no settings."""
     try:
-        read = program_settings()
+        read = program_settings(bootstrap)
     except ValidationError as exc:
         said = "; ".join(variables(exc.title, problems(exc)))
         return Check("settings", "FAIL", f"invalid setting: {said}", _SET_IT_RIGHT), None
@@ -125,11 +125,18 @@ def _settings(bootstrap: str | None) -> tuple[Check, Settings | None]:
     return Check("settings", "ok", "every HERMES_* variable is well-formed"), settings
 
 
-async def _doctor(read: Check, settings: Settings | None, prefix: str) -> list[Check]:
+async def _doctor(
+    read: Check, settings: Settings | None, prefix: str, bootstrap: str | None
+) -> list[Check]:
     checks = [read, _python()]
-    if settings is None:
+    if settings is None:  # what needs only a well-formed Kafka part is checked all the same
+        alone = _kafka_alone(bootstrap)
+        if alone is not None:
+            kafka: KafkaConfig = alone
+            checks += await _bounded("broker", lambda: broker_checks(kafka, prefix))
         said = "not checked: the settings are invalid (see settings)"
-        return checks + [Check(name, "skip", said) for name in NEED_SETTINGS]
+        done = {check.name for check in checks}
+        return checks + [Check(name, "skip", said) for name in NEED_SETTINGS if name not in done]
     kafka = settings.kafka
     embedded = not kafka.bootstrap
     checks += await _bounded("state", lambda: _now(_state(settings.home)))
@@ -146,6 +153,16 @@ async def _doctor(read: Check, settings: Settings | None, prefix: str) -> list[C
         checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
     checks += await _bounded("tools", lambda: _tools(settings))
     return checks
+
+
+def _kafka_alone(bootstrap: str | None) -> KafkaConfig | None:
+    """The Kafka part read on its own (``--bootstrap`` over its bootstrap), when the
+    settings as a whole are not well-formed; None if it is not either."""
+    try:
+        kafka = KafkaConfig(bootstrap=bootstrap) if bootstrap else KafkaConfig()
+    except ValidationError:
+        return None
+    return kafka.given_by("--bootstrap") if bootstrap else kafka
 
 
 async def _now(check: Check) -> list[Check]:

@@ -59,11 +59,11 @@ def export_command(
         raise fail(f"-o {output} is a folder: give the bundle's file name", 2)
     memory_topic = prefix + REPLAYABLE["memory"]
     with errors():
-        settings = program_settings()
+        settings = program_settings(bootstrap)
         found = asyncio.run(
             read_sessions(settings, source, bootstrap, prefix, [session_id], None, [memory_topic])
         )
-        records = same_user(found.records, [session_id], memory_topic)
+        records = same_user(found.records, [session_id], memory_topic, codec=found.codec)
         own = sum(1 for r in records if r.key == session_id.encode())
         if not own:
             raise fail(f"no record of session {session_id!r} in {found.where}: check the id")
@@ -77,6 +77,7 @@ def export_command(
             source=found.where,
             prefix=prefix,
             documents=docs,
+            codec=found.codec,
         )
     console.print(
         shown(

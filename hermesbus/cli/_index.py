@@ -74,7 +74,7 @@ def trace_command(
     if not trace_id.strip():
         raise fail("no trace id: pass the trace_id of an envelope (Client.ask's reply has it)", 2)
     with errors():
-        settings = program_settings()
+        settings = program_settings(bootstrap if from_log else None)
         codec = codec_for(settings.bus)
         if from_log:
             kafka = kafka_with(settings, bootstrap)

@@ -163,7 +163,7 @@ def replay_command(
     )
     names = tuple(processor or REPLAYABLE)
     with errors():
-        settings = program_settings()
+        settings = program_settings(bootstrap)
         if bundle is not None:
             opened = read_bundle(bundle)
             recording, prefix = opened.recording(), opened.prefix

@@ -83,7 +83,7 @@ def say_command(
         )
     seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
     with errors():
-        settings = program_settings()
+        settings = program_settings(bootstrap)
         kafka = kafka_config(settings, bootstrap)
         client = Client(
             kafka,

@@ -148,7 +148,7 @@ def send_command(
     if unknown:
         raise fail(unknown, BAD_INPUT)
     with errors():
-        settings = program_settings()
+        settings = program_settings(bootstrap)
         kafka = kafka_config(settings, bootstrap)
         keys = signing_keys(settings, identity)
         client = Client(

@@ -59,9 +59,11 @@ class Read:
     documents: list[Document]
     where: str
     sessions: list[str]
+    codec: Codec
+    """The bus's (its schema registry's): what the records are decoded with."""
 
     def recording(self, prefix: str) -> Recording:
-        return recording_of(self.records, self.where, prefix=prefix)
+        return recording_of(self.records, self.where, prefix=prefix, codec=self.codec)
 
 
 async def read_sessions(
@@ -100,7 +102,7 @@ async def read_sessions(
         raise ConfigError(
             "--source broker: no broker configured (--bootstrap or HERMES_KAFKA_BOOTSTRAP)"
         )
-    return await _from_index(settings, prefix, sessions, chosen, across)
+    return await _from_index(settings, codec, prefix, sessions, chosen, across)
 
 
 async def _from_broker(
@@ -125,7 +127,7 @@ async def _from_broker(
     )
     if not strict and not any(_session_of_record(r) in sessions for r in records):
         raise LookupError(sessions)
-    return Read(records, [], f"Kafka at {kafka.bootstrap}", sessions)
+    return Read(records, [], f"Kafka at {kafka.bootstrap}", sessions, codec)
 
 
 async def _sessions_in_log(
@@ -156,7 +158,12 @@ def _session_of_record(record: ArchivedRecord) -> str | None:
 
 
 async def _from_index(
-    settings: Settings, prefix: str, sessions: list[str], chosen: Slice, across: list[str]
+    settings: Settings,
+    codec: Codec,
+    prefix: str,
+    sessions: list[str],
+    chosen: Slice,
+    across: list[str],
 ) -> Read:
     index = trace_index(settings, install=False)
     if isinstance(index, SqliteTraceIndex) and not _exists(index.where):
@@ -172,7 +179,8 @@ async def _from_index(
             sessions = await _sessions_in_index(index, chosen)
         sessions = list(dict.fromkeys(sessions))
         docs = await documents(index, sessions, every_session_of=across)
-    return Read([archived(doc) for doc in docs], docs, f"trace index {index.where}", sessions)
+    where = f"trace index {index.where}"
+    return Read([archived(doc) for doc in docs], docs, where, sessions, codec)
 
 
 _SCAN_LIMIT = 100_000

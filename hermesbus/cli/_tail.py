@@ -87,7 +87,7 @@ def tail_command(
     with errors(), contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         from hermesbus.codec import codec_for
 
-        settings = program_settings()
+        settings = program_settings(bootstrap)
         kafka, codec = kafka_with(settings, bootstrap), codec_for(settings.bus)
         asyncio.run(_print(kafka, codec, names, first, last, follow, filters, as_json, not topic))
 

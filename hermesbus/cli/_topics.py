@@ -76,7 +76,7 @@ def apply_command(
     """
     with errors():
         topics = _catalog(catalog, prefix, partitions, replication_factor)
-        config = kafka_with(program_settings(), bootstrap)
+        config = kafka_with(program_settings(bootstrap), bootstrap)
         result = asyncio.run(apply(topics, config, dry_run=dry_run))
     _report(result, dry_run)
     if not result.ok:

@@ -79,7 +79,7 @@ def up_command(
     naming the process that runs (``hermesbus.compose.homelock``).
     """
     with errors():
-        read = program_settings()
+        read = program_settings(bootstrap)
         runtime = read.runtime.model_copy(update={"exactly_once": exactly_once})
         settings = read.with_parts(kafka=kafka_with(read, bootstrap), runtime=runtime)
         code = asyncio.run(_up(settings, prefix, run_demo=run_demo, once=once))
@@ -180,7 +180,7 @@ async def _run(
         up.set()
         try:
             if run_demo:
-                finished.append(await _demo.run(running))
+                finished.append(await _demo.run(running, settings))
             if not once:
                 err_console.print("serving; Ctrl-C stops")
                 await asyncio.Event().wait()

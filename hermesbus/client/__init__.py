@@ -45,7 +45,7 @@ from hermesbus.errors import (
 from hermesbus.identity import APP, Keyring, PublicKeys, Signer
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
-from ._settings import ClientSettings, from_environment, invalid
+from ._settings import ClientSettings, from_environment, invalid, kafka_from_environment
 
 __all__ = [
     "CONVERSATION_TARGET",
@@ -72,12 +72,16 @@ def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
     return ordered[partition_of(key, len(ordered))]
 
 
-def _kafka_config(config: KafkaConfig, overrides: Mapping[str, Any]) -> KafkaConfig:
-    """``config`` with keyword overrides; needs a bootstrap."""
+def _known(overrides: Mapping[str, Any]) -> None:
     unknown = sorted(set(overrides) - set(KafkaConfig.model_fields))
     if unknown:
         known = ", ".join(KafkaConfig.model_fields)
         raise ConfigError(f"unknown Kafka setting {', '.join(unknown)}: use one of {known}")
+
+
+def _kafka_config(config: KafkaConfig, overrides: Mapping[str, Any]) -> KafkaConfig:
+    """``config`` with keyword overrides; needs a bootstrap."""
+    _known(overrides)
     try:
         if overrides:
             config = KafkaConfig.model_validate({**config.model_dump(), **overrides})
@@ -148,6 +152,9 @@ class Client(Service):
         if not _INSTANCE.match(name):
             raise ConfigError(f"client name {name!r}: use letters, digits, '_', '.' or '-'")
         self._settings = settings
+        if config is None and settings is None:  # an app's start: HERMES_KAFKA_* but overrides
+            _known(overrides)
+            config, overrides = kafka_from_environment(dict(overrides)), {}
         self.config = _kafka_config(config or self._given().kafka, overrides)
         self.identity = identity
         self._signer = Signer(identity, keys if keys is not None else self._given().keys.load())
@@ -168,7 +175,7 @@ class Client(Service):
     def _given(self) -> ClientSettings:
         """The settings given, else the environment's, read on first need (then kept)."""
         if self._settings is None:
-            self._settings = from_environment()
+            self._settings = from_environment(getattr(self, "config", None))
         return self._settings
 
     async def start(self) -> None:

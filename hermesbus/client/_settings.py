@@ -19,7 +19,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import ConfigError
 from hermesbus.identity import KeySettings
 
-__all__ = ["ClientSettings", "from_environment", "invalid"]
+__all__ = ["ClientSettings", "from_environment", "invalid", "kafka_from_environment"]
 
 
 class ClientSettings(Protocol):
@@ -48,17 +48,25 @@ class _Read:
     keys: KeySettings
 
 
-def from_environment() -> ClientSettings:
-    """The ``HERMES_*`` variables of this process, read now: an app's program start."""
-    try:
-        kafka = KafkaConfig()
-    except ValidationError as exc:
-        raise invalid("Kafka settings", exc) from exc
+def from_environment(kafka: KafkaConfig | None = None) -> ClientSettings:
+    """The ``HERMES_*`` variables of this process, read now: an app's program start
+    (``kafka``: the Kafka part, when the client was given it, not read again)."""
+    if kafka is None:
+        kafka = kafka_from_environment({})
     try:
         bus = HermesSettings()
     except ValidationError as exc:
         raise invalid("settings", exc) from exc
     return _Read(kafka, bus, KeySettings.from_environ(bus.home, os.environ))
+
+
+def kafka_from_environment(given: dict[str, object]) -> KafkaConfig:
+    """``HERMES_KAFKA_*`` under the fields ``given`` in code (``Client(bootstrap=...)``):
+    those are not read from the environment, so a given bootstrap mends a bad variable."""
+    try:
+        return KafkaConfig(**given)
+    except ValidationError as exc:
+        raise invalid("Kafka settings", exc) from exc
 
 
 def invalid(what: str, exc: ValidationError) -> ConfigError:

@@ -280,6 +280,7 @@ async def redrive(
         done = Redriven(prefix, home, running.bootstrap, running.embedded)
         client = Client(
             kafka.model_copy(update={"bootstrap": running.bootstrap}),
+            settings=sandbox,
             name="replay",
             topic_prefix=prefix,
             keys=sandbox.keys.load(),

@@ -106,15 +106,17 @@ class Settings(BaseModel):
         return self.bus.home
 
     @classmethod
-    def from_environment(cls) -> Self:
+    def from_environment(cls, **given: BaseModel) -> Self:
         """Every part from its ``HERMES_*`` variables, read now, once: every part is checked
         here, so a malformed variable stops the program at its start, named, whatever the
-        command goes on to use."""
+        command goes on to use. A part ``given`` (``kafka=`` from ``--bootstrap``) is taken
+        as it is, and its variables are not read."""
+        _known(given, "Settings.from_environment")
         environ = os.environ
         bus = HermesSettings()
         home = bus.home
         parts: dict[str, Any] = {
-            name: (model(home=home) if name in _HOMED else model())
+            name: given.get(name) or (model(home=home) if name in _HOMED else model())
             for name, model in _PARTS.items()
         }
         keys = KeySettings.from_environ(home, environ)

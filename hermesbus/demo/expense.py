@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from hermesbus.client import CONVERSATION_TARGET, Client
+from hermesbus.client import CONVERSATION_TARGET, Client, ClientSettings
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import Attachment, Payload, Reply, UserTurn
 from hermesbus.errors import ReplyTimeout
@@ -176,11 +176,17 @@ def reply_text(envelope: Envelope) -> str:
 
 
 async def run(
-    bootstrap: str, prefix: str, show: Callable[[str, Envelope | Turn], None]
+    bootstrap: str,
+    prefix: str,
+    show: Callable[[str, Envelope | Turn], None],
+    settings: ClientSettings | None = None,
 ) -> tuple[Said, Said]:
-    """Both conversations, one after the other, through a client of the running stack."""
+    """Both conversations, one after the other, through a client of the running stack
+    (with the program's ``settings``: its keys and schema registry)."""
     first, second = conversations()
-    async with Client(bootstrap=bootstrap, topic_prefix=prefix, name="demo") as app:
+    async with Client(
+        settings=settings, bootstrap=bootstrap, topic_prefix=prefix, name="demo"
+    ) as app:
         return await talk(app, first, show), await talk(app, second, show)
 
 

@@ -24,6 +24,7 @@ from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task, retu
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import (
     KafkaConfig,
+    absent,
     commit_as_member,
     group_consumer,
     start_or_close,
@@ -532,7 +533,8 @@ class Processor(Service):
             )
             return
         except UnknownTopicOrPartitionError as exc:
-            self._gone([part for part in parts if part.tp in offsets], exc)
+            missing = await _absent(consumer, offsets, timeout_s)
+            self._gone([part for part in parts if part.tp in missing], exc)
             return
         except KafkaError as exc:
             log.warning("processor=%s commit failed: %s", self.name, exc)
@@ -549,6 +551,9 @@ class Processor(Service):
                 part.committed = offsets[part.tp]
 
     def _gone(self, parts: Sequence[Partition], refusal: KafkaError) -> None:
+        if not parts:  # every topic of the commit is there: refused in passing, sent again
+            log.warning("processor=%s commit failed: %s", self.name, refusal)
+            return
         """The broker refused to commit ``parts`` for an unknown topic: their log is gone,
         and nothing of it is committed again, neither these offsets (sent again the next
         round, they went into the topic once ``up`` made it again) nor later ones (records
@@ -652,6 +657,18 @@ class Processor(Service):
 
 def _always() -> bool:
     return True
+
+
+async def _absent(
+    consumer: AIOKafkaConsumer, offsets: Mapping[TopicPartition, int], timeout_s: float
+) -> set[TopicPartition]:
+    """The partitions of a commit refused for an unknown topic whose topic is gone (asked
+    of the cluster now, within ``timeout_s``; unanswered: all of them, which is safe)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await absent(consumer, offsets)
+    except TimeoutError:
+        return set(offsets)
 
 
 def _loaded(keyring: Callable[[], Keyring] | None, who: str) -> Keyring:

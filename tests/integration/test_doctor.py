@@ -151,11 +151,12 @@ async def test_session_topics_that_disagree_fail_the_topics_check(
     assert f"{prefix}hermes.conversation.in=4, {prefix}hermes.dispatcher=6" in result.out
 
 
-def test_a_state_folder_that_is_a_file_fails_the_settings_and_what_needs_them_is_skipped(
-    tmp_path: Path,
+def test_a_state_folder_that_is_a_file_fails_and_the_other_checks_still_run(
+    broker_binary: str, tmp_path: Path
 ) -> None:
     """HERMES_HOME is a setting every part reads: doctor reads the settings once, first,
-    names the variable, and skips the checks that would need it (none runs on defaults)."""
+    names the variable, still checks what needs only the broker's settings, and skips the
+    checks that would need the rest (none runs on defaults)."""
     home = tmp_path / "afile"
     home.write_text("")
     result = _run("doctor", env=clean_env(home), cwd=tmp_path)
@@ -163,8 +164,9 @@ def test_a_state_folder_that_is_a_file_fails_the_settings_and_what_needs_them_is
     statuses = _statuses(result.out)
     assert statuses["settings"] == "FAIL"
     assert f"HERMES_HOME: {home} is a file, not a folder" in result.out
-    assert statuses["python"] == "ok"  # checked all the same
-    assert {statuses[name] for name in NEED_SETTINGS} == {"skip"}, result.out
+    assert statuses["python"] == statuses["broker"] == "ok"  # checked all the same
+    skipped = set(NEED_SETTINGS) - {"broker", "transactions", "topics"}
+    assert {statuses[name] for name in skipped} == {"skip"}, result.out
     assert "doctor: 1 to fix: settings" in result.out
     assert "Traceback" not in result.out + result.err
 

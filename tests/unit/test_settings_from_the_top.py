@@ -24,6 +24,10 @@ STARTS = {
     ("hermesbus.client._settings", "from_environment"): (
         "an app's program start: `Client()` given no settings reads HERMES_* there, once"
     ),
+    ("hermesbus.client._settings", "kafka_from_environment"): (
+        "the same start: `Client(bootstrap=...)` given no settings reads HERMES_KAFKA_* but "
+        "what it was given"
+    ),
     ("hermesbus.processors.tool._worker", "*"): (
         "a tool worker is a program of its own (a child process): the environment the tool "
         "spec names is what it is given"

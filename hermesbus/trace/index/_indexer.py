@@ -24,6 +24,7 @@ from hermesbus.base.lifecycle import Service, cancel_and_wait, logged_task
 from hermesbus.codec import Codec, default_codec
 from hermesbus.connectors.kafka import (
     KafkaConfig,
+    absent,
     commit_as_member,
     group_consumer,
     start_or_close,
@@ -450,6 +451,7 @@ class Indexer(Service):
         }
         if not offsets:
             return
+        logs = {tp: self._logs.get(tp, 0) for tp in offsets}  # which log each offset is of
         # aiokafka waits for a lost coordinator for ever: bound it, the last one tightly
         timeout_s = CLOSE_TIMEOUT_S if self._stopping else self._kafka.request_timeout_ms / 1000
         try:
@@ -457,12 +459,22 @@ class Indexer(Service):
                 if not await commit_as_member(consumer, offsets):
                     return  # it lost its group (the broker came back empty?): commits nothing
         except UnknownTopicOrPartitionError as exc:
-            self._gone |= offsets.keys()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    missing = await absent(consumer, offsets)
+            except TimeoutError:
+                missing = set(offsets)  # unanswered: none committed, which is safe
+            # a log made again while the commit was refused is a new log: not gone
+            gone = {tp for tp in missing if logs[tp] == self._logs.get(tp, 0)}
+            if not gone:
+                log.warning("indexer: commit failed (the batch is stored): %s", exc)
+                return
+            self._gone |= gone
             log.warning(
                 "indexer: commit refused (%s): the log of %s is gone; none of its offsets is "
                 "committed, what was stored of it is indexed again, and stored once",
                 exc,
-                ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in offsets)),
+                ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in gone)),
             )
             return
         except (TimeoutError, KafkaError) as exc:  # stored already: indexed again, stored once
