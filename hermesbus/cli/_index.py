@@ -114,11 +114,12 @@ def _beside(
     prefix = sandbox if sandbox.endswith(".") else sandbox + "."
     home = settings.home
     lineage = lineage_of(home, prefix)
-    path = sandbox_home(home, prefix) / "index.sqlite3"
+    theirs_index = trace_index(settings.sandbox(sandbox_home(home, prefix)), install=False)
+    path = theirs_index.where
 
     async def read() -> list[Document]:
-        async with SqliteTraceIndex(path) as index:
-            return await index.by_trace(trace_id)
+        async with theirs_index:  # the sandbox's own: SQLite in its folder, as redrive wrote it
+            return await theirs_index.by_trace(trace_id)
 
     theirs = hops_of(asyncio.run(read()), codec_for(settings.bus), dlq_topic=prefix + DLQ)
     forks = [f for f in lineage.get("forks", []) if f.get("trace") == trace_id]
@@ -129,7 +130,7 @@ def _beside(
                 "original": {"index": where, **_answer(found, [])},
                 "sandbox": {
                     "prefix": prefix,
-                    "index": str(path),
+                    "index": path,
                     "forks": forks,
                     **_answer(theirs, []),
                 },
