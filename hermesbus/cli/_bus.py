@@ -4,6 +4,7 @@ to write to checked on the broker, and a client started on it."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,6 +21,7 @@ from ._common import kafka_with
 __all__ = [
     "BAD_ARGUMENT",
     "CLIENT_NAME",
+    "cli_client",
     "connect",
     "kafka_config",
     "missing_topics",
@@ -45,6 +47,22 @@ def kafka_config(settings: Settings, bootstrap: str | None) -> KafkaConfig:
             "(`hermesbus up` prints the address of the bus it starts)"
         )
     return kafka
+
+
+def cli_client(
+    settings: Settings, bootstrap: str | None, prefix: str, identity: str, **options: Any
+) -> Client:
+    """The client ``say`` and ``send`` speak through: ``app:cli`` on ``--bootstrap`` (else
+    the settings' broker), signing as ``identity`` with the bus's key for it."""
+    return Client(
+        kafka_config(settings, bootstrap),
+        settings=settings,
+        name=CLIENT_NAME,
+        topic_prefix=prefix,
+        identity=identity,
+        keys=signing_keys(settings, identity),
+        **options,
+    )
 
 
 def unknown_identity(identity: str) -> str | None:

@@ -71,10 +71,9 @@ def say_command(
     """
     import asyncio
 
-    from hermesbus.client import Client
     from hermesbus.identity import APP
 
-    from ._bus import BAD_ARGUMENT, CLIENT_NAME, kafka_config, signing_keys
+    from ._bus import BAD_ARGUMENT, cli_client
 
     if not text.strip():
         raise fail(
@@ -84,15 +83,7 @@ def say_command(
     seconds = timeout if timeout is not None else (DEFAULT_WAIT_S if wait else None)
     with errors():
         settings = program_settings(bootstrap)
-        kafka = kafka_config(settings, bootstrap)
-        client = Client(
-            kafka,
-            settings=settings,
-            name=CLIENT_NAME,
-            topic_prefix=prefix,
-            keys=signing_keys(settings, APP),
-            on_unverified=_dropped,
-        )
+        client = cli_client(settings, bootstrap, prefix, APP, on_unverified=_dropped)
     turn = _turn(client, session, user, text)
     with errors():
         answered = asyncio.run(_say(client, turn, seconds))

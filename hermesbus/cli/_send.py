@@ -25,11 +25,9 @@ from hermesbus.identity import APP
 
 from ._bus import (
     BAD_ARGUMENT,
-    CLIENT_NAME,
+    cli_client,
     connect,
-    kafka_config,
     one_line,
-    signing_keys,
     unknown_identity,
 )
 from ._common import (
@@ -149,16 +147,7 @@ def send_command(
         raise fail(unknown, BAD_INPUT)
     with errors():
         settings = program_settings(bootstrap)
-        kafka = kafka_config(settings, bootstrap)
-        keys = signing_keys(settings, identity)
-        client = Client(
-            kafka,
-            settings=settings,
-            name=CLIENT_NAME,
-            topic_prefix=prefix,
-            identity=identity,
-            keys=keys,
-        )
+        client = cli_client(settings, bootstrap, prefix, identity)
         lines = _read(file)
         good, bad = parse_lines(lines)
         bad += check_lines(client, good)

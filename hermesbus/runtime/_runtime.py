@@ -178,16 +178,7 @@ class Processor(Service):
         settings = self._settings
         producer = Producer(self._kafka, self._group, exactly_once=settings.exactly_once)
         await producer.start()  # first, so exactly-once mode is refused before joining
-        consumer = group_consumer(
-            self._kafka,
-            self._group,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed" if settings.exactly_once else "read_uncommitted",
-            max_poll_records=settings.max_poll_records,
-            session_timeout_ms=settings.session_timeout_ms,
-            heartbeat_interval_ms=settings.heartbeat_interval_ms,
-            fetch_max_wait_ms=settings.fetch_max_wait_ms,
-        )
+        consumer = member_consumer(self._kafka, self._group, settings)
         consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:
             where = f"processor {self.name}: cannot reach Kafka"
@@ -657,6 +648,22 @@ class Processor(Service):
 
 def _always() -> bool:
     return True
+
+
+def member_consumer(kafka: KafkaConfig, group: str, settings: RuntimeSettings) -> AIOKafkaConsumer:
+    """A consumer that joins ``group`` as the runtime's processors do (the indexer too):
+    from the earliest record, with the runtime's poll and group timings, reading only
+    committed records in exactly-once mode; it commits only when told."""
+    return group_consumer(
+        kafka,
+        group,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed" if settings.exactly_once else "read_uncommitted",
+        max_poll_records=settings.max_poll_records,
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+    )
 
 
 async def _absent(

@@ -26,7 +26,6 @@ from hermesbus.connectors.kafka import (
     KafkaConfig,
     absent,
     commit_as_member,
-    group_consumer,
     start_or_close,
 )
 from hermesbus.contract.envelope import Envelope
@@ -39,6 +38,7 @@ from hermesbus.runtime import (
     RuntimeSettings,
     close_within,
     dead_letter,
+    member_consumer,
 )
 from hermesbus.topics import DLQ, Catalog
 
@@ -153,14 +153,9 @@ class Indexer(Service):
         settings = self._settings
         producer = Producer(self._kafka, self.name)  # dead letters of refused documents
         await producer.start()
-        consumer = group_consumer(
-            self._kafka,
-            self.name,
-            auto_offset_reset="earliest",
-            max_poll_records=settings.max_poll_records,
-            session_timeout_ms=settings.session_timeout_ms,
-            heartbeat_interval_ms=settings.heartbeat_interval_ms,
-            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        # the indexer never runs exactly-once: its settings say read_uncommitted, as before
+        consumer = member_consumer(
+            self._kafka, self.name, settings.model_copy(update={"exactly_once": False})
         )
         consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:
