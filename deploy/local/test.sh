@@ -14,6 +14,21 @@ source deploy/local/setup.sh
 source deploy/local/evidence.sh # evidence(): which services' logs a failed run keeps
 
 say() { printf '\n== %s\n' "$*"; }
+# started WHAT VAR LOG SCRIPT [ARGS...]: `deploy/local/SCRIPT start ARGS` with its data in
+# the run folder, its stderr shown and kept in the file the variable LOG names; exports VAR
+# as the value of the one NAME=VALUE line the script prints, and says WHAT is where (or
+# that it did not start, and fails).
+started() {
+  local what=$1 var=$2 log=$3 script=$4 line
+  shift 4
+  if line=$(TMPDIR="$RUN_DIR" bash "deploy/local/$script" start "$@" 2> >(tee "${!log}" >&2)); then
+    export "$var=${line#*=}"
+    echo "$what: at ${line#*=}"
+  else
+    echo "$what: did not start: $missing"
+    return 1
+  fi
+}
 
 RUN_DIR=$(mktemp -d -t hermesbus-test.XXXXXX)
 export HERMES_KAFKA_RUN_DIR="$RUN_DIR/kafka" HERMES_SR_RUN_DIR="$RUN_DIR/schema-registry"
@@ -113,32 +128,23 @@ else
 fi
 # kafka.sh's data and log folder goes into the run folder (TMPDIR), kept if a test fails.
 if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
-  if line=$(TMPDIR="$RUN_DIR" bash deploy/local/kafka.sh start 2> >(tee "$HERMES_TEST_KAFKA_LOG" >&2)); then
-    export HERMES_TEST_KAFKA_BOOTSTRAP=${line#KAFKA_BOOTSTRAP=}
+  if started "Kafka: Apache Kafka (from Maven Central)" HERMES_TEST_KAFKA_BOOTSTRAP \
+    HERMES_TEST_KAFKA_LOG kafka.sh; then
     HERMES_TEST_KAFKA_LOG="$(cat "$HERMES_KAFKA_RUN_DIR/kafka.dir")/logs/server.log"
-    echo "Kafka: Apache Kafka (from Maven Central) at $HERMES_TEST_KAFKA_BOOTSTRAP and $embedded"
-  else
-    echo "Kafka: Apache Kafka did not start: $missing; $embedded"
   fi
+  echo "Kafka: $embedded"
 else
   echo "test.sh: no java/mvn on PATH, so Apache Kafka was not started" | tee "$HERMES_TEST_KAFKA_LOG"
   echo "Kafka: no java/mvn: Apache Kafka $missing; $embedded"
 fi
 # Redis: Debian's redis-server, fetched once into the cache (about 1.4 MB), up in well
 # under a second, persistence off.
-if line=$(TMPDIR="$RUN_DIR" bash deploy/local/redis.sh start 2> >(tee "$HERMES_TEST_REDIS_LOG" >&2)); then
-  export HERMES_TEST_REDIS_URL=${line#HERMES_REDIS_URL=}
+if started Redis HERMES_TEST_REDIS_URL HERMES_TEST_REDIS_LOG redis.sh; then
   HERMES_TEST_REDIS_LOG="$(cat "$HERMES_REDIS_RUN_DIR/redis.dir")/redis.log"
-  echo "Redis: at $HERMES_TEST_REDIS_URL"
-else
-  echo "Redis: did not start: $missing"
 fi
-if line=$(bash deploy/local/schema-registry.sh start auto 2> >(tee "$HERMES_TEST_SCHEMA_REGISTRY_LOG" >&2)); then
-  export HERMES_TEST_SCHEMA_REGISTRY_URL=${line#HERMES_SCHEMA_REGISTRY_URL=}
+if started "Schema registry: Apicurio Registry" HERMES_TEST_SCHEMA_REGISTRY_URL \
+  HERMES_TEST_SCHEMA_REGISTRY_LOG schema-registry.sh auto; then
   export HERMES_TEST_SCHEMA_REGISTRY_LOG="$HERMES_SR_RUN_DIR/schema-registry.log"
-  echo "Schema registry: Apicurio Registry at $HERMES_TEST_SCHEMA_REGISTRY_URL"
-else
-  echo "Schema registry: could not start Apicurio Registry: $missing"
 fi
 
 if [[ -n $ES_STARTER ]] && wait "$ES_STARTER"; then
