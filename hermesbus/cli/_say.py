@@ -162,24 +162,23 @@ async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
 
 
 def _sent(client: Client, turn: Envelope) -> None:
-    err_console.print(
-        shown(
-            f"sent {turn.message_id} from {turn.source} to {client.check(turn)}"
-            f" (session {turn.session_id}, trace {turn.trace_id})"
-        ),
-        soft_wrap=True,
+    _aside(
+        f"sent {turn.message_id} from {turn.source} to {client.check(turn)}"
+        f" (session {turn.session_id}, trace {turn.trace_id})"
     )
 
 
 def _dropped(record: Unverified) -> None:
     """Say that a record on the replies topic was not believed, and why."""
-    err_console.print(
-        shown(
-            f"warning: dropped a record on {record.topic} (partition {record.partition}, offset "
-            f"{record.offset}) that the bus did not sign: {record.reason}"
-        ),
-        soft_wrap=True,
+    _aside(
+        f"warning: dropped a record on {record.topic} (partition {record.partition}, offset "
+        f"{record.offset}) that the bus did not sign: {record.reason}"
     )
+
+
+def _aside(text: str) -> None:
+    """A line on stderr (stdout keeps the replies), its untrusted parts shown safely."""
+    err_console.print(shown(text), soft_wrap=True)
 
 
 def _show(reply: Envelope) -> None:

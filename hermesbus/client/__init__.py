@@ -173,9 +173,10 @@ class Client(Service):
         """Replies-topic records dropped because their signature did not verify."""
 
     def _given(self) -> ClientSettings:
-        """The settings given, else the environment's, read on first need (then kept)."""
+        """The settings given, else the environment's, read on first need (then kept). Only
+        given settings are read before ``self.config`` is set (see ``__init__``)."""
         if self._settings is None:
-            self._settings = from_environment(getattr(self, "config", None))
+            self._settings = from_environment(self.config)
         return self._settings
 
     async def start(self) -> None:
