@@ -19,7 +19,7 @@ from hermesbus.errors import ReplyTimeout
 from hermesbus.identity import SIGNATURE
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
 from tests.builders import reply_to
-from tests.integration.stacks import conversation_topics
+from tests.integration.stacks import answer_turns, conversation_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -124,20 +124,13 @@ async def test_replies_yield_only_the_sessions_replies_from_when_they_start(
 
 async def echo(broker: str, prefix: str) -> None:
     """The conversation processor's stand-in: answer every turn, after a decoy of another trace."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(prefix + CONVERSATION_IN, p) for p in range(6)])
-        async with Client(
-            bootstrap=broker, topic_prefix=prefix, codec=CODEC, identity="conversation"
-        ) as out:
-            async for record in consumer:
-                turn = CODEC.decode(record.value)
-                text = turn.payload.body.text  # type: ignore[union-attr]
-                await out.send(reply_to(turn, "decoy", trace_id=uuid.uuid4().hex))
-                await out.send(reply_to(turn, f"echo: {text}"))
-    finally:
-        await consumer.stop()
+
+    async def answer(out: Client, turn: h.Envelope, _: bytes) -> None:
+        text = turn.payload.body.text  # type: ignore[union-attr]
+        await out.send(reply_to(turn, "decoy", trace_id=uuid.uuid4().hex))
+        await out.send(reply_to(turn, f"echo: {text}"))
+
+    await answer_turns(broker, prefix, CODEC, answer)
 
 
 async def test_ask_returns_the_reply_of_its_trace(broker: str, client: Client, prefix: str) -> None:

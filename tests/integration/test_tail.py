@@ -18,10 +18,10 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.identity import KEYS_FILE_ENV
-from hermesbus.topics import Catalog
 from hermesbus.trace.tail import Filters, Position, tail
 from tests.builders import reply_to, turn
 from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.stacks import catalog_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -64,16 +64,11 @@ async def _produce(
         await producer.stop()
 
 
-async def _provisioned(bootstrap: str, prefix: str) -> None:
-    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
-
-
 async def _logged(broker: str, unique: str) -> tuple[str, list[tuple[str, Envelope | bytes, str]]]:
     """The catalog's topics under a fresh prefix, with ``_history`` appended: the prefix
     and the history."""
     prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
+    await catalog_topics(broker, prefix)
     history = _history()
     await _produce(broker, prefix, history)
     return prefix, history
@@ -193,7 +188,7 @@ async def test_tail_of_a_missing_topic_is_one_clear_error(
 
 async def test_tail_follows_new_records_until_stopped(broker: str, unique: str) -> None:
     prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
+    await catalog_topics(broker, prefix)
     kafka = KafkaConfig(bootstrap=broker)
     first: list[tuple[str, Envelope | bytes, str]] = [(IN, turn(message_id="before"), "s1")]
     await _produce(broker, prefix, first)
@@ -248,7 +243,7 @@ async def test_tail_from_the_end_lists_none_of_the_records_before(
     broker: str, unique: str, tmp_path: Path
 ) -> None:
     prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
+    await catalog_topics(broker, prefix)
     old = [f"old-{n}" for n in range(7)]
     await _produce_one_batch(broker, prefix + IN, old)
     options = ("--topic", IN, "--bootstrap", broker, "--prefix", prefix)
@@ -272,7 +267,7 @@ async def test_tail_follow_from_the_end_lists_only_records_appended_after(
     broker: str, unique: str, tmp_path: Path
 ) -> None:
     prefix = f"tail-{unique}."
-    await _provisioned(broker, prefix)
+    await catalog_topics(broker, prefix)
     await _produce_one_batch(broker, prefix + IN, [f"old-{n}" for n in range(7)])
     env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     args = ("--from", "end", "--follow", "--json", "--topic", IN)

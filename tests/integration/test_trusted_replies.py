@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from hermesbus.cli._say import NO_ANSWER
 from hermesbus.client import Client, Unverified
@@ -22,10 +22,10 @@ from hermesbus.codec import Codec
 from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Signer
-from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT
+from hermesbus.topics import CONVERSATION_OUT
 from tests import signing
 from tests.builders import reply_to
-from tests.integration.stacks import conversation_topics
+from tests.integration.stacks import answer_turns, conversation_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -121,20 +121,13 @@ async def test_an_app_without_public_keys_refuses_to_read_replies(
 
 async def forger(broker: str, prefix: str, genuine_too: bool) -> None:
     """Answer each turn on the ingress topic with a forgery (and a genuine answer)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(prefix + CONVERSATION_IN, p) for p in range(6)])
-        async with Client(
-            bootstrap=broker, topic_prefix=prefix, codec=CODEC, identity="conversation"
-        ) as bus:
-            async for record in consumer:
-                turn = CODEC.decode(record.value)
-                await forge(broker, prefix, turn, record.value or b"")
-                if genuine_too:
-                    await bus.send(reply_to(turn, "已提交报销单 EXP-REAL"))
-    finally:
-        await consumer.stop()
+
+    async def answer(bus: Client, turn: Envelope, raw: bytes) -> None:
+        await forge(broker, prefix, turn, raw)
+        if genuine_too:
+            await bus.send(reply_to(turn, "已提交报销单 EXP-REAL"))
+
+    await answer_turns(broker, prefix, CODEC, answer)
 
 
 async def say(broker: str, prefix: str, session: str) -> tuple[int, str, str]:

@@ -16,7 +16,6 @@ review saw.
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
 import subprocess
 import uuid
@@ -30,16 +29,14 @@ from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.elasticsearch import index as es_index
 from hermesbus.connectors.elasticsearch.templates import template_name, wrongly_mapped
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.contract.headers import envelope_headers
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import CONVERSATION_IN, Catalog
+from hermesbus.topics import CONVERSATION_IN
 from hermesbus.trace.index import Indexer
-from tests import signing
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.index.conftest import documents_of, record_of
 from tests.integration.index.proxy import Relay
+from tests.integration.stacks import catalog_topics, indexer_on
 
 pytestmark = pytest.mark.elasticsearch
 
@@ -80,22 +77,15 @@ async def test_the_indexer_puts_its_templates_back_before_writing_after_an_outag
     broker: str, elasticsearch_url: str, unique: str
 ) -> None:
     prefix = f"ese-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    await catalog_topics(broker, prefix)
     target = urlsplit(elasticsearch_url)
     relay = Relay(target.hostname or "127.0.0.1", target.port or 9200)
     await relay.start()
     config = ElasticsearchConfig(url=relay.url, data_stream=f"logs-f{unique}-default")
     direct = ElasticsearchConfig(url=elasticsearch_url, data_stream=config.data_stream)
-    settings = RuntimeSettings()
-    if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
-        settings = settings.for_embedded_broker()
     topic = prefix + CONVERSATION_IN
     index = ElasticsearchTraceIndex(config)
-    indexer = Indexer(
-        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
-    )
+    indexer = indexer_on(index, broker, prefix)
     try:
         async with index, indexer, ElasticsearchTraceIndex(direct, install=False) as es:
             await relay.stop()  # away ...
@@ -127,17 +117,10 @@ async def test_templates_gone_without_an_outage_seen_are_put_back_before_a_write
     checked (every TEMPLATE_CHECK_S; here before every write) and put back."""
     monkeypatch.setattr(es_index, "TEMPLATE_CHECK_S", 0.0)
     prefix = f"esq-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    await catalog_topics(broker, prefix)
     config = ElasticsearchConfig(url=elasticsearch_url, data_stream=f"logs-q{unique}-default")
-    settings = RuntimeSettings()
-    if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
-        settings = settings.for_embedded_broker()
     index = ElasticsearchTraceIndex(config)
-    indexer = Indexer(
-        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
-    )
+    indexer = indexer_on(index, broker, prefix)
     async with index, indexer:
         await _emptied(index)
         await _send(broker, prefix + CONVERSATION_IN, "quick", 2)

@@ -12,15 +12,14 @@ from aiokafka import AIOKafkaProducer
 
 from hermesbus.compose.broker import free_port
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import Catalog
 from hermesbus.trace.index import INDEXER_GROUP, Indexer
 from tests import signing
 from tests.builders import turn
 from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.stacks import catalog_topics
 
 from .conftest import documents_of, es_config, record_of
 
@@ -135,9 +134,7 @@ async def test_the_indexing_check_counts_what_the_indexer_has_not_committed(
     """Five records nobody indexed: a warning naming them; after the indexer ran (its own
     group, as ``up`` runs it): every record indexed."""
     prefix = f"docix-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    kafka = await catalog_topics(broker, prefix)
     await _produce(broker, prefix + TOPIC, 5)
     env = clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
     options = ("--bootstrap", broker, "--prefix", prefix)

@@ -8,7 +8,6 @@ as a stripped copy; its dead letter, refused too, is not dead-lettered again.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,18 +17,15 @@ from aiokafka import AIOKafkaProducer
 
 from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.contract.headers import DLQ_ERROR_MESSAGE, DLQ_ORIGIN_TOPIC, envelope_headers, header
 from hermesbus.errors import TraceIndexError
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import CONVERSATION_IN, DLQ, Catalog
+from hermesbus.topics import CONVERSATION_IN, DLQ
 from hermesbus.trace.index import (
-    Indexer,
     Search,
     archived,
 )
-from tests import signing
 from tests.builders import turn
+from tests.integration.stacks import catalog_topics, indexer_on
 
 from .conftest import documents_of, es_config, record_of
 from .proxy import Relay
@@ -54,19 +50,12 @@ async def test_undecodable_and_refused_records_are_kept_and_dead_lettered(
     broker: str, elasticsearch_url: str, unique: str
 ) -> None:
     prefix = f"ix-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    await catalog_topics(broker, prefix)
     good = default_codec().encode(turn(session_id="s1"))
     records = [(b"s1", good), (b"s1", b"\x00junk"), (HUGE_KEY, good)]
     await _send(broker, prefix + CONVERSATION_IN, records)
-    settings = RuntimeSettings()
-    if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
-        settings = settings.for_embedded_broker()
     index = ElasticsearchTraceIndex(es_config(elasticsearch_url, unique))
-    indexer = Indexer(
-        index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys, group_id=prefix
-    )
+    indexer = indexer_on(index, broker, prefix)
     async with index, indexer:
         async with asyncio.timeout(60):
             while indexer.stats.refused < 2 or indexer.stats.indexed < 4:

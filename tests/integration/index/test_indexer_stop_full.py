@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from hermesbus.codec import default_codec
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import CONVERSATION_IN, Catalog
-from hermesbus.trace.index import Indexer
-from tests import signing
+from hermesbus.topics import CONVERSATION_IN
 from tests.builders import turn
+from tests.integration.stacks import catalog_topics, indexer_on
 
 pytestmark = pytest.mark.kafka
 
@@ -53,27 +50,16 @@ async def test_a_full_index_does_not_hold_the_stop_and_nothing_is_lost(
     broker: str, unique: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     prefix = f"full-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    await catalog_topics(broker, prefix)
     await _send(broker, prefix + CONVERSATION_IN)
     settings = RuntimeSettings(revoke_timeout_ms=REVOKE_MS)
-    if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
-        settings = settings.for_embedded_broker()
     path = tmp_path / "index.sqlite3"
 
     caplog.set_level(logging.WARNING, logger="hermesbus.trace.index")
     async with SqliteTraceIndex(path) as index:
         (pages,) = index.db.execute("PRAGMA page_count").fetchone()
         index.db.execute(f"PRAGMA max_page_count = {pages}")  # full: no page more
-        indexer = Indexer(
-            index,
-            kafka=kafka,
-            prefix=prefix,
-            settings=settings,
-            keyring=signing.keys,
-            group_id=prefix,
-        )
+        indexer = indexer_on(index, broker, prefix, settings)
         await indexer.start()
         try:
             async with asyncio.timeout(STOP_BUDGET_S):
@@ -86,14 +72,7 @@ async def test_a_full_index_does_not_hold_the_stop_and_nothing_is_lost(
     assert "stopped while the index is away" in caplog.text
 
     async with SqliteTraceIndex(path) as roomy:  # a new connection: no page limit
-        again = Indexer(
-            roomy,
-            kafka=kafka,
-            prefix=prefix,
-            settings=settings,
-            keyring=signing.keys,
-            group_id=prefix,
-        )
+        again = indexer_on(roomy, broker, prefix, settings)
         async with again:
             async with asyncio.timeout(STOP_BUDGET_S):
                 while await roomy.count() < RECORDS:

@@ -7,20 +7,18 @@ unsigned forgery of it, and a reply signed by an app's key but claiming the conv
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from hermesbus.client import Client
 from hermesbus.codec import default_codec
-from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.identity import Signer
-from hermesbus.runtime import RuntimeSettings
-from hermesbus.topics import CONVERSATION_OUT, Catalog
-from hermesbus.trace.index import Indexer, Search, TraceIndex
+from hermesbus.topics import CONVERSATION_OUT
+from hermesbus.trace.index import Search, TraceIndex
 from tests import signing
 from tests.builders import reply_to, turn
+from tests.integration.stacks import catalog_topics, indexer_on
 
 from .conftest import searchable
 
@@ -31,9 +29,7 @@ async def test_unsigned_and_impersonating_records_are_marked_unverified(
     broker: str, trace_index: TraceIndex, unique: str
 ) -> None:
     prefix = f"unv-{unique}."
-    kafka = KafkaConfig(bootstrap=broker)
-    async with KafkaAdmin(kafka) as admin:
-        await admin.create(list(Catalog.load().with_overrides(prefix=prefix)))
+    kafka = await catalog_topics(broker, prefix)
     asked = turn(session_id="s-unv", trace_id="t-unv")
     codec, topic, key = default_codec(), prefix + CONVERSATION_OUT, b"s-unv"
     async with Client(kafka, topic_prefix=prefix, identity="conversation") as bus:
@@ -47,17 +43,7 @@ async def test_unsigned_and_impersonating_records_are_marked_unverified(
         await producer.send_and_wait(topic, forged, key=key, headers=list(app))
     finally:
         await producer.stop()
-    settings = RuntimeSettings()
-    if broker == os.environ.get("HERMES_TEST_EMBEDDED_BOOTSTRAP"):
-        settings = settings.for_embedded_broker()
-    indexer = Indexer(
-        trace_index,
-        kafka=kafka,
-        prefix=prefix,
-        settings=settings,
-        keyring=signing.keys,
-        group_id=prefix,
-    )
+    indexer = indexer_on(trace_index, broker, prefix)
     async with indexer:
         async with asyncio.timeout(60):
             while indexer.stats.indexed < 3:

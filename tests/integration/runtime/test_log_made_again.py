@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ from tests import signing
 
 from .support import IN, ConversationProcessor, counting, produce, provision, turn
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]  # several WITHIN_S steps a test
 
 PARTITIONS = 6
 WITHIN_S = 120.0
@@ -64,11 +65,35 @@ def on_partition_of(session: str, count: int) -> list[str]:
     return [s for s in found if partition(s.encode(), every, every) == wanted][:count]
 
 
+def partition_of(prefix: str, session: str) -> TopicPartition:
+    """The partition of the prefix's IN topic that ``session``'s records go to."""
+    every = list(range(PARTITIONS))
+    return TopicPartition(prefix + IN, DefaultPartitioner()(session.encode(), every, every))
+
+
+@dataclass(frozen=True)
+class Bed:
+    """What each test here runs on: Apache Kafka, the catalog's topics under a prefix of
+    the test's own (PARTITIONS each), a state store, the group coordinator's log."""
+
+    bootstrap: str
+    prefix: str
+    store: SqliteStateStore
+    unique: str
+    caplog: pytest.LogCaptureFixture
+
+    def rebalances(self) -> list[str]:
+        return [r.getMessage() for r in self.caplog.records if "Revoking" in r.getMessage()]
+
+
 @pytest.fixture
-async def topic_prefix(kafka_bootstrap: str, unique: str) -> str:
+async def bed(
+    kafka_bootstrap: str, unique: str, store: SqliteStateStore, caplog: pytest.LogCaptureFixture
+) -> Bed:
     prefix = f"again{unique}."
     await provision(kafka_bootstrap, prefix, partitions=PARTITIONS)
-    return prefix
+    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
+    return Bed(kafka_bootstrap, prefix, store, unique, caplog)
 
 
 async def made_again(bootstrap: str, prefix: str) -> None:
@@ -120,132 +145,6 @@ async def counted(
     return counts
 
 
-class Held:
-    """A handler that holds session ``old``'s first record until released."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, inp: HandlerInput) -> Outcome:
-        if inp.envelope.session_id == "old":
-            self.entered.set()
-            await self.release.wait()
-        return await counting(inp)
-
-
-@contextlib.asynccontextmanager
-async def paused_on_old_log(
-    bootstrap: str, prefix: str, store: SqliteStateStore, name: str, *, old: int
-) -> AsyncIterator[tuple[ConversationProcessor, Held, TopicPartition]]:
-    """A processor that fetched ``old`` records of session ``old`` (the first held, the
-    rest waiting, so many that its consumer is paused) when its topic is made again; the
-    partition they were on."""
-    handler = Held()
-    processor = ConversationProcessor(
-        name,
-        handler,
-        [IN],
-        store=store,
-        kafka=KafkaConfig(bootstrap=bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
-        topic_prefix=prefix,
-        settings=RuntimeSettings(max_buffered=old),  # all of them fetched: paused
-    )
-    async with processor:
-        try:
-            await produce(bootstrap, prefix + IN, [turn("old", seq) for seq in range(old)])
-            async with asyncio.timeout(WITHIN_S):
-                await handler.entered.wait()
-                while processor.waiting != old - 1:  # fetched to its position, and paused
-                    await asyncio.sleep(0.05)
-            every = list(range(PARTITIONS))
-            tp = TopicPartition(prefix + IN, DefaultPartitioner()(b"old", every, every))
-            await made_again(bootstrap, prefix)
-            yield processor, handler, tp
-        finally:
-            handler.release.set()
-
-
-def rebalances(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "Revoking" in r.getMessage()]
-
-
-async def until_committed(bootstrap: str, group: str, tp: TopicPartition, offset: int) -> None:
-    async with asyncio.timeout(WITHIN_S):
-        while await committed(bootstrap, group, tp) != offset:
-            await asyncio.sleep(0.2)
-
-
-async def new_log_read_once(
-    bootstrap: str, store: SqliteStateStore, name: str, tp: TopicPartition, **expected: int
-) -> None:
-    """Each new session applied once, the new log's end committed, and the old log's
-    ``old`` fetched records all run (``expected``: ``new`` and ``old`` counts)."""
-    sessions = on_partition_of("old", expected["new"])
-    assert await counted(store, name, sessions) == [1] * len(sessions)
-    await until_committed(bootstrap, name, tp, len(sessions))
-    assert await counted(store, name, ["old"], each=expected["old"]) == [expected["old"]]
-
-
-async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(
-    kafka_bootstrap: str,
-    topic_prefix: str,
-    store: SqliteStateStore,
-    unique: str,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
-    name = f"again{unique}"
-    async with paused_on_old_log(kafka_bootstrap, topic_prefix, store, name, old=4) as (
-        _,
-        handler,
-        tp,
-    ):
-        joined = len(rebalances(caplog))
-        sessions = on_partition_of("old", 2)
-        await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
-        handler.release.set()  # fetched again: at offset 4 of a log that ends at 2
-
-        await new_log_read_once(kafka_bootstrap, store, name, tp, new=2, old=4)
-        assert len(rebalances(caplog)) == joined  # none: only the offsets said it
-        assert f"{tp.topic}-{tp.partition}: offsets went back from 4 to 0" in caplog.text
-
-
-async def test_a_processor_told_its_topic_was_made_again_reads_it_from_its_start(
-    kafka_bootstrap: str,
-    topic_prefix: str,
-    store: SqliteStateStore,
-    unique: str,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
-    name = f"again{unique}"
-    async with paused_on_old_log(kafka_bootstrap, topic_prefix, store, name, old=2) as (
-        processor,
-        handler,
-        tp,
-    ):
-        joined = len(rebalances(caplog))
-        sessions = on_partition_of("old", 3)  # the new log passes the old position (2)
-        await produce(kafka_bootstrap, topic_prefix + IN, [turn(s, 0) for s in sessions])
-        assert await processor.logs_made_again({topic_prefix + IN}) == [
-            t for t in processor.assignment if t.topic == topic_prefix + IN
-        ]
-        handler.release.set()
-
-        await new_log_read_once(kafka_bootstrap, store, name, tp, new=3, old=2)
-        assert len(rebalances(caplog)) == joined
-
-
-async def settled(consumer: AIOKafkaConsumer) -> None:
-    """Once a consumer's partitions are all paused, until the fetch it has in flight (if
-    any) is answered: none fails on the topic deleted next and makes it refresh its
-    metadata, which would tell it of the loss (aiokafka shows this only privately)."""
-    async with asyncio.timeout(WITHIN_S):
-        while consumer._fetcher._in_flight:
-            await asyncio.sleep(0.01)
-
-
 class HeldEach:
     """A handler that holds the first record of each of ``sessions`` until it is released."""
 
@@ -261,6 +160,96 @@ class HeldEach:
         return await counting(inp)
 
 
+def held_processor(bed: Bed, name: str, handler: HeldEach, buffered: int) -> ConversationProcessor:
+    """A processor named ``name`` running ``handler`` on the bed's IN topic, which fetches
+    ``buffered`` records before it pauses, and asks for metadata only when a request fails."""
+    return ConversationProcessor(
+        name,
+        handler,
+        [IN],
+        store=bed.store,
+        kafka=KafkaConfig(bootstrap=bed.bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
+        topic_prefix=bed.prefix,
+        settings=RuntimeSettings(max_buffered=buffered),
+    )
+
+
+@contextlib.asynccontextmanager
+async def paused_on_old_log(
+    bed: Bed, name: str, *, old: int
+) -> AsyncIterator[tuple[ConversationProcessor, HeldEach, TopicPartition]]:
+    """A processor that fetched ``old`` records of session ``old`` (the first held, the
+    rest waiting, so many that its consumer is paused) when its topic is made again; the
+    partition they were on."""
+    handler = HeldEach("old")
+    processor = held_processor(bed, name, handler, buffered=old)  # all fetched: paused
+    async with processor:
+        try:
+            await produce(bed.bootstrap, bed.prefix + IN, [turn("old", n) for n in range(old)])
+            async with asyncio.timeout(WITHIN_S):
+                await handler.entered["old"].wait()
+                while processor.waiting != old - 1:  # fetched to its position, and paused
+                    await asyncio.sleep(0.05)
+            await made_again(bed.bootstrap, bed.prefix)
+            yield processor, handler, partition_of(bed.prefix, "old")
+        finally:
+            handler.release["old"].set()
+
+
+async def until_committed(bootstrap: str, group: str, tp: TopicPartition, offset: int) -> None:
+    async with asyncio.timeout(WITHIN_S):
+        while await committed(bootstrap, group, tp) != offset:
+            await asyncio.sleep(0.2)
+
+
+async def new_log_read_once(bed: Bed, name: str, tp: TopicPartition, **expected: int) -> None:
+    """Each new session applied once, the new log's end committed, and the old log's
+    ``old`` fetched records all run (``expected``: ``new`` and ``old`` counts)."""
+    sessions = on_partition_of("old", expected["new"])
+    assert await counted(bed.store, name, sessions) == [1] * len(sessions)
+    await until_committed(bed.bootstrap, name, tp, len(sessions))
+    assert await counted(bed.store, name, ["old"], each=expected["old"]) == [expected["old"]]
+
+
+async def test_offsets_that_go_back_are_a_new_log_read_from_its_start(bed: Bed) -> None:
+    name = f"again{bed.unique}"
+    async with paused_on_old_log(bed, name, old=4) as (_, handler, tp):
+        joined = len(bed.rebalances())
+        sessions = on_partition_of("old", 2)
+        await produce(bed.bootstrap, bed.prefix + IN, [turn(s, 0) for s in sessions])
+        handler.release["old"].set()  # fetched again: at offset 4 of a log that ends at 2
+
+        await new_log_read_once(bed, name, tp, new=2, old=4)
+        assert len(bed.rebalances()) == joined  # none: only the offsets said it
+        assert f"{tp.topic}-{tp.partition}: offsets went back from 4 to 0" in bed.caplog.text
+
+
+async def test_a_processor_told_its_topic_was_made_again_reads_it_from_its_start(
+    bed: Bed,
+) -> None:
+    name = f"again{bed.unique}"
+    async with paused_on_old_log(bed, name, old=2) as (processor, handler, tp):
+        joined = len(bed.rebalances())
+        sessions = on_partition_of("old", 3)  # the new log passes the old position (2)
+        await produce(bed.bootstrap, bed.prefix + IN, [turn(s, 0) for s in sessions])
+        assert await processor.logs_made_again({bed.prefix + IN}) == [
+            t for t in processor.assignment if t.topic == bed.prefix + IN
+        ]
+        handler.release["old"].set()
+
+        await new_log_read_once(bed, name, tp, new=3, old=2)
+        assert len(bed.rebalances()) == joined
+
+
+async def settled(consumer: AIOKafkaConsumer) -> None:
+    """Once a consumer's partitions are all paused, until the fetch it has in flight (if
+    any) is answered: none fails on the topic deleted next and makes it refresh its
+    metadata, which would tell it of the loss (aiokafka shows this only privately)."""
+    async with asyncio.timeout(WITHIN_S):
+        while consumer._fetcher._in_flight:
+            await asyncio.sleep(0.01)
+
+
 def refused(caplog: pytest.LogCaptureFixture, who: str) -> bool:
     """Whether the broker refused a commit of ``who`` (how its log lines start, e.g.
     ``processor=NAME``) for an unknown topic."""
@@ -272,87 +261,57 @@ def refused(caplog: pytest.LogCaptureFixture, who: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def topic_lost_under(
-    bootstrap: str,
-    prefix: str,
-    store: SqliteStateStore,
-    name: str,
-    caplog: pytest.LogCaptureFixture,
-    *sessions: str,
+    bed: Bed, name: str, *sessions: str
 ) -> AsyncIterator[tuple[HeldEach, TopicPartition]]:
     """A processor holding the first record of each of ``sessions`` (on one partition, so
     many fetched that its consumer is paused: no rebalance tells it of the topic's loss)
     when the topic is deleted; then the first of them finishes, and the broker refuses
     to commit it. The processor stops (its last commit) when the block ends."""
     handler = HeldEach(*sessions)
-    processor = ConversationProcessor(
-        name,
-        handler,
-        [IN],
-        store=store,
-        kafka=KafkaConfig(bootstrap=bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
-        topic_prefix=prefix,
-        settings=RuntimeSettings(max_buffered=len(sessions)),
-    )
-    every = list(range(PARTITIONS))
-    tp = TopicPartition(prefix + IN, DefaultPartitioner()(sessions[0].encode(), every, every))
+    processor = held_processor(bed, name, handler, buffered=len(sessions))
     async with processor:
         try:
-            await produce(bootstrap, prefix + IN, [turn(s, 0) for s in sessions])
+            await produce(bed.bootstrap, bed.prefix + IN, [turn(s, 0) for s in sessions])
             async with asyncio.timeout(WITHIN_S):
                 await asyncio.gather(*(e.wait() for e in handler.entered.values()))
             assert processor._consumer is not None  # paused: all fetched are held
             await settled(processor._consumer)
-            await deleted(bootstrap, prefix)
+            await deleted(bed.bootstrap, bed.prefix)
             handler.release[sessions[0]].set()
             async with asyncio.timeout(WITHIN_S):
-                while not refused(caplog, f"processor={name} "):
+                while not refused(bed.caplog, f"processor={name} "):
                     await asyncio.sleep(0.05)
-            yield handler, tp
+            yield handler, partition_of(bed.prefix, sessions[0])
         finally:
             for release in handler.release.values():
                 release.set()
 
 
 async def test_a_commit_refused_while_the_topic_is_missing_is_not_sent_once_it_is_back(
-    kafka_bootstrap: str,
-    topic_prefix: str,
-    store: SqliteStateStore,
-    unique: str,
-    caplog: pytest.LogCaptureFixture,
+    bed: Bed,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
-    name = f"lost{unique}"
-    async with topic_lost_under(kafka_bootstrap, topic_prefix, store, name, caplog, "old") as (
-        _,
-        tp,
-    ):
-        joined = len(rebalances(caplog))
-        await created(kafka_bootstrap, topic_prefix)
-    assert len(rebalances(caplog)) == joined  # the processor never saw the topic missing
+    name = f"lost{bed.unique}"
+    async with topic_lost_under(bed, name, "old") as (_, tp):
+        joined = len(bed.rebalances())
+        await created(bed.bootstrap, bed.prefix)
+    assert len(bed.rebalances()) == joined  # the processor never saw the topic missing
     # its last commit (the stop's) had the refused offset to send again, into a new log
-    assert await committed(kafka_bootstrap, name, tp) is None
+    assert await committed(bed.bootstrap, name, tp) is None
 
 
 async def test_a_record_of_the_lost_log_finishing_once_the_topic_is_back_is_not_committed(
-    kafka_bootstrap: str,
-    topic_prefix: str,
-    store: SqliteStateStore,
-    unique: str,
-    caplog: pytest.LogCaptureFixture,
+    bed: Bed,
 ) -> None:
     # its outputs could not be produced while the topics were gone, say: it finishes late
-    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
-    name = f"lost{unique}"
+    name = f"lost{bed.unique}"
     late = on_partition_of("old", 1)[0]
-    async with topic_lost_under(
-        kafka_bootstrap, topic_prefix, store, name, caplog, "old", late
-    ) as (handler, tp):
-        joined = len(rebalances(caplog))
-        await created(kafka_bootstrap, topic_prefix)
+    async with topic_lost_under(bed, name, "old", late) as (handler, tp):
+        joined = len(bed.rebalances())
+        await created(bed.bootstrap, bed.prefix)
         handler.release[late].set()
-        assert await counted(store, name, ["old", late]) == [1, 1]
-    assert len(rebalances(caplog)) == joined
-    assert await committed(kafka_bootstrap, name, tp) is None
+        assert await counted(bed.store, name, ["old", late]) == [1, 1]
+    assert len(bed.rebalances()) == joined
+    assert await committed(bed.bootstrap, name, tp) is None
 
 
 class HeldIndex(SqliteTraceIndex):
@@ -370,40 +329,34 @@ class HeldIndex(SqliteTraceIndex):
 
 
 async def test_the_indexer_commits_nothing_of_a_log_whose_topic_was_lost(
-    kafka_bootstrap: str,
-    topic_prefix: str,
-    tmp_path: Path,
-    unique: str,
-    caplog: pytest.LogCaptureFixture,
+    bed: Bed, tmp_path: Path
 ) -> None:
-    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
-    group = f"lostindex{unique}"
+    group = f"lostindex{bed.unique}"
     index = HeldIndex(tmp_path / "index.sqlite3")
     indexer = Indexer(
         index,
-        kafka=KafkaConfig(bootstrap=kafka_bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
-        prefix=topic_prefix,
+        kafka=KafkaConfig(bootstrap=bed.bootstrap, metadata_max_age_ms=QUIET_METADATA_MS),
+        prefix=bed.prefix,
         settings=RuntimeSettings(),
         keyring=signing.keys,
         group_id=group,
     )
-    every = list(range(PARTITIONS))
-    tp = TopicPartition(topic_prefix + IN, DefaultPartitioner()(b"old", every, every))
+    tp = partition_of(bed.prefix, "old")
     async with index, indexer:
-        await produce(kafka_bootstrap, topic_prefix + IN, [turn("old", 0)])
+        await produce(bed.bootstrap, bed.prefix + IN, [turn("old", 0)])
         async with asyncio.timeout(WITHIN_S):
             await index.entered.wait()  # its batch is being stored
         consumer = indexer._consumer
         assert consumer is not None  # fetching nothing more, it never sees the topic missing
         consumer.pause(*consumer.assignment())
         await settled(consumer)
-        joined = len(rebalances(caplog))
-        await deleted(kafka_bootstrap, topic_prefix)
+        joined = len(bed.rebalances())
+        await deleted(bed.bootstrap, bed.prefix)
         index.release.set()  # stored: its offset is committed, and refused
         async with asyncio.timeout(WITHIN_S):
-            while not refused(caplog, "indexer: "):
+            while not refused(bed.caplog, "indexer: "):
                 await asyncio.sleep(0.05)
-        await created(kafka_bootstrap, topic_prefix)
-    assert len(rebalances(caplog)) == joined
+        await created(bed.bootstrap, bed.prefix)
+    assert len(bed.rebalances()) == joined
     # its last commit (the stop's) had the refused offset to send again, into a new log
-    assert await committed(kafka_bootstrap, group, tp) is None
+    assert await committed(bed.bootstrap, group, tp) is None

@@ -55,11 +55,10 @@ literals) and ``_read``'s parameter, whose callers are held to constants here to
 
 
 @pytest.fixture
-async def graph_store(neo4j_url: str, unique: str, tmp_path: Path) -> AsyncIterator[GraphStore]:
+async def graph_store(neo4j_url: str, unique: str, book: MarkBook) -> AsyncIterator[GraphStore]:
     """A namespace of its own on the run's server (Community has one database)."""
-    async with Neo4jGraphStore(
-        Neo4jConfig(url=neo4j_url, namespace=f"t{unique}"), book=MarkBook(tmp_path)
-    ) as store:
+    config = Neo4jConfig(url=neo4j_url, namespace=f"t{unique}")
+    async with Neo4jGraphStore(config, book=book) as store:
         yield store
 
 

@@ -4,7 +4,6 @@ from the unit suite), then what only Redis promises: the keys' names and hash sl
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -40,11 +39,9 @@ __all__ = [
 
 @pytest.fixture
 async def preference_store(
-    redis_url: str, unique: str, tmp_path: Path
+    redis_config: RedisConfig, book: MarkBook
 ) -> AsyncIterator[PreferenceStore]:
-    async with RedisPreferenceStore(
-        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
-    ) as store:
+    async with RedisPreferenceStore(redis_config, book=book) as store:
         yield store
 
 

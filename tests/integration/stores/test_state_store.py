@@ -24,24 +24,20 @@ from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, 
 
 @pytest.fixture(params=["sqlite", "redis"])
 async def store(
-    request: pytest.FixtureRequest, tmp_path: Path, unique: str
+    request: pytest.FixtureRequest, tmp_path: Path, book: MarkBook
 ) -> AsyncIterator[StateStore]:
     if request.param == "redis":
-        config = RedisConfig(url=request.getfixturevalue("redis_url"), prefix=f"t{unique}")
-        async with RedisStateStore(config, book=MarkBook(tmp_path)) as redis:
+        config = request.getfixturevalue("redis_config")
+        async with RedisStateStore(config, book=book) as redis:
             yield redis
         return
-    async with SqliteStateStore(tmp_path / "state.sqlite3", book=MarkBook(tmp_path)) as sqlite:
+    async with SqliteStateStore(tmp_path / "state.sqlite3", book=book) as sqlite:
         yield sqlite
 
 
 @pytest.fixture
-async def redis_store(
-    redis_url: str, unique: str, tmp_path: Path
-) -> AsyncIterator[RedisStateStore]:
-    async with RedisStateStore(
-        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
-    ) as store:
+async def redis_store(redis_config: RedisConfig, book: MarkBook) -> AsyncIterator[RedisStateStore]:
+    async with RedisStateStore(redis_config, book=book) as store:
         yield store
 
 

@@ -4,7 +4,6 @@ unit suite), then what only Redis promises: one hash slot for every key."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -34,10 +33,8 @@ __all__ = [
 
 
 @pytest.fixture
-async def tool_store(redis_url: str, unique: str, tmp_path: Path) -> AsyncIterator[ToolStore]:
-    async with RedisToolStore(
-        RedisConfig(url=redis_url, prefix=f"t{unique}"), book=MarkBook(tmp_path)
-    ) as store:
+async def tool_store(redis_config: RedisConfig, book: MarkBook) -> AsyncIterator[ToolStore]:
+    async with RedisToolStore(redis_config, book=book) as store:
         yield store
 
 

@@ -60,8 +60,14 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
         yield store
 
 
-def worker(store: SqliteStateStore, errors: list[Exception], *, told: bool = False) -> Kept:
-    return Kept(
+def worker(
+    store: SqliteStateStore,
+    errors: list[Exception],
+    *,
+    told: bool = False,
+    kind: type[Kept] = Kept,
+) -> Kept:
+    return kind(
         "conv",
         failing(errors),
         store=store,
@@ -215,17 +221,8 @@ async def test_an_alert_that_cannot_be_sent_is_tried_again_and_never_drops_the_r
             await super().produce(records)
 
     lost = lost_store()
-    w = Refusing(
-        "conv",
-        failing([lost, lost]),
-        store=store,
-        codec=Codec(),
-        settings=RuntimeSettings(infra_retry_ms=1, pause_notice_ms=1),
-        ports={},
-        prefix="",
-        stats=ProcessorStats(),
-        guard=signing.guard("conversation", "conv"),
-    )
+    w = worker(store, [lost, lost], kind=Refusing)
+    assert isinstance(w, Refusing)
     await run(w)
     assert w.tries == 2 and len(w.sent) == 1  # claimed again on the next retry, sent once
     assert (w.stats.processed, w.stats.dead_letters) == (1, 0)
