@@ -43,7 +43,7 @@ mapped = config["tool"]["setuptools"]["package-dir"]
 folders = {"hermesbus": tree} | {f: tree / n.split(".", 1)[1] for n, f in mapped.items()}
 for folder, target in folders.items():
     for path in (root / folder).rglob("*"):
-        if path.suffix in {".py", ".avsc", ".yaml"} and "__pycache__" not in path.parts:
+        if path.suffix in {".py", ".avsc", ".yaml", ".json"} and "__pycache__" not in path.parts:
             if not (target / path.relative_to(root / folder)).exists():
                 sys.exit(0)  # stale: a file has no link
 for link in tree.rglob("*"):

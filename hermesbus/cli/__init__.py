@@ -81,6 +81,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "schemas": ("._schemas", "app", "Avro schemas: compatibility checks and frozen versions."),
     "topics": ("._topics", "app", "The topic catalog and its provisioning."),
     "tools": ("._tools", "app", "Tools: admission, the registry and live health."),
+    "flows": ("._flows", "app", "Flows: check a flow spec file, print the spec's JSON Schema."),
     "keys": ("._keys", "app", "The components' signing keys."),
     "stores": (
         "._stores",

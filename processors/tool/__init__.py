@@ -23,7 +23,13 @@ from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
 from hermesbus.processors.tool._registry import ToolRegistry
 from hermesbus.processors.tool._release import arguments_digest
 from hermesbus.processors.tool._service import CallReport, ToolPort, ToolService
-from hermesbus.processors.tool._settings import DEMO_MODULES, ToolEnvironment, ToolSettings
+from hermesbus.processors.tool._settings import (
+    DEMO_MODULES,
+    ToolEnvironment,
+    ToolSettings,
+    module_allowed,
+    private_part,
+)
 from hermesbus.processors.tool._spec import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_CAP,
@@ -75,6 +81,8 @@ __all__ = [
     "group_name",
     "handle",
     "json_depth",
+    "module_allowed",
+    "private_part",
     "serving",
     "tool_name_problem",
 ]

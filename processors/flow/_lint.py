@@ -1,0 +1,287 @@
+"""What a schema cannot check about a flow: its machine holds together.
+
+Errors refuse a flow (``flows check`` exits 1, ``flows register`` refuses it); warnings are
+shown. Each finding names the line of what it is about.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from hermesbus.processors.flow._load import Lines, Problem, field_name
+from hermesbus.processors.flow._spec import (
+    SUMMARY_MAX,
+    Call,
+    CallAction,
+    FlowSpec,
+    HookAction,
+    ParallelAction,
+    State,
+)
+from hermesbus.processors.tool import module_allowed, private_part
+
+__all__ = ["BUILTIN_TRIGGERS", "FAILURE", "Finding", "lint", "literal_text", "tools_of"]
+
+BUILTIN_TRIGGERS: Final = frozenset({"done", "any"})
+"""``done``: the state's calls were all answered; ``any``: a user turn no other move of the
+state takes."""
+FAILURE: Final = "failed"
+"""The trigger of a failure: it leads to the state's exception exit (``exit``), never
+through a transition of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Literal["error", "warning"]
+    problem: Problem
+
+    def shown(self, where: str) -> str:
+        return f"{self.severity}: {self.problem.shown(where)}"
+
+
+def lint(
+    spec: FlowSpec,
+    lines: Lines,
+    *,
+    modules: tuple[str, ...],
+    registered: Collection[str] | None,
+) -> list[Finding]:
+    """Every finding about ``spec``, in file order: ``modules`` are the module prefixes hooks
+    may come from (``HERMES_TOOL_MODULES``); ``registered`` the registered tools (None:
+    not known, so not checked)."""
+    check = _Check(spec, lines)
+    check.states()
+    check.transitions()
+    check.reachable()
+    check.hooks(modules)
+    check.tools(registered)
+    return sorted(check.found, key=lambda f: (f.problem.line, f.problem.field))
+
+
+def tools_of(spec: FlowSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every tool the flow names, with where: calls, symbol validators, fact verifiers."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for s, state in enumerate(spec.states):
+        for a, action in enumerate(state.on_enter):
+            at: tuple[str | int, ...] = ("states", s, "on_enter", a)
+            found += [(where, call.tool) for where, call in _calls(at, action)]
+            remember = getattr(action, "remember", None)
+            for key in ("validator", "verified_by"):
+                tool = getattr(remember, key, None)
+                if tool:
+                    found.append(((*at, "remember", key), tool))
+    return found
+
+
+def _calls(
+    at: tuple[str | int, ...], action: object
+) -> Iterator[tuple[tuple[str | int, ...], Call]]:
+    if isinstance(action, CallAction):
+        yield (*at, "call", "tool"), action.call
+    elif isinstance(action, ParallelAction):
+        for c, call in enumerate(action.parallel.calls):
+            yield (*at, "parallel", "calls", c, "tool"), call
+
+
+def literal_text(template: str) -> str:
+    """A template without its placeholders: what it says whatever the values."""
+    out, i = [], 0
+    while i < len(template):
+        if template.startswith(("{{", "}}"), i):
+            out.append(template[i])
+            i += 2
+        elif template[i] == "{":
+            i = template.index("}", i) + 1
+        else:
+            out.append(template[i])
+            i += 1
+    return "".join(out)
+
+
+class _Check:
+    def __init__(self, spec: FlowSpec, lines: Lines) -> None:
+        self.spec = spec
+        self.lines = lines
+        self.found: list[Finding] = []
+        self.ids = [s.id for s in spec.states]
+        self.intents = {i.name for i in spec.intents}
+
+    def say(
+        self,
+        path: tuple[str | int, ...],
+        message: str,
+        severity: Literal["error", "warning"] = "error",
+    ) -> None:
+        self.found.append(
+            Finding(severity, Problem(self.lines.of(path), field_name(path), message))
+        )
+
+    def states(self) -> None:
+        spec, seen = self.spec, set[str]()
+        if spec.state(spec.start) is None:
+            self.say(("start",), f"no state {spec.start!r} (states: {', '.join(self.ids)})")
+        waits: dict[str, str] = {}
+        for s, state in enumerate(spec.states):
+            at: tuple[str | int, ...] = ("states", s)
+            if state.id in seen:
+                self.say((*at, "id"), f"state {state.id!r} is declared twice")
+            seen.add(state.id)
+            for w, wait in enumerate(state.waits):
+                if wait.id in waits:
+                    self.say(
+                        (*at, "waits", w, "id"), f"wait {wait.id!r} is also in {waits[wait.id]}"
+                    )
+                waits[wait.id] = state.id
+                if not wait.text:
+                    self.say(
+                        (*at, "waits", w), f"wait {wait.id!r} has no text: the user is told nothing"
+                    )
+            self._state(at, state)
+        if not any(s.kind == "terminal" for s in spec.states):
+            self.say(("states",), "no terminal state: no session can end")
+        names = [i.name for i in spec.intents]
+        for n, name in enumerate(names):
+            if name in names[:n]:
+                self.say(("intents", n, "name"), f"intent {name!r} is declared twice")
+
+    def _state(self, at: tuple[str | int, ...], state: State) -> None:
+        if state.kind == "terminal":
+            if state.waits:
+                self.say((*at, "waits"), "a terminal state keeps no wait")
+            if any(not isinstance(a, HookAction) and _has_calls(a) for a in state.on_enter):
+                self.say((*at, "on_enter"), "a terminal state calls no tool")
+        elif state.exit is None:
+            self.say(at, f"state {state.id!r} has no exception exit (exit:)")
+        elif state.exit not in self.ids:
+            self.say((*at, "exit"), f"exit {state.exit!r} is not a state")
+        if state.kind == "confirmation" and state.confirm is None:
+            self.say(at, "a confirmation state says what passes it (confirm:)")
+        if state.kind != "confirmation" and state.confirm is not None:
+            self.say((*at, "confirm"), "confirm: is for states of kind confirmation")
+        if state.summary is not None and len(literal_text(state.summary)) > SUMMARY_MAX:
+            self.say((*at, "summary"), f"its fixed text is over {SUMMARY_MAX} characters")
+        budget = state.timeout_ms or self.spec.timeout_ms
+        for a, action in enumerate(state.on_enter):
+            if isinstance(action, ParallelAction) and action.parallel.budget_ms > budget:
+                self.say(
+                    (*at, "on_enter", a, "parallel", "budget_ms"),
+                    f"over the state's timeout_ms ({budget}): the dispatcher ends the cycle first",
+                    "warning",
+                )
+
+    def transitions(self) -> None:
+        seen: dict[tuple[str, str, str | None, str | None], int] = {}
+        for t, move in enumerate(self.spec.transitions):
+            at: tuple[str | int, ...] = ("transitions", t)
+            source = self.spec.state(move.source)
+            if source is None:
+                self.say((*at, "from"), f"from {move.source!r}: not a state")
+            elif source.kind == "terminal":
+                self.say((*at, "from"), f"{move.source!r} is terminal: nothing leaves it")
+            if move.to not in self.ids:
+                self.say((*at, "to"), f"to {move.to!r}: not a state")
+            if move.on == FAILURE:
+                self.say((*at, "on"), f"{FAILURE!r} leads to the state's exit: set exit: instead")
+            elif source is not None and move.on not in self._triggers(source):
+                known = ", ".join(sorted(self._triggers(source)))
+                self.say(
+                    (*at, "on"), f"{move.on!r} never fires in {move.source!r} (there: {known})"
+                )
+            key = (move.source, move.on, move.when, move.unless)
+            if key in seen:
+                self.say(at, f"the same move as transitions[{seen[key]}]: which one is taken?")
+            seen.setdefault(key, t)
+
+    def _triggers(self, state: State) -> set[str]:
+        triggers = set(BUILTIN_TRIGGERS) | self.intents | {w.trigger for w in state.waits}
+        if state.confirm is not None:
+            triggers.add(state.confirm.trigger)
+        return triggers
+
+    def reachable(self) -> None:
+        spec = self.spec
+        reached, todo = {spec.start}, [spec.start]
+        while todo:
+            here = spec.state(todo.pop())
+            if here is None:
+                continue
+            nexts = [m.to for m in spec.transitions if m.source == here.id]
+            nexts += [here.exit] if here.exit else []
+            for target in nexts:
+                if target not in reached:
+                    reached.add(target)
+                    todo.append(target)
+        for s, state in enumerate(spec.states):
+            if state.id not in reached:
+                self.say(("states", s), f"state {state.id!r} cannot be reached from {spec.start!r}")
+            elif state.kind != "terminal" and not any(
+                m.source == state.id for m in spec.transitions
+            ):
+                self.say(
+                    ("states", s), f"state {state.id!r} has no way out (no transition from it)"
+                )
+        for s, state in enumerate(spec.states):
+            for w, wait in enumerate(state.waits):
+                if not any(m.source == state.id and m.on == wait.trigger for m in spec.transitions):
+                    self.say(
+                        ("states", s, "waits", w, "trigger"),
+                        f"{wait.trigger!r} has no transition from {state.id!r}",
+                    )
+            if state.confirm is not None and not any(
+                m.source == state.id and m.on == state.confirm.trigger for m in spec.transitions
+            ):
+                self.say(
+                    ("states", s, "confirm", "trigger"),
+                    f"{state.confirm.trigger!r} has no transition from {state.id!r}",
+                )
+
+    def hooks(self, modules: tuple[str, ...]) -> None:
+        declared = self.spec.hooks
+        for name, target in declared.items():
+            at = ("hooks", name)
+            if (private := private_part(target)) is not None:
+                self.say(at, f"{target!r} names the private {private!r}")
+            elif not module_allowed(target, modules):
+                allowed = ",".join(modules) or "(none)"
+                module = target.partition(":")[0]
+                self.say(at, f"module {module!r} is not on HERMES_TOOL_MODULES ({allowed})")
+            elif _missing(target):
+                self.say(at, f"module {target.partition(':')[0]!r} cannot be found")
+        for path, name in self._hooks_used():
+            if name not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                self.say(path, f"hook {name!r} is not declared under hooks: ({known})")
+
+    def _hooks_used(self) -> Iterator[tuple[tuple[str | int, ...], str]]:
+        for t, move in enumerate(self.spec.transitions):
+            for key in ("when", "unless"):
+                name = getattr(move, key)
+                if name is not None:
+                    yield ("transitions", t, key), name
+        for s, state in enumerate(self.spec.states):
+            for a, action in enumerate(state.on_enter):
+                if isinstance(action, HookAction):
+                    yield ("states", s, "on_enter", a, "hook", "name"), action.hook.name
+
+    def tools(self, registered: Collection[str] | None) -> None:
+        if registered is None:
+            return
+        for path, tool in tools_of(self.spec):
+            if tool not in registered:
+                self.say(path, f"tool {tool!r} is not registered (hermesbus tools list)")
+
+
+def _has_calls(action: object) -> bool:
+    return isinstance(action, CallAction | ParallelAction)
+
+
+def _missing(target: str) -> bool:
+    """Whether the module of ``module:function`` cannot be found (found without running it:
+    only its parent packages are imported, and only of allowed modules)."""
+    try:
+        return importlib.util.find_spec(target.partition(":")[0]) is None
+    except (ImportError, ValueError):
+        return True

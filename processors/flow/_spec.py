@@ -1,0 +1,391 @@
+"""A flow as data: the models of a flow spec file (its JSON Schema is generated from them).
+
+A flow is a finite set of explicit states (document 000 §2): each with the actions it takes
+on entering, the waits it keeps, where a failure leaves to (its exception exit) and the time
+the dispatcher gives its tool calls; transitions move from state to state on a trigger,
+guarded by hooks. What a spec cannot say goes into hooks: pure functions named
+``module:function`` from the allow-listed modules, given the session's context.
+
+Texts are templates: ``{root.path}`` takes a value from the session's context (roots in
+:data:`ROOTS`), ``{{`` and ``}}`` are braces. Nothing else is evaluated.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hermesbus.processors.tool import TOOL_NAME_PATTERN
+
+__all__ = [
+    "FLOW_ID_PATTERN",
+    "NAME_PATTERN",
+    "ROOTS",
+    "STATE_PATTERN",
+    "SUMMARY_MAX",
+    "Action",
+    "Call",
+    "CallAction",
+    "Confirmation",
+    "Entity",
+    "FactWrite",
+    "FlowSpec",
+    "HookAction",
+    "HookCall",
+    "Intent",
+    "Parallel",
+    "ParallelAction",
+    "PatternEntity",
+    "PreferenceWrite",
+    "Preload",
+    "RememberAction",
+    "Reply",
+    "ReplyAction",
+    "State",
+    "SymbolWrite",
+    "Transition",
+    "Wait",
+    "duration_ms",
+    "placeholders",
+]
+
+FLOW_ID_PATTERN: Final = r"^[a-z][a-z0-9_]{1,39}$"
+NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,39}$"
+"""Intents, triggers, waits, hooks, entities, symbols and context keys."""
+STATE_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_.-]{0,15}$"
+"""State ids: ``S1``, ``S3.1``, ``ask_table``."""
+DURATION_PATTERN: Final = r"^[1-9][0-9]{0,8}(ms|s|m|h)$"
+HOOK_TARGET_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+SUMMARY_MAX: Final = 50
+"""A snapshot's summary is at most this many characters (the envelope's contract)."""
+ROOTS: Final = frozenset(
+    {"user", "session", "entities", "symbols", "context", "results", "hooks", "intent"}
+)
+"""What a template may read: the user's and session's ids, the turn's intent and entities,
+the session's short-term symbols and context, the state's tool results, hook values."""
+
+_PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+_PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
+"""``root.key.key``: keys of the context only (none starts with ``_``: no attribute)."""
+_UNITS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+StateId = Annotated[str, Field(pattern=STATE_PATTERN)]
+ToolName = Annotated[str, Field(pattern=TOOL_NAME_PATTERN)]
+Duration = Annotated[
+    str, Field(pattern=DURATION_PATTERN, description="A number and ms, s, m or h: 30s, 5m.")
+]
+Template = Annotated[
+    str, Field(min_length=1, max_length=2_000, description="Text with {root.path} values.")
+]
+Button = Annotated[str, Field(min_length=1, max_length=20)]
+
+
+def placeholders(template: str) -> list[str]:
+    """The ``{root.path}`` placeholders of ``template``; ValueError names a malformed one
+    (an unknown root, an expression, a lone brace)."""
+    found = []
+    for match in _PLACEHOLDER.finditer(template):
+        text = match.group(0)
+        if text in ("{{", "}}"):
+            continue
+        path = match.group(1)
+        if path is None:
+            raise ValueError(f"a lone {text!r} (write {text * 2} for a brace)")
+        if not _PATH.fullmatch(path) or path.split(".")[0] not in ROOTS:
+            roots = ", ".join(sorted(ROOTS))
+            raise ValueError(f"{{{path}}} is not {{root.path}} with a root of {roots}")
+        found.append(path)
+    return found
+
+
+def duration_ms(duration: str) -> int:
+    """``30s`` -> 30000."""
+    unit = next(u for u in ("ms", "s", "m", "h") if duration.endswith(u))
+    return int(duration.removesuffix(unit)) * _UNITS[unit]
+
+
+def _templates(value: Any) -> None:
+    """Every string inside ``value`` (arguments: nested JSON) is a well-formed template."""
+    if isinstance(value, str):
+        placeholders(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _templates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _templates(item)
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Call(_Spec):
+    """One tool call; its arguments are JSON whose strings are templates (a string that
+    is one placeholder alone passes the value itself, not its text)."""
+
+    tool: ToolName
+    args: dict[str, Any] = Field(default_factory=dict)
+    into: Name | None = Field(
+        default=None, description="The results key (default: the tool's name)."
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        _templates(args)
+        return args
+
+
+class Parallel(_Spec):
+    """Calls sent together as one cycle, answered together within one budget."""
+
+    budget_ms: int = Field(gt=0, le=600_000)
+    calls: list[Call] = Field(min_length=2, max_length=16)
+
+
+class Reply(_Spec):
+    """A message to the user, with buttons (their labels are what a press sends)."""
+
+    text: Template
+    buttons: list[Button] = Field(default_factory=list, max_length=6)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, text: str) -> str:
+        placeholders(text)
+        return text
+
+
+class SymbolWrite(_Spec):
+    """A short-term symbol of the session ("这两个表" -> A and B), checked by its validator
+    tool when it is read back, dropped after ``ttl_s``."""
+
+    name: Name
+    value: Template
+    ttl_s: int = Field(default=600, gt=0, le=86_400)
+    validator: ToolName | None = None
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        placeholders(value)
+        return value
+
+
+class PreferenceWrite(_Spec):
+    """A preference candidate: written to mid-term memory only once the user confirms it."""
+
+    name: Name
+    value: Template
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        placeholders(value)
+        return value
+
+
+class FactWrite(_Spec):
+    """A long-term graph fact, written only when ``verified_by`` (a tool) verifies it."""
+
+    subject: Template
+    relation: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
+    object: Template
+    verified_by: ToolName
+
+    @model_validator(mode="after")
+    def _values(self) -> FactWrite:
+        placeholders(self.subject)
+        placeholders(self.object)
+        return self
+
+
+class HookCall(_Spec):
+    """A hook's value, kept as ``hooks.<into>`` (default: its name) for templates and guards."""
+
+    name: Name
+    into: Name | None = None
+
+
+class CallAction(_Spec):
+    call: Call
+
+
+class ParallelAction(_Spec):
+    parallel: Parallel
+
+
+class ReplyAction(_Spec):
+    reply: Reply
+
+
+class RememberAction(_Spec):
+    remember: Annotated[
+        SymbolWrite | PreferenceWrite | FactWrite, Field(union_mode="left_to_right")
+    ] = Field(description="A symbol (name, value, ttl_s), a preference or a verified fact.")
+
+
+class HookAction(_Spec):
+    hook: HookCall
+
+
+Action = CallAction | ParallelAction | ReplyAction | RememberAction | HookAction
+"""One on-enter action: an object with exactly one of call, parallel, reply, remember, hook."""
+
+
+class Wait(_Spec):
+    """A durable wait: ``after`` entering the state, ``trigger`` fires (unless the state
+    was left), and the user is told ``text``."""
+
+    id: Name
+    after: Duration
+    trigger: Name
+    text: Template | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, text: str | None) -> str | None:
+        if text is not None:
+            placeholders(text)
+        return text
+
+
+class Confirmation(_Spec):
+    """What passes a confirmation state: a press of one of ``buttons`` or a message that
+    is, as a whole, one of ``answers`` (never a keyword inside a longer text); it fires
+    ``trigger``. Anything else asks again."""
+
+    buttons: list[Button] = Field(min_length=1, max_length=6)
+    answers: list[Annotated[str, Field(min_length=1, max_length=10)]] = Field(
+        default_factory=list, max_length=32
+    )
+    trigger: Name = "confirmed"
+
+
+class Preload(_Spec):
+    """A frequent path's default (document 000 §2): once the state's path has completed
+    ``after`` times in this flow version, ``context`` is preloaded on entering it."""
+
+    after: int = Field(default=100, gt=0)
+    context: dict[str, Any] = Field(min_length=1)
+
+
+class State(_Spec):
+    id: StateId
+    name: str = Field(min_length=1, max_length=60)
+    kind: Literal["step", "confirmation", "terminal"] = "step"
+    timeout_ms: int | None = Field(
+        default=None, gt=0, le=600_000, description="The dispatcher's budget for its calls."
+    )
+    on_enter: list[Action] = Field(default_factory=list, max_length=32)
+    waits: list[Wait] = Field(default_factory=list, max_length=8)
+    exit: StateId | None = Field(default=None, description="The exception exit.")
+    confirm: Confirmation | None = None
+    summary: Template | None = None
+    snapshot: bool = Field(
+        default=True, description="Terminal states: the session's snapshot into mid-term memory."
+    )
+    preload: Preload | None = None
+
+    @field_validator("summary")
+    @classmethod
+    def _summary(cls, summary: str | None) -> str | None:
+        if summary is not None:
+            placeholders(summary)
+        return summary
+
+
+class Transition(_Spec):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    source: StateId = Field(alias="from")
+    on: Name
+    to: StateId
+    when: Name | None = Field(default=None, description="A hook that must return true.")
+    unless: Name | None = Field(default=None, description="A hook that must return false.")
+
+
+class PatternEntity(_Spec):
+    """An entity taken from the text by a regular expression (its first group, else the
+    whole match)."""
+
+    name: Name
+    pattern: str = Field(min_length=1, max_length=500)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return pattern
+
+
+class Entity(_Spec):
+    """An entity a built-in extractor finds: a city, a period ("上个月": the calendar month
+    before the turn's time), a number."""
+
+    name: Name
+    builtin: Literal["city", "period", "number"]
+
+
+class Intent(_Spec):
+    name: Name
+    phrases: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list)
+    patterns: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        default_factory=list
+    )
+    entities: list[Annotated[PatternEntity | Entity, Field(union_mode="left_to_right")]] = Field(
+        default_factory=list
+    )
+    label: str | None = Field(default=None, max_length=60, description="For the model parser.")
+    description: str | None = Field(default=None, max_length=500)
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
+        return patterns
+
+    @model_validator(mode="after")
+    def _recognisable(self) -> Intent:
+        if not self.phrases and not self.patterns:
+            raise ValueError(f"intent {self.name!r} has no phrase and no pattern to match")
+        return self
+
+
+class FlowSpec(_Spec):
+    """A flow: ``flow`` (its id) and ``version`` name it; ``start`` is the state a new
+    session enters; ``timeout_ms`` is the dispatcher's budget for a state that names none."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        title="hermesbus flow",
+        json_schema_extra={"$id": "https://hermesbus.dev/schemas/flow-1.json"},
+    )
+
+    flow: Annotated[str, Field(pattern=FLOW_ID_PATTERN)]
+    version: int = Field(ge=1)
+    title: str | None = Field(default=None, max_length=80)
+    description: str | None = Field(default=None, max_length=2_000)
+    start: StateId
+    timeout_ms: int = Field(default=5_000, gt=0, le=600_000)
+    intents: list[Intent] = Field(default_factory=list, max_length=64)
+    hooks: dict[Name, Annotated[str, Field(pattern=HOOK_TARGET_PATTERN)]] = Field(
+        default_factory=dict, description="name -> module:function (allow-listed modules)."
+    )
+    states: list[State] = Field(min_length=1, max_length=64)
+    transitions: list[Transition] = Field(default_factory=list, max_length=512)
+
+    def state(self, state_id: str) -> State | None:
+        return next((s for s in self.states if s.id == state_id), None)

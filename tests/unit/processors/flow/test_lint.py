@@ -1,0 +1,181 @@
+"""The lint: what a schema cannot check about a flow's machine, each finding by line."""
+
+from __future__ import annotations
+
+from hermesbus.processors.flow import Finding, lint, load_flow, tools_of
+from hermesbus.processors.tool import DEMO_MODULES
+
+from .specs import CONTRACT, changed, line_of
+
+MODULES = (DEMO_MODULES,)
+
+
+def findings(text: str, registered: set[str] | None = None) -> list[str]:
+    spec, lines = load_flow(text, "f.yaml")
+    found: list[Finding] = lint(spec, lines, modules=MODULES, registered=registered)
+    return [f.shown("f.yaml") for f in found]
+
+
+def test_a_sound_flow_has_no_finding() -> None:
+    assert findings(CONTRACT, registered={"contract_tool"}) == []
+    assert findings(CONTRACT) == []  # tools not known: not checked
+
+
+def test_tools_not_registered_are_named_where_they_are_called() -> None:
+    assert findings(CONTRACT, registered=set()) == [
+        f"error: f.yaml:{line_of(CONTRACT, 'tool: contract_tool')}: "
+        "states[1].on_enter[0].call.tool: tool 'contract_tool' is not registered "
+        "(hermesbus tools list)"
+    ]
+    spec, _ = load_flow(CONTRACT, "f")
+    assert [tool for _, tool in tools_of(spec)] == ["contract_tool"]
+
+
+def test_unreachable_states_and_states_with_no_way_out() -> None:
+    lonely = CONTRACT + ("  - {from: island, on: lookup, to: ended}\n")
+    lonely = changed(
+        lonely,
+        "  - id: ended\n",
+        "  - id: island\n    name: 孤岛\n    exit: ended\n  - id: ended\n",
+    )
+    lonely = changed(lonely, "  - {from: look, on: done, to: ended}\n", "")
+    at = line_of(lonely, "id: island")
+    assert findings(lonely) == [
+        f"error: f.yaml:{line_of(lonely, 'id: look')}: states[1]: state 'look' has no way out "
+        "(no transition from it)",
+        f"error: f.yaml:{at}: states[2]: state 'island' cannot be reached from 'ask'",
+    ]
+
+
+def test_unknown_states_triggers_and_exits() -> None:
+    bad = changed(
+        CONTRACT, "{from: ask, on: cancel, to: ended}", "{from: ask, on: cancle, to: end}"
+    )
+    bad = changed(bad, "    exit: ended\n    summary", "    exit: gone\n    summary")
+    t = line_of(bad, "cancle")
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'exit: gone')}: states[1].exit: exit 'gone' is not a state",
+        f"error: f.yaml:{t}: transitions[2].on: 'cancle' never fires in 'ask' (there: any, cancel, "
+        "done, lookup, no_answer)",
+        f"error: f.yaml:{t}: transitions[2].to: to 'end': not a state",
+    ]
+
+
+def test_waits_with_no_text_and_no_transition() -> None:
+    bad = changed(CONTRACT, '        text: "还在吗？"\n', "")
+    bad = changed(bad, "  - {from: ask, on: no_answer, to: ended}\n", "")
+    wait = line_of(bad, "- id: ask_wait")
+    assert findings(bad) == [
+        f"error: f.yaml:{wait}: states[0].waits[0]: wait 'ask_wait' has no text: the user is "
+        "told nothing",
+        f"error: f.yaml:{line_of(bad, 'trigger: no_answer')}: states[0].waits[0].trigger: "
+        "'no_answer' has no transition from 'ask'",
+    ]
+
+
+def test_every_state_but_a_terminal_one_has_an_exception_exit() -> None:
+    bad = changed(CONTRACT, "    name: 询问合同号\n    exit: ended\n", "    name: 询问合同号\n")
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'id: ask')}: states[0]: state 'ask' has no exception exit "
+        "(exit:)"
+    ]
+
+
+def test_the_failure_trigger_is_the_exit_not_a_transition() -> None:
+    bad = CONTRACT + "  - {from: look, on: failed, to: ask}\n"
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'on: failed')}: transitions[4].on: 'failed' leads to the "
+        "state's exit: set exit: instead"
+    ]
+
+
+def test_nothing_leaves_a_terminal_state_and_one_must_exist() -> None:
+    bad = CONTRACT + "  - {from: ended, on: lookup, to: ask}\n"
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, '{from: ended')}: transitions[4].from: 'ended' is terminal: "
+        "nothing leaves it"
+    ]
+    none = changed(CONTRACT, "    kind: terminal\n", "    exit: ended\n")
+    assert (
+        f"error: f.yaml:{line_of(none, 'states:')}: states: no terminal state: no session can end"
+        in findings(none)
+    )
+
+
+def test_the_same_move_twice_is_ambiguous() -> None:
+    bad = CONTRACT + "  - {from: look, on: done, to: ask}\n"
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, '{from: look, on: done, to: ask}')}: transitions[4]: the "
+        "same move as transitions[3]: which one is taken?"
+    ]
+
+
+def test_confirmation_states_say_what_passes_them() -> None:
+    bad = changed(
+        CONTRACT, "    timeout_ms: 8000\n", "    timeout_ms: 8000\n    kind: confirmation\n"
+    )
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'id: look')}: states[1]: a confirmation state says what "
+        "passes it (confirm:)"
+    ]
+    ok = changed(
+        bad,
+        "    kind: confirmation\n",
+        "    kind: confirmation\n    confirm: {buttons: [确认], answers: [确认, 是, ok, yes]}\n",
+    )
+    ok = changed(ok, "{from: look, on: done, to: ended}", "{from: look, on: confirmed, to: ended}")
+    assert findings(ok) == []
+    spec, _ = load_flow(ok, "f")
+    assert spec.states[1].confirm is not None and spec.states[1].confirm.answers[-1] == "yes"
+
+
+def test_a_summary_says_at_most_fifty_characters_of_its_own() -> None:
+    bad = changed(CONTRACT, '"查询合同 {entities.contract_no}"', '"' + "长" * 51 + '"')
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'summary')}: states[1].summary: its fixed text is over 50 "
+        "characters"
+    ]
+
+
+def test_hooks_come_from_allowed_modules_and_are_declared() -> None:
+    hooked = changed(
+        CONTRACT,
+        "start: ask\n",
+        "start: ask\nhooks:\n  known: hermesbus.processors.tool.demo.tools:nothing\n"
+        "  shell: os:system\n  hidden: hermesbus.processors.tool.demo._x:y\n"
+        "  gone: hermesbus.processors.tool.demo.nowhere:f\n",
+    )
+    hooked = changed(
+        hooked,
+        "{from: look, on: done, to: ended}",
+        "{from: look, on: done, to: ended, when: unknown}",
+    )
+    assert findings(hooked) == [
+        f"error: f.yaml:{line_of(hooked, '  shell:')}: hooks.shell: module 'os' is not on "
+        f"HERMES_TOOL_MODULES ({DEMO_MODULES})",
+        f"error: f.yaml:{line_of(hooked, '  hidden:')}: hooks.hidden: "
+        "'hermesbus.processors.tool.demo._x:y' names the private '_x'",
+        f"error: f.yaml:{line_of(hooked, '  gone:')}: hooks.gone: module "
+        "'hermesbus.processors.tool.demo.nowhere' cannot be found",
+        f"error: f.yaml:{line_of(hooked, 'when: unknown')}: transitions[3].when: hook 'unknown' is "
+        "not declared under hooks: (gone, hidden, known, shell)",
+    ]
+
+
+def test_a_parallel_budget_over_the_state_timeout_is_a_warning() -> None:
+    call = (
+        "      - call:\n          tool: contract_tool\n"
+        '          args: {number: "{entities.contract_no}", user: "{user.id}"}\n'
+    )
+    parallel = (
+        "      - parallel:\n          budget_ms: 9000\n          calls:\n"
+        "            - {tool: a_tool}\n            - {tool: b_tool}\n"
+    )
+    bad = changed(CONTRACT, call, parallel)
+    bad = changed(
+        bad, "{results.contract_tool.number}：{results.contract_tool.status}", "{results.a_tool.n}"
+    )
+    assert findings(bad) == [
+        f"warning: f.yaml:{line_of(bad, 'budget_ms')}: states[1].on_enter[0].parallel.budget_ms: "
+        "over the state's timeout_ms (8000): the dispatcher ends the cycle first"
+    ]
