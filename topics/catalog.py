@@ -53,6 +53,8 @@ class TopicSpec(BaseModel):
     cleanup_policy: Literal["delete", "compact", "compact,delete"]
     retention_ms: int
     configs: dict[str, str] = Field(default_factory=dict)
+    indexed: bool = True
+    """Whether the trace indexer reads it (the flow registry's YAML records are no trace)."""
 
     @field_validator("name")
     @classmethod
@@ -118,6 +120,10 @@ class Catalog(BaseModel):
 
     def names(self) -> list[str]:
         return [t.name for t in self.topics]
+
+    def indexed_names(self) -> list[str]:
+        """The topics the trace indexer reads (every one but the flow registry)."""
+        return [t.name for t in self.topics if t.indexed]
 
     def get(self, name: str) -> TopicSpec:
         for spec in self.topics:

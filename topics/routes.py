@@ -16,6 +16,7 @@ __all__ = [
     "CONVERSATION_IN",
     "CONVERSATION_OUT",
     "DLQ",
+    "FLOWS",
     "IDENTITY_ALIASES",
     "ROUTES",
     "identity_of",
@@ -27,6 +28,8 @@ CONVERSATION_OUT = "hermes.conversation.out"
 DLQ = "hermes.dlq"
 AUDIT = "hermes.audit"
 ALERTS = "hermes.alerts"
+FLOWS = "hermes.flows"
+"""The flow registry: one signed record per registered flow version (compacted)."""
 
 ROUTES: dict[str, str] = {
     "conversation": CONVERSATION_IN,

@@ -121,7 +121,7 @@ async def _sqlite(index: SqliteTraceIndex) -> Check:
 
 async def indexing_check(kafka: KafkaConfig, prefix: str) -> list[Check]:
     """The indexer group's committed offsets against the ends of the catalog's topics."""
-    names = Catalog.load().with_overrides(prefix=prefix).names()
+    names = Catalog.load().with_overrides(prefix=prefix).indexed_names()
     async with KafkaAdmin(kafka) as admin:
         existing = await admin.describe(names)
         if not existing:

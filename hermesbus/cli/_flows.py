@@ -1,4 +1,4 @@
-"""``hermesbus flows check|schema``: flow spec files from the command line."""
+"""``hermesbus flows check|register|list|show|schema``: flows from the command line."""
 
 from __future__ import annotations
 
@@ -9,13 +9,27 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._common import HomeOption, console, err_console, errors, fail, program_settings, shown
+from ._common import (
+    BootstrapOption,
+    HomeOption,
+    PrefixOption,
+    console,
+    err_console,
+    errors,
+    fail,
+    kafka_with,
+    program_settings,
+    shown,
+)
 
 if TYPE_CHECKING:
     from hermesbus.compose.settings import Settings
-    from hermesbus.processors.flow import Finding, FlowSpec, FlowSpecError
+    from hermesbus.processors.flow import Finding, FlowSpec, FlowSpecError, FlowVersion, Registered
 
-app = typer.Typer(help="Flows: check a flow spec file, print the spec's JSON Schema.")
+app = typer.Typer(
+    help="Flows: check a spec file, register it, list and show the registered versions.",
+    no_args_is_help=True,
+)
 
 SpecFile = Annotated[
     Path, typer.Argument(help="A flow spec (YAML).", exists=True, dir_okay=False, readable=True)
@@ -141,3 +155,181 @@ def schema_command() -> None:
     from hermesbus.processors.flow import schema
 
     typer.echo(json.dumps(schema(), indent=2, ensure_ascii=False))
+
+
+@app.command("register")
+def register_command(
+    spec_file: SpecFile,
+    no_tools: Annotated[
+        bool, typer.Option("--no-tools", help="Do not check that its tools are registered.")
+    ] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+    home: HomeOption = None,
+) -> None:
+    """Check a flow spec (as ``flows check``), then register it on the bus's flow registry
+    topic as its version, signed by the conversation, for every processor to read. A version
+    is immutable: the same text again changes nothing, other text needs a higher version."""
+    from hermesbus.compose.flows import register_flow
+    from hermesbus.processors.flow import FlowSpecError, lint, load_flow
+
+    where = str(spec_file)
+    with errors():
+        settings = program_settings(bootstrap)
+        raw = _read(spec_file)
+        try:
+            spec, lines = load_flow(raw.decode("utf-8"), where)
+        except FlowSpecError as exc:
+            _refused(exc, as_json=False)
+            raise typer.Exit(1) from exc
+        registered = None if no_tools else asyncio.run(_registered(settings))
+        findings = lint(spec, lines, modules=settings.tool.modules, registered=registered)
+        if any(f.severity == "error" for f in findings):
+            _print(spec, where, findings, settings, checked_tools=not no_tools)
+            raise fail(f"{where}: not registered: fix the errors above first")
+        kafka = kafka_with(settings, bootstrap)
+        done = asyncio.run(register_flow(kafka, prefix, settings.keys.load(), raw, where))
+    version = done.version
+    what = f"flow {version.spec.flow} version {version.spec.version}"
+    if done.outcome == "already":
+        console.print(shown(f"{what} is registered already, with this text (unchanged)"))
+        return
+    console.print(
+        shown(f"registered {what} (digest {version.digest[:16]}, offset {version.offset})"),
+        soft_wrap=True,
+    )
+
+
+def _read(spec_file: Path) -> bytes:
+    try:
+        raw = spec_file.read_bytes()
+        raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {spec_file}: {exc}", 2) from exc
+    return raw
+
+
+@app.command("list")
+def list_command(
+    bootstrap: BootstrapOption = None, prefix: PrefixOption = "", home: HomeOption = None
+) -> None:
+    """Every registered flow: its versions, the newest's states and when it was registered."""
+    from rich.table import Table
+
+    with errors():
+        settings = program_settings(bootstrap)
+        registered = asyncio.run(_flows(settings, bootstrap, prefix))
+    _problems_of(registered)
+    if not registered.flows():
+        console.print(f"no flow is registered on {registered.topic}", soft_wrap=True)
+        return
+    table = Table(title=f"flows ({registered.topic})")
+    for column in ("flow", "versions", "newest", "title", "states", "registered", "digest"):
+        table.add_column(column)
+    for flow in registered.flows():
+        versions = registered.versions[flow]
+        newest = versions[max(versions)]
+        table.add_row(
+            flow, ", ".join(str(v) for v in sorted(versions)), str(newest.spec.version),
+            shown(newest.spec.title or "-"), str(len(newest.spec.states)),
+            _when(newest.registered_at_ms), newest.digest[:16],
+        )  # fmt: skip
+    console.print(table)
+
+
+@app.command("show")
+def show_command(
+    flow: Annotated[str, typer.Argument(help="The flow's id.")],
+    version: Annotated[
+        int | None, typer.Option(help="A registered version (default: the newest).", min=1)
+    ] = None,
+    source: Annotated[bool, typer.Option("--source", help="Print its spec as registered.")] = False,
+    bootstrap: BootstrapOption = None,
+    prefix: PrefixOption = "",
+    home: HomeOption = None,
+) -> None:
+    """A registered flow's machine: its states as a table, and as a diagram of the moves
+    out of each state (trigger, guard, target; its exception exit; its waits)."""
+    with errors():
+        settings = program_settings(bootstrap)
+        registered = asyncio.run(_flows(settings, bootstrap, prefix))
+    found = registered.get(flow, version)
+    if found is None:
+        known = registered.versions.get(flow)
+        if known:
+            listed = ", ".join(str(v) for v in sorted(known))
+            raise fail(f"flow {flow} has no version {version} (registered: {listed})")
+        names = ", ".join(registered.flows()) or "none"
+        raise fail(f"no flow {flow!r} is registered on {registered.topic} (registered: {names})")
+    if source:
+        typer.echo(found.text.decode("utf-8"), nl=False)
+        return
+    _show(found)
+
+
+async def _flows(settings: Settings, bootstrap: str | None, prefix: str) -> Registered:
+    from hermesbus.compose.flows import read_flows
+
+    return await read_flows(kafka_with(settings, bootstrap), prefix, settings.keys.load())
+
+
+def _problems_of(registered: Registered) -> None:
+    for refused in (*registered.refused, *registered.conflicts):
+        said = (
+            f"warning: {registered.topic} offset {refused.offset} ({refused.key}): {refused.reason}"
+        )
+        err_console.print(shown(said), soft_wrap=True)
+
+
+def _when(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _show(found: FlowVersion) -> None:
+    from rich.table import Table
+
+    spec = found.spec
+    title = f"{spec.flow} version {spec.version}" + (f": {spec.title}" if spec.title else "")
+    console.print(shown(title), soft_wrap=True)
+    console.print(
+        f"registered {_when(found.registered_at_ms)}, digest {found.digest[:16]}, "
+        f"starts at {spec.start}",
+        soft_wrap=True,
+    )
+    table = Table(title="states")
+    for column in ("state", "name", "kind", "timeout", "on enter", "waits", "exit"):
+        table.add_column(column)
+    for state in spec.states:
+        acts = ", ".join(next(iter(a.model_dump(exclude_none=True))) for a in state.on_enter)
+        waits = ", ".join(f"{w.id} {w.after}: {w.trigger}" for w in state.waits)
+        timeout = state.timeout_ms or spec.timeout_ms
+        table.add_row(
+            state.id, shown(state.name), state.kind,
+            "-" if state.kind == "terminal" else f"{timeout} ms",
+            acts or "-", waits or "-", state.exit or "-",
+        )  # fmt: skip
+    console.print(table)
+    console.print("moves:")
+    for line in diagram(spec):
+        console.print(shown(line), soft_wrap=True, highlight=False)
+
+
+def diagram(spec: FlowSpec) -> list[str]:
+    """The machine in lines of text: each state, then each move out of it."""
+    lines = []
+    for state in spec.states:
+        mark = " (start)" if state.id == spec.start else ""
+        lines.append(f"{state.id} [{state.kind}]{mark}")
+        moves = [m for m in spec.transitions if m.source == state.id]
+        outs = []
+        for move in moves:
+            guard = f" when {move.when}" if move.when else ""
+            guard += f" unless {move.unless}" if move.unless else ""
+            outs.append(f"{move.on}{guard} -> {move.to}")
+        if state.exit:
+            outs.append(f"failed -> {state.exit} (exception exit)")
+        for n, out in enumerate(outs):
+            lines.append(("  └─ " if n == len(outs) - 1 else "  ├─ ") + out)
+    return lines

@@ -17,6 +17,14 @@ from hermesbus.processors.flow._load import (
     load_flow,
     schema,
 )
+from hermesbus.processors.flow._registry import (
+    FLOW_SIGNER,
+    FlowVersion,
+    Refused,
+    Registered,
+    digest_of,
+    record_key,
+)
 from hermesbus.processors.flow._spec import (
     ROOTS,
     SUMMARY_MAX,
@@ -30,21 +38,27 @@ from hermesbus.processors.flow._spec import (
 __all__ = [
     "BUILTIN_TRIGGERS",
     "FAILURE",
+    "FLOW_SIGNER",
     "ROOTS",
     "SCHEMA_FILE",
     "SUMMARY_MAX",
     "Finding",
     "FlowSpec",
     "FlowSpecError",
+    "FlowVersion",
     "Lines",
     "Problem",
+    "Refused",
+    "Registered",
     "State",
     "Transition",
+    "digest_of",
     "duration_ms",
     "generated_schema",
     "lint",
     "load_flow",
     "placeholders",
+    "record_key",
     "schema",
     "tools_of",
 ]

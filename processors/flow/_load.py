@@ -34,7 +34,7 @@ _PLAIN: Final = frozenset(
 )
 """The scalar tags a spec may hold: text, numbers, true/false, null."""
 _COLLECTIONS: Final = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
-MAX_BYTES: Final = 1_000_000
+MAX_BYTES: Final = 256 * 1024
 """A larger spec file is refused before it is parsed."""
 
 Path_ = tuple[str | int, ...]

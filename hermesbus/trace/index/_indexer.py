@@ -120,7 +120,7 @@ class Indexer(Service):
         self._kafka = kafka
         self._settings = settings
         self._codec = codec or default_codec()
-        self._topics = Catalog.load().with_overrides(prefix=prefix).names()
+        self._topics = Catalog.load().with_overrides(prefix=prefix).indexed_names()
         self._documents = documents or DocumentSettings(dlq_topic=prefix + DLQ)
         if keys is None:
             if keyring is None:

@@ -21,6 +21,7 @@ DESIGN_TOPICS = {
     "hermes.audit",
     "hermes.alerts",
     "hermes.dlq",
+    "hermes.flows",
 }
 
 
@@ -29,8 +30,12 @@ def test_the_catalog_names_every_topic_of_the_design() -> None:
     assert set(catalog.names()) == DESIGN_TOPICS
     for spec in catalog:
         assert spec.partitions >= 1
-        assert spec.cleanup_policy == "delete"
-        assert spec.retention_ms > 0
+        if spec.name != "hermes.flows":
+            assert spec.cleanup_policy == "delete" and spec.indexed
+            assert spec.retention_ms > 0
+    flows = catalog.get("hermes.flows")  # a registry: one record per key, kept for ever
+    assert (flows.cleanup_policy, flows.retention_ms, flows.partitions) == ("compact", -1, 1)
+    assert not flows.indexed and "hermes.flows" not in catalog.indexed_names()
     assert catalog.get("hermes.tool").key == "session_id"
     assert catalog.get("hermes.tool").value_schema == "hermes.mcp.Envelope"
     assert catalog.get("hermes.dlq").value_schema is None  # original bytes, unchanged

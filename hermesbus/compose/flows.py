@@ -1,0 +1,125 @@
+"""The flow registry on Kafka: reading every registered version, registering a new one.
+
+The records are checked by :class:`hermesbus.processors.flow.Registered` (signature, key,
+spec); this module moves them: a group-less read of the registry topic from its beginning
+to its end, and one signed, acknowledged write. See ``processors/flow/_registry.py`` for
+why versions stay immutable under compaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
+from hermesbus.connectors.kafka.clients import plain_producer
+from hermesbus.connectors.kafka.reader import LogReader
+from hermesbus.errors import BrokerError, ConfigError
+from hermesbus.identity import Keyring, Signer, Verifier
+from hermesbus.processors.flow import (
+    FLOW_SIGNER,
+    FlowVersion,
+    Registered,
+    load_flow,
+    record_key,
+)
+from hermesbus.topics import FLOWS
+
+__all__ = ["Registration", "read_flows", "register_flow"]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What ``register_flow`` did: ``registered`` a new version, or found it ``already``
+    registered with the same text."""
+
+    outcome: Literal["registered", "already"]
+    version: FlowVersion
+
+
+async def read_flows(kafka: KafkaConfig, prefix: str, keyring: Keyring) -> Registered:
+    """Every version the registry topic holds now, checked (a missing topic: none)."""
+    topic = prefix + FLOWS
+    registered = Registered(Verifier(keyring), topic)
+    async with KafkaAdmin(kafka) as admin:
+        if await admin.missing([topic]):
+            return registered
+    part = TopicPartition(topic, 0)
+    async with LogReader(kafka, [part], what=f"reading the flow registry {topic}") as log:
+        async for batch in log:
+            for record in batch:
+                registered.add(
+                    record.key,
+                    record.value,
+                    list(record.headers or ()),
+                    offset=record.offset,
+                    timestamp_ms=record.timestamp,
+                )
+    return registered
+
+
+async def register_flow(
+    kafka: KafkaConfig, prefix: str, keyring: Keyring, text: bytes, where: str
+) -> Registration:
+    """Register the spec ``text`` (read from ``where``) as its version of its flow, signed
+    by the conversation; refused for a version taken by another text, a version below the
+    newest, or a bus without the registry topic."""
+    spec, _ = load_flow(text.decode("utf-8"), where)
+    topic = prefix + FLOWS
+    async with KafkaAdmin(kafka) as admin:
+        if await admin.missing([topic]):
+            raise ConfigError(
+                f"no flow registry topic {topic} at {kafka.address}: `hermesbus topics apply` "
+                "(or `hermesbus up`) creates it"
+            )
+    before = await read_flows(kafka, prefix, keyring)
+    taken = before.get(spec.flow, spec.version)
+    if taken is not None:
+        if taken.text == text:
+            return Registration("already", taken)
+        raise ConfigError(
+            f"version {spec.version} of flow {spec.flow} is registered already, with other "
+            f"text (digest {taken.digest[:16]}): versions are immutable; register it as "
+            f"version {_next(before, spec.flow)}"
+        )
+    newest = before.newest(spec.flow)
+    if newest is not None and spec.version < newest.spec.version:
+        raise ConfigError(
+            f"flow {spec.flow} is at version {newest.spec.version}: a new version is higher "
+            f"(register it as version {_next(before, spec.flow)})"
+        )
+    key = record_key(spec.flow, spec.version, text)
+    headers = Signer(FLOW_SIGNER, keyring).sign(topic, key, text, ())
+    await _produce(kafka, topic, key, text, list(headers))
+    after = await read_flows(kafka, prefix, keyring)
+    kept = after.get(spec.flow, spec.version)
+    if kept is None or kept.text != text:
+        first = f" (offset {kept.offset})" if kept is not None else ""
+        raise ConfigError(
+            f"version {spec.version} of flow {spec.flow} was registered with other text by "
+            f"someone else first{first}; yours is ignored: register it as version "
+            f"{_next(after, spec.flow)}"
+        )
+    return Registration("registered", kept)
+
+
+def _next(registered: Registered, flow: str) -> int:
+    newest = registered.newest(flow)
+    return newest.spec.version + 1 if newest is not None else 1
+
+
+async def _produce(
+    kafka: KafkaConfig, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+) -> None:
+    producer = plain_producer(kafka, acks="all")
+    await start_or_close(producer.start, producer.stop, f"cannot reach Kafka at {kafka.address}")
+    try:
+        await producer.send_and_wait(topic, value, key=key, partition=0, headers=headers)
+    except KafkaError as exc:
+        raise BrokerError(f"cannot register the flow on {topic}: {kafka_reason(exc)}") from exc
+    finally:
+        await producer.stop()

@@ -1,0 +1,161 @@
+"""The registered flows: what the flow registry topic's records say, checked record by record.
+
+Each registered version is one record on the registry topic (``hermes.flows``, compacted, one
+partition): the spec's YAML as written, keyed ``flow:version:digest`` (the first 16 hex digits
+of its SHA-256), signed by the conversation (the component whose behaviour it is). A version
+is immutable: the same text registered again is the same key (compaction keeps one), and a
+different text for a version already taken has a key of its own, so compaction cannot
+replace the first; every reader keeps the first by offset and reports the other. Every
+processor instance reads the same records, so all see the same versions without sharing a
+filesystem (as Kafka Connect keeps its configs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from hermesbus.errors import ConfigError, IdentityError
+from hermesbus.identity import Verifier
+from hermesbus.processors.flow._load import FlowSpecError, load_flow
+from hermesbus.processors.flow._spec import FlowSpec
+
+__all__ = [
+    "FLOW_SIGNER",
+    "FlowVersion",
+    "Refused",
+    "Registered",
+    "digest_of",
+    "record_key",
+]
+
+log = logging.getLogger(__name__)
+
+FLOW_SIGNER: Final = "conversation"
+"""Who signs a flow version: the component that runs it (``flows register`` holds its key,
+as ``up`` does)."""
+DIGEST_CHARS: Final = 16
+
+
+def digest_of(text: bytes) -> str:
+    """The SHA-256 of a spec's bytes, in hex."""
+    return hashlib.sha256(text).hexdigest()
+
+
+def record_key(flow: str, version: int, text: bytes) -> bytes:
+    """``flow:version:digest`` (16 hex digits of the text's SHA-256)."""
+    return f"{flow}:{version}:{digest_of(text)[:DIGEST_CHARS]}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class FlowVersion:
+    """One registered version: its spec, the text it was read from, where it is in the log."""
+
+    spec: FlowSpec
+    text: bytes
+    offset: int
+    registered_at_ms: int
+
+    @property
+    def digest(self) -> str:
+        return digest_of(self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A record of the registry topic that is no flow version, and why (it is skipped)."""
+
+    offset: int
+    key: str
+    reason: str
+
+
+@dataclass
+class Registered:
+    """Every flow version the registry's records hold, checked as they are added in offset
+    order: ``add`` keeps a valid, signed record whose key matches its text; the first text
+    of a version wins, later different ones are ``conflicts``; the rest are ``refused``."""
+
+    verifier: Verifier
+    topic: str
+    versions: dict[str, dict[int, FlowVersion]] = field(default_factory=dict)
+    refused: list[Refused] = field(default_factory=list)
+    conflicts: list[Refused] = field(default_factory=list)
+
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        *,
+        offset: int,
+        timestamp_ms: int,
+    ) -> FlowVersion | None:
+        """The version ``value`` registers (None: refused, a conflict, or one already kept)."""
+        shown = (key or b"").decode("utf-8", "replace")
+        try:
+            version = self._checked(key, value, headers, offset, timestamp_ms)
+        except (IdentityError, ConfigError) as exc:
+            self._refuse(Refused(offset, shown, str(exc)))
+            return None
+        kept = self.versions.setdefault(version.spec.flow, {})
+        first = kept.get(version.spec.version)
+        if first is None:
+            kept[version.spec.version] = version
+            return version
+        if first.digest != version.digest:
+            reason = (
+                f"version {version.spec.version} of {version.spec.flow} was registered at offset "
+                f"{first.offset} with other text; versions are immutable: the first is kept"
+            )
+            self.conflicts.append(Refused(offset, shown, reason))
+            log.warning("flow registry %s offset %d: %s", self.topic, offset, reason)
+        return None
+
+    def _checked(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        offset: int,
+        timestamp_ms: int,
+    ) -> FlowVersion:
+        if value is None:
+            raise ConfigError("a tombstone: a registered version is never deleted")
+        signer = self.verifier.signer(self.topic, key, value, headers)
+        if signer != FLOW_SIGNER:
+            raise ConfigError(f"signed by {signer!r}: only the {FLOW_SIGNER} registers flows")
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"not UTF-8 text: {exc}") from exc
+        try:
+            spec, _ = load_flow(text, f"{self.topic}@{offset}")
+        except FlowSpecError as exc:
+            raise ConfigError(str(exc)) from exc
+        expected = record_key(spec.flow, spec.version, value)
+        if key != expected:
+            raise ConfigError(f"its key is not {expected.decode()} (flow:version:digest)")
+        return FlowVersion(spec, value, offset, timestamp_ms)
+
+    def _refuse(self, refused: Refused) -> None:
+        self.refused.append(refused)
+        log.warning(
+            "flow registry %s offset %d refused: %s", self.topic, refused.offset, refused.reason
+        )
+
+    def newest(self, flow: str) -> FlowVersion | None:
+        kept = self.versions.get(flow)
+        return kept[max(kept)] if kept else None
+
+    def get(self, flow: str, version: int | None = None) -> FlowVersion | None:
+        """Version ``version`` of ``flow`` (None: the newest)."""
+        if version is None:
+            return self.newest(flow)
+        return self.versions.get(flow, {}).get(version)
+
+    def flows(self) -> list[str]:
+        return sorted(self.versions)
