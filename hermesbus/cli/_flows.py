@@ -58,10 +58,7 @@ def check_command(
     where = str(spec_file)
     with errors():
         settings = program_settings()
-        try:
-            text = spec_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise fail(f"cannot read {where}: {exc}", 2) from exc
+        text = _read(spec_file).decode("utf-8")
         try:
             spec, lines = load_flow(text, where)
         except FlowSpecError as exc:
@@ -91,11 +88,14 @@ async def _registered(settings: Settings) -> set[str]:
 def _refused(exc: FlowSpecError, as_json: bool) -> None:
     if as_json:
         told = [{"line": p.line, "field": p.field, "message": p.message} for p in exc.problems]
-        console.print_json(data={"file": exc.where, "valid": False, "problems": told})
+        data = {"file": exc.where, "valid": False, "problems": told, "more_problems": exc.more}
+        console.print_json(data=data)
         return
     for problem in exc.problems:
         err_console.print(f"[red]error:[/red] {shown(problem.shown(exc.where))}", soft_wrap=True)
-    count = len(exc.problems)
+    if exc.more:
+        err_console.print(f"... and {exc.more} more")
+    count = len(exc.problems) + exc.more
     said = f"{exc.where}: not a valid flow spec ({count} problem{'s' * (count > 1)})"
     err_console.print(shown(said), soft_wrap=True)
 
@@ -201,11 +201,17 @@ def register_command(
 
 
 def _read(spec_file: Path) -> bytes:
+    """The file's bytes, UTF-8 text of at most the spec's size limit (read no further)."""
+    from hermesbus.processors.flow import MAX_BYTES
+
     try:
-        raw = spec_file.read_bytes()
+        with spec_file.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
         raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {spec_file}: {exc}", 2) from exc
+    if len(raw) > MAX_BYTES:
+        raise fail(f"{spec_file} is larger than {MAX_BYTES} bytes: no flow spec is", 1)
     return raw
 
 

@@ -3,7 +3,7 @@
 The records are checked by :class:`hermesbus.processors.flow.Registered` (signature, key,
 spec); this module moves them: a group-less read of the registry topic from its beginning
 to its end, and one signed, acknowledged write. See ``processors/flow/_registry.py`` for
-why versions stay immutable under compaction.
+why versions stay immutable (the topic is appended to, never compacted).
 """
 
 from __future__ import annotations
@@ -86,6 +86,15 @@ async def register_flow(
             f"text (digest {taken.digest[:16]}): versions are immutable; register it as "
             f"version {_next(before, spec.flow)}"
         )
+    digest = record_key(spec.flow, spec.version, text).decode().rpartition(":")[2]
+    others = [(d, at) for d, at in before.claimed(spec.flow, spec.version) if d != digest]
+    if others:
+        raise ConfigError(
+            f"version {spec.version} of flow {spec.flow} was registered (offset {others[0][1]}) "
+            "with other text, signed with a conversation key since rotated out: it can no longer "
+            "be verified, and its version is not free; register that text again (it is signed "
+            f"anew) or this one as version {_next(before, spec.flow)}"
+        )
     newest = before.newest(spec.flow)
     if newest is not None and spec.version < newest.spec.version:
         raise ConfigError(
@@ -108,8 +117,10 @@ async def register_flow(
 
 
 def _next(registered: Registered, flow: str) -> int:
+    """The version after every one registered, believed or not."""
     newest = registered.newest(flow)
-    return newest.spec.version + 1 if newest is not None else 1
+    taken = [v for f, v in registered.unverifiable if f == flow]
+    return max([newest.spec.version if newest else 0, *taken]) + 1
 
 
 async def _produce(

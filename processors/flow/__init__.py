@@ -10,6 +10,7 @@ holds it current).
 
 from hermesbus.processors.flow._lint import BUILTIN_TRIGGERS, FAILURE, Finding, lint, tools_of
 from hermesbus.processors.flow._load import (
+    MAX_BYTES,
     SCHEMA_FILE,
     FlowSpecError,
     Lines,
@@ -39,6 +40,7 @@ __all__ = [
     "BUILTIN_TRIGGERS",
     "FAILURE",
     "FLOW_SIGNER",
+    "MAX_BYTES",
     "ROOTS",
     "SCHEMA_FILE",
     "SUMMARY_MAX",

@@ -69,10 +69,10 @@ def tools_of(spec: FlowSpec) -> list[tuple[tuple[str | int, ...], str]]:
             at: tuple[str | int, ...] = ("states", s, "on_enter", a)
             found += [(where, call.tool) for where, call in _calls(at, action)]
             remember = getattr(action, "remember", None)
-            for key in ("validator", "verified_by"):
-                tool = getattr(remember, key, None)
+            for kind, key in (("symbol", "validator"), ("fact", "verified_by")):
+                tool = getattr(getattr(remember, kind, None), key, None)
                 if tool:
-                    found.append(((*at, "remember", key), tool))
+                    found.append(((*at, "remember", kind, key), tool))
     return found
 
 
@@ -130,6 +130,8 @@ class _Check:
                 self.say((*at, "id"), f"state {state.id!r} is declared twice")
             seen.add(state.id)
             for w, wait in enumerate(state.waits):
+                if wait.trigger in _RESERVED:
+                    self.say((*at, "waits", w, "trigger"), _reserved(wait.trigger))
                 if wait.id in waits:
                     self.say(
                         (*at, "waits", w, "id"), f"wait {wait.id!r} is also in {waits[wait.id]}"
@@ -142,13 +144,27 @@ class _Check:
             self._state(at, state)
         if not any(s.kind == "terminal" for s in spec.states):
             self.say(("states",), "no terminal state: no session can end")
+        self._intents()
+
+    def _intents(self) -> None:
+        spec = self.spec
         names = [i.name for i in spec.intents]
         for n, name in enumerate(names):
             if name in names[:n]:
                 self.say(("intents", n, "name"), f"intent {name!r} is declared twice")
+        for n, intent in enumerate(spec.intents):
+            entities = [e.name for e in intent.entities]
+            for e, entity in enumerate(entities):
+                if entity in entities[:e]:
+                    where = ("intents", n, "entities", e, "name")
+                    self.say(where, f"entity {entity!r} is declared twice")
 
     def _state(self, at: tuple[str | int, ...], state: State) -> None:
         if state.kind == "terminal":
+            if state.exit is not None:
+                self.say(
+                    (*at, "exit"), "a terminal state has no exception exit: nothing fails there"
+                )
             if state.waits:
                 self.say((*at, "waits"), "a terminal state keeps no wait")
             if any(not isinstance(a, HookAction) and _has_calls(a) for a in state.on_enter):
@@ -157,6 +173,8 @@ class _Check:
             self.say(at, f"state {state.id!r} has no exception exit (exit:)")
         elif state.exit not in self.ids:
             self.say((*at, "exit"), f"exit {state.exit!r} is not a state")
+        if state.confirm is not None and state.confirm.trigger in _RESERVED:
+            self.say((*at, "confirm", "trigger"), _reserved(state.confirm.trigger))
         if state.kind == "confirmation" and state.confirm is None:
             self.say(at, "a confirmation state says what passes it (confirm:)")
         if state.kind != "confirmation" and state.confirm is not None:
@@ -201,42 +219,58 @@ class _Check:
             triggers.add(state.confirm.trigger)
         return triggers
 
+    def _moves(self) -> dict[str, set[str]]:
+        """Where each state leads: its transitions' targets, and its exception exit (a
+        terminal state leads nowhere)."""
+        moves: dict[str, set[str]] = {s.id: set() for s in self.spec.states}
+        for move in self.spec.transitions:
+            moves.setdefault(move.source, set()).add(move.to)
+        for state in self.spec.states:
+            if state.kind == "terminal":
+                moves[state.id] = set()
+            elif state.exit:
+                moves[state.id].add(state.exit)
+        return moves
+
     def reachable(self) -> None:
-        spec = self.spec
-        reached, todo = {spec.start}, [spec.start]
-        while todo:
-            here = spec.state(todo.pop())
-            if here is None:
-                continue
-            nexts = [m.to for m in spec.transitions if m.source == here.id]
-            nexts += [here.exit] if here.exit else []
-            for target in nexts:
-                if target not in reached:
-                    reached.add(target)
-                    todo.append(target)
+        spec, moves = self.spec, self._moves()
+        reached = _closure({spec.start}, moves)
+        backwards: dict[str, set[str]] = {}
+        for source, targets in moves.items():
+            for target in targets:
+                backwards.setdefault(target, set()).add(source)
+        ends = _closure({s.id for s in spec.states if s.kind == "terminal"}, backwards)
         for s, state in enumerate(spec.states):
+            at: tuple[str | int, ...] = ("states", s)
             if state.id not in reached:
-                self.say(("states", s), f"state {state.id!r} cannot be reached from {spec.start!r}")
+                self.say(at, f"state {state.id!r} cannot be reached from {spec.start!r}")
             elif state.kind != "terminal" and not any(
                 m.source == state.id for m in spec.transitions
             ):
-                self.say(
-                    ("states", s), f"state {state.id!r} has no way out (no transition from it)"
-                )
+                self.say(at, f"state {state.id!r} has no way out (no transition from it)")
+            elif state.id not in ends:
+                never = "a session there never ends"
+                self.say(at, f"no terminal state can be reached from {state.id!r}: {never}")
         for s, state in enumerate(spec.states):
             for w, wait in enumerate(state.waits):
-                if not any(m.source == state.id and m.on == wait.trigger for m in spec.transitions):
+                if wait.trigger not in _RESERVED and not self._leaves(state.id, wait.trigger):
                     self.say(
                         ("states", s, "waits", w, "trigger"),
                         f"{wait.trigger!r} has no transition from {state.id!r}",
                     )
-            if state.confirm is not None and not any(
-                m.source == state.id and m.on == state.confirm.trigger for m in spec.transitions
+            confirm = state.confirm
+            if (
+                confirm
+                and confirm.trigger not in _RESERVED
+                and not self._leaves(state.id, confirm.trigger)
             ):
                 self.say(
                     ("states", s, "confirm", "trigger"),
-                    f"{state.confirm.trigger!r} has no transition from {state.id!r}",
+                    f"{confirm.trigger!r} has no transition from {state.id!r}",
                 )
+
+    def _leaves(self, state: str, trigger: str) -> bool:
+        return any(m.source == state and m.on == trigger for m in self.spec.transitions)
 
     def hooks(self, modules: tuple[str, ...]) -> None:
         declared = self.spec.hooks
@@ -272,6 +306,24 @@ class _Check:
         for path, tool in tools_of(self.spec):
             if tool not in registered:
                 self.say(path, f"tool {tool!r} is not registered (hermesbus tools list)")
+
+
+_RESERVED: Final = BUILTIN_TRIGGERS | {FAILURE}
+
+
+def _reserved(trigger: str) -> str:
+    return f"{trigger!r} is a trigger of the engine's own: name this one otherwise"
+
+
+def _closure(start: set[str], moves: dict[str, set[str]]) -> set[str]:
+    """``start`` and every state ``moves`` lead to from it."""
+    reached, todo = set(start), list(start)
+    while todo:
+        for target in moves.get(todo.pop(), ()):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    return reached
 
 
 def _has_calls(action: object) -> bool:

@@ -9,7 +9,9 @@ an editor using the same schema agrees; the models then add what a schema cannot
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -29,13 +31,15 @@ SCHEMA_FILE: Final = "flow.schema.json"
 _BOOLS: Final = ("true", "false")
 _SHORT: Final = 60
 """A value quoted in a message is cut to this many characters."""
-_PLAIN: Final = frozenset(
-    f"tag:yaml.org,2002:{kind}" for kind in ("str", "int", "float", "bool", "null")
-)
-"""The scalar tags a spec may hold: text, numbers, true/false, null."""
 _COLLECTIONS: Final = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 MAX_BYTES: Final = 256 * 1024
 """A larger spec file is refused before it is parsed."""
+MAX_DEPTH: Final = 32
+"""Deeper nesting is refused (no spec needs it; YAML's reader recurses)."""
+MAX_PROBLEMS: Final = 50
+"""At most this many problems are told; then how many more there are."""
+_INT: Final = re.compile(r"[-+]?(0|[1-9][0-9]{0,17})")
+_FLOAT: Final = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]{1,3})?")
 
 Path_ = tuple[str | int, ...]
 
@@ -57,13 +61,16 @@ class Problem:
 
 
 class FlowSpecError(ConfigError):
-    """A spec that is not a valid flow; ``problems`` says each thing wrong, by line."""
+    """A spec that is not a valid flow; ``problems`` says each thing wrong, by line (the
+    first :data:`MAX_PROBLEMS`; ``more`` counts the rest)."""
 
     def __init__(self, where: str, problems: Sequence[Problem]) -> None:
         self.where = where
-        self.problems = tuple(problems)
+        self.problems = tuple(problems[:MAX_PROBLEMS])
+        self.more = max(0, len(problems) - MAX_PROBLEMS)
         said = "\n".join(f"  {p.shown(where)}" for p in self.problems)
-        super().__init__(f"{where} is not a valid flow spec:\n{said}")
+        rest = f"\n  ... and {self.more} more" if self.more else ""
+        super().__init__(f"{where} is not a valid flow spec:\n{said}{rest}")
 
 
 class Lines:
@@ -105,7 +112,9 @@ def parse(text: str) -> tuple[Any, Lines]:
     """The YAML document and where each of its values stands; FlowSpecError (without a
     place name yet) for what is not plain YAML data."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
+    except RecursionError:
+        raise _Refused([Problem(0, "", f"nested deeper than {MAX_DEPTH} levels")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 0
@@ -115,6 +124,17 @@ def parse(text: str) -> tuple[Any, Lines]:
     if node is None:
         return None, lines
     return _Builder(lines).value(node, ()), lines
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, marking each node written with a tag of its own (``!!int 5``)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.Node | None = super().compose_node(parent, index)
+        if getattr(event, "tag", None) not in (None, "!") and node is not None:
+            node.tagged = True  # type: ignore[attr-defined]
+        return node
 
 
 class _Refused(Exception):
@@ -134,27 +154,50 @@ class _Builder:
         self.seen: set[int] = set()
 
     def value(self, node: yaml.Node, path: Path_) -> Any:
+        if len(path) > MAX_DEPTH:
+            deep = f"nested deeper than {MAX_DEPTH} levels"
+            raise _Refused([Problem(self.lines.of(path), field_name(path), deep)])
         if id(node) in self.seen:  # an alias: the node of its anchor, met again
             at = self.lines.of(path)  # the line of its key (the node's is the anchor's)
             raise _Refused([Problem(at, field_name(path), "anchors and aliases are not allowed")])
         self.seen.add(id(node))
         line = node.start_mark.line + 1
         self.lines.put(path, line)
-        if isinstance(node, yaml.CollectionNode) and node.tag not in _COLLECTIONS:
+        if getattr(node, "tagged", False) or (
+            isinstance(node, yaml.CollectionNode) and node.tag not in _COLLECTIONS
+        ):
             where = field_name(path)
             raise _Refused([Problem(line, where, f"the tag {node.tag} is not allowed: plain data")])
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             return [self.value(item, (*path, i)) for i, item in enumerate(node.value)]
-        if node.tag == "tag:yaml.org,2002:timestamp":
-            return str(node.value)  # a date is text here: no time zone is guessed
-        if node.tag == "tag:yaml.org,2002:bool" and str(node.value).lower() not in _BOOLS:
-            return str(node.value)  # YAML 1.2: yes, no, on and off are words (answers: [yes])
-        if node.tag not in _PLAIN:
+        return self._scalar(node, path, line)
+
+    def _scalar(self, node: yaml.Node, path: Path_, line: int) -> Any:
+        """Text, a decimal integer, a decimal number, true/false or null, as YAML 1.2's core
+        schema reads a plain scalar; other forms of YAML 1.1 (010, 0x1f, 1:00, 1_000, yes,
+        on, dates) stay text, and an explicit tag (``!!int``, ``!!python/...``) is refused."""
+        value = str(node.value)
+        plain = getattr(node, "style", None) is None
+        implicit = self.scalars.resolve(  # type: ignore[no-untyped-call]
+            yaml.ScalarNode, value, (plain, not plain)
+        )
+        if node.tag != implicit:
             where = field_name(path)
             raise _Refused([Problem(line, where, f"the tag {node.tag} is not allowed: plain data")])
-        return self.scalars.construct_object(node, deep=True)
+        if not plain:
+            return value
+        kind = node.tag.rpartition(":")[2]
+        if kind == "int" and _INT.fullmatch(value):
+            return int(value)
+        if kind == "float" and _FLOAT.fullmatch(value):
+            return float(value)
+        if kind == "bool" and value.lower() in _BOOLS:
+            return value.lower() == "true"
+        if kind == "null":
+            return None
+        return value
 
     def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -178,7 +221,11 @@ class _Builder:
 def load_flow(text: str, where: str) -> tuple[FlowSpec, Lines]:
     """The flow spec in ``text`` (read from ``where``) and its lines; FlowSpecError names
     every problem by line and field."""
-    if len(text.encode()) > MAX_BYTES:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise FlowSpecError(where, [Problem(0, "", f"not UTF-8 text: {exc.reason}")]) from None
+    if size > MAX_BYTES:
         raise FlowSpecError(where, [Problem(0, "", f"larger than {MAX_BYTES} bytes")])
     try:
         document, lines = parse(text)
@@ -198,7 +245,8 @@ def load_flow(text: str, where: str) -> tuple[FlowSpec, Lines]:
 
 def _schema_problems(document: Any, lines: Lines) -> Iterator[Problem]:
     validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(document), key=lambda e: (lines.of(e.absolute_path),))
+    first = itertools.islice(validator.iter_errors(document), MAX_PROBLEMS * 4)
+    errors = sorted(first, key=lambda e: (lines.of(e.absolute_path),))
     for error in errors:
         yield from _explained(error, lines)
 

@@ -1,13 +1,14 @@
 """The registered flows: what the flow registry topic's records say, checked record by record.
 
-Each registered version is one record on the registry topic (``hermes.flows``, compacted, one
-partition): the spec's YAML as written, keyed ``flow:version:digest`` (the first 16 hex digits
-of its SHA-256), signed by the conversation (the component whose behaviour it is). A version
-is immutable: the same text registered again is the same key (compaction keeps one), and a
-different text for a version already taken has a key of its own, so compaction cannot
-replace the first; every reader keeps the first by offset and reports the other. Every
-processor instance reads the same records, so all see the same versions without sharing a
-filesystem (as Kafka Connect keeps its configs).
+Each registered version is one record on the registry topic (``hermes.flows``, one
+partition, kept for ever): the spec's YAML as written, keyed ``flow:version:digest`` (the
+first 16 hex digits of its SHA-256), signed by the conversation (the component whose
+behaviour it is). Every processor instance reads the same records, so all see the same
+versions without sharing a filesystem, as Kafka Connect keeps its configs; unlike
+Connect's, the topic is never compacted: compaction acts on any record, signed or not, so a
+tombstone or a replayed record could delete or swap a version. Appended only, "the first
+text of a version by offset" is the same for every reader for ever: a later different one
+is reported, a tombstone or a record the conversation did not sign is refused.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class Registered:
     versions: dict[str, dict[int, FlowVersion]] = field(default_factory=dict)
     refused: list[Refused] = field(default_factory=list)
     conflicts: list[Refused] = field(default_factory=list)
+    unverifiable: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
+    """(flow, version) -> (digest prefix, offset) of records signed with a key no longer
+    live (the conversation's key was rotated twice since): they cannot be believed, yet
+    their versions are not free for other text."""
 
     def add(
         self,
@@ -98,8 +103,16 @@ class Registered:
         shown = (key or b"").decode("utf-8", "replace")
         try:
             version = self._checked(key, value, headers, offset, timestamp_ms)
-        except (IdentityError, ConfigError) as exc:
+        except IdentityError as exc:
+            if exc.code == "identity.unknown_key" and (claim := _claim(shown)) is not None:
+                self.unverifiable.setdefault(claim[:2], []).append((claim[2], offset))
             self._refuse(Refused(offset, shown, str(exc)))
+            return None
+        except ConfigError as exc:
+            self._refuse(Refused(offset, shown, str(exc)))
+            return None
+        except Exception as exc:  # a record of the log never stops its readers
+            self._refuse(Refused(offset, shown, f"{type(exc).__name__}: {exc}"))
             return None
         kept = self.versions.setdefault(version.spec.flow, {})
         first = kept.get(version.spec.version)
@@ -147,6 +160,10 @@ class Registered:
             "flow registry %s offset %d refused: %s", self.topic, refused.offset, refused.reason
         )
 
+    def claimed(self, flow: str, version: int) -> list[tuple[str, int]]:
+        """Digest prefixes and offsets of unverifiable records naming that version."""
+        return self.unverifiable.get((flow, version), [])
+
     def newest(self, flow: str) -> FlowVersion | None:
         kept = self.versions.get(flow)
         return kept[max(kept)] if kept else None
@@ -159,3 +176,12 @@ class Registered:
 
     def flows(self) -> list[str]:
         return sorted(self.versions)
+
+
+def _claim(key: str) -> tuple[str, int, str] | None:
+    """``flow:version:digest`` as its parts; None for another key."""
+    flow, _, rest = key.partition(":")
+    number, _, digest = rest.partition(":")
+    if not flow or not number.isdigit() or len(digest) != DIGEST_CHARS:
+        return None
+    return flow, int(number), digest

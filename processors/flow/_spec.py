@@ -41,6 +41,9 @@ __all__ = [
     "PreferenceWrite",
     "Preload",
     "RememberAction",
+    "RememberFact",
+    "RememberPreference",
+    "RememberSymbol",
     "Reply",
     "ReplyAction",
     "State",
@@ -107,16 +110,30 @@ def duration_ms(duration: str) -> int:
     return int(duration.removesuffix(unit)) * _UNITS[unit]
 
 
-def _templates(value: Any) -> None:
-    """Every string inside ``value`` (arguments: nested JSON) is a well-formed template."""
+def _templates(value: Any, path: str = "") -> None:
+    """Every string inside ``value`` (arguments: nested JSON) is a well-formed template;
+    ValueError names where (``b.c[0]``)."""
     if isinstance(value, str):
-        placeholders(value)
+        try:
+            placeholders(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}" if path else str(exc)) from None
     elif isinstance(value, dict):
-        for item in value.values():
-            _templates(item)
+        for key, item in value.items():
+            _templates(item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
-        for item in value:
-            _templates(item)
+        for n, item in enumerate(value):
+            _templates(item, f"{path}[{n}]")
+
+
+def _regex(pattern: str) -> str:
+    """``pattern`` if it compiles; ValueError saying why not (also for what ``re`` raises
+    other than ``re.error``: a repetition count too large)."""
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return pattern
 
 
 class _Spec(BaseModel):
@@ -197,11 +214,23 @@ class FactWrite(_Spec):
     object: Template
     verified_by: ToolName
 
-    @model_validator(mode="after")
-    def _values(self) -> FactWrite:
-        placeholders(self.subject)
-        placeholders(self.object)
-        return self
+    @field_validator("subject", "object")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        placeholders(value)
+        return value
+
+
+class RememberSymbol(_Spec):
+    symbol: SymbolWrite
+
+
+class RememberPreference(_Spec):
+    preference: PreferenceWrite
+
+
+class RememberFact(_Spec):
+    fact: FactWrite
 
 
 class HookCall(_Spec):
@@ -224,9 +253,9 @@ class ReplyAction(_Spec):
 
 
 class RememberAction(_Spec):
-    remember: Annotated[
-        SymbolWrite | PreferenceWrite | FactWrite, Field(union_mode="left_to_right")
-    ] = Field(description="A symbol (name, value, ttl_s), a preference or a verified fact.")
+    remember: RememberSymbol | RememberPreference | RememberFact = Field(
+        description="An object with one of symbol, preference, fact."
+    )
 
 
 class HookAction(_Spec):
@@ -272,6 +301,12 @@ class Preload(_Spec):
 
     after: int = Field(default=100, gt=0)
     context: dict[str, Any] = Field(min_length=1)
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, context: dict[str, Any]) -> dict[str, Any]:
+        _templates(context)
+        return context
 
 
 class State(_Spec):
@@ -319,11 +354,7 @@ class PatternEntity(_Spec):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from exc
-        return pattern
+        return _regex(pattern)
 
 
 class Entity(_Spec):
@@ -349,12 +380,7 @@ class Intent(_Spec):
     @field_validator("patterns")
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
-        return patterns
+        return [_regex(pattern) for pattern in patterns]
 
     @model_validator(mode="after")
     def _recognisable(self) -> Intent:

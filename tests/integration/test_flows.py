@@ -19,7 +19,8 @@ from aiokafka import AIOKafkaProducer
 
 from hermesbus.compose.flows import read_flows, register_flow
 from hermesbus.connectors.kafka import KafkaConfig
-from hermesbus.identity import KEYS_FILE_ENV, Signer
+from hermesbus.errors import ConfigError
+from hermesbus.identity import KEYS_FILE_ENV, Keyring, Signer
 from hermesbus.processors.flow import record_key
 from hermesbus.topics import FLOWS
 from tests import signing
@@ -172,3 +173,31 @@ async def test_readers_keep_the_first_text_of_a_version_and_only_what_the_conver
     app, unsigned = registry.refused
     assert app.reason == "signed by 'app': only the conversation registers flows"
     assert "unsigned" in unsigned.reason
+
+
+async def test_a_version_signed_with_a_key_rotated_out_is_signed_anew_never_replaced(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    """After two rotations of the conversation's key its old records cannot be verified:
+    their versions stay taken, and registering the same text again signs it anew."""
+    prefix = f"flowk-{unique}."
+    kafka = await catalog_topics(broker, prefix)
+    topic, text = prefix + FLOWS, THIRD.encode()
+    old = Keyring.ensure(["conversation"], tmp_path / "rotated-out.json")
+    key = record_key("parcel_status", 1, text)
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        headers = Signer("conversation", old).sign(topic, key, text, ())
+        await producer.send_and_wait(topic, text, key=key, headers=list(headers))
+    finally:
+        await producer.stop()
+
+    keys = signing.keys()
+    other = THIRD.replace("Where is my parcel", "Parcels").encode()
+    with pytest.raises(ConfigError, match="signed with a conversation key since rotated out"):
+        await register_flow(kafka, prefix, keys, other, "other.yaml")
+    again = await register_flow(kafka, prefix, keys, text, "third.yaml")
+    assert again.outcome == "registered" and again.version.offset == 1
+    registry = await read_flows(kafka, prefix, keys)
+    assert registry.get("parcel_status", 1).text == text  # type: ignore[union-attr]

@@ -30,11 +30,11 @@ def test_the_catalog_names_every_topic_of_the_design() -> None:
     assert set(catalog.names()) == DESIGN_TOPICS
     for spec in catalog:
         assert spec.partitions >= 1
+        assert spec.cleanup_policy == "delete"  # never compact: the flow registry neither
         if spec.name != "hermes.flows":
-            assert spec.cleanup_policy == "delete" and spec.indexed
-            assert spec.retention_ms > 0
-    flows = catalog.get("hermes.flows")  # a registry: one record per key, kept for ever
-    assert (flows.cleanup_policy, flows.retention_ms, flows.partitions) == ("compact", -1, 1)
+            assert spec.indexed and spec.retention_ms > 0
+    flows = catalog.get("hermes.flows")  # a registry: every record kept for ever
+    assert (flows.retention_ms, flows.partitions) == (-1, 1)
     assert not flows.indexed and "hermes.flows" not in catalog.indexed_names()
     assert catalog.get("hermes.tool").key == "session_id"
     assert catalog.get("hermes.tool").value_schema == "hermes.mcp.Envelope"

@@ -179,3 +179,43 @@ def test_a_parallel_budget_over_the_state_timeout_is_a_warning() -> None:
         f"warning: f.yaml:{line_of(bad, 'budget_ms')}: states[1].on_enter[0].parallel.budget_ms: "
         "over the state's timeout_ms (8000): the dispatcher ends the cycle first"
     ]
+
+
+def test_a_terminal_state_has_no_exit_and_every_state_can_end() -> None:
+    bad = changed(CONTRACT, "    kind: terminal\n", "    kind: terminal\n    exit: ask\n")
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'exit: ask')}: states[2].exit: a terminal state has no "
+        "exception exit: nothing fails there"
+    ]
+    trap = changed(CONTRACT, "{from: look, on: done, to: ended}", "{from: look, on: done, to: ask}")
+    trap = changed(
+        trap, "{from: ask, on: no_answer, to: ended}", "{from: ask, on: no_answer, to: look}"
+    )
+    trap = changed(trap, "{from: ask, on: cancel, to: ended}", "{from: ask, on: cancel, to: look}")
+    trap = trap.replace("    exit: ended\n", "    exit: look\n")
+    found = findings(trap)
+    ask, ended = line_of(trap, "id: ask"), line_of(trap, "id: ended")
+    never = "no terminal state can be reached from 'ask': a session there never ends"
+    assert f"error: f.yaml:{ask}: states[0]: {never}" in found
+    assert f"error: f.yaml:{ended}: states[2]: state 'ended' cannot be reached from 'ask'" in found
+
+
+def test_the_engines_own_triggers_are_not_a_waits_or_a_confirmations() -> None:
+    bad = changed(CONTRACT, "trigger: no_answer", "trigger: failed")
+    bad = changed(bad, "  - {from: ask, on: no_answer, to: ended}\n", "")
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'trigger: failed')}: states[0].waits[0].trigger: 'failed' "
+        "is a trigger of the engine's own: name this one otherwise"
+    ]
+
+
+def test_an_entity_declared_twice() -> None:
+    bad = changed(
+        CONTRACT,
+        '        pattern: "(C-[0-9]{4})"\n',
+        '        pattern: "(C-[0-9]{4})"\n      - {name: contract_no, builtin: number}\n',
+    )
+    assert findings(bad) == [
+        f"error: f.yaml:{line_of(bad, 'builtin: number')}: intents[0].entities[1].name: entity "
+        "'contract_no' is declared twice"
+    ]

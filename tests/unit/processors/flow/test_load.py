@@ -143,3 +143,73 @@ def test_a_key_given_twice_and_text_that_is_not_yaml() -> None:
 def test_a_document_that_is_no_mapping() -> None:
     assert problems("- a\n- b\n") == ["f.yaml:1: ['a', 'b'] is not an object"]
     assert problems("") == ["f.yaml: None is not an object"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (("version: 1", "version: 010"), "version: '010' is not an integer"),
+        (("version: 1", "version: 1:00"), "version: '1:00' is not an integer"),
+        (("version: 1", "version: 0x1f"), "version: '0x1f' is not an integer"),
+        (("version: 1", "version: " + "9" * 5000), "is not an integer"),
+        (("version: 1", "version: !!int abc"), "version: the tag tag:yaml.org,2002:int is not"),
+        (("title: 合同查询", "title: !!str 合同"), "title: the tag tag:yaml.org,2002:str is not"),
+        (('"(C-[0-9]{4})"', '"a{99999999999}"'), "is not a regular expression"),
+    ],
+)
+def test_yaml_1_1_forms_explicit_tags_and_huge_values_are_clear_problems(
+    change: tuple[str, str], said: str
+) -> None:
+    (found,) = problems(changed(CONTRACT, *change))
+    assert said in found
+
+
+def test_nesting_too_deep_is_a_problem_not_a_crash() -> None:
+    (deep,) = problems("flow: " + "[" * 2000 + "]" * 2000 + "\n")
+    assert deep == "f.yaml: nested deeper than 32 levels"
+    nested = changed(CONTRACT, 'user: "{user.id}"', "user: " + "{a: " * 40 + "1" + "}" * 40)
+    (found,) = problems(nested)
+    assert found.endswith(": nested deeper than 32 levels")
+
+
+def test_text_that_is_not_utf8_and_too_many_problems() -> None:
+    assert problems("flow: \ud800\n") == ["f.yaml: not UTF-8 text: surrogates not allowed"]
+    many = "flow: x\nversion: 1\nstart: a\nstates:\n" + "  - {bogus: 1}\n" * 300
+    with pytest.raises(FlowSpecError) as refused:
+        load_flow(many, "f.yaml")
+    assert len(refused.value.problems) == 50 and refused.value.more > 0
+    assert str(refused.value).endswith(f"... and {refused.value.more} more")
+
+
+def test_memory_writes_are_told_apart_by_their_key() -> None:
+    spec, _ = load_flow(
+        changed(
+            CONTRACT,
+            '      - reply:\n          text: "请告诉我合同号"\n',
+            "      - remember: {preference: {name: city, value: '{entities.city}'}}\n"
+            "      - remember: {symbol: {name: doc, value: '{entities.contract_no}', ttl_s: 60}}\n"
+            "      - remember:\n          fact: {subject: '{user.id}', relation: OWNS,\n"
+            "                 object: '{entities.contract_no}', verified_by: contract_tool}\n",
+        ),
+        "f.yaml",
+    )
+    kinds = [type(a.remember).__name__ for a in spec.states[0].on_enter]  # type: ignore[union-attr]
+    assert kinds == ["RememberPreference", "RememberSymbol", "RememberFact"]
+
+
+def test_a_bad_template_in_a_fact_or_an_argument_names_its_field() -> None:
+    fact = changed(
+        CONTRACT,
+        '      - reply:\n          text: "请告诉我合同号"\n',
+        "      - remember:\n          fact:\n            subject: '{user.id}'\n"
+        "            relation: OWNS\n            object: '{bad}'\n"
+        "            verified_by: contract_tool\n",
+    )
+    assert problems(fact) == [
+        f"f.yaml:{line_of(fact, 'object:')}: states[0].on_enter[0].remember.fact.object: {{bad}} "
+        "is not {root.path} with a root of context, entities, hooks, intent, results, session, "
+        "symbols, user"
+    ]
+    args = changed(CONTRACT, 'user: "{user.id}"', 'user: ["{user.id}", {deep: "{nope}"}]')
+    (found,) = problems(args)
+    assert "states[1].on_enter[0].call.args: user[1].deep: {nope} is not {root.path}" in found
