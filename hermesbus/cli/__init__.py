@@ -81,7 +81,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "schemas": ("._schemas", "app", "Avro schemas: compatibility checks and frozen versions."),
     "topics": ("._topics", "app", "The topic catalog and its provisioning."),
     "tools": ("._tools", "app", "Tools: admission, the registry and live health."),
-    "flows": ("._flows", "app", "Flows: check a flow spec file, print the spec's JSON Schema."),
+    "flows": (
+        "._flows",
+        "app",
+        "Flows: check a spec file, register it, list and show the registered versions.",
+    ),
     "keys": ("._keys", "app", "The components' signing keys."),
     "stores": (
         "._stores",

@@ -58,7 +58,8 @@ def test_contributing_names_every_subpackage_and_every_connector() -> None:
 def _test_command_checks() -> list[list[str]]:
     """The ruff and mypy commands deploy/local/test.sh runs, each as its words."""
     script = (ROOT / "deploy/local/test.sh").read_text()
-    commands = [shlex.split(line, comments=True) for line in script.splitlines()]
+    lines = script.replace("\\\n", " ").splitlines()  # a command continued with \ is one
+    commands = [shlex.split(line, comments=True) for line in lines]
     return [words for words in commands if words and words[0] in {"ruff", "mypy"}]
 
 

@@ -11,7 +11,8 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def test_the_readme_spec_registers_and_probes(tmp_path: Path) -> None:
-    (block,) = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    section = README.read_text(encoding="utf-8").split("## The four processors", 1)[1]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section.split("\n## ", 1)[0], re.S)
     spec = tmp_path / "spec.yaml"
     spec.write_text(block, encoding="utf-8")
     env = clean_env(tmp_path / "home")
