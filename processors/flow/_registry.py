@@ -102,40 +102,29 @@ class Registered:
         """The version ``value`` registers (None: refused, a conflict, or one already kept)."""
         shown = (key or b"").decode("utf-8", "replace")
         try:
-            version = self._checked(key, value, headers, offset, timestamp_ms)
-        except IdentityError as exc:
-            if exc.code == "identity.unknown_key" and (claim := _claim(shown)) is not None:
-                self.unverifiable.setdefault(claim[:2], []).append((claim[2], offset))
-            self._refuse(Refused(offset, shown, str(exc)))
-            return None
-        except ConfigError as exc:
-            self._refuse(Refused(offset, shown, str(exc)))
-            return None
+            spec = self._believed(key, value, headers, offset)
         except Exception as exc:  # a record of the log never stops its readers
-            self._refuse(Refused(offset, shown, f"{type(exc).__name__}: {exc}"))
+            self._refuse(exc, shown, offset)
             return None
-        kept = self.versions.setdefault(version.spec.flow, {})
-        first = kept.get(version.spec.version)
+        version = FlowVersion(spec, value or b"", offset, timestamp_ms)
+        kept = self.versions.setdefault(spec.flow, {})
+        first = kept.get(spec.version)
         if first is None:
-            kept[version.spec.version] = version
+            kept[spec.version] = version
             return version
         if first.digest != version.digest:
             reason = (
-                f"version {version.spec.version} of {version.spec.flow} was registered at offset "
+                f"version {spec.version} of {spec.flow} was registered at offset "
                 f"{first.offset} with other text; versions are immutable: the first is kept"
             )
             self.conflicts.append(Refused(offset, shown, reason))
             log.warning("flow registry %s offset %d: %s", self.topic, offset, reason)
         return None
 
-    def _checked(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes]],
-        offset: int,
-        timestamp_ms: int,
-    ) -> FlowVersion:
+    def _believed(
+        self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]], at: int
+    ) -> FlowSpec:
+        """The spec a record registers, if the conversation signed it and its key is its."""
         if value is None:
             raise ConfigError("a tombstone: a registered version is never deleted")
         signer = self.verifier.signer(self.topic, key, value, headers)
@@ -146,19 +135,27 @@ class Registered:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"not UTF-8 text: {exc}") from exc
         try:
-            spec, _ = load_flow(text, f"{self.topic}@{offset}")
+            spec, _ = load_flow(text, f"{self.topic}@{at}")
         except FlowSpecError as exc:
             raise ConfigError(str(exc)) from exc
         expected = record_key(spec.flow, spec.version, value)
         if key != expected:
             raise ConfigError(f"its key is not {expected.decode()} (flow:version:digest)")
-        return FlowVersion(spec, value, offset, timestamp_ms)
+        return spec
 
-    def _refuse(self, refused: Refused) -> None:
-        self.refused.append(refused)
-        log.warning(
-            "flow registry %s offset %d refused: %s", self.topic, refused.offset, refused.reason
-        )
+    def _refuse(self, exc: Exception, key: str, offset: int) -> None:
+        """Keep why the record at ``offset`` is not believed, and log it; a version signed
+        with a key rotated out since stays claimed."""
+        if isinstance(exc, IdentityError | ConfigError):
+            reason = str(exc)
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, IdentityError) and exc.code == "identity.unknown_key":
+            claim = _claim(key)
+            if claim is not None:
+                self.unverifiable.setdefault(claim[:2], []).append((claim[2], offset))
+        self.refused.append(Refused(offset, key, reason))
+        log.warning("flow registry %s offset %d refused: %s", self.topic, offset, reason)
 
     def claimed(self, flow: str, version: int) -> list[tuple[str, int]]:
         """Digest prefixes and offsets of unverifiable records naming that version."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hermesbus.processors.tool import TOOL_NAME_PATTERN
 
@@ -74,6 +74,17 @@ _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
 """``root.key.key``: keys of the context only (none starts with ``_``: no attribute)."""
 _UNITS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 
+
+def _template(text: str) -> str:
+    placeholders(text)
+    return text
+
+
+def _values(values: dict[str, Any]) -> dict[str, Any]:
+    _templates(values)
+    return values
+
+
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 StateId = Annotated[str, Field(pattern=STATE_PATTERN)]
 ToolName = Annotated[str, Field(pattern=TOOL_NAME_PATTERN)]
@@ -81,8 +92,13 @@ Duration = Annotated[
     str, Field(pattern=DURATION_PATTERN, description="A number and ms, s, m or h: 30s, 5m.")
 ]
 Template = Annotated[
-    str, Field(min_length=1, max_length=2_000, description="Text with {root.path} values.")
+    str,
+    Field(min_length=1, max_length=2_000, description="Text with {root.path} values."),
+    AfterValidator(_template),
 ]
+"""Text whose placeholders are checked when the spec is read (see :func:`placeholders`)."""
+Values = Annotated[dict[str, Any], AfterValidator(_values)]
+"""JSON whose strings are templates (a tool's arguments, a preloaded context)."""
 Button = Annotated[str, Field(min_length=1, max_length=20)]
 
 
@@ -145,16 +161,10 @@ class Call(_Spec):
     is one placeholder alone passes the value itself, not its text)."""
 
     tool: ToolName
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: Values = Field(default_factory=dict)
     into: Name | None = Field(
         default=None, description="The results key (default: the tool's name)."
     )
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, args: dict[str, Any]) -> dict[str, Any]:
-        _templates(args)
-        return args
 
 
 class Parallel(_Spec):
@@ -170,12 +180,6 @@ class Reply(_Spec):
     text: Template
     buttons: list[Button] = Field(default_factory=list, max_length=6)
 
-    @field_validator("text")
-    @classmethod
-    def _text(cls, text: str) -> str:
-        placeholders(text)
-        return text
-
 
 class SymbolWrite(_Spec):
     """A short-term symbol of the session ("这两个表" -> A and B), checked by its validator
@@ -186,24 +190,12 @@ class SymbolWrite(_Spec):
     ttl_s: int = Field(default=600, gt=0, le=86_400)
     validator: ToolName | None = None
 
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        placeholders(value)
-        return value
-
 
 class PreferenceWrite(_Spec):
     """A preference candidate: written to mid-term memory only once the user confirms it."""
 
     name: Name
     value: Template
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        placeholders(value)
-        return value
 
 
 class FactWrite(_Spec):
@@ -213,12 +205,6 @@ class FactWrite(_Spec):
     relation: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
     object: Template
     verified_by: ToolName
-
-    @field_validator("subject", "object")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        placeholders(value)
-        return value
 
 
 class RememberSymbol(_Spec):
@@ -275,13 +261,6 @@ class Wait(_Spec):
     trigger: Name
     text: Template | None = None
 
-    @field_validator("text")
-    @classmethod
-    def _text(cls, text: str | None) -> str | None:
-        if text is not None:
-            placeholders(text)
-        return text
-
 
 class Confirmation(_Spec):
     """What passes a confirmation state: a press of one of ``buttons`` or a message that
@@ -300,13 +279,7 @@ class Preload(_Spec):
     ``after`` times in this flow version, ``context`` is preloaded on entering it."""
 
     after: int = Field(default=100, gt=0)
-    context: dict[str, Any] = Field(min_length=1)
-
-    @field_validator("context")
-    @classmethod
-    def _context(cls, context: dict[str, Any]) -> dict[str, Any]:
-        _templates(context)
-        return context
+    context: Values = Field(min_length=1)
 
 
 class State(_Spec):
@@ -325,13 +298,6 @@ class State(_Spec):
         default=True, description="Terminal states: the session's snapshot into mid-term memory."
     )
     preload: Preload | None = None
-
-    @field_validator("summary")
-    @classmethod
-    def _summary(cls, summary: str | None) -> str | None:
-        if summary is not None:
-            placeholders(summary)
-        return summary
 
 
 class Transition(_Spec):

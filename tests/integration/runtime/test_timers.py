@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -108,26 +109,42 @@ class Clock:
         return self.now
 
 
+async def fires_a_second_after(
+    processor: ConversationProcessor,
+    store: SqliteStateStore,
+    partitions: list[tuple[str, int]],
+    clock: Clock,
+) -> None:
+    """The processor's wait has not fired, is due 1 s after its ``clock``'s time now, and
+    fires once the clock gets there."""
+    await asyncio.sleep(0.5)
+    assert processor.stats.timers_fired == 0
+    (pending,) = await store.due(processor.name, partitions, 2**62, 10)
+    assert pending.due_at_ms == int((clock.now + 1) * 1000)
+    clock.now += 1
+    await wait_for(lambda: processor.stats.timers_fired == 1)
+
+
+def waiting_on_a_clock(
+    name: str, broker: str, prefix: str, store: SqliteStateStore, clock: Clock, **options: Any
+) -> ConversationProcessor:
+    """A processor that sets a 2 s wait per turn, its time read from ``clock``."""
+    kafka = KafkaConfig(bootstrap=broker)
+    return ConversationProcessor(
+        name, waiting, [IN], store=store, kafka=kafka, topic_prefix=prefix, settings=FAST,
+        clock=clock, **options,
+    )  # fmt: skip
+
+
 async def test_the_time_nobody_ran_a_partition_is_not_charged_to_its_timers(
     broker: str, prefix: str, store: SqliteStateStore
 ) -> None:
     """A 2 s wait with 1 s left at a stop still has 1 s once the processors are all back."""
-    kafka = KafkaConfig(bootstrap=broker)
     clock = Clock(1_000.0)
     partitions = [(prefix + IN, p) for p in range(6)]
 
     def processor(gate: asyncio.Event | None = None) -> ConversationProcessor:
-        return ConversationProcessor(
-            "waits",
-            waiting,
-            [IN],
-            store=store,
-            kafka=kafka,
-            topic_prefix=prefix,
-            settings=FAST,
-            clock=clock,
-            timers_gate=gate,
-        )
+        return waiting_on_a_clock("waits", broker, prefix, store, clock, timers_gate=gate)
 
     await produce(broker, prefix + IN, [turn("s1", 0)])  # sets the 2 s timer: due at 1002
     first = processor()
@@ -150,12 +167,7 @@ async def test_the_time_nobody_ran_a_partition_is_not_charged_to_its_timers(
         await asyncio.sleep(0.5)
         assert second.stats.timers_fired == 0
         gate.set()  # everyone runs: the wait gets its remaining 1 s from here
-        await asyncio.sleep(0.5)
-        assert second.stats.timers_fired == 0
-        (pending,) = await store.due("waits", partitions, 2**62, 10)
-        assert pending.due_at_ms == 1_111_000
-        clock.now = 1_111.0
-        await wait_for(lambda: second.stats.timers_fired == 1)
+        await fires_a_second_after(second, store, partitions, clock)  # at 1111
     assert second.stats.timers_fired == 1
     out = replies(await read(broker, prefix + OUT, until=2))
     assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]
@@ -167,20 +179,11 @@ async def test_the_time_the_broker_is_away_is_not_charged_to_timers(
     """A 2 s wait, 1 s run down when the broker goes away for 30 s: nothing fires while it
     is away, and once it answers again the wait still has its 1 s (a deadline waiting for
     a tool's answer is not spent on a broker nobody could answer through)."""
-    kafka = KafkaConfig(bootstrap=broker)
     clock = Clock(1_000.0)
     partitions = [(prefix + IN, p) for p in range(6)]
     answers = [True]
-    waits = ConversationProcessor(
-        "away",
-        waiting,
-        [IN],
-        store=store,
-        kafka=kafka,
-        topic_prefix=prefix,
-        settings=FAST,
-        clock=clock,
-        broker_answers=lambda: answers[0],
+    waits = waiting_on_a_clock(
+        "away", broker, prefix, store, clock, broker_answers=lambda: answers[0]
     )
     await produce(broker, prefix + IN, [turn("s1", 0)])  # sets the 2 s timer: due at 1002
     async with waits:
@@ -192,11 +195,6 @@ async def test_the_time_the_broker_is_away_is_not_charged_to_timers(
         await asyncio.sleep(0.5)
         assert waits.stats.timers_fired == 0
         answers[0] = True  # back: the wait gets its remaining 1 s from here
-        await asyncio.sleep(0.5)
-        assert waits.stats.timers_fired == 0
-        (pending,) = await store.due("away", partitions, 2**62, 10)
-        assert pending.due_at_ms == 1_032_000
-        clock.now = 1_032.0
-        await wait_for(lambda: waits.stats.timers_fired == 1)
+        await fires_a_second_after(waits, store, partitions, clock)  # at 1032
     out = replies(await read(broker, prefix + OUT, until=2))
     assert [e.payload.body.text for e in out] == ["waiting", 'fired gave-up {"state": "S2"}']  # type: ignore[union-attr]

@@ -10,6 +10,11 @@ from .specs import CONTRACT, changed, line_of
 MODULES = (DEMO_MODULES,)
 
 
+def said(text: str, marker: str, finding: str, severity: str = "error") -> str:
+    """A finding as the lint words it, on the line of ``text`` that holds ``marker``."""
+    return f"{severity}: f.yaml:{line_of(text, marker)}: {finding}"
+
+
 def findings(text: str, registered: set[str] | None = None) -> list[str]:
     spec, lines = load_flow(text, "f.yaml")
     found: list[Finding] = lint(spec, lines, modules=MODULES, registered=registered)
@@ -76,24 +81,20 @@ def test_waits_with_no_text_and_no_transition() -> None:
 def test_every_state_but_a_terminal_one_has_an_exception_exit() -> None:
     bad = changed(CONTRACT, "    name: 询问合同号\n    exit: ended\n", "    name: 询问合同号\n")
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'id: ask')}: states[0]: state 'ask' has no exception exit "
-        "(exit:)"
+        said(bad, "id: ask", "states[0]: state 'ask' has no exception exit (exit:)")
     ]
 
 
 def test_the_failure_trigger_is_the_exit_not_a_transition() -> None:
     bad = CONTRACT + "  - {from: look, on: failed, to: ask}\n"
-    assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'on: failed')}: transitions[4].on: 'failed' leads to the "
-        "state's exit: set exit: instead"
-    ]
+    exit_ = "transitions[4].on: 'failed' leads to the state's exit: set exit: instead"
+    assert findings(bad) == [said(bad, "on: failed", exit_)]
 
 
 def test_nothing_leaves_a_terminal_state_and_one_must_exist() -> None:
     bad = CONTRACT + "  - {from: ended, on: lookup, to: ask}\n"
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, '{from: ended')}: transitions[4].from: 'ended' is terminal: "
-        "nothing leaves it"
+        said(bad, "{from: ended", "transitions[4].from: 'ended' is terminal: nothing leaves it")
     ]
     none = changed(CONTRACT, "    kind: terminal\n", "    exit: ended\n")
     assert (
@@ -103,11 +104,9 @@ def test_nothing_leaves_a_terminal_state_and_one_must_exist() -> None:
 
 
 def test_the_same_move_twice_is_ambiguous() -> None:
-    bad = CONTRACT + "  - {from: look, on: done, to: ask}\n"
-    assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, '{from: look, on: done, to: ask}')}: transitions[4]: the "
-        "same move as transitions[3]: which one is taken?"
-    ]
+    move = "{from: look, on: done, to: ask}"
+    twice = "transitions[4]: the same move as transitions[3]: which one is taken?"
+    assert findings(CONTRACT + f"  - {move}\n") == [said(CONTRACT + f"  - {move}\n", move, twice)]
 
 
 def test_confirmation_states_say_what_passes_them() -> None:
@@ -115,8 +114,7 @@ def test_confirmation_states_say_what_passes_them() -> None:
         CONTRACT, "    timeout_ms: 8000\n", "    timeout_ms: 8000\n    kind: confirmation\n"
     )
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'id: look')}: states[1]: a confirmation state says what "
-        "passes it (confirm:)"
+        said(bad, "id: look", "states[1]: a confirmation state says what passes it (confirm:)")
     ]
     ok = changed(
         bad,
@@ -132,8 +130,7 @@ def test_confirmation_states_say_what_passes_them() -> None:
 def test_a_summary_says_at_most_fifty_characters_of_its_own() -> None:
     bad = changed(CONTRACT, '"查询合同 {entities.contract_no}"', '"' + "长" * 51 + '"')
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'summary')}: states[1].summary: its fixed text is over 50 "
-        "characters"
+        said(bad, "summary", "states[1].summary: its fixed text is over 50 characters")
     ]
 
 
@@ -175,17 +172,19 @@ def test_a_parallel_budget_over_the_state_timeout_is_a_warning() -> None:
     bad = changed(
         bad, "{results.contract_tool.number}：{results.contract_tool.status}", "{results.a_tool.n}"
     )
-    assert findings(bad) == [
-        f"warning: f.yaml:{line_of(bad, 'budget_ms')}: states[1].on_enter[0].parallel.budget_ms: "
-        "over the state's timeout_ms (8000): the dispatcher ends the cycle first"
-    ]
+    over = "over the state's timeout_ms (8000): the dispatcher ends the cycle first"
+    where = "states[1].on_enter[0].parallel.budget_ms"
+    assert findings(bad) == [said(bad, "budget_ms", f"{where}: {over}", "warning")]
 
 
 def test_a_terminal_state_has_no_exit_and_every_state_can_end() -> None:
     bad = changed(CONTRACT, "    kind: terminal\n", "    kind: terminal\n    exit: ask\n")
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'exit: ask')}: states[2].exit: a terminal state has no "
-        "exception exit: nothing fails there"
+        said(
+            bad,
+            "exit: ask",
+            "states[2].exit: a terminal state has no exception exit: nothing fails there",
+        )
     ]
     trap = changed(CONTRACT, "{from: look, on: done, to: ended}", "{from: look, on: done, to: ask}")
     trap = changed(
@@ -204,8 +203,12 @@ def test_the_engines_own_triggers_are_not_a_waits_or_a_confirmations() -> None:
     bad = changed(CONTRACT, "trigger: no_answer", "trigger: failed")
     bad = changed(bad, "  - {from: ask, on: no_answer, to: ended}\n", "")
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'trigger: failed')}: states[0].waits[0].trigger: 'failed' "
-        "is a trigger of the engine's own: name this one otherwise"
+        said(
+            bad,
+            "trigger: failed",
+            "states[0].waits[0].trigger: 'failed' "
+            "is a trigger of the engine's own: name this one otherwise",
+        )
     ]
 
 
@@ -216,6 +219,9 @@ def test_an_entity_declared_twice() -> None:
         '        pattern: "(C-[0-9]{4})"\n      - {name: contract_no, builtin: number}\n',
     )
     assert findings(bad) == [
-        f"error: f.yaml:{line_of(bad, 'builtin: number')}: intents[0].entities[1].name: entity "
-        "'contract_no' is declared twice"
+        said(
+            bad,
+            "builtin: number",
+            "intents[0].entities[1].name: entity 'contract_no' is declared twice",
+        )
     ]
