@@ -61,6 +61,7 @@ from ._common import (
     variables,
 )
 from ._doctor_broker import broker_checks
+from ._doctor_flows import flows_check
 from ._doctor_index import indexing_check, trace_index_check
 from ._doctor_keys import key_file_check
 from ._stores import store_checks
@@ -151,6 +152,7 @@ async def _doctor(
     broker_ok = any(check.name == "broker" and check.status == "ok" for check in checks)
     if not embedded and broker_ok:  # the embedded broker doctor starts holds no records
         checks += await _bounded("indexing", lambda: indexing_check(kafka, prefix))
+        checks += await _bounded("flows", lambda: flows_check(settings, prefix))
     checks += await _bounded("tools", lambda: _tools(settings))
     return checks
 

@@ -140,7 +140,7 @@ async def test_a_flow_whose_tools_are_not_registered_is_not_registered(
 
 
 async def test_readers_keep_the_first_text_of_a_version_and_only_what_the_conversation_signed(
-    broker: str, unique: str
+    broker: str, unique: str, tmp_path: Path
 ) -> None:
     prefix = f"flowr-{unique}."
     kafka = await catalog_topics(broker, prefix)
@@ -173,6 +173,15 @@ async def test_readers_keep_the_first_text_of_a_version_and_only_what_the_conver
     app, unsigned = registry.refused
     assert app.reason == "signed by 'app': only the conversation registers flows"
     assert "unsigned" in unsigned.reason
+
+    doctor = await asyncio.to_thread(
+        hermesbus, "doctor", "--bootstrap", broker, "--prefix", prefix,
+        env=clean_env(tmp_path / "home", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}),
+        cwd=tmp_path,
+    )  # fmt: skip
+    (line,) = [x for x in doctor.out.splitlines() if x.split()[1:2] == ["flows"]]
+    assert line.startswith("warn")
+    assert f"1 registered on {topic}: parcel_status v1; 3 not believed: offset 1" in line
 
 
 async def test_a_version_signed_with_a_key_rotated_out_is_signed_anew_never_replaced(
