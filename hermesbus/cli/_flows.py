@@ -34,17 +34,18 @@ app = typer.Typer(
 SpecFile = Annotated[
     Path, typer.Argument(help="A flow spec (YAML).", exists=True, dir_okay=False, readable=True)
 ]
+NoToolsOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-tools", help="Do not check that its tools are registered (no registry here)."
+    ),
+]
 
 
 @app.command("check")
 def check_command(
     spec_file: SpecFile,
-    no_tools: Annotated[
-        bool,
-        typer.Option(
-            "--no-tools", help="Do not check that its tools are registered (no registry here)."
-        ),
-    ] = False,
+    no_tools: NoToolsOption = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON document, for scripts.")
     ] = False,
@@ -53,19 +54,10 @@ def check_command(
     """Check a flow spec: its JSON Schema, then its machine (unreachable states, states with
     no way out, waits with no text, unknown states and triggers, hooks off the allow-list,
     tools not registered). Each problem names its line; exit 1 when any is an error."""
-    from hermesbus.processors.flow import FlowSpecError, lint, load_flow
-
     where = str(spec_file)
     with errors():
         settings = program_settings()
-        text = _read(spec_file).decode("utf-8")
-        try:
-            spec, lines = load_flow(text, where)
-        except FlowSpecError as exc:
-            _refused(exc, as_json)
-            raise typer.Exit(1) from exc
-        registered = None if no_tools else asyncio.run(_registered(settings))
-        findings = lint(spec, lines, modules=settings.tool.modules, registered=registered)
+        _, spec, findings = _checked(spec_file, settings, no_tools=no_tools, as_json=as_json)
     failed = any(f.severity == "error" for f in findings)
     if as_json:
         console.print_json(data=_json(spec, where, findings, checked_tools=not no_tools))
@@ -73,6 +65,23 @@ def check_command(
         _print(spec, where, findings, settings, checked_tools=not no_tools)
     if failed:
         raise typer.Exit(1)
+
+
+def _checked(
+    spec_file: Path, settings: Settings, *, no_tools: bool, as_json: bool
+) -> tuple[bytes, FlowSpec, list[Finding]]:
+    """The file's bytes, its spec and the lint's findings; an invalid spec is told (each
+    problem by line) and exits 1."""
+    from hermesbus.processors.flow import FlowSpecError, lint, load_flow
+
+    raw = _read(spec_file)
+    try:
+        spec, lines = load_flow(raw.decode("utf-8"), str(spec_file))
+    except FlowSpecError as exc:
+        _refused(exc, as_json)
+        raise typer.Exit(1) from exc
+    registered = None if no_tools else asyncio.run(_registered(settings))
+    return raw, spec, lint(spec, lines, modules=settings.tool.modules, registered=registered)
 
 
 async def _registered(settings: Settings) -> set[str]:
@@ -160,9 +169,7 @@ def schema_command() -> None:
 @app.command("register")
 def register_command(
     spec_file: SpecFile,
-    no_tools: Annotated[
-        bool, typer.Option("--no-tools", help="Do not check that its tools are registered.")
-    ] = False,
+    no_tools: NoToolsOption = False,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
     home: HomeOption = None,
@@ -171,19 +178,11 @@ def register_command(
     topic as its version, signed by the conversation, for every processor to read. A version
     is immutable: the same text again changes nothing, other text needs a higher version."""
     from hermesbus.compose.flows import register_flow
-    from hermesbus.processors.flow import FlowSpecError, lint, load_flow
 
     where = str(spec_file)
     with errors():
         settings = program_settings(bootstrap)
-        raw = _read(spec_file)
-        try:
-            spec, lines = load_flow(raw.decode("utf-8"), where)
-        except FlowSpecError as exc:
-            _refused(exc, as_json=False)
-            raise typer.Exit(1) from exc
-        registered = None if no_tools else asyncio.run(_registered(settings))
-        findings = lint(spec, lines, modules=settings.tool.modules, registered=registered)
+        raw, spec, findings = _checked(spec_file, settings, no_tools=no_tools, as_json=False)
         if any(f.severity == "error" for f in findings):
             _print(spec, where, findings, settings, checked_tools=not no_tools)
             raise fail(f"{where}: not registered: fix the errors above first")

@@ -21,9 +21,11 @@ from hermesbus.connectors.kafka.reader import LogReader
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, Signer, Verifier
 from hermesbus.processors.flow import (
+    DIGEST_CHARS,
     FLOW_SIGNER,
     FlowVersion,
     Registered,
+    digest_of,
     load_flow,
     record_key,
 )
@@ -44,10 +46,15 @@ class Registration:
 async def read_flows(kafka: KafkaConfig, prefix: str, keyring: Keyring) -> Registered:
     """Every version the registry topic holds now, checked (a missing topic: none)."""
     topic = prefix + FLOWS
-    registered = Registered(Verifier(keyring), topic)
     async with KafkaAdmin(kafka) as admin:
         if await admin.missing([topic]):
-            return registered
+            return Registered(Verifier(keyring), topic)
+    return await _read(kafka, topic, keyring)
+
+
+async def _read(kafka: KafkaConfig, topic: str, keyring: Keyring) -> Registered:
+    """The registry topic's records from its beginning to its end, each checked."""
+    registered = Registered(Verifier(keyring), topic)
     part = TopicPartition(topic, 0)
     async with LogReader(kafka, [part], what=f"reading the flow registry {topic}") as log:
         async for batch in log:
@@ -76,7 +83,7 @@ async def register_flow(
                 f"no flow registry topic {topic} at {kafka.address}: `hermesbus topics apply` "
                 "(or `hermesbus up`) creates it"
             )
-    before = await read_flows(kafka, prefix, keyring)
+    before = await _read(kafka, topic, keyring)
     taken = before.get(spec.flow, spec.version)
     if taken is not None:
         if taken.text == text:
@@ -86,7 +93,7 @@ async def register_flow(
             f"text (digest {taken.digest[:16]}): versions are immutable; register it as "
             f"version {_next(before, spec.flow)}"
         )
-    digest = record_key(spec.flow, spec.version, text).decode().rpartition(":")[2]
+    digest = digest_of(text)[:DIGEST_CHARS]
     others = [(d, at) for d, at in before.claimed(spec.flow, spec.version) if d != digest]
     if others:
         raise ConfigError(
@@ -104,7 +111,7 @@ async def register_flow(
     key = record_key(spec.flow, spec.version, text)
     headers = Signer(FLOW_SIGNER, keyring).sign(topic, key, text, ())
     await _produce(kafka, topic, key, text, list(headers))
-    after = await read_flows(kafka, prefix, keyring)
+    after = await _read(kafka, topic, keyring)
     kept = after.get(spec.flow, spec.version)
     if kept is None or kept.text != text:
         first = f" (offset {kept.offset})" if kept is not None else ""

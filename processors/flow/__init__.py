@@ -19,6 +19,7 @@ from hermesbus.processors.flow._load import (
     schema,
 )
 from hermesbus.processors.flow._registry import (
+    DIGEST_CHARS,
     FLOW_SIGNER,
     FlowVersion,
     Refused,
@@ -38,6 +39,7 @@ from hermesbus.processors.flow._spec import (
 
 __all__ = [
     "BUILTIN_TRIGGERS",
+    "DIGEST_CHARS",
     "FAILURE",
     "FLOW_SIGNER",
     "MAX_BYTES",

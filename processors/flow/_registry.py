@@ -25,6 +25,7 @@ from hermesbus.processors.flow._load import FlowSpecError, load_flow
 from hermesbus.processors.flow._spec import FlowSpec
 
 __all__ = [
+    "DIGEST_CHARS",
     "FLOW_SIGNER",
     "FlowVersion",
     "Refused",

@@ -27,7 +27,7 @@ from tests import signing
 from tests.cli_process import Ran, clean_env, hermesbus
 from tests.integration.stacks import catalog_topics
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]  # a dozen CLI runs, each a Python start
 
 THIRD = """\
 flow: parcel_status
