@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Final
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "EPOCH",
+    "FLOW_ID_RULE",
     "Double",
     "Int32",
     "Int64",
@@ -22,6 +23,8 @@ __all__ = [
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+FLOW_ID_RULE: Final = r"^[a-z][a-z0-9_]{1,39}$"
+"""A flow's id in the flow registry (``expense``, ``table_export``)."""
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 Double = Annotated[float, Field(allow_inf_nan=False)]
 NonEmpty = Annotated[str, Field(min_length=1)]

@@ -23,7 +23,7 @@ from pydantic import (
     WrapSerializer,
 )
 
-from hermesbus.contract.fields import Double, Int32, Int64, Millis, NonEmpty, Record
+from hermesbus.contract.fields import FLOW_ID_RULE, Double, Int32, Int64, Millis, NonEmpty, Record
 from hermesbus.contract.snapshot import ContextSnapshot
 
 __all__ = [
@@ -111,6 +111,9 @@ class UserTurn(Record):
     content_type: ContentType = ContentType.TEXT
     attachments: tuple[Attachment, ...] = ()
     locale: str | None = None
+    flow: Annotated[str, Field(pattern=FLOW_ID_RULE)] | None = None
+    """The flow a new session starts in (a registered flow's id); None: the turn's intent
+    chooses. Ignored for a session that has started."""
 
 
 class Reply(Record):

@@ -203,7 +203,7 @@ def tolerated(step: Step, invoices: Sequence[dict[str, Any]]) -> str | None:
 
 def end(step: Step, trigger: str, outcome: str, text: str, *, confirmed_by: str = "") -> None:
     """To S5: cancel timers, clear working data, save the unfinished report unless submitted."""
-    left = snapshot_of(step.session).model_dump(mode="json")
+    left = snapshot_of(step.session).model_dump(mode="json", exclude_none=True)
     step.update(outcome=outcome, pending=None)
     step.move(trigger)
     if outcome != "submitted" and step.session.facts.get("goal"):

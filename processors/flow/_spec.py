@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hermesbus.contract.fields import FLOW_ID_RULE
 from hermesbus.processors.tool import TOOL_NAME_PATTERN
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "placeholders",
 ]
 
-FLOW_ID_PATTERN: Final = r"^[a-z][a-z0-9_]{1,39}$"
+FLOW_ID_PATTERN: Final = FLOW_ID_RULE
 NAME_PATTERN: Final = r"^[a-z][a-z0-9_]{0,39}$"
 """Intents, triggers, waits, hooks, entities, symbols and context keys."""
 STATE_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_.-]{0,15}$"

@@ -175,6 +175,7 @@ def test_v1_data_reads_with_a_v2_reader_that_adds_a_defaulted_field(tmp_path: Pa
             "content_type": "text",
             "attachments": [],
             "locale": None,
+            "flow": None,
         },
     )
     # and the same through the default codec, handing it the v2 schema as reader
