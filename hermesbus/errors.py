@@ -24,6 +24,7 @@ boundary with ``raise OurError(...) from exc``; nothing else escapes the public 
     │   └── VerificationError  a tool's result failed its signature, schema or content checks
     ├── IntentError            the configured intent endpoint (HERMES_LLM_URL) failed
     ├── TransitionError        a flow's state table has no such state, exit or transition
+    ├── HookError              a flow's hook cannot be admitted, raised, or answered no JSON
     └── ReplyTimeout           no reply to a turn arrived in time (Client.ask)
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "HermesError",
+    "HookError",
     "IdentityError",
     "IntentError",
     "RegistryError",
@@ -204,6 +206,11 @@ class IntentError(HermesError):
 class TransitionError(HermesError):
     """A trigger the conversation's state table does not allow in the current state, or a
     table that names a state, exit or timeout it does not have."""
+
+
+class HookError(HermesError):
+    """A flow's hook cannot be admitted (module, privacy, kind), raised, or returned what
+    the session cannot keep (no JSON, too large)."""
 
 
 class ReplyTimeout(HermesError):

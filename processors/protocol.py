@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
@@ -77,8 +78,10 @@ __all__ = [
     "DISPATCHER",
     "DISPATCHER_ADDRESS",
     "DISPATCHER_TOPIC",
+    "EXPENSE_MACHINE",
     "FALLBACK",
     "IDENTITIES",
+    "MAX_BUDGET_FACTOR",
     "MEMORY",
     "MEMORY_CONTEXT",
     "MEMORY_TOPIC",
@@ -103,6 +106,7 @@ __all__ = [
     "VERIFICATION_FAILED",
     "WRITERS",
     "BacklogView",
+    "FlowMachine",
     "HealthView",
     "ProtocolPolicy",
     "ToolHealth",
@@ -247,6 +251,36 @@ TRANSITIONS: Final = frozenset(
 
 
 # -- who may write what where: checked by every receiver's runtime ----------------------
+
+MAX_BUDGET_FACTOR: Final = 10
+"""A call may carry up to this many times its state's budget (the conversation scales its
+budgets by at most 10 for a slow machine: ``HERMES_CONVERSATION_BUDGET_SCALE``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowMachine:
+    """What the dispatcher checks of the flow a session runs: its states, the
+    ``(previous_state, state)`` moves it can make, and the most ``metadata.timeout_ms``
+    each state's calls may carry. A registered flow's comes from its spec
+    (``processors.flow.machine_of``); the expense report's is :data:`EXPENSE_MACHINE`."""
+
+    name: str
+    states: frozenset[str]
+    pairs: frozenset[tuple[str | None, str]]
+    budgets: Mapping[str, int]
+
+    def budget_ms(self, state: str) -> int:
+        return self.budgets.get(state, 0)
+
+
+EXPENSE_MACHINE: Final = FlowMachine(
+    "the expense report",
+    frozenset(STATES),
+    TRANSITIONS,
+    MappingProxyType(dict.fromkeys(STATES, MAX_BUDGET_FACTOR * max(STATE_TIMEOUT_MS.values()))),
+)
+"""The built-in expense report's machine (a snapshot naming no flow runs it)."""
+
 
 Bodies = tuple[type[BaseModel], ...]
 

@@ -105,7 +105,7 @@ class RecordedHealth:
 class RecordedBudgets:
     """The conversation's ``budgets`` port in a replay: the ``timeout_ms`` its recorded
     calls carried for the envelope being replayed, so a log made with another
-    ``HERMES_CONVERSATION_BUDGET_SCALE`` replays without diverging; the documents'
+    ``HERMES_CONVERSATION_BUDGET_SCALE`` replays without diverging; the state's own
     budget where it sent no call then."""
 
     def __init__(self) -> None:
@@ -116,8 +116,10 @@ class RecordedBudgets:
         calls = (e for e in recorded if isinstance(e.payload.body, ToolCall))
         self._timeout_ms = next((e.metadata.timeout_ms for e in calls), None)
 
-    def timeout_ms(self, state: str) -> int:
-        return self._timeout_ms if self._timeout_ms is not None else STATE_TIMEOUT_MS[state]
+    def timeout_ms(self, state: str, base_ms: int | None = None) -> int:
+        if self._timeout_ms is not None:
+            return self._timeout_ms
+        return base_ms if base_ms is not None else STATE_TIMEOUT_MS[state]
 
 
 def health_of(dispatched: Envelope) -> ToolHealth | None:

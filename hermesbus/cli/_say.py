@@ -55,6 +55,13 @@ def say_command(
             help=f"Seconds --wait waits for the answer ({DEFAULT_WAIT_S:g}); implies --wait.",
         ),
     ] = None,
+    flow: Annotated[
+        str | None,
+        typer.Option(
+            help="The registered flow a new session starts in (hermesbus flows list); "
+            "default: the one the turn's intent matches. A session under way keeps its own."
+        ),
+    ] = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",
     home: HomeOption = None,
@@ -84,7 +91,7 @@ def say_command(
     with errors():
         settings = program_settings(bootstrap)
         client = cli_client(settings, bootstrap, prefix, APP, on_unverified=_dropped)
-    turn = _turn(client, session, user, text)
+    turn = _turn(client, session, user, text, flow)
     with errors():
         answered = asyncio.run(_say(client, turn, seconds))
     if seconds is None:
@@ -93,14 +100,14 @@ def say_command(
         raise fail(_no_answer(turn, seconds, prefix), NO_ANSWER)
 
 
-def _turn(client: Client, session: str, user: str, text: str) -> Envelope:
+def _turn(client: Client, session: str, user: str, text: str, flow: str | None) -> Envelope:
     """The user turn to send; a bad session, user or text is one line naming the field (exit 2)."""
     from pydantic import ValidationError
 
     from ._bus import BAD_ARGUMENT, one_line
 
     try:
-        return client.turn(session, user, text)
+        return client.turn(session, user, text, flow=flow)
     except EncodeError as exc:
         cause = exc.__cause__
         said = one_line(cause) if isinstance(cause, ValidationError) else str(exc)

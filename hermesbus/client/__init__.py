@@ -253,10 +253,18 @@ class Client(Service):
         return topic
 
     def turn(
-        self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        *,
+        trace_id: str | None = None,
+        flow: str | None = None,
     ) -> Envelope:
-        """The envelope ``say`` sends: a user turn from this app, in a new trace by default.
-        EncodeError for a session id no envelope may carry (``SESSION_ID_RULE``)."""
+        """The envelope ``say`` sends: a user turn from this app, in a new trace by default;
+        ``flow``: the registered flow a new session starts in (else its intent chooses).
+        EncodeError for a session id no envelope may carry (``SESSION_ID_RULE``) or a
+        flow id no flow may have."""
         check_session_id(session_id)
         try:
             return Envelope(
@@ -268,16 +276,23 @@ class Client(Service):
                 user_id=user_id,
                 trace_id=uuid.uuid4().hex if trace_id is None else trace_id,
                 span_id=uuid.uuid4().hex[:16],
-                payload=Payload(body=UserTurn(text=text)),
+                payload=Payload(body=UserTurn(text=text, flow=flow)),
             )
         except ValidationError as exc:
             raise EncodeError(f"invalid user turn: {exc}") from exc
 
     async def say(
-        self, session_id: str, user_id: str, text: str, *, trace_id: str | None = None
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        *,
+        trace_id: str | None = None,
+        flow: str | None = None,
     ) -> str:
-        """Send ``text`` as a user turn of the session; returns its message id."""
-        envelope = self.turn(session_id, user_id, text, trace_id=trace_id)
+        """Send ``text`` as a user turn of the session (``flow``: the registered flow a new
+        session starts in); returns its message id."""
+        envelope = self.turn(session_id, user_id, text, trace_id=trace_id, flow=flow)
         await self.send(envelope)
         return envelope.message_id
 
@@ -291,9 +306,12 @@ class Client(Service):
         user_id: str,
         text: str,
         timeout: float = 30.0,  # noqa: ASYNC109 - ask owns its deadline and raises ReplyTimeout
+        *,
+        flow: str | None = None,
     ) -> Envelope:
-        """Say ``text``, return the first reply of its trace; ReplyTimeout ``timeout`` s after."""
-        turn = self.turn(session_id, user_id, text)
+        """Say ``text`` (``flow``: as for :meth:`say`), return the first reply of its trace;
+        ReplyTimeout ``timeout`` s after."""
+        turn = self.turn(session_id, user_id, text, flow=flow)
         async with self.replies(session_id) as replies:  # listen first: fast replies count
             await self.send(turn)
             try:

@@ -8,6 +8,9 @@ why versions stay immutable (the topic is appended to, never compacted).
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +26,7 @@ from hermesbus.identity import Keyring, Signer, Verifier
 from hermesbus.processors.flow import (
     DIGEST_CHARS,
     FLOW_SIGNER,
+    FlowSpec,
     FlowVersion,
     Registered,
     digest_of,
@@ -31,7 +35,7 @@ from hermesbus.processors.flow import (
 )
 from hermesbus.topics import FLOWS
 
-__all__ = ["Registration", "read_flows", "register_flow"]
+__all__ = ["Registration", "RegistryCatalog", "read_flows", "register_flow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,60 @@ async def _read(kafka: KafkaConfig, topic: str, keyring: Keyring) -> Registered:
                     timestamp_ms=record.timestamp,
                 )
     return registered
+
+
+class RegistryCatalog:
+    """The registry topic as the processors' flow catalog (``ports["flows"]``).
+
+    It holds what it read last. A version it does not hold, or flows current at a time
+    after its last read began, make it read the registry again first (one read at a
+    time; readers that wait share it), so a version registered before a turn was sent
+    is known when the turn is handled. Versions never change once read. A broker that
+    cannot be reached is a BrokerError: the record waits in place.
+    """
+
+    def __init__(self, kafka: KafkaConfig, prefix: str, keyring: Callable[[], Keyring]) -> None:
+        self._kafka, self._prefix, self._keyring = kafka, prefix, keyring
+        self._registered: Registered | None = None
+        self._read_from_ms = 0.0
+        self._lock = asyncio.Lock()
+        self.reads = 0
+        """How many times the registry was read (the tests watch it)."""
+
+    async def start(self) -> None:
+        await self._refresh(0)
+
+    async def stop(self) -> None:
+        return None
+
+    async def _refresh(self, after_ms: float) -> Registered:
+        """What the registry holds, read again unless a read began after ``after_ms``."""
+        async with self._lock:
+            if self._registered is None or self._read_from_ms <= after_ms:
+                began = time.time() * 1000
+                self._registered = await read_flows(self._kafka, self._prefix, self._keyring())
+                self._read_from_ms = began
+                self.reads += 1
+            return self._registered
+
+    async def version(self, flow: str, version: int) -> FlowSpec | None:
+        registered = self._registered
+        kept = registered.get(flow, version) if registered is not None else None
+        if kept is None:
+            kept = (await self._refresh(time.time() * 1000)).get(flow, version)
+        return kept.spec if kept is not None else None
+
+    async def current(self, at_ms: int) -> Mapping[str, FlowSpec]:
+        """The newest version of each flow registered at or before ``at_ms``."""
+        registered = self._registered
+        if registered is None or at_ms >= self._read_from_ms:
+            registered = await self._refresh(min(at_ms, time.time() * 1000))
+        newest: dict[str, FlowSpec] = {}
+        for flow, versions in registered.versions.items():
+            taken = [v for v in versions.values() if v.registered_at_ms <= at_ms]
+            if taken:
+                newest[flow] = max(taken, key=lambda v: v.spec.version).spec
+        return newest
 
 
 async def register_flow(

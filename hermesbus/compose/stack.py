@@ -30,6 +30,7 @@ from hermesbus.compose.backends import (
     trace_index,
 )
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
+from hermesbus.compose.flows import RegistryCatalog
 from hermesbus.compose.homelock import home_lock
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
@@ -38,7 +39,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
-from hermesbus.processors import conversation, dispatcher, memory, protocol, tool
+from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.replay.shadow import Shadow
@@ -87,6 +88,8 @@ class Stack:
     """The embedded broker, when no broker is configured (``broker.died()`` says if it died)."""
     indexer: Indexer | None = None
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
+    flows: RegistryCatalog | None = None
+    """The flow registry as the conversation and the dispatcher read it."""
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits in this process for ``component``'s processor now: the dispatcher's
@@ -207,8 +210,11 @@ async def stack(
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
-        wired = _handlers(running, intent, own, tool_port=tool_port, health=health)
-        for name, handler, topic, ports in wired:
+        running.flows = await _flow_catalog(kafka, prefix, settings)
+        hooks = flow.Hooks(settings.tool.modules)  # same admission as python tools
+        for name, handler, topic, ports in _handlers(
+            running, intent, own, tool_port=tool_port, health=health, hooks=hooks
+        ):
             processor = Processor(
                 name,
                 handler,
@@ -239,6 +245,13 @@ async def stack(
         gate.set()
         say("ready")
         yield running
+
+
+async def _flow_catalog(kafka: KafkaConfig, prefix: str, settings: Settings) -> RegistryCatalog:
+    """The flow registry, read once now (and again whenever a version is not known)."""
+    catalog = RegistryCatalog(kafka, prefix, settings.keys.load)
+    await catalog.start()
+    return catalog
 
 
 def _broker_watch(exits: contextlib.AsyncExitStack, kafka: KafkaConfig) -> BrokerWatch:
@@ -374,17 +387,26 @@ def wiring(
     stores: memory.MemoryStores,
     violations: dispatcher.ViolationCounter | None = None,
     backlog: protocol.BacklogView | None = None,
+    flows: flow.FlowCatalog | None = None,
+    hooks: flow.Hooks | None = None,
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
     answering every tool): one table for the stack, shadow replay and the in-memory bus.
     ``backlog``: what waits for a free worker of memory, a tool or the dispatcher, so the
-    dispatcher tells a deadline passed behind it as a busy bus (None: a timeout)."""
+    dispatcher tells a deadline passed behind it as a busy bus (None: a timeout).
+    ``flows``: the registered flows (None: only the expense report); ``hooks``: what runs
+    their hooks (None: a flow with a hook fails there)."""
+    spoken = dict(intent)
+    if flows is not None:
+        spoken[flow.FLOWS_PORT] = flows
+    if hooks is not None:
+        spoken[flow.HOOKS_PORT] = hooks
     return {
-        conversation.NAME: (conversation.handle, conversation.TOPIC, dict(intent)),
+        conversation.NAME: (conversation.handle, conversation.TOPIC, spoken),
         dispatcher.NAME: (
             dispatcher.handle,
             dispatcher.TOPIC,
-            dispatcher.dispatcher_ports(health, violations, backlog),
+            dispatcher.dispatcher_ports(health, violations, backlog, flows),
         ),
         tool.NAME: (tool.handle, tool.TOPIC, {tool.PORT: tools}),
         memory.NAME: (memory.handle, memory.TOPIC, {memory.NAME: stores}),
@@ -410,6 +432,7 @@ def _handlers(
     *,
     tool_port: tool.ToolPort | None = None,
     health: protocol.HealthView | None = None,
+    hooks: flow.Hooks | None = None,
 ) -> list[tuple[str, Handler, str, dict[str, Any]]]:
     """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
     tools = tool_port if tool_port is not None else running.tools
@@ -420,6 +443,8 @@ def _handlers(
         stores=running.memory,
         violations=running.violations,
         backlog=running,
+        flows=running.flows,
+        hooks=hooks,
     )
     _, topic, ports = table[tool.NAME]
     table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
@@ -524,16 +549,23 @@ async def in_memory(
     conversation_handler: Handler | None = None,
     policy: WritePolicy | None = None,
     settings: Settings | None = None,
+    flows: flow.FlowCatalog | None = None,
 ) -> AsyncIterator[Harness]:
     """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
     ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
     ``conversation_handler`` replaces the conversation's (a variant under test).
-    ``settings``: default, every part's defaults with ``folder`` as the state folder."""
+    ``settings``: default, every part's defaults with ``folder`` as the state folder.
+    ``flows``: the registered flows (e.g. a ``StaticCatalog``; None: the expense report only)."""
     settings = settings if settings is not None else Settings.of(folder)
     async with memory_in(folder, settings) as stores:
         parser = conversation.RuleIntentParser(settings.conversation.zone)
         table = wiring(
-            intent={conversation.INTENT_PORT: parser}, tools=tools, health=health, stores=stores
+            intent={conversation.INTENT_PORT: parser},
+            tools=tools,
+            health=health,
+            stores=stores,
+            flows=flows,
+            hooks=flow.Hooks(settings.tool.modules),
         )
         bus = Harness(policy=policy, applied_window=settings.runtime.applied_window)
         for name, (handler, topic, ports) in table.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Final
 
 from hermesbus.contract.envelope import Envelope, Metadata, RetryPolicy
@@ -60,6 +61,8 @@ class Step:
         self.session = session
         self.effects = Effects(inp.envelope)
         """The envelopes, timers and cancellations so far (the runtime's collector)."""
+        self.moves = 0
+        """Transitions taken so far for this input."""
 
     # -- state ------------------------------------------------------------------------
 
@@ -71,11 +74,13 @@ class Step:
         pinned = {k: str(v) for k, v in facts.items() if v is not None and v != ""}
         self.update(facts={**self.session.facts, **pinned})
 
-    def move(self, trigger: str) -> str:
-        """Take the table's transition for ``trigger`` and tell the dispatcher about it."""
+    def move(self, trigger: str, target: str | None = None) -> str:
+        """Take the transition for ``trigger`` (the expense table's, or ``target`` a flow's
+        engine chose) and tell the dispatcher about it."""
         previous = self.session.state
-        target = MACHINE.target(previous, trigger)
+        target = target if target is not None else MACHINE.target(previous, trigger)
         self.disarm_all()
+        self.moves += 1
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
         snapshot = snapshot_of(self.session)
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
@@ -107,13 +112,15 @@ class Step:
 
     # -- timers -----------------------------------------------------------------------
 
-    def arm(self, purpose: str) -> None:
-        """(Re)start the current state's wait ``purpose`` from the envelope's time."""
+    def arm(self, purpose: str, after: timedelta | None = None) -> None:
+        """(Re)start the current state's wait ``purpose`` from the envelope's time (``after``:
+        a flow's wait; else the expense table's)."""
         state = self.session.state or "S1"
-        timeout = MACHINE.timeout(state, purpose)
+        if after is None:
+            after = MACHINE.timeout(state, purpose).after
         token = derive_id(self.env.message_id, "timer", purpose)
         data = canonical_json({"state": state, "token": token})
-        self.effects.schedule(TimerRequest(self.env.timestamp + timeout.after, purpose, data))
+        self.effects.schedule(TimerRequest(self.env.timestamp + after, purpose, data))
         self.update(timers={**self.session.timers, purpose: token})
 
     def disarm(self, purpose: str) -> None:
@@ -155,9 +162,11 @@ class Step:
         self,
         task: str,
         calls: Sequence[tuple[str, Mapping[str, Any]]],
+        budget_ms: int | None = None,
         **context: ContextValue,
     ) -> None:
-        """Ask the dispatcher for one cycle of tool work: one ``ToolCall`` per tool."""
+        """Ask the dispatcher for one cycle of tool work: one ``ToolCall`` per tool, within
+        ``budget_ms`` (a flow state's; else the expense table's budget for the state)."""
         state, source_id = self.session.state or "S1", self.env.message_id
         cycle = derive_id(source_id, "cycle")
         tools = [tool for tool, _ in calls]
@@ -170,7 +179,7 @@ class Step:
         self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
         budgets: CycleBudgets = self.inp.ports.get(BUDGETS_PORT, DOCUMENTS)
-        metadata = Metadata(timeout_ms=budgets.timeout_ms(state), retry_policy=RETRY)
+        metadata = Metadata(timeout_ms=budgets.timeout_ms(state, budget_ms), retry_policy=RETRY)
         snapshot = snapshot_of(self.session)
         for tool, arguments_json in encoded:
             call = ToolCall(

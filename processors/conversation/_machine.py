@@ -16,6 +16,7 @@ from typing import Final
 from hermesbus.errors import TransitionError
 
 __all__ = [
+    "EXPENSE_FLOW",
     "FAILURE",
     "MACHINE",
     "S2_WAIT",
@@ -23,6 +24,7 @@ __all__ = [
     "S4_GAVE_UP",
     "S4_IDLE",
     "STATE_SPECS",
+    "TERMINAL",
     "TRANSITION_TABLE",
     "Machine",
     "StateSpec",
@@ -60,6 +62,12 @@ class Transition:
     trigger: str
     target: str
 
+
+EXPENSE_FLOW: Final = "expense"
+"""The id of the expense report, the flow built into the conversation (``UserTurn.flow``
+names it; a registered flow of that id takes its place)."""
+TERMINAL: Final = "S5"
+"""The expense report's terminal state: a turn there starts a new session."""
 
 FAILURE: Final = "tool_error"
 """The trigger of a failure (fail fast from the dispatcher); it leads to the exception exit."""

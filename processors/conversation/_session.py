@@ -85,6 +85,21 @@ class Session(BaseModel):
     traces: tuple[dict[str, Any], ...] = ()
     history: History = History()
     outcome: str = ""
+    flow: str | None = None
+    """The registered flow the session runs (None: the built-in expense report)."""
+    flow_version: int | None = None
+    """The version of ``flow`` it started with: it keeps it to its end."""
+    values: dict[str, Any] = Field(default_factory=dict)
+    """A flow's values, by template root: intent, entities, symbols, context, results,
+    hooks (the user's and session's ids are the envelope's)."""
+    next_action: int = 0
+    """The on-enter action of the current state to run next (after the pending cycle)."""
+    queued: str = ""
+    """The first turn's intent: a move of the start state once its actions are done."""
+    asked: dict[str, Any] = Field(default_factory=dict)
+    """A flow's last reply (``text``, ``buttons``): asked again when a turn is not understood."""
+    flow_summary: str = ""
+    """A flow's snapshot summary, rendered from its state's template."""
 
     def entered_at(self) -> datetime:
         return from_epoch_ms(self.entered_at_ms)
@@ -126,7 +141,9 @@ _OUTCOMES: Final = {
 
 
 def summary_of(session: Session) -> str:
-    """The <= 50-character progress line of the snapshot."""
+    """The <= 50-character progress line of the snapshot (a flow's from its spec)."""
+    if session.flow is not None:
+        return session.flow_summary[:SUMMARY_CHARS]
     return _summary(session)[:SUMMARY_CHARS]
 
 
@@ -190,4 +207,6 @@ def snapshot_of(session: Session) -> ContextSnapshot:
         tokens_used=session.history.tokens(session.facts),
         summary=summary_of(session),
         tool_calls=traces,
+        flow=session.flow,
+        flow_version=session.flow_version,
     )

@@ -31,21 +31,23 @@ BUDGETS_PORT: Final = "budgets"
 
 
 class CycleBudgets(Protocol):
-    """``ports["budgets"]``: the ``timeout_ms`` a cycle of tool work gets in ``state``."""
+    """``ports["budgets"]``: the ``timeout_ms`` a cycle of tool work gets in ``state``
+    whose own budget is ``base_ms`` (a flow state's; None: the expense table's)."""
 
-    def timeout_ms(self, state: str) -> int: ...
+    def timeout_ms(self, state: str, base_ms: int | None = None) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    """``ports["budgets"]``: the time each state gives a cycle of tool work, the documents'
-    (``protocol.STATE_TIMEOUT_MS``: S1 5 s, S2 and S3 30 s) times ``scale``. Without the
-    port the documents' budgets apply."""
+    """``ports["budgets"]``: the time each state gives a cycle of tool work, its flow's
+    (for the expense report the documents', ``protocol.STATE_TIMEOUT_MS``: 5 s, 30 s)
+    times ``scale``. Without the port the budgets apply unscaled."""
 
     scale: float = 1.0
 
-    def timeout_ms(self, state: str) -> int:
-        return round(protocol.STATE_TIMEOUT_MS[state] * self.scale)
+    def timeout_ms(self, state: str, base_ms: int | None = None) -> int:
+        base = base_ms if base_ms is not None else protocol.STATE_TIMEOUT_MS[state]
+        return round(base * self.scale)
 
 
 class ConversationSettings(BaseSettings):

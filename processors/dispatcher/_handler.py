@@ -37,12 +37,15 @@ from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_wr
 from hermesbus.processors.dispatcher._ports import Ports
 from hermesbus.processors.dispatcher._rules import Violation, first_violation
 from hermesbus.processors.dispatcher._state import DispatcherState
+from hermesbus.processors.flow import machine_of
 from hermesbus.processors.protocol import (
     CONVERSATION,
     CYCLE,
     DISPATCHER,
     DISPATCHER_ADDRESS,
+    EXPENSE_MACHINE,
     PAUSED,
+    FlowMachine,
     component_of,
     cycle_of,
 )
@@ -113,12 +116,24 @@ async def _route(
             log.error("dispatcher: no route for %s", type(body).__name__)
 
 
+async def _flow_of(envelope: Envelope, ports: Ports) -> FlowMachine | None:
+    """The machine of the flow the envelope's snapshot names: the expense report's when it
+    names none; None when the catalog does not hold that version."""
+    snapshot = envelope.snapshot
+    if snapshot is None or snapshot.flow is None:
+        return EXPENSE_MACHINE
+    if ports.flows is None:
+        return None
+    spec = await ports.flows.version(snapshot.flow, snapshot.flow_version or 0)
+    return machine_of(spec) if spec is not None else None
+
+
 async def handle(inp: HandlerInput) -> Outcome:
     """The dispatcher (processor ``dispatcher``): check the contract, then route."""
     ports = Ports.of(inp.ports)
     state = DispatcherState.load(inp.state.data)
     fx = Effects(inp.envelope)
-    violation = first_violation(inp.envelope, state)
+    violation = first_violation(inp.envelope, state, flow=await _flow_of(inp.envelope, ports))
     if violation is not None:
         _refuse(fx, state, violation, ports)
     else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from hermesbus.errors import ConfigError
+from hermesbus.processors.flow import FLOWS_PORT, FlowCatalog
 from hermesbus.processors.protocol import BacklogView, HealthView, ToolHealth
 
 __all__ = [
@@ -127,9 +128,17 @@ class Ports:
     """None: no backlog in the bus is known (a deadline is then told as a timeout unless a
     tool's workers had calls queued)."""
 
+    flows: FlowCatalog | None = None
+    """The registered flows (None: only the expense report is known)."""
+
     @classmethod
     def of(cls, ports: Mapping[str, Any]) -> Ports:
-        return cls(ports.get(HEALTH_PORT), ports.get(VIOLATIONS_PORT), ports.get(BACKLOG_PORT))
+        return cls(
+            ports.get(HEALTH_PORT),
+            ports.get(VIOLATIONS_PORT),
+            ports.get(BACKLOG_PORT),
+            ports.get(FLOWS_PORT),
+        )
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits now for a free worker of ``component``'s processor, or (1) waited
@@ -150,10 +159,14 @@ def dispatcher_ports(
     health: HealthView,
     violations: ViolationCounter | None = None,
     backlog: BacklogView | None = None,
+    flows: FlowCatalog | None = None,
 ) -> dict[str, object]:
     """The dispatcher's ports: ``{"health": health, "violations": a counter}``, and
-    ``"backlog"`` when given (what waits in the bus: a deadline passed behind it is busy)."""
+    ``"backlog"`` when given (what waits in the bus: a deadline passed behind it is busy),
+    ``"flows"`` when given (the registered flows whose sessions it checks)."""
     ports: dict[str, object] = {HEALTH_PORT: health, VIOLATIONS_PORT: violations or Violations()}
     if backlog is not None:
         ports[BACKLOG_PORT] = backlog
+    if flows is not None:
+        ports[FLOWS_PORT] = flows
     return ports

@@ -31,13 +31,14 @@ from hermesbus.processors.protocol import (
     DISPATCHER,
     DISPATCHER_ADDRESS,
     DISPATCHER_TOPIC,
+    EXPENSE_MACHINE,
+    MAX_BUDGET_FACTOR,
     MEMORY,
     STATE_TIMEOUT_MS,
-    STATES,
     TOOL,
     TOOLS,
-    TRANSITIONS,
     WRITERS,
+    FlowMachine,
     component_of,
     cycle_of,
 )
@@ -55,8 +56,9 @@ __all__ = [
     "first_violation",
 ]
 
-MAX_TIMEOUT_MS: Final = 10 * max(STATE_TIMEOUT_MS.values())
-"""The largest ``metadata.timeout_ms`` (and retry ``backoff_ms``) a call may carry."""
+MAX_TIMEOUT_MS: Final = MAX_BUDGET_FACTOR * max(STATE_TIMEOUT_MS.values())
+"""The largest retry ``backoff_ms`` a call may carry, and ``metadata.timeout_ms`` where no
+flow state says (a state's calls carry at most its flow's budget for it)."""
 MAX_ATTEMPTS: Final = 10
 """The largest ``retry_policy.max_attempts``: bounds the backoff ``2**(attempt-1)``."""
 MAX_TOOLS: Final = 16
@@ -75,7 +77,9 @@ ALLOWED_BODIES: Final[dict[str, tuple[type[BaseModel], ...]]] = {
 
 _IN_CYCLE = (ToolCall, ToolResult, MemoryContext, Continue)
 
-Check = Callable[[Envelope, DispatcherState], str | None]
+Flow = FlowMachine | None
+"""The machine of the flow the envelope's snapshot names (None: a flow not registered)."""
+Check = Callable[[Envelope, DispatcherState, Flow], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +103,20 @@ class Violation:
         return f"violation.{self.rule}"
 
 
-def _target(envelope: Envelope, _: DispatcherState) -> str | None:
+def _target(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     if envelope.target == DISPATCHER_ADDRESS or component_of(envelope.target) == DISPATCHER:
         return None
     target = envelope.target
     return f"target = {target!r}: the dispatcher takes {DISPATCHER_ADDRESS!r} or 'dispatcher:*'"
 
 
-def _source(envelope: Envelope, _: DispatcherState) -> str | None:
+def _source(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
     component, _sep, instance = envelope.source.partition(":")
-    if component == CONVERSATION and instance not in STATES:
-        states = list(STATES)
+    if component == CONVERSATION and flow is not None and instance not in flow.states:
+        states = sorted(flow.states)
         return (
-            f"source = {envelope.source!r}: the conversation speaks as one of its states {states}"
+            f"source = {envelope.source!r}: the conversation speaks as one of the states of "
+            f"{flow.name} {states}"
         )
     if component in (CONVERSATION, TOOL, MEMORY) or envelope.source == TIMER_SOURCE:
         return None
@@ -119,7 +124,7 @@ def _source(envelope: Envelope, _: DispatcherState) -> str | None:
     return f"source = {envelope.source!r}: must be {allowed}"
 
 
-def _body(envelope: Envelope, _: DispatcherState) -> str | None:
+def _body(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     allowed = ALLOWED_BODIES.get(component_of(envelope.source), ())
     if isinstance(body, allowed):
@@ -129,7 +134,7 @@ def _body(envelope: Envelope, _: DispatcherState) -> str | None:
     return f"payload.body = {name!r} from {envelope.source!r}: that source may send only {names}"
 
 
-def _tool_source(envelope: Envelope, _: DispatcherState) -> str | None:
+def _tool_source(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     if not isinstance(body, ToolResult) or envelope.source == f"{TOOL}:{body.tool}":
         return None
@@ -139,7 +144,7 @@ def _tool_source(envelope: Envelope, _: DispatcherState) -> str | None:
     )
 
 
-def _memory_tier(envelope: Envelope, _: DispatcherState) -> str | None:
+def _memory_tier(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     if isinstance(body, MemoryWrite) and body.tier is MemoryTier.LONG_TERM:
         field = f"payload.body.tier = {body.tier.value!r} (key {body.key!r})"
@@ -147,31 +152,42 @@ def _memory_tier(envelope: Envelope, _: DispatcherState) -> str | None:
     return None
 
 
-def _snapshot(envelope: Envelope, _: DispatcherState) -> str | None:
+def _flow_known(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
     snapshot = envelope.snapshot
-    if snapshot is None or snapshot.state_id in STATES:
+    if flow is not None or snapshot is None:
         return None
-    return f"snapshot.state_id = {snapshot.state_id!r}: not a conversation state {list(STATES)}"
+    return (
+        f"snapshot.flow = {snapshot.flow!r}, snapshot.flow_version = {snapshot.flow_version!r}:"
+        " not a registered flow version (hermesbus flows list)"
+    )
 
 
-def _transition(envelope: Envelope, _: DispatcherState) -> str | None:
+def _snapshot(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
+    snapshot = envelope.snapshot
+    if snapshot is None or flow is None or snapshot.state_id in flow.states:
+        return None
+    states = sorted(flow.states)
+    return f"snapshot.state_id = {snapshot.state_id!r}: not a state of {flow.name} {states}"
+
+
+def _transition(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
     body = envelope.payload.body
-    if not isinstance(body, StateSnapshot):
+    if not isinstance(body, StateSnapshot) or flow is None:
         return None
     pair = (body.previous_state, body.snapshot.state_id)
-    if pair in TRANSITIONS:
+    if pair in flow.pairs:
         return None
-    return f"(previous_state, snapshot.state_id) = {pair!r}: not an allowed transition"
+    return f"(previous_state, snapshot.state_id) = {pair!r}: not a transition of {flow.name}"
 
 
-def _cycle(envelope: Envelope, _: DispatcherState) -> str | None:
+def _cycle(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     if not isinstance(envelope.payload.body, _IN_CYCLE) or cycle_of(envelope):
         return None
     value = envelope.payload.context.get(CYCLE)
     return f"payload.context[{CYCLE!r}] = {value!r}: must be the cycle id (a non-empty str)"
 
 
-def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
+def _tools(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     body, tools = envelope.payload.body, envelope.payload.context.get(TOOLS)
     if isinstance(body, ToolResult) and tools is None:
         return None
@@ -188,17 +204,21 @@ def _tools(envelope: Envelope, state: DispatcherState) -> str | None:
     return None
 
 
-def _timeout(envelope: Envelope, _: DispatcherState) -> str | None:
+def _timeout(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
     timeout_ms = envelope.metadata.timeout_ms
-    if not isinstance(envelope.payload.body, ToolCall) or 0 < timeout_ms <= MAX_TIMEOUT_MS:
+    if not isinstance(envelope.payload.body, ToolCall):
+        return None
+    state = envelope.snapshot.state_id if envelope.snapshot is not None else ""
+    most = flow.budget_ms(state) if flow is not None and state in flow.states else MAX_TIMEOUT_MS
+    if 0 < timeout_ms <= most:
         return None
     return (
-        f"metadata.timeout_ms = {timeout_ms!r}: a tool call needs a time budget "
-        f"> 0 and <= {MAX_TIMEOUT_MS}"
+        f"metadata.timeout_ms = {timeout_ms!r}: a tool call of state {state!r} needs a time "
+        f"budget > 0 and <= {most}"
     )
 
 
-def _retry(envelope: Envelope, _: DispatcherState) -> str | None:
+def _retry(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     policy = envelope.metadata.retry_policy
     if not isinstance(envelope.payload.body, ToolCall):
         return None
@@ -209,7 +229,7 @@ def _retry(envelope: Envelope, _: DispatcherState) -> str | None:
     return None
 
 
-def _open_cycles(envelope: Envelope, state: DispatcherState) -> str | None:
+def _open_cycles(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     """A call of a new cycle, or a continue, would open one more cycle than allowed."""
     body, cid = envelope.payload.body, cycle_of(envelope)
     opens = (isinstance(body, ToolCall) and cid not in state.cycles) or isinstance(body, Continue)
@@ -222,7 +242,7 @@ def _open_cycles(envelope: Envelope, state: DispatcherState) -> str | None:
     )
 
 
-def _cycle_known(envelope: Envelope, state: DispatcherState) -> str | None:
+def _cycle_known(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     if not isinstance(body, ToolResult | MemoryContext | Continue):
         return None
@@ -231,7 +251,7 @@ def _cycle_known(envelope: Envelope, state: DispatcherState) -> str | None:
     return f"payload.context[{CYCLE!r}] = {cycle_of(envelope)!r}: no such cycle in this session"
 
 
-def _dispatched(envelope: Envelope, state: DispatcherState) -> str | None:
+def _dispatched(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     if not isinstance(body, ToolResult):
         return None
@@ -244,7 +264,7 @@ def _dispatched(envelope: Envelope, state: DispatcherState) -> str | None:
     return f"payload.body.tool = {body.tool!r}: never dispatched in cycle {cycle_of(envelope)!r}"
 
 
-def _one_dispatch(envelope: Envelope, state: DispatcherState) -> str | None:
+def _one_dispatch(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
     cycle = state.cycles.get(cycle_of(envelope))
     if not isinstance(body, ToolCall) or cycle is None or body.tool not in cycle.received:
@@ -255,7 +275,7 @@ def _one_dispatch(envelope: Envelope, state: DispatcherState) -> str | None:
     )
 
 
-def _continue(envelope: Envelope, state: DispatcherState) -> str | None:
+def _continue(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | None:
     if not isinstance(envelope.payload.body, Continue):
         return None
     cycle = state.cycles[cycle_of(envelope)]
@@ -270,8 +290,9 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("body", _body, "a body that source may send"),
     Rule("tool_source", _tool_source, "a ToolResult from tool:<x> has body.tool == x"),
     Rule("memory_tier", _memory_tier, "the conversation writes short- and mid-term only"),
-    Rule("snapshot", _snapshot, "an attached snapshot names a known state"),
-    Rule("transition", _transition, "a state snapshot makes an allowed transition"),
+    Rule("flow", _flow_known, "an attached snapshot names a registered flow version"),
+    Rule("snapshot", _snapshot, "an attached snapshot names a state of its flow"),
+    Rule("transition", _transition, "a state snapshot makes a transition of its flow"),
     Rule("cycle", _cycle, "cycle envelopes carry context['cycle']"),
     Rule("tools", _tools, f"context['tools'] lists <= {MAX_TOOLS} tools once, the call's too"),
     Rule("timeout", _timeout, f"tool calls carry 0 < metadata.timeout_ms <= {MAX_TIMEOUT_MS}"),
@@ -286,11 +307,16 @@ RULES: Final[tuple[Rule, ...]] = (
 
 
 def first_violation(
-    envelope: Envelope, state: DispatcherState, rules: tuple[Rule, ...] = RULES
+    envelope: Envelope,
+    state: DispatcherState,
+    rules: tuple[Rule, ...] = RULES,
+    *,
+    flow: Flow = EXPENSE_MACHINE,
 ) -> Violation | None:
-    """The first rule ``envelope`` breaks, given the session's state; None if it keeps all."""
+    """The first rule ``envelope`` breaks, given the session's state and the machine of the
+    flow its snapshot names (None: not registered); None if it keeps all."""
     for rule in rules:
-        message = rule.check(envelope, state)
+        message = rule.check(envelope, state, flow)
         if message is not None:
             return Violation(rule.name, message, rule.summary)
     return None

@@ -62,17 +62,16 @@ def lint(
 
 
 def tools_of(spec: FlowSpec) -> list[tuple[tuple[str | int, ...], str]]:
-    """Every tool the flow names, with where: calls, symbol validators, fact verifiers."""
+    """Every tool the flow names, with where: calls and fact verifiers."""
     found: list[tuple[tuple[str | int, ...], str]] = []
     for s, state in enumerate(spec.states):
         for a, action in enumerate(state.on_enter):
             at: tuple[str | int, ...] = ("states", s, "on_enter", a)
             found += [(where, call.tool) for where, call in _calls(at, action)]
             remember = getattr(action, "remember", None)
-            for kind, key in (("symbol", "validator"), ("fact", "verified_by")):
-                tool = getattr(getattr(remember, kind, None), key, None)
-                if tool:
-                    found.append(((*at, "remember", kind, key), tool))
+            fact = getattr(remember, "fact", None)
+            if fact is not None:
+                found.append(((*at, "remember", "fact", "verified_by"), fact.verified_by))
     return found
 
 

@@ -183,13 +183,14 @@ class Reply(_Spec):
 
 
 class SymbolWrite(_Spec):
-    """A short-term symbol of the session ("这两个表" -> A and B), checked by its validator
-    tool when it is read back, dropped after ``ttl_s``."""
+    """A short-term symbol of the session ("这两个表" -> A and B), checked by memory's
+    ``validator`` each time it is read back (``present``: not expired; ``graph``: a live,
+    verified node of the graph), dropped after ``ttl_s``."""
 
     name: Name
     value: Template
     ttl_s: int = Field(default=600, gt=0, le=86_400)
-    validator: ToolName | None = None
+    validator: Name = "present"
 
 
 class PreferenceWrite(_Spec):

@@ -217,6 +217,7 @@ def test_a_body_is_named_by_its_type() -> None:
             "content_type": "text",
             "attachments": [],
             "locale": None,
+            "flow": None,
         }
     }
 

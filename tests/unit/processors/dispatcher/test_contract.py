@@ -103,6 +103,17 @@ CASES = [
         lambda: call("org_tool", ONE, snapshot=ContextSnapshot(state_id="S7", entered_at=T0)),
         field="'S7'",
     ),
+    Case(
+        "flow",
+        lambda: call(
+            "org_tool",
+            ONE,
+            snapshot=ContextSnapshot(
+                state_id="S1", entered_at=T0, flow="parcel_status", flow_version=1
+            ),
+        ),
+        field="'parcel_status'",
+    ),
     Case("transition", lambda: snapshot("S1", "S4"), field="('S1', 'S4')"),
     Case("cycle", lambda: call("org_tool", ONE, context={"cycle": 7}), field="cycle"),
     Case("cycle", lambda: result(cycle=""), field="cycle", to_conversation=False),

@@ -1,0 +1,506 @@
+"""The flow engine: a session of any registered flow, driven by its spec.
+
+A session starts in a flow chosen by the app (``UserTurn.flow``) or by its first turn's
+intent, and keeps that flow's version to its end (the snapshot names both, and the
+dispatcher checks each move against that version). Entering a state runs its on-enter
+actions in order: a call or a parallel group is one cycle through the dispatcher, and the
+actions after it run when its answer comes; replies, memory writes and hooks run at once.
+When the actions are done: a terminal state ends the session (its snapshot into mid-term
+memory); any other state arms its waits, then takes the first turn's intent (the start
+state only) or its ``done`` move, or waits for the user.
+
+A user turn is matched against the flow's intents; the state's move on that intent is
+taken (the first whose guards pass), else its ``any`` move, else the last question is
+asked again. A confirmation state passes only on a press of one of its buttons or a
+message that is, as a whole, one of its answers. A failure (a tool's error, a fail-fast
+report, a hook's error) tells the user what failed and takes the state's exception exit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import (
+    ContentType,
+    ErrorReport,
+    MemoryTier,
+    MemoryWrite,
+    Role,
+    TimerFired,
+    ToolResult,
+    ToolResults,
+    UserTurn,
+)
+from hermesbus.errors import HookError, StoreError
+from hermesbus.processors import protocol
+from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._context import Step
+from hermesbus.processors.conversation._intent import RuleIntentParser
+from hermesbus.processors.conversation._session import Session, canonical_json
+from hermesbus.processors.conversation._settings import INTENT_PORT
+from hermesbus.processors.conversation._spec_intents import Parsed, parse_turn, plain
+from hermesbus.processors.flow import (
+    FLOWS_PORT,
+    HOOKS_PORT,
+    Call,
+    CallAction,
+    FlowCatalog,
+    FlowSpec,
+    HookAction,
+    Hooks,
+    ParallelAction,
+    RememberAction,
+    RememberFact,
+    RememberPreference,
+    RememberSymbol,
+    ReplyAction,
+    State,
+    duration_ms,
+    placeholders,
+    render,
+    resolve,
+)
+
+__all__ = [
+    "FLOW_SNAPSHOT_TTL_S",
+    "NOT_UNDERSTOOD",
+    "choose_flow",
+    "ended",
+    "flow_of",
+    "not_registered",
+    "on_flow_error",
+    "on_flow_results",
+    "on_flow_timer",
+    "on_flow_turn",
+    "start_flow",
+    "timer_is_current",
+]
+
+log = logging.getLogger(__name__)
+
+NOT_UNDERSTOOD: Final = "抱歉，没能理解您的回复。"
+NOT_REGISTERED: Final = "流程 {flow} 尚未注册，无法开始会话（flow {flow} is not registered）。"
+FLOW_SNAPSHOT_TTL_S: Final = 30 * 24 * 3600
+"""How long a finished session's snapshot stays in mid-term memory (as unfinished reports)."""
+MAX_MOVES: Final = 32
+"""The most moves one input may make (a ``done`` circle stops here)."""
+_RULES: Final = RuleIntentParser()
+
+
+def catalog_of(step: Step) -> FlowCatalog | None:
+    catalog: FlowCatalog | None = step.inp.ports.get(FLOWS_PORT)
+    return catalog
+
+
+async def flow_of(step: Step) -> FlowSpec | None:
+    """The spec of the flow the session runs (None: the expense report). A version the
+    registry does not hold (lost, or not read yet) pauses the session: a StoreError."""
+    session = step.session
+    if session.flow is None:
+        return None
+    catalog = catalog_of(step)
+    version = session.flow_version or 0
+    spec = await catalog.version(session.flow, version) if catalog is not None else None
+    if spec is None:
+        raise StoreError(
+            f"session {step.env.session_id!r} runs flow {session.flow} version {version}, "
+            "which the flow registry does not hold (was it lost? `hermesbus flows list`)",
+            retriable=True,
+        )
+    return spec
+
+
+def ended(step: Step, spec: FlowSpec) -> bool:
+    state = spec.state(step.session.state or "")
+    return state is None or state.kind == "terminal"
+
+
+async def choose_flow(step: Step, turn: UserTurn) -> FlowSpec | str | None:
+    """The flow a new session starts in: the app's (``turn.flow``; its id as a text when
+    it is not registered), else the first registered flow (by id) one of whose intents
+    the turn matches; None: none (the expense report's own parser decides)."""
+    catalog = catalog_of(step)
+    flows = await catalog.current(epoch_ms(step.env.timestamp)) if catalog is not None else {}
+    if turn.flow is not None:
+        return flows.get(turn.flow, turn.flow)
+    for name in sorted(flows):
+        if _parse(step, flows[name], turn).intent is not None:
+            return flows[name]
+    return None
+
+
+def not_registered(step: Step, flow: str) -> None:
+    step.reply(NOT_REGISTERED.format(flow=flow))
+
+
+def _parse(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
+    parser = step.inp.ports.get(INTENT_PORT)
+    zone = parser.zone if parser is not None else _RULES.zone
+    return parse_turn(spec, turn.text, now=step.env.timestamp, zone=zone)
+
+
+def _record_turn(step: Step, turn: UserTurn) -> None:
+    step.update(turn_id=step.env.message_id)
+    kind = ContentType.IMAGE if turn.attachments else ContentType.TEXT
+    uris = [a.uri for a in turn.attachments]
+    step.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
+
+
+def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
+    """A new session of ``spec`` (the user's confirmed preferences carried over)."""
+    kept = step.session
+    step.session = Session(
+        preferences=kept.preferences,
+        declined=kept.declined,
+        flow=spec.flow,
+        flow_version=spec.version,
+    )
+    _record_turn(step, turn)
+    parsed = _parse(step, spec, turn)
+    values: dict[str, Any] = {
+        "intent": {"name": parsed.intent or ""},
+        "entities": dict(parsed.entities),
+        "symbols": {},
+        "context": {},
+        "results": {},
+        "hooks": {},
+    }
+    step.update(values=values, queued=parsed.intent or "")
+    _enter(step, spec, spec.start, "user_turn")
+
+
+async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
+    """A turn of a session in ``spec``'s non-terminal state."""
+    _record_turn(step, turn)
+    if step.session.pending is not None:
+        step.reply(texts.PENDING)
+        return
+    parsed = _parse(step, spec, turn)
+    values = step.session.values
+    entities = {**values.get("entities", {}), **parsed.entities}
+    step.update(values={**values, "intent": {"name": parsed.intent or ""}, "entities": entities})
+    state = _state(step, spec)
+    confirm = state.confirm
+    if confirm is not None and not turn.attachments:
+        answer = plain(turn.text)
+        passing = {plain(b) for b in confirm.buttons} | {plain(a) for a in confirm.answers}
+        if answer and answer in passing and _take(step, spec, confirm.trigger):
+            return
+    if parsed.intent is not None and _take(step, spec, parsed.intent):
+        return
+    if _take(step, spec, "any"):
+        return
+    asked = step.session.asked
+    text = NOT_UNDERSTOOD + str(asked.get("text", ""))
+    step.reply(text, choices=tuple(asked.get("buttons", ())))
+
+
+def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
+    """The answer of the pending cycle: its results kept, the state's actions go on."""
+    pending = step.session.pending
+    if pending is None:
+        return
+    step.update(pending=None)
+    state = _state(step, spec)
+    calls = _calls_of(state, step.session.next_action - 1)
+    into = {call.tool: call.into or call.tool for call in calls}
+    values = step.session.values
+    results = dict(values.get("results", {}))
+    for result in answer.results:
+        step.record(
+            f"{result.tool} {result.status_code}",
+            role=Role.TOOL,
+            content_type=ContentType.TOOL_RESULT,
+            parent_id=pending.cycle,
+            extra={"tool": result.tool, "status_code": result.status_code},
+        )
+        if result.stale:
+            step.update(
+                notes=(*step.session.notes, texts.stale_note(result.tool, result.stale_since))
+            )
+        elif result.fallback:
+            step.update(
+                notes=(*step.session.notes, texts.degraded_note(result.tool, result.fallback))
+            )
+        results[into.get(result.tool, result.tool)] = _content(result)
+    symbols = dict(values.get("symbols", {}))
+    if answer.context is not None:
+        symbols.update(answer.context.symbols)
+    step.update(
+        values={**values, "results": results, "symbols": symbols},
+        stale=step.session.stale or any(r.stale for r in answer.results),
+        degraded=step.session.degraded or any(r.fallback and not r.stale for r in answer.results),
+    )
+    failed = next((r for r in answer.results if r.status_code != protocol.OK), None)
+    missing = [tool for tool in pending.tools if tool not in {r.tool for r in answer.results}]
+    if failed is not None:
+        component = protocol.tool_at(failed.tool)
+        _fail(step, spec, component, str(failed.status_code), failed.error or "")
+    elif missing:
+        _fail(step, spec, protocol.tool_at(missing[0]), "missing", "no result")
+    else:
+        _run(step, spec)
+
+
+def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
+    """Fail fast from the dispatcher for the pending cycle: the state's exception exit."""
+    step.update(pending=None)
+    _fail(step, spec, report.component, report.code, report.message, advice=report.advice)
+
+
+def timer_is_current(step: Step, spec: FlowSpec, fired: TimerFired, token: str | None) -> bool:
+    """The wait is the current state's and still the one armed."""
+    session = step.session
+    waits = _state(step, spec).waits if not ended(step, spec) else ()
+    return (
+        token is not None
+        and session.timers.get(fired.purpose) == token
+        and any(wait.id == fired.purpose for wait in waits)
+    )
+
+
+def on_flow_timer(step: Step, spec: FlowSpec, fired: TimerFired) -> None:
+    """A wait of the state ran out: its text, then its trigger's move."""
+    wait = next(w for w in _state(step, spec).waits if w.id == fired.purpose)
+    step.update(timers={k: v for k, v in step.session.timers.items() if k != fired.purpose})
+    if wait.text:
+        step.reply(render(wait.text, _values(step)))
+    if not _take(step, spec, wait.trigger):
+        log.info("session %s: wait %s fired no move", step.env.session_id, wait.id)
+
+
+# -- the interpreter ---------------------------------------------------------------------
+
+
+def _state(step: Step, spec: FlowSpec) -> State:
+    state = spec.state(step.session.state or "")
+    if state is None:
+        raise StoreError(
+            f"session {step.env.session_id!r} is in {step.session.state!r}, which flow "
+            f"{spec.flow} version {spec.version} does not have",
+            retriable=False,
+        )
+    return state
+
+
+def _values(step: Step) -> dict[str, Any]:
+    """What templates and hooks read: the session's values and the ids of the turn."""
+    return {
+        **step.session.values,
+        "user": {"id": step.env.user_id},
+        "session": {"id": step.env.session_id, "state": step.session.state or ""},
+    }
+
+
+def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
+    state = spec.state(target)
+    if state is None:  # lint refuses such a spec; a registry can hold only linted ones
+        raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
+    step.update(next_action=0, flow_summary=_summary(step, state))
+    step.move(trigger, target)
+    _run(step, spec)
+
+
+def _summary(step: Step, state: State) -> str:
+    if state.summary is None:
+        return state.name
+    return render(state.summary, _values(step))
+
+
+def _run(step: Step, spec: FlowSpec) -> None:
+    """The current state's actions from ``next_action`` on, until a cycle is pending."""
+    state = _state(step, spec)
+    while step.session.next_action < len(state.on_enter):
+        index = step.session.next_action
+        action = state.on_enter[index]
+        step.update(next_action=index + 1)
+        try:
+            if isinstance(action, CallAction | ParallelAction):
+                _cycle(step, spec, state, index)
+                return
+            if isinstance(action, RememberAction) and isinstance(action.remember, RememberFact):
+                _verify_fact(step, action.remember)
+                return
+            if isinstance(action, ReplyAction):
+                text = render(action.reply.text, _values(step))
+                step.update(asked={"text": text, "buttons": list(action.reply.buttons)})
+                step.reply(text, choices=action.reply.buttons)
+            elif isinstance(action, RememberAction):
+                _remember(step, action)
+            elif isinstance(action, HookAction):
+                name = action.hook.into or action.hook.name
+                value = _hook(step, spec, action.hook.name)
+                hooks = {**step.session.values.get("hooks", {}), name: value}
+                step.update(values={**step.session.values, "hooks": hooks})
+        except HookError as exc:
+            _fail(step, spec, "conversation:hook", "hook", str(exc))
+            return
+    step.update(flow_summary=_summary(step, state))
+    _done(step, spec, state)
+
+
+def _done(step: Step, spec: FlowSpec, state: State) -> None:
+    """The state's actions are done: end, or arm its waits and take an automatic move."""
+    if state.kind == "terminal":
+        _finish(step, spec, state)
+        return
+    for wait in state.waits:
+        step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
+    queued = step.session.queued
+    step.update(queued="")
+    if queued and state.id == spec.start and _take(step, spec, queued):
+        return
+    _take(step, spec, "done")
+
+
+def _finish(step: Step, spec: FlowSpec, state: State) -> None:
+    step.disarm_all()
+    step.update(outcome=state.id, pending=None)
+    if not state.snapshot:
+        return
+    value = {
+        "flow": spec.flow,
+        "version": spec.version,
+        "state": state.id,
+        "summary": step.session.flow_summary,
+        "context": step.session.values.get("context", {}),
+        "entities": step.session.values.get("entities", {}),
+    }
+    step.remember(
+        f"flow:{spec.flow}:{step.env.session_id}",
+        value,
+        confirmed_by=step.session.turn_id or step.env.message_id,
+        importance=0.6,
+        ttl_s=FLOW_SNAPSHOT_TTL_S,
+    )
+
+
+def _take(step: Step, spec: FlowSpec, trigger: str) -> bool:
+    """Take the current state's first move on ``trigger`` whose guards pass. A flow that
+    moves more than :data:`MAX_MOVES` times for one input (``done`` moves in a circle)
+    stops where it is, says so and keeps the problem."""
+    source = step.session.state
+    if step.moves >= MAX_MOVES:
+        message = f"flow {spec.flow} v{spec.version} moved {step.moves} times for one input"
+        step.problem("conversation:flow", "loop", message)
+        step.reply(texts.error_text("conversation:flow", "loop", "请联系管理员"))
+        return True
+    for move in spec.transitions:
+        if move.source != source or move.on != trigger:
+            continue
+        try:
+            if move.when is not None and not _hook(step, spec, move.when):
+                continue
+            if move.unless is not None and _hook(step, spec, move.unless):
+                continue
+        except HookError as exc:
+            _fail(step, spec, "conversation:hook", "hook", str(exc))
+            return True
+        _enter(step, spec, move.to, trigger)
+        return True
+    return False
+
+
+def _hook(step: Step, spec: FlowSpec, name: str) -> Any:
+    hooks: Hooks | None = step.inp.ports.get(HOOKS_PORT)
+    target = spec.hooks.get(name)
+    if hooks is None or target is None:
+        raise HookError(f"hook {name!r} of flow {spec.flow} cannot be run here (no hooks port)")
+    return hooks.call(target, _values(step))
+
+
+def _calls_of(state: State, index: int) -> Sequence[Call]:
+    if not 0 <= index < len(state.on_enter):
+        return ()
+    action = state.on_enter[index]
+    if isinstance(action, CallAction):
+        return (action.call,)
+    if isinstance(action, ParallelAction):
+        return tuple(action.parallel.calls)
+    return ()
+
+
+def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
+    action = state.on_enter[index]
+    calls = _calls_of(state, index)
+    values = _values(step)
+    budget = action.parallel.budget_ms if isinstance(action, ParallelAction) else None
+    symbols = sorted(
+        {
+            path.split(".")[1]
+            for call in calls
+            for path in _paths(call.args)
+            if path.startswith("symbols.") and "." in path
+        }
+    )
+    step.cycle(
+        f"{state.id}#{index}",
+        [(call.tool, resolve(call.args, values)) for call in calls],
+        budget_ms=budget or state.timeout_ms or spec.timeout_ms,
+        symbols=symbols,
+    )
+
+
+def _paths(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return placeholders(value)
+    if isinstance(value, dict):
+        return [p for item in value.values() for p in _paths(item)]
+    if isinstance(value, list):
+        return [p for item in value for p in _paths(item)]
+    return []
+
+
+def _remember(step: Step, action: RememberAction) -> None:
+    values, what = _values(step), action.remember
+    if isinstance(what, RememberSymbol):
+        entity = render(what.symbol.value, values)
+        write = MemoryWrite(
+            tier=MemoryTier.SHORT_TERM,
+            key=what.symbol.name,
+            value_json=canonical_json({"entity": entity, "validator": what.symbol.validator}),
+            ttl_s=what.symbol.ttl_s,
+        )
+        step.to_dispatcher(write, task="memory_write")
+        symbols = {**step.session.values.get("symbols", {}), what.symbol.name: entity}
+        step.update(values={**step.session.values, "symbols": symbols})
+    elif isinstance(what, RememberPreference):
+        step.remember(f"choice:{what.preference.name}", render(what.preference.value, values))
+
+
+def _verify_fact(step: Step, what: RememberFact) -> None:
+    """A graph fact goes to its verifying tool; what the tool verifies (the ``facts`` of
+    its result) the dispatcher writes to long-term memory."""
+    values, fact = _values(step), what.fact
+    edge = {
+        "subject": render(fact.subject, values),
+        "relation": fact.relation,
+        "object": render(fact.object, values),
+    }
+    index = step.session.next_action - 1
+    step.cycle(f"{step.session.state}#{index}", [(fact.verified_by, {"facts": [edge]})])
+
+
+def _content(result: ToolResult) -> Any:
+    try:
+        return json.loads(result.result_json)
+    except ValueError:
+        return result.result_json
+
+
+def _fail(
+    step: Step, spec: FlowSpec, component: str, code: str, message: str, *, advice: str = ""
+) -> None:
+    """Tell the user what failed, then take the state's exception exit."""
+    step.problem(component, code, message)
+    step.update(pending=None, degraded=True)
+    step.disarm_all()
+    step.reply(texts.error_text(component, code, advice or "请稍后重试或联系管理员"))
+    state = _state(step, spec)
+    if state.exit is not None:
+        _enter(step, spec, state.exit, "failed")

@@ -1,0 +1,91 @@
+"""A flow's rule parser: its intents' phrases and patterns, and their entities.
+
+Intents are tried in the spec's order and the first that matches wins: a phrase is found
+in the text (Chinese anywhere, English at a word start, case aside), or a pattern
+searches it. Entities are those of the matched intent: a pattern's first group (else the
+whole match), or a built-in (a known city, a relative period counted on the calendar of
+the turn's time, a number). Only the first :data:`MAX_TEXT` characters are searched,
+which bounds what a pattern can cost.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Final
+
+from hermesbus.processors.conversation._intent import normalise_city, relative_period
+from hermesbus.processors.flow import Entity, FlowSpec, Intent, PatternEntity
+
+__all__ = ["MAX_TEXT", "Parsed", "parse_turn", "plain"]
+
+MAX_TEXT: Final = 2_000
+_NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?")
+_STRIP: Final = re.compile(r"^[\s,.!?;:，。！？；：、~\"'“”]+|[\s,.!?;:，。！？；：、~\"'“”]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """The intent a turn matched (None: none of the flow's) and its entities."""
+
+    intent: str | None
+    entities: dict[str, str] = field(default_factory=dict)
+
+
+def plain(text: str) -> str:
+    """``text`` as answers are compared: NFKC, lower case, no punctuation around it."""
+    return _STRIP.sub("", unicodedata.normalize("NFKC", text).strip().lower())
+
+
+def _found(lowered: str, phrase: str) -> bool:
+    phrase = phrase.lower()
+    if phrase.isascii():
+        return re.search(rf"(?<![a-z]){re.escape(phrase)}", lowered) is not None
+    return phrase in lowered
+
+
+def _matches(intent: Intent, text: str, lowered: str) -> bool:
+    if any(_found(lowered, phrase) for phrase in intent.phrases):
+        return True
+    return any(re.search(pattern, text) for pattern in intent.patterns)
+
+
+def _entity(entity: PatternEntity | Entity, text: str, now: datetime) -> str | None:
+    if isinstance(entity, PatternEntity):
+        match = re.search(entity.pattern, text)
+        if match is None:
+            return None
+        return match.group(1) if match.groups() else match.group(0)
+    if entity.builtin == "city":
+        return normalise_city(text)
+    if entity.builtin == "period":
+        return _period(text, now)
+    match = _NUMBER.search(text)
+    return match.group(0) if match else None
+
+
+def _period(text: str, now: datetime) -> str | None:
+    """``YYYY-MM`` for a whole calendar month, else ``start~end`` (ISO dates)."""
+    period = relative_period(text, now)
+    if period is None:
+        return None
+    start, end = period
+    whole = calendar.monthrange(start.year, start.month)[1]
+    if start.day == 1 and end == start.replace(day=whole):
+        return start.strftime("%Y-%m")
+    return f"{start.isoformat()}~{end.isoformat()}"
+
+
+def parse_turn(spec: FlowSpec, text: str, *, now: datetime, zone: tzinfo) -> Parsed:
+    """What ``text`` says in ``spec``'s terms, at ``now`` (the turn's time) in ``zone``."""
+    text = text[:MAX_TEXT]
+    lowered = text.lower()
+    local = now.astimezone(zone)
+    for intent in spec.intents:
+        if _matches(intent, text, lowered):
+            found = {e.name: _entity(e, text, local) for e in intent.entities}
+            return Parsed(intent.name, {k: v for k, v in found.items() if v is not None})
+    return Parsed(None)
