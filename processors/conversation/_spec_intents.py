@@ -24,7 +24,8 @@ __all__ = ["MAX_TEXT", "Parsed", "parse_turn", "plain"]
 
 MAX_TEXT: Final = 2_000
 _NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?")
-_STRIP: Final = re.compile(r"^[\s,.!?;:，。！？；：、~\"'“”]+|[\s,.!?;:，。！？；：、~\"'“”]+$")
+_STRIP: Final = re.compile(r"^[\s,.!;:，。！；：、~\"'“”]+|[\s,.!;:，。！；：、~\"'“”]+$")
+"""Punctuation around an answer; a question mark stays: a question never answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,8 @@ class Parsed:
 
 
 def plain(text: str) -> str:
-    """``text`` as answers are compared: NFKC, lower case, no punctuation around it."""
+    """``text`` as answers are compared: NFKC, lower case, no punctuation around it but a
+    question mark."""
     return _STRIP.sub("", unicodedata.normalize("NFKC", text).strip().lower())
 
 

@@ -35,7 +35,7 @@ from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS, Effects
 from hermesbus.processors.dispatcher._health import bilingual
 from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_write
 from hermesbus.processors.dispatcher._ports import Ports
-from hermesbus.processors.dispatcher._rules import Violation, first_violation
+from hermesbus.processors.dispatcher._rules import Violation, first_violation, flow_snapshot
 from hermesbus.processors.dispatcher._state import DispatcherState
 from hermesbus.processors.flow import machine_of
 from hermesbus.processors.protocol import (
@@ -119,7 +119,7 @@ async def _route(
 async def _flow_of(envelope: Envelope, ports: Ports) -> FlowMachine | None:
     """The machine of the flow the envelope's snapshot names: the expense report's when it
     names none; None when the catalog does not hold that version."""
-    snapshot = envelope.snapshot
+    snapshot = flow_snapshot(envelope)
     if snapshot is None or snapshot.flow is None:
         return EXPENSE_MACHINE
     if ports.flows is None:

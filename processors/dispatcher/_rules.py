@@ -24,6 +24,7 @@ from hermesbus.contract.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors.dispatcher._state import CallStatus, DispatcherState
 from hermesbus.processors.protocol import (
     CONVERSATION,
@@ -54,6 +55,7 @@ __all__ = [
     "Rule",
     "Violation",
     "first_violation",
+    "flow_snapshot",
 ]
 
 MAX_TIMEOUT_MS: Final = MAX_BUDGET_FACTOR * max(STATE_TIMEOUT_MS.values())
@@ -152,9 +154,25 @@ def _memory_tier(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | N
     return None
 
 
+def flow_snapshot(envelope: Envelope) -> ContextSnapshot | None:
+    """The snapshot naming the flow an envelope is checked against: a state snapshot's
+    own (its move), else the one the envelope carries."""
+    body = envelope.payload.body
+    return body.snapshot if isinstance(body, StateSnapshot) else envelope.snapshot
+
+
 def _flow_known(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
-    snapshot = envelope.snapshot
-    if flow is not None or snapshot is None:
+    snapshot = flow_snapshot(envelope)
+    if snapshot is None:
+        return None
+    carried = envelope.snapshot
+    named = (snapshot.flow, snapshot.flow_version)
+    if carried is not None and (carried.flow, carried.flow_version) != named:
+        return (
+            f"snapshot.flow = {carried.flow!r} v{carried.flow_version!r}, but the state "
+            f"snapshot's is {snapshot.flow!r} v{snapshot.flow_version!r}: one session, one flow"
+        )
+    if flow is not None:
         return None
     return (
         f"snapshot.flow = {snapshot.flow!r}, snapshot.flow_version = {snapshot.flow_version!r}:"
@@ -163,7 +181,7 @@ def _flow_known(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | Non
 
 
 def _snapshot(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
-    snapshot = envelope.snapshot
+    snapshot = flow_snapshot(envelope)
     if snapshot is None or flow is None or snapshot.state_id in flow.states:
         return None
     states = sorted(flow.states)

@@ -29,6 +29,7 @@ from hermesbus.processors.dispatcher import (
     dispatcher_ports,
     handle,
 )
+from hermesbus.processors.flow import FlowCatalog
 from hermesbus.processors.protocol import STATE_TIMEOUT_MS, ToolHealth
 from hermesbus.processors.recorded import RecordedHealth
 from hermesbus.runtime import Outcome, SessionState, derive_id
@@ -169,6 +170,8 @@ class Driver:
     recorded: RecordedHealth | None = None
     """A replay's health and backlogs, used for both instead of ``health`` and ``backlog``."""
     counter: Violations = field(default_factory=Violations)
+    flows: FlowCatalog | None = None
+    """The registered flows whose sessions the dispatcher checks (None: the expense report)."""
     outcomes: list[Outcome] = field(default_factory=list)
     session: str = SESSION
     harness: Harness = field(init=False)
@@ -177,7 +180,7 @@ class Driver:
         if self.recorded is not None:
             ports = dispatcher_ports(self.recorded, self.counter, self.recorded)
         else:
-            ports = dispatcher_ports(self.health, self.counter, self.backlog)
+            ports = dispatcher_ports(self.health, self.counter, self.backlog, self.flows)
         self.harness = Harness().processor(NAME, handle, [TOPIC], ports=ports)
 
     @classmethod
