@@ -85,6 +85,7 @@ __all__ = [
     "MEMORY",
     "MEMORY_CONTEXT",
     "MEMORY_TOPIC",
+    "MORE",
     "NOT_REGISTERED",
     "OK",
     "PAUSED",
@@ -149,6 +150,10 @@ TOOLS: Final = "tools"
 """Every tool of the cycle, in call order (a list of str), on each conversation call."""
 FALLBACK: Final = "fallback"
 """``True`` on a dispatched call: the tool is unhealthy, answer with its fallback."""
+
+MORE: Final = "more"
+"""``True`` on a flow's reply when more replies to the same turn follow (``say --wait``
+waits for the one without it); the expense report's replies do not carry it (one each)."""
 
 TASK_QUERY_CONTEXT: Final = "query_context"
 

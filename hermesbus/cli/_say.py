@@ -161,11 +161,16 @@ async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
                 if reply.trace_id != turn.trace_id:
                     continue  # an earlier turn's late reply, or another trace's timer
                 _show(reply)
-                if reply.source.startswith("conversation:"):
+                if reply.source.startswith("conversation:") and not _more(reply):
                     return True  # the answer; notices come from mcp:dispatcher
     except TimeoutError:
         return False
     return False
+
+
+def _more(reply: Envelope) -> bool:
+    """A flow's reply after which more replies to the same turn follow."""
+    return reply.payload.context.get("more") is True  # protocol.MORE, unimported: say is light
 
 
 def _sent(client: Client, turn: Envelope) -> None:

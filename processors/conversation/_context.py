@@ -63,6 +63,8 @@ class Step:
         """The envelopes, timers and cancellations so far (the runtime's collector)."""
         self.moves = 0
         """Transitions taken so far for this input."""
+        self.cycled = False
+        """Whether this input started a cycle (its answer says more to the same turn)."""
 
     # -- state ------------------------------------------------------------------------
 
@@ -176,6 +178,7 @@ class Step:
             trace = {"tool": tool, "args_digest": digest(arguments_json), "status_code": 0}
             traces.append({**trace, "cycle": cycle})
         pending = Pending(cycle=cycle, task=task, tools=tuple(tools), turn_id=self.session.turn_id)
+        self.cycled = True
         self.update(pending=pending, traces=tuple(traces[-MAX_TRACES:]))
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
         budgets: CycleBudgets = self.inp.ports.get(BUDGETS_PORT, DOCUMENTS)
@@ -270,4 +273,20 @@ class Step:
         self.update(history=self.session.history.add(message, self.session.facts))
 
     def outcome(self) -> Outcome:
+        if self.session.flow is not None:
+            self._mark_more()
         return self.effects.outcome(ModelState(self.session))
+
+    def _mark_more(self) -> None:
+        """A flow's replies say whether more replies to the same turn follow
+        (``context[MORE]``): all but the last of this input's, and the last when a cycle
+        it started will answer, so ``say --wait`` waits for the rest."""
+        emitted = self.effects.emitted
+        replies = [n for n, e in enumerate(emitted) if isinstance(e.payload.body, Reply)]
+        for n in replies:
+            more = n != replies[-1] or (self.cycled and self.session.pending is not None)
+            payload = emitted[n].payload
+            context = {**payload.context, protocol.MORE: more}
+            emitted[n] = emitted[n].model_copy(
+                update={"payload": payload.model_copy(update={"context": context})}
+            )

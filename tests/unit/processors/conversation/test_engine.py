@@ -99,6 +99,12 @@ async def test_a_turn_matching_a_flows_intent_runs_the_flow_to_its_end(
     await harness.send(turn("查合同 C-1234", 1))
     assert harness.refused == []
     assert replies(harness) == ["请告诉我合同号", "合同 C-1234：生效中"]
+    more = [
+        s.envelope.payload.context.get(protocol.MORE)
+        for s in harness.sent
+        if isinstance(s.envelope.payload.body, Reply)
+    ]
+    assert more == [True, False]  # say --wait waits for the second: the turn's answer
     assert moves(harness) == [
         (None, "ask", "contract_lookup@1"),
         ("ask", "look", "contract_lookup@1"),

@@ -1,0 +1,154 @@
+"""A flow that is only a spec, on each real broker, with no code change: registered with
+``hermesbus flows register``, driven to its end by ``hermesbus say``, and its moves checked
+by the dispatcher against the version the session runs.
+
+The stack is the one ``hermesbus up --demo`` runs; the flow (three states, one tool, one
+wait) is :data:`tests.integration.test_flows.THIRD`, written in a test from scratch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from hermesbus import ContextSnapshot, Envelope, ErrorReport, Payload, StateSnapshot
+from hermesbus.client import Client
+from hermesbus.codec import decode
+from hermesbus.compose.flows import register_flow
+from hermesbus.compose.stack import Stack
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.demo.expense import DEMO_USER
+from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY_TOPIC
+from hermesbus.topics import ALERTS
+from tests import signing
+from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.stacks import demo_stack
+from tests.integration.test_flows import THIRD
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+
+TURN_S = 120.0
+"""How long a turn may take to be answered (a slow, busy machine)."""
+SEEN_S = 60.0
+"""How long the dispatcher may take to refuse or forward a snapshot."""
+V2 = THIRD.replace("version: 1", "version: 2").replace(
+    "  - {from: looked_up, on: done, to: closed}\n",
+    "  - {from: looked_up, on: done, to: closed}\n  - {from: looked_up, on: track, to: asked}\n",
+)
+"""Version 2 has the move looked_up -> asked that version 1 lacks."""
+
+
+async def _cli(running: Stack, home: Path, *args: str) -> Ran:
+    env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+    on = ("--bootstrap", running.bootstrap, "--prefix", running.prefix)
+    return await asyncio.to_thread(
+        hermesbus, *args, *on, env=env, cwd=home.parent, timeout=TURN_S + 60
+    )
+
+
+def _move(session: str, previous: str, state: str, version: int) -> Envelope:
+    """The conversation's state snapshot of a move of parcel_status version ``version``."""
+    snapshot = ContextSnapshot(
+        state_id=state, entered_at=datetime.now(UTC), flow="parcel_status", flow_version=version
+    )
+    return Envelope(
+        message_id=str(uuid.uuid4()),
+        timestamp=datetime.now(UTC),
+        source=f"conversation:{state}",
+        target=DISPATCHER_ADDRESS,
+        session_id=session,
+        user_id=DEMO_USER,
+        trace_id=uuid.uuid4().hex,
+        snapshot=snapshot,
+        payload=Payload(
+            task="state_snapshot",
+            body=StateSnapshot(snapshot=snapshot, previous_state=previous, trigger="track"),
+        ),
+    )
+
+
+async def _seen(bootstrap: str, topic: str, found: Callable[[Envelope], bool]) -> bool:
+    """Whether an envelope ``found`` holds for reaches ``topic`` within SEEN_S."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + SEEN_S
+        while time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=250)).values():
+                if any(found(decode(record.value or b"")) for record in batch):
+                    return True
+        return False
+    finally:
+        await consumer.stop()
+
+
+def _refused(message_id: str) -> Callable[[Envelope], bool]:
+    def refused(envelope: Envelope) -> bool:
+        body = envelope.payload.body
+        return (
+            isinstance(body, ErrorReport)
+            and body.code == "violation.transition"
+            and envelope.payload.context.get("refused") == message_id
+        )
+
+    return refused
+
+
+def _forwarded(message_id: str) -> Callable[[Envelope], bool]:
+    def forwarded(envelope: Envelope) -> bool:
+        return isinstance(envelope.payload.body, StateSnapshot) and (
+            envelope.causation_id == message_id
+        )
+
+    return forwarded
+
+
+async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_version(
+    broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    async with demo_stack(broker, f"engine-{unique}.", home, monkeypatch) as running:
+        spec = tmp_path / "parcel.yaml"
+        spec.write_text(THIRD, encoding="utf-8")
+        registered = await _cli(running, home, "flows", "register", str(spec))
+        assert registered.code == 0, registered.output
+
+        session = f"parcel-{unique}"
+        said = await _cli(
+            running, home, "say", session, "where is my parcel P123456?", "--timeout", str(TURN_S)
+        )
+        assert said.code == 0, said.output
+        assert said.out.splitlines() == [
+            "hermes  Which parcel? (P and six digits)  (conversation:asked)",
+            f"hermes  Parcel P123456: asked for {DEMO_USER}  (conversation:looked_up)",
+        ]
+        assert "Traceback" not in said.err
+        assert running.problems() == []
+
+        await register_flow(
+            KafkaConfig(bootstrap=running.bootstrap),
+            running.prefix,
+            signing.keys(),
+            V2.encode(),
+            "v2.yaml",
+        )
+        async with Client(
+            bootstrap=running.bootstrap, topic_prefix=running.prefix, identity="conversation"
+        ) as conversation:
+            lacking = _move(f"moves-{unique}", "looked_up", "asked", 1)
+            await conversation.send(lacking)
+            assert await _seen(running.bootstrap, running.prefix + ALERTS, _refused(lacking.message_id))
+            having = _move(f"moves-{unique}", "looked_up", "asked", 2)
+            await conversation.send(having)
+            memory = running.prefix + MEMORY_TOPIC
+            assert await _seen(running.bootstrap, memory, _forwarded(having.message_id))
+        assert running.violations.by_rule == {"transition": 1}
