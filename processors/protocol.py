@@ -80,6 +80,7 @@ __all__ = [
     "DISPATCHER_TOPIC",
     "EXPENSE_MACHINE",
     "FALLBACK",
+    "FLOW_SNAPSHOT",
     "IDENTITIES",
     "MAX_BUDGET_FACTOR",
     "MEMORY",
@@ -151,6 +152,9 @@ TOOLS: Final = "tools"
 FALLBACK: Final = "fallback"
 """``True`` on a dispatched call: the tool is unhealthy, answer with its fallback."""
 
+FLOW_SNAPSHOT: Final = "flow:"
+"""The mid-term key prefix of a finished flow session's snapshot (``flow:<flow>:<session>``);
+its value names the flow and its ``version``."""
 MORE: Final = "more"
 """``True`` on a flow's reply when more replies to the same turn follow (``say --wait``
 waits for the one without it); the expense report's replies do not carry it (one each)."""

@@ -13,15 +13,23 @@ nothing may be asked of the world:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hermesbus.contract.envelope import Envelope
-from hermesbus.contract.payloads import ErrorReport, ToolCall, ToolResult
+from hermesbus.contract.payloads import (
+    ErrorReport,
+    MemoryWrite,
+    StateSnapshot,
+    ToolCall,
+    ToolResult,
+)
 from hermesbus.processors.protocol import (
     ALERTS,
     BUSY_BEHIND,
+    FLOW_SNAPSHOT,
     STATE_TIMEOUT_MS,
     ToolHealth,
     component_of,
@@ -39,6 +47,7 @@ __all__ = [
     "RecordedTools",
     "backlogged_of",
     "health_of",
+    "without_flow_version",
 ]
 
 _NOT_RECORDED = 599
@@ -215,3 +224,25 @@ class ArgumentTools:
             )
             return CallReport(ToolResult(tool=call.tool, status_code=_NOT_RECORDED, error=message))
         return CallReport(result)
+
+
+def without_flow_version(envelope: Envelope) -> Envelope:
+    """``envelope`` with no flow version in its snapshots, nor in a finished session's
+    memory snapshot: a replay against another version of a flow compares what the flow
+    does, not which version it is."""
+    update: dict[str, Any] = {}
+    if envelope.snapshot is not None and envelope.snapshot.flow_version is not None:
+        update["snapshot"] = envelope.snapshot.model_copy(update={"flow_version": None})
+    body = envelope.payload.body
+    if isinstance(body, StateSnapshot) and body.snapshot.flow_version is not None:
+        snapshot = body.snapshot.model_copy(update={"flow_version": None})
+        update["payload"] = envelope.payload.model_copy(
+            update={"body": body.model_copy(update={"snapshot": snapshot})}
+        )
+    elif isinstance(body, MemoryWrite) and body.key.startswith(FLOW_SNAPSHOT):
+        value = json.loads(body.value_json)
+        if isinstance(value, dict):
+            value.pop("version", None)
+            kept = body.model_copy(update={"value_json": json.dumps(value, sort_keys=True)})
+            update["payload"] = envelope.payload.model_copy(update={"body": kept})
+    return envelope.model_copy(update=update) if update else envelope

@@ -15,12 +15,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from hermesbus.base.lifecycle import tune_collector
+from hermesbus.compose.flows import RegistryCatalog
 from hermesbus.compose.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, shadows
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import UserTurn
 from hermesbus.processors.protocol import ProtocolPolicy
+from hermesbus.processors.recorded import without_flow_version
 from hermesbus.replay.bundle import read_bundle
 from hermesbus.replay.sandbox import MARKER
 from hermesbus.replay.shadow import (
@@ -115,6 +117,15 @@ def replay_command(
         list[str] | None,
         typer.Option(help=f"Only this processor (repeatable): {', '.join(REPLAYABLE)}."),
     ] = None,
+    flow_version: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="With --shadow: replay each session of a registered flow against this "
+            "version of its flow (the recorded version otherwise), to check a flow change "
+            "against recorded traffic; the version numbers themselves are not compared.",
+        ),
+    ] = None,
     source: Annotated[
         str,
         typer.Option(
@@ -145,6 +156,8 @@ def replay_command(
     """
     redriving = redrive_mode or fork is not None
     _check_modes(shadow_mode, redriving, into, fork, set_)
+    if flow_version is not None and redriving:
+        raise fail("--flow-version replays in the shadow (--shadow), not in a redrive", 2)
     changes = Fork(fork, dict(_assignment(text) for text in set_ or ())) if fork else None
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
@@ -204,7 +217,12 @@ def replay_command(
             _dry_run(recording, sessions, names, chosen, prefix, as_json)
             return
         tune_collector()  # a long replay makes many objects: rare collections, as `up` does
-        report = asyncio.run(_shadow(settings, recording, sessions, names, chosen, prefix))
+        flows = _flows(settings, bootstrap, prefix)
+        if flow_version is not None:
+            asyncio.run(_has_version(flows, recording, sessions, flow_version))
+        report = asyncio.run(
+            _shadow(settings, recording, sessions, names, chosen, prefix, flows, flow_version)
+        )
     _print(report, recording, sessions, as_json)
     if report.diverged or not sum(report.compared.values()):
         raise typer.Exit(1)
@@ -349,6 +367,37 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
         raise fail(f"--offsets {text!r}: use TOPIC:PARTITION:FIRST-LAST", 2) from None
 
 
+def _flows(settings: Settings, bootstrap: str | None, prefix: str) -> RegistryCatalog | None:
+    """The flow registry of the bus replayed (read when a flow session needs it); None
+    without a broker: sessions of a registered flow then cannot be replayed."""
+    kafka = kafka_with(settings, bootstrap)
+    return RegistryCatalog(kafka, prefix, settings.keys.load) if kafka.bootstrap else None
+
+
+def _flows_of(recording: Recording, sessions: Sequence[str]) -> set[str]:
+    """The registered flows the sessions ran (as their snapshots name them)."""
+    found = set()
+    for hop in recording.hops:
+        snapshot = hop.envelope.snapshot
+        if hop.envelope.session_id in sessions and snapshot is not None and snapshot.flow:
+            found.add(snapshot.flow)
+    return found
+
+
+async def _has_version(
+    flows: RegistryCatalog | None, recording: Recording, sessions: Sequence[str], version: int
+) -> None:
+    """--flow-version names a version each replayed flow has (else exit 2, naming it)."""
+    ran = _flows_of(recording, sessions)
+    if not ran:
+        raise fail("--flow-version: none of the sessions replayed runs a registered flow", 2)
+    if flows is None:
+        raise fail("--flow-version needs the bus's broker (--bootstrap): its flow registry", 2)
+    for name in sorted(ran):
+        if await flows.version(name, version) is None:
+            raise fail(f"--flow-version {version}: flow {name} has no such version", 2)
+
+
 async def _shadow(
     settings: Settings,
     recording: Recording,
@@ -356,8 +405,11 @@ async def _shadow(
     names: Sequence[str],
     chosen: Slice,
     prefix: str,
+    flows: RegistryCatalog | None = None,
+    flow_version: int | None = None,
 ) -> ShadowReport:
-    async with shadows(settings, names, prefix=prefix) as wired:
+    wiring = shadows(settings, names, prefix=prefix, flows=flows, flow_version=flow_version)
+    async with wiring as wired:
         with _progress() as tick:
             return await shadow(
                 recording,
@@ -368,6 +420,7 @@ async def _shadow(
                 prefix=prefix,
                 progress=tick,
                 applied_window=settings.runtime.applied_window,
+                normalise=without_flow_version if flow_version is not None else None,
             )
 
 

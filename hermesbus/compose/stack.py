@@ -489,7 +489,12 @@ they are replayed."""
 
 @asynccontextmanager
 async def shadows(
-    settings: Settings, names: Sequence[str] = tuple(REPLAYABLE), *, prefix: str = ""
+    settings: Settings,
+    names: Sequence[str] = tuple(REPLAYABLE),
+    *,
+    prefix: str = "",
+    flows: flow.FlowCatalog | None = None,
+    flow_version: int | None = None,
 ) -> AsyncIterator[list[Shadow]]:
     """The processors ``names`` wired for a shadow replay: nothing live, nothing kept.
 
@@ -497,6 +502,9 @@ async def shadows(
     the dispatcher sees the tool health it recorded; the tool processor answers each
     call with the result it recorded; memory writes into in-memory SQLite stores, gone
     afterwards (its state spans sessions, so it is fed every session's inputs).
+    ``flows``: the registered flows the sessions ran (None: the expense report only);
+    ``flow_version``: the conversation runs that version of each flow instead (the
+    dispatcher still checks what was recorded against the recorded versions).
     """
     unknown = [name for name in names if name not in REPLAYABLE]
     if unknown:
@@ -508,7 +516,20 @@ async def shadows(
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
             parser = conversation.RuleIntentParser(settings.conversation.zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
-            table = wiring(intent=ports, tools=tools, health=health, stores=stores, backlog=health)
+            spoken = flows
+            if flows is not None and flow_version is not None:
+                spoken = flow.PinnedCatalog(flows, flow_version)
+            table = wiring(
+                intent=ports,
+                tools=tools,
+                health=health,
+                stores=stores,
+                backlog=health,
+                flows=spoken,
+                hooks=flow.Hooks(settings.tool.modules),
+            )
+            if flows is not None:  # the dispatcher checks the recorded moves as recorded
+                table[dispatcher.NAME][2][flow.FLOWS_PORT] = flows
             cues = {
                 dispatcher.NAME: health.cue,
                 tool.NAME: tools.cue,

@@ -231,6 +231,7 @@ async def shadow(
     prefix: str = "",
     progress: Progress | None = None,
     applied_window: int | None = None,
+    normalise: Callable[[Envelope], Envelope] | None = None,
 ) -> ShadowReport:
     """Replay each of ``shadows`` over the recording and compare the inputs ``selected``
     keeps (default: all) of ``sessions`` (default: every session in the recording).
@@ -238,7 +239,8 @@ async def shadow(
     runtime's default), so redeliveries are skipped as they were.
 
     ``policy`` refuses what the runtime refused (a refused record ran no handler); dead
-    letters of the recording are skipped too."""
+    letters of the recording are skipped too. ``normalise``: applied to what was emitted
+    then and now before they are compared (a difference that is expected, not found)."""
     wanted = set(sessions) if sessions is not None else set(recording.sessions())
     report = ShadowReport()
     plan = [(s, _inputs(recording, s, wanted)) for s in shadows]
@@ -275,7 +277,13 @@ async def shadow(
                 continue
             report.compared[spec.name] += 1
             report.outputs += max(len(recorded), len(handled.emitted))
-            diverged = _first(spec.name, hop, recorded, handled.emitted)
+            emitted = list(handled.emitted)
+            if normalise is not None:
+                recorded, emitted = (
+                    [normalise(e) for e in recorded],
+                    [normalise(e) for e in emitted],
+                )
+            diverged = _first(spec.name, hop, recorded, emitted)
         if diverged is not None:
             report.divergences.append(diverged)
     report.divergences.sort(key=lambda d: (d.input.appended_ms, d.input.topic, d.input.offset))

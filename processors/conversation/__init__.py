@@ -1,4 +1,5 @@
-"""The conversation processor: the S1-S5 state machine over the bus.
+"""The conversation processor: the flow engine (any registered flow, ``_engine``) and the
+built-in expense report (the S1-S5 state machine) over the bus.
 
 ``handle`` is the processor's handler (name ``conversation``, topic
 ``hermes.conversation.in``); ``build_ports`` gives its ports from the ``HERMES_LLM_*`` and
@@ -11,6 +12,7 @@ from hermesbus.errors import TransitionError  # the error tree holds it; exporte
 from hermesbus.processors.conversation._actions import ACTIONS
 from hermesbus.processors.conversation._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
 from hermesbus.processors.conversation._context import UNFINISHED_LABEL
+from hermesbus.processors.conversation._engine import FLOW_SETTLE_MS, NOT_UNDERSTOOD
 from hermesbus.processors.conversation._flow import report_id
 from hermesbus.processors.conversation._handler import NAME, TIMER_SOURCE, TOPIC, handle
 from hermesbus.processors.conversation._history import (
@@ -66,12 +68,14 @@ __all__ = [
     "DEFAULT_TIMEZONE",
     "EXITS",
     "FAILURE",
+    "FLOW_SETTLE_MS",
     "HISTORY_BUDGET_TOKENS",
     "INTENT_PORT",
     "MACHINE",
     "MAX_CONFIRMATION_WORDS",
     "MAX_PROBLEMS",
     "NAME",
+    "NOT_UNDERSTOOD",
     "STATE_SPECS",
     "TIMER_SOURCE",
     "TOPIC",

@@ -67,6 +67,7 @@ from hermesbus.processors.flow import (
 )
 
 __all__ = [
+    "FLOW_SETTLE_MS",
     "FLOW_SNAPSHOT_TTL_S",
     "NOT_UNDERSTOOD",
     "choose_flow",
@@ -87,6 +88,10 @@ NOT_UNDERSTOOD: Final = "抱歉，没能理解您的回复。"
 NOT_REGISTERED: Final = "流程 {flow} 尚未注册，无法开始会话（flow {flow} is not registered）。"
 FLOW_SNAPSHOT_TTL_S: Final = 30 * 24 * 3600
 """How long a finished session's snapshot stays in mid-term memory (as unfinished reports)."""
+FLOW_SETTLE_MS: Final = 1_000
+"""A registered version takes new sessions whose first turn is at least this much younger
+than its registration: the catalog then reads the registry at most once a second for new
+sessions, and a replay chooses as the live run did."""
 MAX_MOVES: Final = 32
 """The most moves one input may make (a ``done`` circle stops here)."""
 _RULES: Final = RuleIntentParser()
@@ -125,7 +130,8 @@ async def choose_flow(step: Step, turn: UserTurn) -> FlowSpec | str | None:
     it is not registered), else the first registered flow (by id) one of whose intents
     the turn matches; None: none (the expense report's own parser decides)."""
     catalog = catalog_of(step)
-    flows = await catalog.current(epoch_ms(step.env.timestamp)) if catalog is not None else {}
+    at_ms = epoch_ms(step.env.timestamp) - FLOW_SETTLE_MS
+    flows = await catalog.current(at_ms) if catalog is not None else {}
     if turn.flow is not None:
         return flows.get(turn.flow, turn.flow)
     for name in sorted(flows):
@@ -372,7 +378,7 @@ def _finish(step: Step, spec: FlowSpec, state: State) -> None:
         "entities": step.session.values.get("entities", {}),
     }
     step.remember(
-        f"flow:{spec.flow}:{step.env.session_id}",
+        f"{protocol.FLOW_SNAPSHOT}{spec.flow}:{step.env.session_id}",
         value,
         confirmed_by=step.session.turn_id or step.env.message_id,
         importance=0.6,

@@ -8,7 +8,13 @@ transitions between them. ``flow.schema.json`` beside this module is the publish
 holds it current).
 """
 
-from hermesbus.processors.flow._catalog import FLOWS_PORT, FlowCatalog, StaticCatalog, machine_of
+from hermesbus.processors.flow._catalog import (
+    FLOWS_PORT,
+    FlowCatalog,
+    PinnedCatalog,
+    StaticCatalog,
+    machine_of,
+)
 from hermesbus.processors.flow._hooks import HOOKS_PORT, Hooks
 from hermesbus.processors.flow._lint import BUILTIN_TRIGGERS, FAILURE, Finding, lint, tools_of
 from hermesbus.processors.flow._load import (
@@ -78,6 +84,7 @@ __all__ = [
     "Lines",
     "ParallelAction",
     "PatternEntity",
+    "PinnedCatalog",
     "Problem",
     "Refused",
     "Registered",

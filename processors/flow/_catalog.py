@@ -17,7 +17,7 @@ from typing import Final, Protocol
 from hermesbus.processors.flow._spec import FlowSpec, ParallelAction
 from hermesbus.processors.protocol import MAX_BUDGET_FACTOR, FlowMachine
 
-__all__ = ["FLOWS_PORT", "FlowCatalog", "StaticCatalog", "machine_of"]
+__all__ = ["FLOWS_PORT", "FlowCatalog", "PinnedCatalog", "StaticCatalog", "machine_of"]
 
 FLOWS_PORT: Final = "flows"
 """The port name of the flow catalog (the conversation's and the dispatcher's)."""
@@ -60,6 +60,28 @@ class StaticCatalog:
             if registered <= at_ms and (kept is None or spec.version > kept.version):
                 newest[spec.flow] = spec
         return newest
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedCatalog:
+    """Another catalog with every flow pinned to version ``pinned`` (where the flow has
+    it): a replay of recorded sessions against that version (``replay --flow-version``)."""
+
+    inner: FlowCatalog
+    pinned: int
+
+    async def version(self, flow: str, version: int) -> FlowSpec | None:
+        return await self.inner.version(flow, self.pinned) or await self.inner.version(
+            flow, version
+        )
+
+    async def current(self, at_ms: int) -> Mapping[str, FlowSpec]:
+        flows = dict(await self.inner.current(at_ms))
+        for flow in flows:
+            spec = await self.inner.version(flow, self.pinned)
+            if spec is not None:
+                flows[flow] = spec
+        return flows
 
 
 def machine_of(spec: FlowSpec) -> FlowMachine:

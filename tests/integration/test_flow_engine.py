@@ -27,6 +27,7 @@ from hermesbus.compose.stack import Stack
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.demo.expense import DEMO_USER
 from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.processors.conversation import FLOW_SETTLE_MS
 from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY_TOPIC
 from hermesbus.topics import ALERTS
 from tests import signing
@@ -121,6 +122,7 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         spec.write_text(THIRD, encoding="utf-8")
         registered = await _cli(running, home, "flows", "register", str(spec))
         assert registered.code == 0, registered.output
+        await asyncio.sleep(FLOW_SETTLE_MS / 1000)  # new sessions take it from then on
 
         session = f"parcel-{unique}"
         said = await _cli(
@@ -146,9 +148,38 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         ) as conversation:
             lacking = _move(f"moves-{unique}", "looked_up", "asked", 1)
             await conversation.send(lacking)
-            assert await _seen(running.bootstrap, running.prefix + ALERTS, _refused(lacking.message_id))
+            assert await _seen(
+                running.bootstrap, running.prefix + ALERTS, _refused(lacking.message_id)
+            )
             having = _move(f"moves-{unique}", "looked_up", "asked", 2)
             await conversation.send(having)
             memory = running.prefix + MEMORY_TOPIC
             assert await _seen(running.bootstrap, memory, _forwarded(having.message_id))
         assert running.violations.by_rule == {"transition": 1}
+
+        # the session replays in the shadow as it ran, and against later versions: one
+        # that changes nothing it did, one that changes what it says
+        shadowed = await _cli(running, home, "replay", "--shadow", "--session", session)
+        assert shadowed.code == 0, shadowed.output
+        assert (await _cli(running, home, *_against(session, 2))).code == 0
+        v3 = V2.replace("version: 2", "version: 3").replace(
+            "Parcel {entities", "Your parcel {entities"
+        )
+        await register_flow(
+            KafkaConfig(bootstrap=running.bootstrap),
+            running.prefix,
+            signing.keys(),
+            v3.encode(),
+            "v3.yaml",
+        )
+        changed = await _cli(running, home, *_against(session, 3))
+        assert changed.code == 1, changed.output
+        assert "payload.body.text" in changed.out
+        assert "Your parcel P123456" in changed.out
+        missing = await _cli(running, home, *_against(session, 4))
+        assert missing.code == 2
+        assert "--flow-version 4: flow parcel_status has no such version" in missing.err
+
+
+def _against(session: str, version: int) -> tuple[str, ...]:
+    return ("replay", "--shadow", "--session", session, "--flow-version", str(version))

@@ -199,7 +199,7 @@ async def test_a_session_keeps_its_version_and_new_sessions_take_the_newest(
     v2 = changed(CONTRACT, "version: 1", "version: 2")
     v2 = changed(v2, 'text: "合同 {results', 'text: "v2 合同 {results')
     catalog.add(spec_of(v2), registered_at_ms=epoch_ms(T0 + timedelta(seconds=2)))
-    await harness.send(turn("查合同 C-1234", 3))
+    await harness.send(turn("查合同 C-1234", 3))  # v2 is older than FLOW_SETTLE_MS by 4
     assert replies(harness)[-1] == "合同 C-1234：生效中"  # finished under version 1
     assert {flow for _, _, flow in moves(harness)} == {"contract_lookup@1"}
     await harness.send(turn("查合同 C-1234", 4, session="s2"))
