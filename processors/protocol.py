@@ -78,6 +78,7 @@ __all__ = [
     "DISPATCHER",
     "DISPATCHER_ADDRESS",
     "DISPATCHER_TOPIC",
+    "ENDS",
     "EXPENSE_MACHINE",
     "FALLBACK",
     "FLOW_SNAPSHOT",
@@ -155,6 +156,9 @@ FALLBACK: Final = "fallback"
 FLOW_SNAPSHOT: Final = "flow:"
 """The mid-term key prefix of a finished flow session's snapshot (``flow:<flow>:<session>``);
 its value names the flow and its ``version``."""
+ENDS: Final = "ends"
+"""``True`` in the context of a flow's state snapshot whose state is terminal: memory drops
+the session's symbols (the expense report's terminal state is known by its name, S5)."""
 MORE: Final = "more"
 """``True`` on a flow's reply when more replies to the same turn follow (``say --wait``
 waits for the one without it); the expense report's replies do not carry it (one each)."""

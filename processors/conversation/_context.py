@@ -76,9 +76,9 @@ class Step:
         pinned = {k: str(v) for k, v in facts.items() if v is not None and v != ""}
         self.update(facts={**self.session.facts, **pinned})
 
-    def move(self, trigger: str, target: str | None = None) -> str:
+    def move(self, trigger: str, target: str | None = None, *, ends: bool = False) -> str:
         """Take the transition for ``trigger`` (the expense table's, or ``target`` a flow's
-        engine chose) and tell the dispatcher about it."""
+        engine chose) and tell the dispatcher about it (``ends``: a flow's terminal state)."""
         previous = self.session.state
         target = target if target is not None else MACHINE.target(previous, trigger)
         self.disarm_all()
@@ -86,8 +86,9 @@ class Step:
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
         snapshot = snapshot_of(self.session)
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
+        context: dict[str, ContextValue] = {protocol.ENDS: True} if ends else {}
         self._envelope(
-            protocol.DISPATCHER_ADDRESS, body, "state_snapshot", context={}, snapshot=snapshot
+            protocol.DISPATCHER_ADDRESS, body, "state_snapshot", context=context, snapshot=snapshot
         )
         log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
         return target

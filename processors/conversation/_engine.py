@@ -308,7 +308,7 @@ def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
     step.update(next_action=0, flow_summary=_summary(step, state))
-    step.move(trigger, target)
+    step.move(trigger, target, ends=state.kind == "terminal")
     _run(step, spec)
 
 

@@ -30,7 +30,7 @@ from hermesbus.processors.memory._model import GraphPlan, millis
 from hermesbus.processors.memory._ports import GraphReader
 from hermesbus.processors.memory._stores import MemoryStores
 from hermesbus.processors.memory._symbols import lookup, parse_symbol, prune
-from hermesbus.processors.protocol import DISPATCHER_ADDRESS, MEMORY
+from hermesbus.processors.protocol import DISPATCHER_ADDRESS, ENDS, MEMORY
 from hermesbus.runtime import HandlerInput, Outcome
 
 __all__ = ["NAME", "TERMINAL_STATE", "TOPIC", "handle"]
@@ -164,13 +164,15 @@ def _refuse(inp: HandlerInput, write: MemoryWrite, refused: Refused) -> Outcome:
 
 
 def _snapshot(inp: HandlerInput, body: StateSnapshot) -> Outcome:
-    """Keep the latest snapshot; the terminal state drops the symbol table."""
+    """Keep the latest snapshot; the terminal state (a flow's says so: ``ENDS``) drops the
+    symbol table."""
     latest = {
         **body.snapshot.model_dump(mode="json"),
         "previous_state": body.previous_state,
         "trigger": body.trigger,
     }
     state: dict[str, Any] = {**inp.state.data, "snapshot": latest}
-    if body.snapshot.state_id == TERMINAL_STATE:
+    expense_ended = body.snapshot.flow is None and body.snapshot.state_id == TERMINAL_STATE
+    if expense_ended or inp.envelope.payload.context.get(ENDS) is True:
         state["symbols"] = {}
     return Outcome(state=state)

@@ -367,3 +367,47 @@ async def test_a_hook_outside_the_allowed_modules_never_runs(tmp_path: Path) -> 
         assert first.startswith("conversation:hook 暂时无法完成请求（hook）")
         problem = state(harness)["problems"][-1]["message"]
         assert "not on HERMES_TOOL_MODULES" in problem
+
+
+SYMBOLS = """\
+flow: symbol_demo
+version: 1
+start: keep
+intents:
+  - name: keep
+    phrases: ["记住"]
+    entities: [{name: table, pattern: "([A-Z])表"}]
+  - name: finish
+    phrases: ["结束"]
+states:
+  - id: keep
+    name: 记住
+    exit: over
+    on_enter:
+      - remember: {symbol: {name: last_table, value: "table:{entities.table}"}}
+      - reply: {text: "记住了 {symbols.last_table}"}
+  - id: over
+    name: 结束
+    kind: terminal
+transitions:
+  - {from: keep, on: finish, to: over}
+"""
+
+
+async def test_a_flows_symbols_live_in_short_term_memory_until_its_terminal_state(
+    tmp_path: Path,
+) -> None:
+    async with in_memory(
+        tmp_path,
+        tools=ScriptedTools({}),
+        health=StaticHealth(),
+        policy=protocol.ProtocolPolicy(),
+        flows=StaticCatalog.of([spec_of(SYMBOLS)]),
+    ) as harness:
+        await harness.send(turn("记住A表", 1))
+        assert replies(harness) == ["记住了 table:A"]
+        symbols = harness.state("memory", "s1").data["symbols"]
+        assert symbols["last_table"]["entity"] == "table:A"
+        await harness.send(turn("结束", 2))
+        assert harness.state("memory", "s1").data["symbols"] == {}
+        assert harness.refused == []
