@@ -1,12 +1,19 @@
-"""The README's flow spec is one: it reads, and its machine lints clean against the demo's
-tools (the integration suite registers a flow of the same shape on both brokers)."""
+"""The README's flow spec is one: it reads, its machine lints clean against the demo's
+tools, and the engine answers its `say` as the README shows (the integration suite
+registers a flow of the same shape and drives it with `say` on both brokers)."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
-from hermesbus.processors.flow import lint, load_flow
+from hermesbus import Envelope, Payload, Reply, UserTurn
+from hermesbus.compose.stack import in_memory
+from hermesbus.demo.scripted import ScriptedTools
+from hermesbus.processors.dispatcher import StaticHealth
+from hermesbus.processors.flow import StaticCatalog, lint, load_flow
+from hermesbus.processors.protocol import ProtocolPolicy, ToolHealth
 from hermesbus.processors.tool import DEMO_MODULES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -25,3 +32,42 @@ def test_the_readme_flow_reads_and_lints_clean() -> None:
         ["asked", "looked_up", "closed"],
     )
     assert lint(spec, lines, modules=(DEMO_MODULES,), registered={"org_tool"}) == []
+
+
+async def test_the_readme_flow_runs_as_the_readme_shows(tmp_path: Path) -> None:
+    """The section's `say` shows the two replies of the first turn: the engine says them."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    (spec_text,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    shown = re.findall(r"^#   hermes  (.*?)  \(conversation:(\w+)\)$", section, re.M)
+    assert len(shown) == 2, "the section shows the two replies of `say`"
+    said = re.search(r'^hermesbus say (\S+) "(.*?)" --wait$', section, re.M)
+    assert said is not None
+    spec, _ = load_flow(spec_text, "README.md")
+    tools = ScriptedTools({"org_tool": {"user_id": "u_xyz789", "name": "张三"}})
+    health = StaticHealth([ToolHealth("org_tool", 20.0, 1.0)])
+    async with in_memory(
+        tmp_path,
+        tools=tools,
+        health=health,
+        policy=ProtocolPolicy(),
+        flows=StaticCatalog.of([spec]),
+    ) as harness:
+        turn = Envelope(
+            message_id="m1",
+            timestamp=datetime(2024, 6, 3, 1, 0, tzinfo=UTC),
+            source="app:cli",
+            target="conversation:in",
+            session_id=said.group(1),
+            user_id="u_xyz789",
+            trace_id="t1",
+            payload=Payload(body=UserTurn(text=said.group(2))),
+        )
+        await harness.send(turn)
+        replies = [
+            (s.envelope.payload.body.text, s.envelope.source.split(":", 1)[1])
+            for s in harness.sent
+            if isinstance(s.envelope.payload.body, Reply)
+        ]
+        assert replies == shown
+        assert harness.refused == []
