@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from hermesbus.processors.flow._load import Lines, Problem, field_name
+from hermesbus.processors.flow._render import render
 from hermesbus.processors.flow._spec import (
     SUMMARY_MAX,
     Call,
@@ -87,17 +88,7 @@ def _calls(
 
 def literal_text(template: str) -> str:
     """A template without its placeholders: what it says whatever the values."""
-    out, i = [], 0
-    while i < len(template):
-        if template.startswith(("{{", "}}"), i):
-            out.append(template[i])
-            i += 2
-        elif template[i] == "{":
-            i = template.index("}", i) + 1
-        else:
-            out.append(template[i])
-            i += 1
-    return "".join(out)
+    return render(template, {})
 
 
 class _Check:

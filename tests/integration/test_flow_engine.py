@@ -136,13 +136,7 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         assert "Traceback" not in said.err
         assert running.problems() == []
 
-        await register_flow(
-            KafkaConfig(bootstrap=running.bootstrap),
-            running.prefix,
-            signing.keys(),
-            V2.encode(),
-            "v2.yaml",
-        )
+        await _register(running, V2, "v2.yaml")
         async with Client(
             bootstrap=running.bootstrap, topic_prefix=running.prefix, identity="conversation"
         ) as conversation:
@@ -165,13 +159,7 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         v3 = V2.replace("version: 2", "version: 3").replace(
             "Parcel {entities", "Your parcel {entities"
         )
-        await register_flow(
-            KafkaConfig(bootstrap=running.bootstrap),
-            running.prefix,
-            signing.keys(),
-            v3.encode(),
-            "v3.yaml",
-        )
+        await _register(running, v3, "v3.yaml")
         changed = await _cli(running, home, *_against(session, 3))
         assert changed.code == 1, changed.output
         assert "payload.body.text" in changed.out
@@ -179,6 +167,12 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         missing = await _cli(running, home, *_against(session, 4))
         assert missing.code == 2
         assert "--flow-version 4: flow parcel_status has no such version" in missing.err
+
+
+async def _register(running: Stack, text: str, where: str) -> None:
+    """Register a version as `flows register` does, without a Python start."""
+    kafka = KafkaConfig(bootstrap=running.bootstrap)
+    await register_flow(kafka, running.prefix, signing.keys(), text.encode(), where)
 
 
 def _against(session: str, version: int) -> tuple[str, ...]:

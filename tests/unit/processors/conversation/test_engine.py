@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,21 @@ def moves(harness: Harness, session: str = "s1") -> list[tuple[str | None, str, 
 
 def state(harness: Harness, session: str = "s1") -> dict[str, Any]:
     return dict(harness.state("conversation", session).data)
+
+
+@asynccontextmanager
+async def flow_bus(tmp_path: Path, *specs: str, **given: Any) -> AsyncIterator[Harness]:
+    """The four processors on the in-memory bus with ``specs`` registered; ``given``:
+    ``tools``, ``health`` or ``settings`` other than none and the defaults."""
+    async with in_memory(
+        tmp_path,
+        tools=given.pop("tools", ScriptedTools({})),
+        health=given.pop("health", StaticHealth()),
+        policy=protocol.ProtocolPolicy(),
+        flows=StaticCatalog.of([spec_of(spec) for spec in specs]),
+        **given,
+    ) as harness:
+        yield harness
 
 
 @pytest.fixture
@@ -258,14 +274,7 @@ transitions:
 async def test_a_confirmation_state_passes_only_on_its_button_or_a_whole_answer(
     tmp_path: Path, answer: str, last: str
 ) -> None:
-    catalog = StaticCatalog.of([spec_of(CONFIRMING)])
-    async with in_memory(
-        tmp_path,
-        tools=ScriptedTools({}),
-        health=StaticHealth(),
-        policy=protocol.ProtocolPolicy(),
-        flows=catalog,
-    ) as harness:
+    async with flow_bus(tmp_path, CONFIRMING) as harness:
         await harness.send(turn("开始确认", 1))
         await harness.send(turn(answer, 2))
         assert replies(harness) == ["确认提交吗？", last]
@@ -273,12 +282,8 @@ async def test_a_confirmation_state_passes_only_on_its_button_or_a_whole_answer(
 
 
 async def test_a_failed_call_tells_the_user_and_takes_the_exception_exit(tmp_path: Path) -> None:
-    catalog = StaticCatalog.of([spec_of(CONTRACT)])
-    tools = ScriptedTools({})  # contract_tool answers 404: not in the script
     health = StaticHealth([protocol.ToolHealth("contract_tool", 20.0, 1.0)])
-    async with in_memory(
-        tmp_path, tools=tools, health=health, policy=protocol.ProtocolPolicy(), flows=catalog
-    ) as harness:
+    async with flow_bus(tmp_path, CONTRACT, health=health) as harness:  # 404: no script
         await harness.send(turn("查合同 C-1234", 1))
         said = replies(harness)
         assert said[0] == "请告诉我合同号"
@@ -341,27 +346,14 @@ async def test_hooks_give_values_and_guard_moves_and_a_failing_hook_takes_the_ex
     tmp_path: Path, text: str, said: list[str]
 ) -> None:
     modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
-    async with in_memory(
-        tmp_path,
-        tools=ScriptedTools({}),
-        health=StaticHealth(),
-        policy=protocol.ProtocolPolicy(),
-        flows=StaticCatalog.of([spec_of(HOOKED)]),
-        settings=Settings.of(tmp_path, tool=modules),
-    ) as harness:
+    async with flow_bus(tmp_path, HOOKED, settings=Settings.of(tmp_path, tool=modules)) as harness:
         await harness.send(turn(text, 1))
         assert [line.split("。")[0] for line in replies(harness)] == said
         assert harness.refused == []
 
 
 async def test_a_hook_outside_the_allowed_modules_never_runs(tmp_path: Path) -> None:
-    async with in_memory(  # default settings: only the demo tools' modules are allowed
-        tmp_path,
-        tools=ScriptedTools({}),
-        health=StaticHealth(),
-        policy=protocol.ProtocolPolicy(),
-        flows=StaticCatalog.of([spec_of(HOOKED)]),
-    ) as harness:
+    async with flow_bus(tmp_path, HOOKED) as harness:  # only the demo's modules are allowed
         await harness.send(turn("查合同 C-1239", 1))
         first = replies(harness)[0]
         assert first.startswith("conversation:hook 暂时无法完成请求（hook）")
@@ -397,13 +389,7 @@ transitions:
 async def test_a_flows_symbols_live_in_short_term_memory_until_its_terminal_state(
     tmp_path: Path,
 ) -> None:
-    async with in_memory(
-        tmp_path,
-        tools=ScriptedTools({}),
-        health=StaticHealth(),
-        policy=protocol.ProtocolPolicy(),
-        flows=StaticCatalog.of([spec_of(SYMBOLS)]),
-    ) as harness:
+    async with flow_bus(tmp_path, SYMBOLS) as harness:
         await harness.send(turn("记住A表", 1))
         assert replies(harness) == ["记住了 table:A"]
         symbols = harness.state("memory", "s1").data["symbols"]
