@@ -160,12 +160,17 @@ async def _answer(replies: Replies, turn: Envelope, seconds: float) -> bool:
             async for reply in replies:
                 if reply.trace_id != turn.trace_id:
                     continue  # an earlier turn's late reply, or another trace's timer
-                _show(reply)
+                if _text(reply):  # a reply with no text only ends a flow's turn
+                    _show(reply)
                 if reply.source.startswith("conversation:") and not _more(reply):
                     return True  # the answer; notices come from mcp:dispatcher
     except TimeoutError:
         return False
     return False
+
+
+def _text(reply: Envelope) -> str:
+    return str(getattr(reply.payload.body, "text", "") or "")
 
 
 def _more(reply: Envelope) -> bool:

@@ -33,7 +33,7 @@ from hermesbus.connectors.kafka import (
 )
 from hermesbus.contract.envelope import Envelope, check_session_id
 from hermesbus.contract.headers import envelope_headers
-from hermesbus.contract.payloads import Payload, UserTurn
+from hermesbus.contract.payloads import Payload, Reply, UserTurn
 from hermesbus.errors import (
     BrokerError,
     ConfigError,
@@ -309,16 +309,25 @@ class Client(Service):
         *,
         flow: str | None = None,
     ) -> Envelope:
-        """Say ``text`` (``flow``: as for :meth:`say`), return the first reply of its trace;
+        """Say ``text`` (``flow``: as for :meth:`say`), return the answer: the first reply of
+        its trace after which no more follow (a flow's earlier replies to the same turn say
+        ``context["more"]``; when its last has no text, the one before is returned);
         ReplyTimeout ``timeout`` s after."""
         turn = self.turn(session_id, user_id, text, flow=flow)
         async with self.replies(session_id) as replies:  # listen first: fast replies count
             await self.send(turn)
             try:
                 async with asyncio.timeout(timeout):
+                    said: Envelope | None = None
                     async for reply in replies:
-                        if reply.trace_id == turn.trace_id:
-                            return reply
+                        if reply.trace_id != turn.trace_id:
+                            continue
+                        if reply.payload.context.get("more") is True:
+                            said = reply
+                            continue
+                        body = reply.payload.body
+                        empty = isinstance(body, Reply) and not body.text
+                        return said if empty and said is not None else reply
             except TimeoutError as exc:
                 raise ReplyTimeout(
                     f"no reply to trace {turn.trace_id} of session {session_id!r}"

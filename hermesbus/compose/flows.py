@@ -23,6 +23,7 @@ from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import LogReader
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, Signer, Verifier
+from hermesbus.processors.conversation import FLOW_SETTLE_MS
 from hermesbus.processors.flow import (
     DIGEST_CHARS,
     FLOW_SIGNER,
@@ -35,7 +36,10 @@ from hermesbus.processors.flow import (
 )
 from hermesbus.topics import FLOWS
 
-__all__ = ["Registration", "RegistryCatalog", "read_flows", "register_flow"]
+__all__ = ["REREAD_MS", "Registration", "RegistryCatalog", "read_flows", "register_flow"]
+
+REREAD_MS = 250
+"""The registry catalog reads the registry at most once in this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +80,28 @@ async def _read(kafka: KafkaConfig, topic: str, keyring: Keyring) -> Registered:
 class RegistryCatalog:
     """The registry topic as the processors' flow catalog (``ports["flows"]``).
 
-    It holds what it read last. A version it does not hold, or flows current at a time
-    after its last read began, make it read the registry again first (one read at a
-    time; readers that wait share it), so a version registered before a turn was sent
-    is known when the turn is handled. Versions never change once read. A broker that
-    cannot be reached is a BrokerError: the record waits in place.
+    It holds what it read last, and reads the registry again (one read at a time; readers
+    that wait share it) when asked for a version it does not hold, or for the flows
+    current at a time its last read may have missed: the conversation asks for versions
+    registered ``settle_ms`` before a turn, and a record is readable well within half of
+    that after its timestamp, so a read begun later than that holds all of them and a
+    replay decides alike. Reads are at most one per :data:`REREAD_MS` (a turn dated ahead
+    of this machine's clock, or a version nobody registered, cannot make it read on every
+    record). Versions never change once read. A broker that cannot be reached is a
+    BrokerError: the record waits in place.
     """
 
-    def __init__(self, kafka: KafkaConfig, prefix: str, keyring: Callable[[], Keyring]) -> None:
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        prefix: str,
+        keyring: Callable[[], Keyring],
+        *,
+        settle_ms: int = FLOW_SETTLE_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._kafka, self._prefix, self._keyring = kafka, prefix, keyring
+        self._settle_ms, self._clock = settle_ms, clock
         self._registered: Registered | None = None
         self._read_from_ms = 0.0
         self._lock = asyncio.Lock()
@@ -97,11 +114,17 @@ class RegistryCatalog:
     async def stop(self) -> None:
         return None
 
-    async def _refresh(self, after_ms: float) -> Registered:
-        """What the registry holds, read again unless a read began after ``after_ms``."""
+    def _now_ms(self) -> float:
+        return self._clock() * 1000
+
+    async def _refresh(self, needed_ms: float) -> Registered:
+        """What the registry holds, read again unless a read began at ``needed_ms`` or
+        later, or less than REREAD_MS ago."""
         async with self._lock:
-            if self._registered is None or self._read_from_ms <= after_ms:
-                began = time.time() * 1000
+            fresh = self._read_from_ms >= needed_ms
+            recent = self._now_ms() - self._read_from_ms < REREAD_MS
+            if self._registered is None or not (fresh or recent):
+                began = self._now_ms()
                 self._registered = await read_flows(self._kafka, self._prefix, self._keyring())
                 self._read_from_ms = began
                 self.reads += 1
@@ -111,14 +134,14 @@ class RegistryCatalog:
         registered = self._registered
         kept = registered.get(flow, version) if registered is not None else None
         if kept is None:
-            kept = (await self._refresh(time.time() * 1000)).get(flow, version)
+            kept = (await self._refresh(self._now_ms())).get(flow, version)
         return kept.spec if kept is not None else None
 
     async def current(self, at_ms: int) -> Mapping[str, FlowSpec]:
         """The newest version of each flow registered at or before ``at_ms``."""
         registered = self._registered
-        if registered is None or at_ms >= self._read_from_ms:
-            registered = await self._refresh(min(at_ms, time.time() * 1000))
+        if registered is None or self._read_from_ms < at_ms + self._settle_ms / 2:
+            registered = await self._refresh(at_ms + self._settle_ms / 2)
         newest: dict[str, FlowSpec] = {}
         for flow, versions in registered.versions.items():
             taken = [v for v in versions.values() if v.registered_at_ms <= at_ms]

@@ -281,13 +281,23 @@ class Step:
     def _mark_more(self) -> None:
         """A flow's replies say whether more replies to the same turn follow
         (``context[MORE]``): all but the last of this input's, and the last when a cycle
-        it started will answer, so ``say --wait`` waits for the rest."""
+        it started will answer, so ``say --wait`` waits for the rest. An answer that ends
+        such a turn with nothing to say sends a reply with no text, the turn's end."""
         emitted = self.effects.emitted
         replies = [n for n, e in enumerate(emitted) if isinstance(e.payload.body, Reply)]
+        continues = self.cycled and self.session.pending is not None
+        if not replies:
+            if self.session.said_more and not continues:
+                self.update(said_more=False)
+                self._envelope(
+                    protocol.USER, Reply(text=""), "reply", context={protocol.MORE: False}
+                )
+            return
         for n in replies:
-            more = n != replies[-1] or (self.cycled and self.session.pending is not None)
+            more = n != replies[-1] or continues
             payload = emitted[n].payload
             context = {**payload.context, protocol.MORE: more}
             emitted[n] = emitted[n].model_copy(
                 update={"payload": payload.model_copy(update={"context": context})}
             )
+        self.update(said_more=continues)

@@ -36,7 +36,7 @@ from hermesbus.contract.payloads import (
     ToolResults,
     UserTurn,
 )
-from hermesbus.errors import HookError, StoreError
+from hermesbus.errors import HermesError, HookError, StoreError
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
@@ -70,9 +70,11 @@ __all__ = [
     "FLOW_SETTLE_MS",
     "FLOW_SNAPSHOT_TTL_S",
     "NOT_UNDERSTOOD",
+    "FlowLost",
     "choose_flow",
     "ended",
     "flow_of",
+    "lost",
     "not_registered",
     "on_flow_error",
     "on_flow_results",
@@ -85,6 +87,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NOT_UNDERSTOOD: Final = "抱歉，没能理解您的回复。"
+LOST: Final = (
+    "会话所用的流程 {flow} 第 {version} 版已不在注册表中，本次会话已结束，请重新开始"
+    "（the flow version this session ran is gone: please start again）。"
+)
+MAX_FAILURES: Final = 3
+"""Failures a flow session may have in a row without the user speaking; after that no
+exception exit is taken (an exit that fails again would loop) until the user speaks."""
 NOT_REGISTERED: Final = "流程 {flow} 尚未注册，无法开始会话（flow {flow} is not registered）。"
 FLOW_SNAPSHOT_TTL_S: Final = 30 * 24 * 3600
 """How long a finished session's snapshot stays in mid-term memory (as unfinished reports)."""
@@ -102,22 +111,39 @@ def catalog_of(step: Step) -> FlowCatalog | None:
     return catalog
 
 
+class FlowLost(HermesError):
+    """The flow version a session runs is not in the registry (lost, or its signing key
+    rotated out twice): the session cannot go on."""
+
+
 async def flow_of(step: Step) -> FlowSpec | None:
-    """The spec of the flow the session runs (None: the expense report). A version the
-    registry does not hold (lost, or not read yet) pauses the session: a StoreError."""
+    """The spec of the flow the session runs; None for the expense report and for a flow
+    session that has ended (a turn starts a new one). FlowLost: the registry, read to its
+    end, does not hold the version (a registry that cannot be read is a BrokerError: the
+    record waits)."""
     session = step.session
-    if session.flow is None:
+    if session.flow is None or session.outcome:
         return None
     catalog = catalog_of(step)
     version = session.flow_version or 0
     spec = await catalog.version(session.flow, version) if catalog is not None else None
     if spec is None:
-        raise StoreError(
-            f"session {step.env.session_id!r} runs flow {session.flow} version {version}, "
-            "which the flow registry does not hold (was it lost? `hermesbus flows list`)",
-            retriable=True,
-        )
+        raise FlowLost(f"flow {session.flow} version {version} is not in the flow registry")
     return spec
+
+
+def lost(step: Step, exc: FlowLost) -> None:
+    """End a session whose flow version is gone: kept among the problems, told to the
+    user (on a turn), the session reset; nothing waits for a version that will not come."""
+    session = step.session
+    step.problem("conversation:flow", "flow_lost", str(exc))
+    step.session = Session(
+        preferences=session.preferences,
+        declined=session.declined,
+        problems=step.session.problems,
+    )
+    if isinstance(step.env.payload.body, UserTurn):
+        step.reply(LOST.format(flow=session.flow, version=session.flow_version))
 
 
 def ended(step: Step, spec: FlowSpec) -> bool:
@@ -186,6 +212,7 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     if step.session.pending is not None:
         step.reply(texts.PENDING)
         return
+    step.update(failures=0)
     parsed = _parse(step, spec, turn)
     values = step.session.values
     entities = {**values.get("entities", {}), **parsed.entities}
@@ -195,7 +222,7 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     if confirm is not None and not turn.attachments:
         answer = plain(turn.text)
         passing = {plain(b) for b in confirm.buttons} | {plain(a) for a in confirm.answers}
-        if answer and answer in passing and _take(step, spec, confirm.trigger):
+        if answer and answer in passing and _take(step, spec, confirm.trigger, confirmed=True):
             return
     if parsed.intent is not None and _take(step, spec, parsed.intent):
         return
@@ -213,8 +240,10 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
         return
     step.update(pending=None)
     state = _state(step, spec)
-    calls = _calls_of(state, step.session.next_action - 1)
+    index = step.session.next_action - 1
+    calls = _calls_of(state, index)
     into = {call.tool: call.into or call.tool for call in calls}
+    kept = bool(calls)  # a fact's verification is written by the dispatcher, not kept here
     values = step.session.values
     results = dict(values.get("results", {}))
     for result in answer.results:
@@ -233,7 +262,8 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
             step.update(
                 notes=(*step.session.notes, texts.degraded_note(result.tool, result.fallback))
             )
-        results[into.get(result.tool, result.tool)] = _content(result)
+        if kept:
+            results[into.get(result.tool, result.tool)] = _content(result)
     symbols = dict(values.get("symbols", {}))
     if answer.context is not None:
         symbols.update(answer.context.symbols)
@@ -300,6 +330,7 @@ def _values(step: Step) -> dict[str, Any]:
         **step.session.values,
         "user": {"id": step.env.user_id},
         "session": {"id": step.env.session_id, "state": step.session.state or ""},
+        "turn": {"id": step.env.message_id, "at": step.env.timestamp.isoformat()},
     }
 
 
@@ -330,7 +361,7 @@ def _run(step: Step, spec: FlowSpec) -> None:
                 _cycle(step, spec, state, index)
                 return
             if isinstance(action, RememberAction) and isinstance(action.remember, RememberFact):
-                _verify_fact(step, action.remember)
+                _verify_fact(step, spec, action.remember)
                 return
             if isinstance(action, ReplyAction):
                 text = render(action.reply.text, _values(step))
@@ -386,16 +417,17 @@ def _finish(step: Step, spec: FlowSpec, state: State) -> None:
     )
 
 
-def _take(step: Step, spec: FlowSpec, trigger: str) -> bool:
-    """Take the current state's first move on ``trigger`` whose guards pass. A flow that
-    moves more than :data:`MAX_MOVES` times for one input (``done`` moves in a circle)
-    stops where it is, says so and keeps the problem."""
+def _take(step: Step, spec: FlowSpec, trigger: str, *, confirmed: bool = False) -> bool:
+    """Take the current state's first move on ``trigger`` whose guards pass. A
+    confirmation state's own trigger is taken only ``confirmed`` (its button or a whole
+    answer: never an intent, a wait or ``any`` of the same name). A flow that would move
+    more than :data:`MAX_MOVES` times for one input (``done`` moves in a circle) stops
+    where it is, says so and keeps the problem."""
     source = step.session.state
-    if step.moves >= MAX_MOVES:
-        message = f"flow {spec.flow} v{spec.version} moved {step.moves} times for one input"
-        step.problem("conversation:flow", "loop", message)
-        step.reply(texts.error_text("conversation:flow", "loop", "请联系管理员"))
-        return True
+    state = spec.state(source or "")
+    if state is not None and state.confirm is not None and trigger == state.confirm.trigger:
+        if not confirmed:
+            return False
     for move in spec.transitions:
         if move.source != source or move.on != trigger:
             continue
@@ -407,9 +439,18 @@ def _take(step: Step, spec: FlowSpec, trigger: str) -> bool:
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
+        if step.moves >= MAX_MOVES:
+            _loop(step, spec)
+            return True
         _enter(step, spec, move.to, trigger)
         return True
     return False
+
+
+def _loop(step: Step, spec: FlowSpec) -> None:
+    message = f"flow {spec.flow} v{spec.version} moved {step.moves} times for one input"
+    step.problem("conversation:flow", "loop", message)
+    step.reply(texts.error_text("conversation:flow", "loop", "请联系管理员"))
 
 
 def _hook(step: Step, spec: FlowSpec, name: str) -> Any:
@@ -479,7 +520,7 @@ def _remember(step: Step, action: RememberAction) -> None:
         step.remember(f"choice:{what.preference.name}", render(what.preference.value, values))
 
 
-def _verify_fact(step: Step, what: RememberFact) -> None:
+def _verify_fact(step: Step, spec: FlowSpec, what: RememberFact) -> None:
     """A graph fact goes to its verifying tool; what the tool verifies (the ``facts`` of
     its result) the dispatcher writes to long-term memory."""
     values, fact = _values(step), what.fact
@@ -489,24 +530,44 @@ def _verify_fact(step: Step, what: RememberFact) -> None:
         "object": render(fact.object, values),
     }
     index = step.session.next_action - 1
-    step.cycle(f"{step.session.state}#{index}", [(fact.verified_by, {"facts": [edge]})])
+    state = _state(step, spec)
+    step.cycle(
+        f"{state.id}#{index}",
+        [(fact.verified_by, {"facts": [edge]})],
+        budget_ms=state.timeout_ms or spec.timeout_ms,
+    )
 
 
 def _content(result: ToolResult) -> Any:
+    """A result's JSON (its text when it is none, or holds NaN or an infinity, which no
+    later call's arguments may carry)."""
     try:
-        return json.loads(result.result_json)
+        return json.loads(result.result_json, parse_constant=_no_constant)
     except ValueError:
         return result.result_json
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _fail(
     step: Step, spec: FlowSpec, component: str, code: str, message: str, *, advice: str = ""
 ) -> None:
-    """Tell the user what failed, then take the state's exception exit."""
+    """Tell the user what failed, then take the state's exception exit (a terminal state
+    ends as it would have; past MAX_FAILURES in a row, or MAX_MOVES, it stays put)."""
     step.problem(component, code, message)
-    step.update(pending=None, degraded=True)
+    failures = step.session.failures + 1
+    step.update(pending=None, degraded=True, failures=failures)
     step.disarm_all()
     step.reply(texts.error_text(component, code, advice or "请稍后重试或联系管理员"))
     state = _state(step, spec)
-    if state.exit is not None:
+    if state.kind == "terminal":
+        _finish(step, spec, state)
+    elif failures > MAX_FAILURES or step.moves >= MAX_MOVES:
+        why = (
+            f"{failures} failures in a row in flow {spec.flow} v{spec.version}: stays in {state.id}"
+        )
+        step.problem("conversation:flow", "failing", why)
+    elif state.exit is not None:
         _enter(step, spec, state.exit, "failed")

@@ -17,9 +17,11 @@ from hermesbus.contract.payloads import ErrorReport, TimerFired, ToolResults, Us
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._engine import (
+    FlowLost,
     choose_flow,
     ended,
     flow_of,
+    lost,
     not_registered,
     on_flow_error,
     on_flow_results,
@@ -55,7 +57,11 @@ async def handle(inp: HandlerInput) -> Outcome:
     envelope = inp.envelope
     body = envelope.payload.body
     step = Step(inp, load_session(inp.state.data, envelope.session_id))
-    spec = await flow_of(step)  # None: the expense report
+    try:
+        spec = await flow_of(step)  # None: the expense report, or a flow that has ended
+    except FlowLost as exc:
+        lost(step, exc)
+        return step.outcome()
     from_dispatcher = envelope.source == protocol.DISPATCHER_ADDRESS
     if isinstance(body, UserTurn):
         await _on_turn(step, body, spec)
@@ -93,7 +99,7 @@ async def _on_turn(step: Step, turn: UserTurn, spec: FlowSpec | None) -> None:
     if spec is not None and not ended(step, spec):
         await on_flow_turn(step, spec, turn)
         return
-    if spec is None and session.state is not None and session.state != TERMINAL:
+    if session.flow is None and session.state is not None and session.state != TERMINAL:
         await on_user_turn(step, turn)
         return
     chosen = await choose_flow(step, turn)
@@ -102,7 +108,7 @@ async def _on_turn(step: Step, turn: UserTurn, spec: FlowSpec | None) -> None:
     elif chosen is not None and chosen != EXPENSE_FLOW:
         not_registered(step, chosen)
     else:
-        if spec is not None:  # a finished flow's session starts over in the expense report
+        if session.flow is not None:  # a finished flow's session starts over as an expense
             step.session = Session(preferences=session.preferences, declined=session.declined)
         await on_user_turn(step, turn)
 

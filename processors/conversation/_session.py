@@ -100,6 +100,10 @@ class Session(BaseModel):
     """A flow's last reply (``text``, ``buttons``): asked again when a turn is not understood."""
     flow_summary: str = ""
     """A flow's snapshot summary, rendered from its state's template."""
+    failures: int = 0
+    """A flow's failures since the user last spoke: past MAX_FAILURES no exit is taken."""
+    said_more: bool = False
+    """A flow's last reply to the current turn said more would follow."""
 
     def entered_at(self) -> datetime:
         return from_epoch_ms(self.entered_at_ms)

@@ -18,7 +18,7 @@ from datetime import datetime, tzinfo
 from typing import Final
 
 from hermesbus.processors.conversation._intent import normalise_city, relative_period
-from hermesbus.processors.flow import Entity, FlowSpec, Intent, PatternEntity
+from hermesbus.processors.flow import Entity, FlowSpec, Intent, PatternEntity, pattern_of
 
 __all__ = ["MAX_TEXT", "Parsed", "parse_turn", "plain"]
 
@@ -52,15 +52,16 @@ def _found(lowered: str, phrase: str) -> bool:
 def _matches(intent: Intent, text: str, lowered: str) -> bool:
     if any(_found(lowered, phrase) for phrase in intent.phrases):
         return True
-    return any(re.search(pattern, text) for pattern in intent.patterns)
+    return any(pattern_of(pattern).search(text) for pattern in intent.patterns)
 
 
 def _entity(entity: PatternEntity | Entity, text: str, now: datetime) -> str | None:
     if isinstance(entity, PatternEntity):
-        match = re.search(entity.pattern, text)
+        match = pattern_of(entity.pattern).search(text)
         if match is None:
             return None
-        return match.group(1) if match.groups() else match.group(0)
+        found = match.group(1) if match.groups() else match.group(0)
+        return found if isinstance(found, str) and found else None
     if entity.builtin == "city":
         return normalise_city(text)
     if entity.builtin == "period":

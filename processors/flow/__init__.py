@@ -55,6 +55,7 @@ from hermesbus.processors.flow._spec import (
     State,
     Transition,
     duration_ms,
+    pattern_of,
     placeholders,
 )
 
@@ -103,6 +104,7 @@ __all__ = [
     "load_flow",
     "lookup",
     "machine_of",
+    "pattern_of",
     "placeholders",
     "record_key",
     "render",

@@ -3,8 +3,10 @@
 A hook is ``module:function`` where the module is on ``HERMES_TOOL_MODULES`` (the
 admission of python tools: no private part, a plain function). It is given a copy of the
 session's values and returns a JSON value; it does no I/O and reads no clock (the values
-carry the turn's time), so a replay gets the same answer. A hook that cannot be admitted,
-raises, or returns what JSON cannot hold is a :class:`HookError`: the state fails.
+carry the turn's time: ``turn.at``), so a replay gets the same answer. A function merely
+imported into an allowed module is not admitted: it must be defined there. A hook that
+cannot be admitted, raises, or returns what JSON cannot hold is a :class:`HookError`: the
+state fails.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Hooks:
         function = getattr(module, name, None)
         if not inspect.isfunction(function) or inspect.iscoroutinefunction(function):
             raise HookError(f"hook {target!r} is not a plain function of {module_name!r}")
+        if function.__module__ != module_name:  # imported there (``from shutil import ...``)
+            raise HookError(
+                f"hook {target!r} is defined in {function.__module__!r}, not in {module_name!r}"
+            )
         self._loaded[target] = function
         return function
 

@@ -135,6 +135,39 @@ class _Check:
         if not any(s.kind == "terminal" for s in spec.states):
             self.say(("states",), "no terminal state: no session can end")
         self._intents()
+        self._exits()
+        self._confirms()
+
+    def _exits(self) -> None:
+        """Exception exits must not lead back through exits alone: a failure there would
+        fail again for ever."""
+        by_id = {s.id: s for s in self.spec.states}
+        for s, state in enumerate(self.spec.states):
+            if state.kind == "terminal":
+                continue  # it has no exit (said above if it does)
+            seen, at = [state.id], by_id.get(state.exit or "")
+            while at is not None and at.kind != "terminal" and at.id not in seen:
+                seen.append(at.id)
+                at = by_id.get(at.exit or "")
+            if at is not None and at.id == state.id:
+                circle = " -> ".join([*seen, state.id])
+                self.say(("states", s, "exit"), f"exits go round in a circle ({circle})")
+
+    def _confirms(self) -> None:
+        """Only a confirmation's button or whole answer fires its trigger: no intent, and
+        no wait of that state, may have its name."""
+        for s, state in enumerate(self.spec.states):
+            if state.confirm is None:
+                continue
+            trigger = state.confirm.trigger
+            for n, intent in enumerate(self.spec.intents):
+                if intent.name == trigger:
+                    why = f"intent {trigger!r} is the confirmation trigger of {state.id!r}"
+                    self.say(("intents", n, "name"), f"{why}: a phrase would confirm")
+            for w, wait in enumerate(state.waits):
+                if wait.trigger == trigger:
+                    why = f"{trigger!r} is the confirmation trigger of {state.id!r}"
+                    self.say(("states", s, "waits", w, "trigger"), f"{why}: time would confirm")
 
     def _intents(self) -> None:
         spec = self.spec
@@ -171,9 +204,21 @@ class _Check:
             self.say((*at, "confirm"), "confirm: is for states of kind confirmation")
         if state.summary is not None and len(literal_text(state.summary)) > SUMMARY_MAX:
             self.say((*at, "summary"), f"its fixed text is over {SUMMARY_MAX} characters")
+        self._groups(at, state)
+
+    def _groups(self, at: tuple[str | int, ...], state: State) -> None:
+        """A parallel group calls each tool once (one dispatch per tool a cycle), within the
+        state's budget."""
         budget = state.timeout_ms or self.spec.timeout_ms
         for a, action in enumerate(state.on_enter):
-            if isinstance(action, ParallelAction) and action.parallel.budget_ms > budget:
+            if not isinstance(action, ParallelAction):
+                continue
+            tools = [call.tool for call in action.parallel.calls]
+            for c, tool in enumerate(tools):
+                if tool in tools[:c]:
+                    where = (*at, "on_enter", a, "parallel", "calls", c, "tool")
+                    self.say(where, f"{tool!r} twice in one group: one call per tool a cycle")
+            if action.parallel.budget_ms > budget:
                 self.say(
                     (*at, "on_enter", a, "parallel", "budget_ms"),
                     f"over the state's timeout_ms ({budget}): the dispatcher ends the cycle first",

@@ -12,9 +12,11 @@ Texts are templates: ``{root.path}`` takes a value from the session's context (r
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any, Final, Literal
 
+import re2
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hermesbus.contract.fields import FLOW_ID_RULE
@@ -52,6 +54,7 @@ __all__ = [
     "Transition",
     "Wait",
     "duration_ms",
+    "pattern_of",
     "placeholders",
 ]
 
@@ -65,10 +68,11 @@ HOOK_TARGET_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 SUMMARY_MAX: Final = 50
 """A snapshot's summary is at most this many characters (the envelope's contract)."""
 ROOTS: Final = frozenset(
-    {"user", "session", "entities", "symbols", "context", "results", "hooks", "intent"}
+    {"user", "session", "turn", "entities", "symbols", "context", "results", "hooks", "intent"}
 )
-"""What a template may read: the user's and session's ids, the turn's intent and entities,
-the session's short-term symbols and context, the state's tool results, hook values."""
+"""What a template may read: the user's and session's ids, the turn's id and time
+(``turn.at``, ISO 8601: hooks read the date here, never from a clock), the turn's intent
+and entities, the session's short-term symbols and context, the tool results, hook values."""
 
 _PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
@@ -143,13 +147,35 @@ def _templates(value: Any, path: str = "") -> None:
             _templates(item, f"{path}[{n}]")
 
 
+def pattern_of(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, which matches in time linear in the text: a pattern runs
+    on what users type, so none may backtrack without end. ValueError says why it does
+    not compile (RE2 has no backreferences and no lookaround)."""
+    return _compiled(pattern)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    options = re2.Options()
+    options.log_errors = False  # the error is raised, not printed
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(
+            f"{pattern!r} is not a regular expression RE2 runs (no backreferences, no "
+            f"lookaround): {reason}"
+        ) from None
+
+
 def _regex(pattern: str) -> str:
-    """``pattern`` if it compiles; ValueError saying why not (also for what ``re`` raises
-    other than ``re.error``: a repetition count too large)."""
+    """``pattern`` if it is a regular expression in Python's syntax that RE2 also runs
+    (RE2 reads ``a{99999999999}`` as text, Python refuses it); ValueError saying why not."""
     try:
         re.compile(pattern)
     except (re.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    pattern_of(pattern)
     return pattern
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from json import dumps  # imported here, defined elsewhere: never a hook
 from typing import Any
+
+__all__ = ["broken", "dumps", "fails", "greeting", "is_vip", "today"]
 
 
 def is_vip(values: dict[str, Any]) -> bool:
@@ -16,3 +19,11 @@ def greeting(values: dict[str, Any]) -> str:
 
 def broken(values: dict[str, Any]) -> Any:
     return {1, 2}  # no JSON for a set
+
+
+def today(values: dict[str, Any]) -> str:
+    return str(values["turn"]["at"])[:10]  # the turn's date: no clock
+
+
+def fails(values: dict[str, Any]) -> Any:
+    raise RuntimeError("a bug in a team's hook")

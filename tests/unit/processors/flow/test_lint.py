@@ -225,3 +225,85 @@ def test_an_entity_declared_twice() -> None:
             "intents[0].entities[1].name: entity 'contract_no' is declared twice",
         )
     ]
+
+
+def test_exits_that_lead_back_to_themselves_are_refused() -> None:
+    own = changed(CONTRACT, "    exit: ended\n    summary", "    exit: look\n    summary")
+    assert said(own, "exit: look", "states[1].exit: exits go round in a circle (look -> look)") in (
+        findings(own)
+    )
+    both = changed(
+        own,
+        "    exit: ended\n    on_enter:\n      - reply",
+        "    exit: look\n    on_enter:\n      - reply",
+    )
+    both = changed(both, "    exit: look\n    summary", "    exit: ask\n    summary")
+    found = findings(both)
+    assert (
+        said(both, "exit: look", "states[0].exit: exits go round in a circle (ask -> look -> ask)")
+        in found
+    )
+    assert (
+        said(both, "exit: ask", "states[1].exit: exits go round in a circle (look -> ask -> look)")
+        in found
+    )
+
+
+def test_a_parallel_group_calls_each_tool_once() -> None:
+    group = changed(
+        CONTRACT,
+        "      - call:\n          tool: contract_tool\n",
+        "      - parallel:\n          budget_ms: 5000\n          calls:\n"
+        "            - {tool: contract_tool, into: first}\n"
+        "            - {tool: contract_tool, into: second}\n"
+        "      - call:\n          tool: contract_tool\n",
+    )
+    assert said(
+        group,
+        "into: second",
+        "states[1].on_enter[0].parallel.calls[1].tool: 'contract_tool' twice in one group: "
+        "one call per tool a cycle",
+    ) in findings(group)
+
+
+CONFIRMING = """\
+flow: confirm_demo
+version: 1
+start: confirm
+intents:
+  - name: confirmed
+    phrases: ["确认"]
+states:
+  - id: confirm
+    name: 确认
+    kind: confirmation
+    exit: done_state
+    confirm: {buttons: ["确认"], trigger: confirmed}
+    waits:
+      - {id: w, after: 5m, trigger: confirmed, text: 还在吗}
+  - {id: done_state, name: 完成, kind: terminal}
+transitions:
+  - {from: confirm, on: confirmed, to: done_state}
+"""
+
+
+def test_no_intent_and_no_wait_may_fire_a_confirmation_trigger() -> None:
+    found = findings(CONFIRMING)
+    assert (
+        said(
+            CONFIRMING,
+            "- name: confirmed",
+            "intents[0].name: intent 'confirmed' is the confirmation trigger of 'confirm': "
+            "a phrase would confirm",
+        )
+        in found
+    )
+    assert (
+        said(
+            CONFIRMING,
+            "trigger: confirmed, text",
+            "states[0].waits[0].trigger: 'confirmed' is the confirmation trigger of "
+            "'confirm': time would confirm",
+        )
+        in found
+    )

@@ -1,0 +1,118 @@
+"""When the registry catalog reads the flow registry again: enough to decide as a replay
+does, never once per record. The registry's reads are faked here (a list of versions and
+when each became readable); reading the real topic is the integration suite's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hermesbus.compose import flows as module
+from hermesbus.compose.flows import REREAD_MS, RegistryCatalog
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.identity import Keyring
+from hermesbus.processors.flow import FlowVersion, Registered, load_flow
+from tests.unit.processors.flow.specs import CONTRACT, changed
+
+SETTLE_MS = 1_000
+
+
+class Registry:
+    """Versions, each with its record time and the time it became readable; a clock."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.records: list[tuple[int, int, float]] = []  # version, stamped, readable at
+
+    def register(self, version: int, stamped_ms: int, readable_ms: float) -> None:
+        self.records.append((version, stamped_ms, readable_ms))
+
+    async def read(self, *_: Any) -> Registered:
+        registered = Registered(verifier=None, topic="hermes.flows")  # type: ignore[arg-type]
+        for version, stamped, readable in self.records:
+            if readable <= self.now_ms:
+                text = changed(CONTRACT, "version: 1", f"version: {version}")
+                spec = load_flow(text, "test.yaml")[0]
+                kept = registered.versions.setdefault(spec.flow, {})
+                kept[version] = FlowVersion(spec, text.encode(), version, stamped)
+        return registered
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Registry]:
+    faked = Registry()
+    monkeypatch.setattr(module, "read_flows", faked.read)
+    yield faked
+
+
+def catalog(registry: Registry) -> RegistryCatalog:
+    return RegistryCatalog(
+        KafkaConfig(bootstrap="127.0.0.1:1"),
+        "",
+        lambda: Keyring({}),
+        settle_ms=SETTLE_MS,
+        clock=lambda: registry.now_ms / 1000,
+    )
+
+
+async def newest(catalog: RegistryCatalog, turn_ms: int) -> int:
+    """The version a session whose first turn is at ``turn_ms`` starts in."""
+    return (await catalog.current(turn_ms - SETTLE_MS))["contract_lookup"].version
+
+
+async def test_a_version_stamped_a_settle_before_the_turn_is_taken_though_read_late(
+    registry: Registry,
+) -> None:
+    """v2 is stamped 1,010 ms before the turn but became readable after the catalog's last
+    read began: the catalog reads again, and decides as a replay (a fresh read) does."""
+    registry.register(1, 0, 0)
+    live = catalog(registry)
+    registry.now_ms = 11_600
+    await live.start()
+    registry.register(2, 11_580, 11_620)
+    registry.now_ms = 12_600
+    assert await newest(live, 12_590) == 2
+    replay = catalog(registry)
+    assert await newest(replay, 12_590) == 2
+
+
+async def test_a_read_serves_every_turn_it_is_fresh_for(registry: Registry) -> None:
+    registry.register(1, 0, 0)
+    live = catalog(registry)
+    registry.now_ms = 5_000
+    await live.start()
+    for turn_ms in range(4_000, 5_500, 50):  # turns up to half a settle after the read
+        registry.now_ms = turn_ms + 10
+        assert await newest(live, turn_ms) == 1
+    assert live.reads == 1
+
+
+async def test_turns_dated_ahead_of_this_clock_read_at_most_once_per_interval(
+    registry: Registry,
+) -> None:
+    registry.register(1, 0, 0)
+    live = catalog(registry)
+    await live.start()
+    for n in range(20):  # 20 sessions in 200 ms, each turn dated a minute ahead
+        registry.now_ms = 1_000 + 10 * n
+        await newest(live, int(registry.now_ms) + 60_000)
+    assert live.reads <= 1 + 200 // REREAD_MS + 1
+
+
+async def test_a_version_nobody_registered_is_not_read_for_on_every_record(
+    registry: Registry,
+) -> None:
+    registry.register(1, 0, 0)
+    live = catalog(registry)
+    await live.start()
+    registry.now_ms = 1_000
+    for _ in range(5):
+        assert await live.version("contract_lookup", 9) is None
+    assert live.reads == 2  # the start, and one read for the unknown version
+    registry.now_ms += REREAD_MS
+    assert await live.version("contract_lookup", 9) is None
+    assert live.reads == 3
+    assert await live.version("contract_lookup", 1) is not None
+    assert live.reads == 3
