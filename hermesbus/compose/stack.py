@@ -37,6 +37,7 @@ from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
+from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
@@ -90,6 +91,8 @@ class Stack:
     """Writes every envelope into the trace index (SQLite, or Elasticsearch when configured)."""
     flows: RegistryCatalog | None = None
     """The flow registry as the conversation and the dispatcher read it."""
+    paths: flow.PathCounts | None = None
+    """Completed flow sessions by the states they went through (in the state store)."""
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits in this process for ``component``'s processor now: the dispatcher's
@@ -210,10 +213,10 @@ async def stack(
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
-        running.flows = await _flow_catalog(kafka, prefix, settings)
-        hooks = flow.Hooks(settings.tool.modules)  # same admission as python tools
+        running.flows = await _flow_catalog(kafka, prefix, settings, say)
+        running.paths = flow.StorePaths(states)  # the frequent paths' counts, kept there
         for name, handler, topic, ports in _handlers(
-            running, intent, own, tool_port=tool_port, health=health, hooks=hooks
+            running, intent, own, tool_port=tool_port, health=health, settings=settings
         ):
             processor = Processor(
                 name,
@@ -247,10 +250,15 @@ async def stack(
         yield running
 
 
-async def _flow_catalog(kafka: KafkaConfig, prefix: str, settings: Settings) -> RegistryCatalog:
+async def _flow_catalog(
+    kafka: KafkaConfig, prefix: str, settings: Settings, say: Progress
+) -> RegistryCatalog:
     """The flow registry, read once now (and again whenever a version is not known)."""
     catalog = RegistryCatalog(kafka, prefix, settings.keys.load)
     await catalog.start()
+    flows = await catalog.current(int(time.time() * 1000) - conversation.FLOW_SETTLE_MS)
+    named = ", ".join(f"{name} v{spec.version}" for name, spec in sorted(flows.items()))
+    say(f"flows: {named or 'none registered'} (and the expense report, built in)")
     return catalog
 
 
@@ -389,18 +397,22 @@ def wiring(
     backlog: protocol.BacklogView | None = None,
     flows: flow.FlowCatalog | None = None,
     hooks: flow.Hooks | None = None,
+    paths: flow.PathCounts | None = None,
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
     answering every tool): one table for the stack, shadow replay and the in-memory bus.
     ``backlog``: what waits for a free worker of memory, a tool or the dispatcher, so the
     dispatcher tells a deadline passed behind it as a busy bus (None: a timeout).
     ``flows``: the registered flows (None: only the expense report); ``hooks``: what runs
-    their hooks (None: a flow with a hook fails there)."""
+    their hooks (None: a flow with a hook fails there); ``paths``: their completed paths'
+    counts (None: no state preloads its default)."""
     spoken = dict(intent)
     if flows is not None:
         spoken[flow.FLOWS_PORT] = flows
     if hooks is not None:
         spoken[flow.HOOKS_PORT] = hooks
+    if paths is not None:
+        spoken[flow.PATHS_PORT] = paths
     return {
         conversation.NAME: (conversation.handle, conversation.TOPIC, spoken),
         dispatcher.NAME: (
@@ -432,7 +444,7 @@ def _handlers(
     *,
     tool_port: tool.ToolPort | None = None,
     health: protocol.HealthView | None = None,
-    hooks: flow.Hooks | None = None,
+    settings: Settings | None = None,
 ) -> list[tuple[str, Handler, str, dict[str, Any]]]:
     """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
     tools = tool_port if tool_port is not None else running.tools
@@ -444,7 +456,8 @@ def _handlers(
         violations=running.violations,
         backlog=running,
         flows=running.flows,
-        hooks=hooks,
+        hooks=flow.Hooks(settings.tool.modules) if settings is not None else None,  # as tools
+        paths=running.paths,
     )
     _, topic, ports = table[tool.NAME]
     table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
@@ -514,6 +527,7 @@ async def shadows(
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
         async with memory_in(Path(folder), settings, in_ram=True) as stores:
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
+            paths = flow.RecordedPaths()
             parser = conversation.RuleIntentParser(settings.conversation.zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
             spoken = flows
@@ -527,13 +541,14 @@ async def shadows(
                 backlog=health,
                 flows=spoken,
                 hooks=flow.Hooks(settings.tool.modules),
+                paths=paths,
             )
             if flows is not None:  # the dispatcher checks the recorded moves as recorded
                 table[dispatcher.NAME][2][flow.FLOWS_PORT] = flows
             cues = {
                 dispatcher.NAME: health.cue,
                 tool.NAME: tools.cue,
-                conversation.NAME: budgets.cue,
+                conversation.NAME: _both(budgets.cue, paths.cue),
             }
             yield [
                 Shadow(
@@ -547,6 +562,18 @@ async def shadows(
                 for name, (handler, topic, ports) in table.items()
                 if name in names
             ]
+
+
+def _both(
+    first: Callable[[Sequence[Envelope]], None], second: Callable[[Sequence[Envelope]], None]
+) -> Callable[[Sequence[Envelope]], None]:
+    """One cue that gives both what was recorded."""
+
+    def cue(recorded: Sequence[Envelope]) -> None:
+        first(recorded)
+        second(recorded)
+
+    return cue
 
 
 @asynccontextmanager
@@ -571,12 +598,14 @@ async def in_memory(
     policy: WritePolicy | None = None,
     settings: Settings | None = None,
     flows: flow.FlowCatalog | None = None,
+    paths: flow.PathCounts | None = None,
 ) -> AsyncIterator[Harness]:
     """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
     ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
     ``conversation_handler`` replaces the conversation's (a variant under test).
     ``settings``: default, every part's defaults with ``folder`` as the state folder.
-    ``flows``: the registered flows (e.g. a ``StaticCatalog``; None: the expense report only)."""
+    ``flows``: the registered flows (e.g. a ``StaticCatalog``; None: the expense report only);
+    ``paths``: their path counts (default: in memory, from none)."""
     settings = settings if settings is not None else Settings.of(folder)
     async with memory_in(folder, settings) as stores:
         parser = conversation.RuleIntentParser(settings.conversation.zone)
@@ -587,6 +616,7 @@ async def in_memory(
             stores=stores,
             flows=flows,
             hooks=flow.Hooks(settings.tool.modules),
+            paths=paths if paths is not None else flow.MemoryPaths(),
         )
         bus = Harness(policy=policy, applied_window=settings.runtime.applied_window)
         for name, (handler, topic, ports) in table.items():

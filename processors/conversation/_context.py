@@ -65,6 +65,10 @@ class Step:
         """Transitions taken so far for this input."""
         self.cycled = False
         """Whether this input started a cycle (its answer says more to the same turn)."""
+        self.path_counts: dict[str, int] = {}
+        """Completed sessions through each preloading state of the flow (read before)."""
+        self.completed: tuple[str, int, tuple[str, ...]] | None = None
+        """A flow session that ended with this input: flow, version, its path."""
 
     # -- state ------------------------------------------------------------------------
 
@@ -76,9 +80,17 @@ class Step:
         pinned = {k: str(v) for k, v in facts.items() if v is not None and v != ""}
         self.update(facts={**self.session.facts, **pinned})
 
-    def move(self, trigger: str, target: str | None = None, *, ends: bool = False) -> str:
+    def move(
+        self,
+        trigger: str,
+        target: str | None = None,
+        *,
+        ends: bool = False,
+        context: Mapping[str, ContextValue] | None = None,
+    ) -> str:
         """Take the transition for ``trigger`` (the expense table's, or ``target`` a flow's
-        engine chose) and tell the dispatcher about it (``ends``: a flow's terminal state)."""
+        engine chose) and tell the dispatcher about it (``ends``: a flow's terminal state;
+        ``context``: what else the snapshot's envelope records)."""
         previous = self.session.state
         target = target if target is not None else MACHINE.target(previous, trigger)
         self.disarm_all()
@@ -86,7 +98,8 @@ class Step:
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
         snapshot = snapshot_of(self.session)
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
-        context: dict[str, ContextValue] = {protocol.ENDS: True} if ends else {}
+        told: dict[str, ContextValue] = {protocol.ENDS: True} if ends else {}
+        context = {**told, **(context or {})}
         self._envelope(
             protocol.DISPATCHER_ADDRESS, body, "state_snapshot", context=context, snapshot=snapshot
         )

@@ -27,6 +27,7 @@ from typing import Any, Final
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import (
     ContentType,
+    ContextValue,
     ErrorReport,
     MemoryTier,
     MemoryWrite,
@@ -47,6 +48,8 @@ from hermesbus.processors.conversation._spec_intents import Parsed, parse_turn, 
 from hermesbus.processors.flow import (
     FLOWS_PORT,
     HOOKS_PORT,
+    PATH_COUNT,
+    PATHS_PORT,
     Call,
     CallAction,
     FlowCatalog,
@@ -54,6 +57,7 @@ from hermesbus.processors.flow import (
     HookAction,
     Hooks,
     ParallelAction,
+    PathCounts,
     RememberAction,
     RememberFact,
     RememberPreference,
@@ -72,6 +76,7 @@ __all__ = [
     "NOT_UNDERSTOOD",
     "FlowLost",
     "choose_flow",
+    "count_completed",
     "ended",
     "flow_of",
     "lost",
@@ -80,6 +85,7 @@ __all__ = [
     "on_flow_results",
     "on_flow_timer",
     "on_flow_turn",
+    "prepare",
     "start_flow",
     "timer_is_current",
 ]
@@ -338,9 +344,40 @@ def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
     state = spec.state(target)
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
-    step.update(next_action=0, flow_summary=_summary(step, state))
-    step.move(trigger, target, ends=state.kind == "terminal")
+    path = tuple(dict.fromkeys((*step.session.path, state.id)))
+    step.update(next_action=0, path=path)
+    recorded: dict[str, ContextValue] = {}
+    if state.preload is not None:
+        count = step.path_counts.get(state.id, 0)
+        recorded[PATH_COUNT] = count
+        if count >= state.preload.after:  # a frequent path: its default, preloaded
+            preloaded = resolve(state.preload.context, _values(step))
+            context = {**step.session.values.get("context", {}), **preloaded}
+            step.update(values={**step.session.values, "context": context})
+    step.update(flow_summary=_summary(step, state))
+    step.move(trigger, target, ends=state.kind == "terminal", context=recorded)
     _run(step, spec)
+
+
+async def prepare(step: Step, spec: FlowSpec) -> None:
+    """Read what this input may need of the world before the engine runs: how many
+    completed sessions went through each preloading state (a port: replay answers what
+    was recorded)."""
+    paths: PathCounts | None = step.inp.ports.get(PATHS_PORT)
+    if paths is None:
+        return
+    for state in spec.states:
+        if state.preload is not None:
+            count = await paths.count(spec.flow, spec.version, state.id)
+            step.path_counts[state.id] = count
+
+
+async def count_completed(step: Step) -> None:
+    """Count the path of a flow session that ended with this input."""
+    paths: PathCounts | None = step.inp.ports.get(PATHS_PORT)
+    if step.completed is not None and paths is not None:
+        flow, version, path = step.completed
+        await paths.completed(flow, version, path, step.env.session_id)
 
 
 def _summary(step: Step, state: State) -> str:
@@ -398,6 +435,7 @@ def _done(step: Step, spec: FlowSpec, state: State) -> None:
 def _finish(step: Step, spec: FlowSpec, state: State) -> None:
     step.disarm_all()
     step.update(outcome=state.id, pending=None)
+    step.completed = (spec.flow, spec.version, step.session.path)
     if not state.snapshot:
         return
     value = {

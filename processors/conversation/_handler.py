@@ -19,6 +19,7 @@ from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._engine import (
     FlowLost,
     choose_flow,
+    count_completed,
     ended,
     flow_of,
     lost,
@@ -27,6 +28,7 @@ from hermesbus.processors.conversation._engine import (
     on_flow_results,
     on_flow_timer,
     on_flow_turn,
+    prepare,
     start_flow,
 )
 from hermesbus.processors.conversation._engine import timer_is_current as flow_timer_is_current
@@ -58,7 +60,7 @@ async def handle(inp: HandlerInput) -> Outcome:
     body = envelope.payload.body
     step = Step(inp, load_session(inp.state.data, envelope.session_id))
     try:
-        spec = await flow_of(step)  # None: the expense report, or a flow that has ended
+        spec = await _flow(step)  # None: the expense report, or a flow that has ended
     except FlowLost as exc:
         lost(step, exc)
         return step.outcome()
@@ -88,7 +90,16 @@ async def handle(inp: HandlerInput) -> Outcome:
             envelope.source,
         )
         return Outcome()
+    await count_completed(step)
     return step.outcome()
+
+
+async def _flow(step: Step) -> FlowSpec | None:
+    """The spec the session runs, with what the engine needs read before it runs."""
+    spec = await flow_of(step)
+    if spec is not None:
+        await prepare(step, spec)
+    return spec
 
 
 async def _on_turn(step: Step, turn: UserTurn, spec: FlowSpec | None) -> None:
@@ -104,6 +115,7 @@ async def _on_turn(step: Step, turn: UserTurn, spec: FlowSpec | None) -> None:
         return
     chosen = await choose_flow(step, turn)
     if isinstance(chosen, FlowSpec):
+        await prepare(step, chosen)
         start_flow(step, chosen, turn)
     elif chosen is not None and chosen != EXPENSE_FLOW:
         not_registered(step, chosen)

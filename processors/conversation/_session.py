@@ -104,6 +104,8 @@ class Session(BaseModel):
     """A flow's failures since the user last spoke: past MAX_FAILURES no exit is taken."""
     said_more: bool = False
     """A flow's last reply to the current turn said more would follow."""
+    path: tuple[str, ...] = ()
+    """The states a flow session went through, in order, each once (frequent paths)."""
 
     def entered_at(self) -> datetime:
         return from_epoch_ms(self.entered_at_ms)

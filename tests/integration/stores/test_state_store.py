@@ -19,6 +19,7 @@ from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis import RedisConfig, RedisStateStore
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import StoreError
+from hermesbus.processors.flow import StorePaths
 from hermesbus.runtime import OutRecord, SessionState, StateChange, StateStore, StoredTimer
 
 
@@ -307,3 +308,34 @@ async def test_redis_that_stops_answering_is_a_store_error_then_is_used_again(
                 break
             except StoreError:
                 assert asyncio.get_running_loop().time() < deadline, "Redis never answered again"
+
+
+# -- frequent paths: the flow engine's counts, kept in the state store ------------------
+
+
+async def test_completed_paths_are_counted_once_per_session_and_per_flow_version(
+    store: StateStore,
+) -> None:
+    paths = StorePaths(store)
+    await paths.completed("parcel", 1, ("asked", "looked_up", "closed"), "s1")
+    await paths.completed("parcel", 1, ("asked", "looked_up", "closed"), "s1")  # redelivered
+    await paths.completed("parcel", 1, ("asked", "closed"), "s2")
+    await paths.completed("parcel", 2, ("asked", "closed"), "s3")
+    assert [await paths.count("parcel", 1, s) for s in ("asked", "looked_up", "closed")] == [
+        2,
+        1,
+        2,
+    ]
+    assert await paths.count("parcel", 2, "looked_up") == 0
+    assert await paths.count("parcel", 2, "asked") == 1
+
+
+async def test_instances_counting_at_once_lose_no_session(store: StateStore) -> None:
+    first, second = StorePaths(store), StorePaths(store)  # two instances, one store
+    await asyncio.gather(
+        *(
+            (first if n % 2 else second).completed("parcel", 1, ("asked", "closed"), f"s{n}")
+            for n in range(20)
+        )
+    )
+    assert await first.count("parcel", 1, "closed") == 20

@@ -3,6 +3,7 @@ processors as ``up`` wires them (the dispatcher checking every move against the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from hermesbus import (
+    ContextSnapshot,
     Envelope,
     MemoryWrite,
     Payload,
@@ -29,7 +31,13 @@ from hermesbus.processors import protocol
 from hermesbus.processors.conversation._engine import MAX_FAILURES
 from hermesbus.processors.conversation._texts import UNCLEAR as UNCLEAR_TEXT
 from hermesbus.processors.dispatcher import StaticHealth
-from hermesbus.processors.flow import FlowSpec, StaticCatalog, load_flow
+from hermesbus.processors.flow import (
+    PATH_COUNT,
+    FlowSpec,
+    RecordedPaths,
+    StaticCatalog,
+    load_flow,
+)
 from hermesbus.processors.tool import ToolSettings
 from hermesbus.testing import Harness
 
@@ -574,3 +582,50 @@ async def test_a_result_with_nan_is_kept_as_its_text(tmp_path: Path) -> None:
     async with flow_bus(tmp_path, spec, tools=tools, health=health) as harness:
         await harness.send(turn("开始", 1))
         assert replies(harness) == ['{"score": NaN}']
+
+
+FREQUENT = flow(
+    "  - id: a\n    name: A\n    exit: z\n"
+    "    preload: {after: 2, context: {checklist: '发票、行程单'}}\n"
+    "    on_enter:\n      - reply: {text: '需要：{context.checklist}'}\n"
+    "  - {id: z, name: Z, kind: terminal}\n",
+    "  - {from: a, on: done, to: z}\n",
+)
+
+
+async def test_a_state_preloads_its_default_once_its_path_completed_often(
+    tmp_path: Path,
+) -> None:
+    async with flow_bus(tmp_path, FREQUENT) as harness:
+        for n in range(3):
+            await harness.send(turn("开始", n, session=f"s{n}"))
+        said = [replies(harness, f"s{n}")[0] for n in range(3)]
+        assert said == ["需要：", "需要：", "需要：发票、行程单"]
+        counts = [
+            h.envelope.payload.context.get(PATH_COUNT)
+            for h in harness.handled
+            if h.processor == "dispatcher"
+            and isinstance(h.envelope.payload.body, StateSnapshot)
+            and h.envelope.payload.body.snapshot.state_id == "a"
+        ]
+        assert counts == [0, 1, 2]  # recorded with each move: replay answers the same
+
+
+def test_a_replay_answers_the_counts_the_run_recorded() -> None:
+    paths = RecordedPaths()
+    snapshot = ContextSnapshot(state_id="a", entered_at=T0, flow="probe", flow_version=1)
+    moved = Envelope(
+        message_id="x",
+        timestamp=T0,
+        source="conversation:a",
+        target="mcp:dispatcher",
+        session_id="s1",
+        user_id="u1",
+        trace_id="t",
+        payload=Payload(
+            context={PATH_COUNT: 7}, body=StateSnapshot(snapshot=snapshot, previous_state=None)
+        ),
+    )
+    paths.cue([moved])
+    assert asyncio.run(paths.count("probe", 1, "a")) == 7
+    assert asyncio.run(paths.count("probe", 1, "b")) == 0
