@@ -1,4 +1,5 @@
-"""What ``hermesbus up --demo`` does after the start: the two expense conversations, shown.
+"""What ``hermesbus up --demo`` does after the start: the two expense conversations and the
+table export, shown.
 
 Everything specific to the demo's fixture company that the run checks lives here: the
 endings the two conversations must reach (A submits, B stops and is kept as unfinished),
@@ -12,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import UTC, datetime
 
+from hermesbus.client import Client
 from hermesbus.codec import codec_for
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack
 from hermesbus.contract.envelope import Envelope
 from hermesbus.demo import expense as demo
+from hermesbus.demo import tables
 from hermesbus.processors import conversation
 from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.trace.spans import collect, spans, waterfall
@@ -33,8 +37,9 @@ APPROVER = "person:张主管"
 
 
 async def run(running: Stack, settings: Settings) -> bool:
-    """Both conversations, each reply as it arrives, then each trace and what memory holds
-    (read with the program's ``settings``: its keys, its broker's security, its registry)."""
+    """Both expense conversations, each reply as it arrives, then each trace and what memory
+    holds (read with the program's ``settings``: its keys, its broker's security, its
+    registry); then the table export, a flow that is only a spec."""
     said = await demo.run(running.bootstrap, running.prefix, _show, settings)
     finished = True
     kafka = settings.kafka.model_copy(update={"bootstrap": running.bootstrap})
@@ -55,13 +60,29 @@ async def run(running: Stack, settings: Settings) -> bool:
         for line in await evidence(running, conversation_said):
             console.print(shown(line), soft_wrap=True)
         finished = _report(problems) and finished
+    exported = await _tables(running, settings)
+    finished = _report(tables.missing(exported)) and finished
     finished = _report(running.problems()) and finished
     console.print(
-        "demo: both conversations finished" if finished else "demo: NOT finished", soft_wrap=True
+        "demo: all three conversations finished" if finished else "demo: NOT finished",
+        soft_wrap=True,
     )
-    sessions = " ".join(f"--session {s.conversation.session_id}" for s in said)
+    sessions = " ".join(f"--session {s.conversation.session_id}" for s in (*said, exported))
     console.print(shown(f"replay them: hermesbus replay {sessions} --shadow"), soft_wrap=True)
     return finished
+
+
+async def _tables(running: Stack, settings: Settings) -> demo.Said:
+    """The table export, dated by the real clock (its flow was registered now)."""
+    console.rule("C: 表格导出 (flow table_export, a spec registered by `up --demo`)")
+    async with Client(
+        settings=settings, bootstrap=running.bootstrap, topic_prefix=running.prefix, name="demo"
+    ) as app:
+        return await demo.talk(app, tables.conversation(), _show, clock=_now)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 async def lacks(running: Stack, said: demo.Said, *, within_s: float = 15.0) -> list[str]:

@@ -151,7 +151,7 @@ def register_command(
     max_result_bytes: Annotated[
         int | None, typer.Option(help="Larger results are truncated.")
     ] = None,
-    demo: Annotated[bool, typer.Option(help="Register the five demo tools.")] = False,
+    demo: Annotated[bool, typer.Option(help="Register the six demo tools.")] = False,
     debug: Annotated[bool, typer.Option(help="Debug mode: admit fallback 'none'.")] = False,
     home: HomeOption = None,
 ) -> None:

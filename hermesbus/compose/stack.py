@@ -2,8 +2,9 @@
 
 conversation, dispatcher, tool and memory each run as their own consumer group on
 their own topic, with SQLite stores under ``HERMES_HOME`` (the embedded default).
-``demo=True`` also registers the five demo tools over the fixture company; what the demo
-then says and checks is ``hermesbus.demo.expense`` (the app) and ``hermesbus.cli._demo`` (the run).
+``demo=True`` also registers the six demo tools over the fixture company and the demo's
+table-export flow; what the demo then says and checks is ``hermesbus.demo.expense`` and
+``hermesbus.demo.tables`` (the app) and ``hermesbus.cli._demo`` (the run).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from hermesbus.compose.backends import (
     trace_index,
 )
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
-from hermesbus.compose.flows import RegistryCatalog
+from hermesbus.compose.flows import RegistryCatalog, register_flow
 from hermesbus.compose.homelock import home_lock
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
@@ -38,6 +39,7 @@ from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.contract.envelope import Envelope
+from hermesbus.demo import tables
 from hermesbus.errors import ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
@@ -188,8 +190,8 @@ async def stack(
         running.broker = broker
         running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
-        if demo:
-            running.tool_names = await demo_tools.register_demo(tools)
+        if demo:  # the demo's tools, and its table-export flow (a spec, nothing else)
+            running.tool_names = await _demo_flow(tools, kafka, prefix, keys, say)
         if copy_tools_from is not None:
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
         probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
@@ -248,6 +250,22 @@ async def stack(
         gate.set()
         say("ready")
         yield running
+
+
+async def _demo_flow(
+    tools: tool.ToolService, kafka: KafkaConfig, prefix: str, keys: Keyring, say: Progress
+) -> list[str]:
+    """Register the demo tools, then the demo's table-export flow (a spec, nothing else);
+    a registry that holds other text for its version is said, and the demo goes on
+    without it. The tools' names."""
+    names = await demo_tools.register_demo(tools)
+    try:
+        done = await register_flow(kafka, prefix, keys, tables.flow_text(), tables.FLOW_FILE)
+    except ConfigError as exc:
+        say(f"demo flow table_export not registered: {exc}")
+        return names
+    say(f"demo flow: table_export v{done.version.spec.version} ({done.outcome})")
+    return names
 
 
 async def _flow_catalog(

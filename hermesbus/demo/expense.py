@@ -119,10 +119,13 @@ async def talk(
     show: Callable[[str, Envelope | Turn], None],
     *,
     timeout: float = 90.0,  # noqa: ASYNC109 - per turn, and it raises ReplyTimeout
+    clock: Callable[[], datetime] | None = None,
 ) -> Said:
-    """Say each turn and wait for the conversation's answer, showing every reply as it comes."""
+    """Say each turn and wait for the conversation's answer (a flow's last reply to the
+    turn: its others say ``more``), showing every reply as it comes. ``clock`` dates the
+    turns (default: the walkthrough's day, advancing with real time)."""
     said = Said(conversation)
-    clock = _Clock()
+    clock = clock or _Clock()
     async with app.replies(conversation.session_id) as replies:
         for turn in conversation.turns:
             show("user", turn)
@@ -132,13 +135,17 @@ async def talk(
                     async for reply in replies:
                         show("reply", reply)
                         said.replies.append((turn, reply))
-                        if reply.source.startswith("conversation:"):
+                        if reply.source.startswith("conversation:") and not _more(reply):
                             break  # the conversation's answer; notices come from mcp:dispatcher
             except TimeoutError as exc:
                 raise ReplyTimeout(
                     f"{conversation.name}: no answer to {turn.text!r} within {timeout:g} s"
                 ) from exc
     return said
+
+
+def _more(reply: Envelope) -> bool:
+    return reply.payload.context.get("more") is True
 
 
 class _Clock:

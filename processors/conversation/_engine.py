@@ -249,7 +249,8 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     index = step.session.next_action - 1
     calls = _calls_of(state, index)
     into = {call.tool: call.into or call.tool for call in calls}
-    kept = bool(calls)  # a fact's verification is written by the dispatcher, not kept here
+    doubted = sorted(set(answer.context.invalid if answer.context else ()) & _symbols(calls))
+    kept = bool(calls) and not doubted  # a fact's verification is the dispatcher's to write
     values = step.session.values
     results = dict(values.get("results", {}))
     for result in answer.results:
@@ -280,7 +281,11 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     )
     failed = next((r for r in answer.results if r.status_code != protocol.OK), None)
     missing = [tool for tool in pending.tools if tool not in {r.tool for r in answer.results}]
-    if failed is not None:
+    if doubted:  # what the call read no longer holds: ask, never use its answer
+        step.problem("memory:short_term", "invalid", f"symbols {', '.join(doubted)}")
+        if not _take(step, spec, "invalid"):
+            _fail(step, spec, "memory:short_term", "invalid", f"symbols {', '.join(doubted)}")
+    elif failed is not None:
         component = protocol.tool_at(failed.tool)
         _fail(step, spec, component, str(failed.status_code), failed.error or "")
     elif missing:
@@ -515,20 +520,23 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     calls = _calls_of(state, index)
     values = _values(step)
     budget = action.parallel.budget_ms if isinstance(action, ParallelAction) else None
-    symbols = sorted(
-        {
-            path.split(".")[1]
-            for call in calls
-            for path in _paths(call.args)
-            if path.startswith("symbols.") and "." in path
-        }
-    )
+    symbols = sorted(_symbols(calls))
     step.cycle(
         f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
         budget_ms=budget or state.timeout_ms or spec.timeout_ms,
         symbols=symbols,
     )
+
+
+def _symbols(calls: Sequence[Call]) -> set[str]:
+    """The short-term symbols the calls' arguments read (memory checks them first)."""
+    return {
+        path.split(".")[1]
+        for call in calls
+        for path in _paths(call.args)
+        if path.startswith("symbols.")
+    }
 
 
 def _paths(value: Any) -> list[str]:

@@ -26,9 +26,10 @@ from hermesbus.processors.tool import module_allowed, private_part
 
 __all__ = ["BUILTIN_TRIGGERS", "FAILURE", "Finding", "lint", "literal_text", "tools_of"]
 
-BUILTIN_TRIGGERS: Final = frozenset({"done", "any"})
+BUILTIN_TRIGGERS: Final = frozenset({"done", "any", "invalid"})
 """``done``: the state's calls were all answered; ``any``: a user turn no other move of the
-state takes."""
+state takes; ``invalid``: a symbol a call of the state read no longer holds (memory's
+validator refused it), so the flow asks instead of guessing."""
 FAILURE: Final = "failed"
 """The trigger of a failure: it leads to the state's exception exit (``exit``), never
 through a transition of its own."""

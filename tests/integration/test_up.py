@@ -58,7 +58,7 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     assert "已提交报销单 EXP-" in out  # A, submitted
     assert "当前进度已保存为未完成报销流程" in out  # B, held
     assert out.count("(conversation:S5)") == 2
-    assert "demo: both conversations finished" in out
+    assert "demo: all three conversations finished" in out
     waterfalls = out.split("trace trace_")[1:]
     assert len(waterfalls) == 2
     for drawn in waterfalls:
@@ -69,7 +69,7 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
     assert "topics ready: 9 created" in said
     assert f"state: {tmp_path / 'home'}\n" in said
-    assert "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, trip_tool" in said
+    assert "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, table_tool, trip_tool" in said
     joined = ("conversation", "dispatcher", "memory", "tool", "tool-org_tool", "tool-trip_tool")
     for name in joined:
         assert f"{name} joined" in said
@@ -97,7 +97,7 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
         HERMES_NEO4J_NAMESPACE=f"up{unique}",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "demo: both conversations finished" in result.stdout
+    assert "demo: all three conversations finished" in result.stdout
     assert f"session state: Redis at {redis_url} (keys up{unique}:*)" in result.stderr
     assert not (tmp_path / "home" / "state.sqlite3").exists()  # nothing went to SQLite
     book = MarkBook(tmp_path / "home")  # up's: the stores' marks as up recorded them
@@ -142,7 +142,7 @@ def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(
     keys = Path(os.environ[KEYS_FILE_ENV])  # a configured broker: the processes share keys
     result = _up(tmp_path / "home", tmp_path, *options, keys=keys)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "demo: both conversations finished" in result.stdout
+    assert "demo: all three conversations finished" in result.stdout
     assert "dead_letters=0" in result.stderr and "dead_letters=1" not in result.stderr
 
 

@@ -19,7 +19,14 @@ from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_E
 __all__ = ["DEMO_TOOLS", "demo_keys", "demo_specs", "register_demo"]
 
 _MODULE = "hermesbus.processors.tool.demo.tools"
-DEMO_TOOLS = ("org_tool", "finance_tool", "ocr_tool", "trip_tool", "rule_engine_tool")
+DEMO_TOOLS = (
+    "org_tool",
+    "finance_tool",
+    "ocr_tool",
+    "trip_tool",
+    "rule_engine_tool",
+    "table_tool",
+)
 DEMO_WORKERS = 2
 """Worker processes per demo tool, started by the probes after the first (neither in the
 start-up nor in a burst): two let one call run while the other's answer is read; more only
@@ -160,6 +167,36 @@ _SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             verification_steps=_STEPS,
         ),
     ),
+    "table_tool": (
+        {
+            "type": "object",
+            "required": ["action"],
+            "properties": {
+                "action": {"enum": ["export", "merge"]},
+                "table": _STR,
+                "add_columns": {"type": "array", "items": {"type": ["string", "null"]}},
+                "check_empty": {"type": ["string", "null"]},
+                "tables": {"type": "array", "minItems": 2, "items": _STR},
+            },
+            "if": {"properties": {"action": {"const": "merge"}}},
+            "then": {"required": ["tables"]},
+            "else": {"required": ["table"]},
+        },
+        _obj(
+            ["file", "rows", "facts"],
+            table=_STR,
+            title=_STR,
+            tables={"type": "array", "items": _STR},
+            names=_STR,
+            file=_STR,
+            rows={"type": "integer", "minimum": 0},
+            columns={"type": "array", "items": _STR},
+            column_count={"type": "integer"},
+            empty_rows={"type": "integer", "minimum": 0},
+            facts=_FACTS,
+            verification_steps=_STEPS,
+        ),
+    ),
 }
 
 _RULES_MOCK = {
@@ -174,6 +211,7 @@ _FALLBACKS = {
     "ocr_tool": Fallback(strategy="cache", stale_after_s=600),
     "trip_tool": Fallback(strategy="cache", stale_after_s=3600),
     "rule_engine_tool": Fallback(strategy="mock", mock_result=_RULES_MOCK),
+    "table_tool": Fallback(strategy="cache", stale_after_s=600),
 }
 _DESCRIPTIONS = {
     "org_tool": "demo directory: department, manager, approval chain",
@@ -181,11 +219,12 @@ _DESCRIPTIONS = {
     "ocr_tool": "demo OCR of the two demo uploads (slow: about 1 s)",
     "trip_tool": "demo travel system: trip verification",
     "rule_engine_tool": "demo travel policy: lodging cap, approver",
+    "table_tool": "demo database: tables exported to Excel, merged",
 }
 
 
 def demo_specs() -> list[ToolSpec]:
-    """The five demo tools, each signed with Ed25519 (public key in HERMES_DEMO_VERIFY_KEY)."""
+    """The six demo tools, each signed with Ed25519 (public key in HERMES_DEMO_VERIFY_KEY)."""
     signature = SignatureConfig(alg="ed25519", key_env=DEMO_VERIFY_ENV)
     specs = []
     for name in DEMO_TOOLS:
@@ -229,5 +268,5 @@ class _Registers(Protocol):
 
 
 async def register_demo(registry: _Registers) -> list[str]:
-    """Register the five demo tools with a ToolService or ToolRegistry; their names."""
+    """Register the six demo tools with a ToolService or ToolRegistry; their names."""
     return [(await registry.register(spec)).name for spec in demo_specs()]

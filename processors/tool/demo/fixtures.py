@@ -21,6 +21,7 @@ __all__ = [
     "DEMO_LODGING_LIMIT",
     "DEMO_LODGING_WARN_RATIO",
     "DEMO_MANAGER",
+    "DEMO_TABLES",
     "DEMO_TRIPS",
     "DEMO_TRIP_ID",
     "DEMO_USERS",
@@ -72,3 +73,25 @@ DEMO_LODGING_LIMIT: Final = 3500
 """The demo travel policy's lodging cap (CNY)."""
 DEMO_LODGING_WARN_RATIO: Final = 0.9
 """A lodging invoice at or above this share of the cap gets a warning."""
+
+
+DEMO_TABLES: Final[dict[str, dict[str, Any]]] = {
+    "A": {
+        "title": "订单表",
+        "columns": ["订单号", "客户", "金额", "B"],
+        "rows": [
+            ["O-001", "华南贸易", 1200, "是"],
+            ["O-002", "北辰科技", 860, ""],
+            ["O-003", "华南贸易", 430, "否"],
+            ["O-004", "东方物流", 2210, ""],
+            ["O-005", "北辰科技", 990, "是"],
+        ],
+    },
+    "B": {
+        "title": "库存表",
+        "columns": ["编号", "产品", "库存"],
+        "rows": [["P-01", "扫描枪", 12], ["P-02", "标签纸", 340], ["P-03", "打印机", 5]],
+    },
+}
+"""The demo database of the table-export flow: table A (orders, whose field ``B`` is empty
+in two rows) and table B (stock)."""

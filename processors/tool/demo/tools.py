@@ -1,4 +1,4 @@
-"""The five demo tools over the DEMO FIXTURES, with their probes and verifiers.
+"""The six demo tools over the DEMO FIXTURES, with their probes and verifiers.
 
 Each tool takes the arguments dict and returns a result signed with Ed25519 by the key
 in ``HERMES_DEMO_SIGNING_KEY`` (see :func:`~hermesbus.processors.tool.demo.demo_keys`).
@@ -23,6 +23,7 @@ from hermesbus.processors.tool.demo.fixtures import (
     DEMO_ITINERARY,
     DEMO_LODGING_LIMIT,
     DEMO_LODGING_WARN_RATIO,
+    DEMO_TABLES,
     DEMO_TRIPS,
     DEMO_USERS,
 )
@@ -44,6 +45,10 @@ __all__ = [
     "rule_engine_probe",
     "rule_engine_tool",
     "rule_engine_verify",
+    "table_probe",
+    "table_result",
+    "table_tool",
+    "table_verify",
     "trip_probe",
     "trip_tool",
     "trip_verify",
@@ -298,12 +303,79 @@ def rule_engine_verify(result: dict[str, Any]) -> bool:
 # -- probes --------------------------------------------------------------------------------
 
 
+# -- table_tool ------------------------------------------------------------------------------
+
+
+def _table(name: str) -> tuple[str, dict[str, Any]]:
+    """A table of the demo database by its name (``A`` or the symbol's ``table:A``)."""
+    short = name.removeprefix("table:").strip().upper()
+    table = DEMO_TABLES.get(short)
+    if table is None:
+        raise DemoToolError(
+            f"table {name!r} is not in the demo database ({', '.join(DEMO_TABLES)})"
+        )
+    return short, table
+
+
+def _exported(short: str) -> dict[str, str]:
+    return {"subject": f"table:{short}", "relation": "exported_as", "object": f"file:{short}.xlsx"}
+
+
+def table_tool(arguments: dict[str, Any]) -> SignedResult:
+    """The demo database's tables as Excel files: ``export`` one (with added columns, a
+    field checked for empty values first) or ``merge`` several."""
+    return _signed(table_result(arguments))
+
+
+def table_result(arguments: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`table_tool` answers, unsigned."""
+    if arguments["action"] == "merge":
+        return _merge([_table(name) for name in arguments["tables"]])
+    short, table = _table(arguments["table"])
+    added = [column for column in arguments.get("add_columns") or [] if column]
+    columns = [*table["columns"], *added]
+    result: dict[str, Any] = {
+        "table": short,
+        "title": table["title"],
+        "file": f"{short}.xlsx",
+        "rows": len(table["rows"]),
+        "columns": columns,
+        "column_count": len(columns),
+        "facts": [_exported(short)],
+        "verification_steps": [f"已读取演示数据库的{short}表（{table['title']}）"],
+    }
+    field = arguments.get("check_empty")
+    if field:
+        if field not in table["columns"]:
+            raise DemoToolError(f"table {short} has no field {field!r}")
+        at = table["columns"].index(field)
+        result["empty_rows"] = sum(1 for row in table["rows"] if row[at] in ("", None))
+    return result
+
+
+def _merge(tables: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    names = [short for short, _ in tables]
+    return {
+        "tables": names,
+        "names": "与".join(f"{short}表" for short in names),
+        "file": "+".join(names) + ".xlsx",
+        "rows": sum(len(table["rows"]) for _, table in tables),
+        "facts": [_exported(short) for short in names],
+        "verification_steps": [f"已合并演示数据库的{'、'.join(names)}表"],
+    }
+
+
+def table_verify(result: dict[str, Any]) -> bool:
+    facts = result.get("facts", [])
+    return bool(facts) and all(f["subject"].startswith("table:") for f in facts)
+
+
 def quick_probe() -> dict[str, Any]:
     """A healthy, fast demo system."""
     return {"latency_ms": 40.0, "success_rate": 1.0, "quota_remaining": None}
 
 
-org_probe = finance_probe = trip_probe = rule_engine_probe = quick_probe
+org_probe = finance_probe = trip_probe = rule_engine_probe = table_probe = quick_probe
 
 
 def ocr_probe() -> dict[str, Any]:

@@ -95,12 +95,12 @@ def test_an_invalid_spec_file_exits_1(home: Path) -> None:
 
 def test_health_probes_and_prints_the_demo_tools(home: Path) -> None:
     code, out = run("tools", "register", "--demo")
-    assert code == 0 and out.count("registered") == 5
+    assert code == 0 and out.count("registered") == 6
     code, out = run("tools", "health")
     assert code == 0, out
     lines = {line.split("│")[1].strip(): line for line in out.splitlines() if "_tool" in line}
     assert sorted(lines) == [
-        "finance_tool", "ocr_tool", "org_tool", "rule_engine_tool", "trip_tool",
+        "finance_tool", "ocr_tool", "org_tool", "rule_engine_tool", "table_tool", "trip_tool",
     ]  # fmt: skip
     assert "1200 ms" in lines["ocr_tool"] and "98%" in lines["ocr_tool"]
     assert "500" in lines["ocr_tool"]
