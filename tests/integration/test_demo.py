@@ -1,4 +1,5 @@
-"""Both expense-report conversations through the four processors, on each real broker.
+"""Both expense-report conversations and the table export through the four processors, on
+each real broker.
 
 The stack is the one ``hermesbus up --demo`` runs (SQLite stores in a fresh HERMES_HOME,
 the demo tools in worker processes); only the topics are prefixed per test.
@@ -10,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ from hermesbus.codec import decode
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack, stack
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.demo import tables
 from hermesbus.demo.expense import DEMO_USER, conversations, missing, reply_text, run, talk
+from hermesbus.processors.conversation import FLOW_SETTLE_MS
 from hermesbus.topics import Catalog
 from hermesbus.trace.spans import collect, spans
 from hermesbus.trace.tail import Filters, Position, tail
@@ -178,3 +182,23 @@ async def _read_all(running: Stack, topic: str) -> list[Envelope]:
         return found
     finally:
         await consumer.stop()
+
+
+async def test_the_table_export_is_a_spec_the_demo_registered_and_runs_to_its_end(
+    running: Stack,
+) -> None:
+    """The second flow, no code of its own: the real table tool in its workers, memory
+    checking the two symbols "这两个表" resolves to, on each broker."""
+    await asyncio.sleep(FLOW_SETTLE_MS / 1000)  # new sessions take it from then on
+    async with Client(bootstrap=running.bootstrap, topic_prefix=running.prefix) as app:
+        said = await talk(app, tables.conversation(), _quiet, clock=lambda: datetime.now(UTC))
+    assert tables.missing(said) == []
+    states = [r.source for _, r in said.replies]
+    assert states == [
+        "conversation:first",
+        "conversation:column",
+        "conversation:checked",
+        "conversation:second",
+        "conversation:merged",
+    ]
+    assert running.problems() == []

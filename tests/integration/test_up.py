@@ -69,7 +69,10 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
     assert "topics ready: 9 created" in said
     assert f"state: {tmp_path / 'home'}\n" in said
-    assert "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, table_tool, trip_tool" in said
+    assert (
+        "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, table_tool, trip_tool"
+        in said
+    )
     joined = ("conversation", "dispatcher", "memory", "tool", "tool-org_tool", "tool-trip_tool")
     for name in joined:
         assert f"{name} joined" in said

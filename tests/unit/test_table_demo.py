@@ -21,6 +21,7 @@ from hermesbus.processors.protocol import ProtocolPolicy, ToolHealth
 from hermesbus.processors.tool import DEMO_MODULES
 from hermesbus.processors.tool.demo.tools import table_result
 from hermesbus.testing import Harness
+from tests.unit.test_readme_flow import TABLE_REPLIES
 
 T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
 
@@ -75,13 +76,7 @@ async def test_each_turn_depends_on_the_ones_before_and_the_two_tables_are_a_and
         await say(bus, turn.text, n, T0 + timedelta(seconds=10 * n))
         for n, turn in enumerate(tables.TURNS)
     ]
-    assert said == [
-        ["已将订单表（A表）导出为 A.xlsx，共5行、4列。"],
-        ["已在A表加一列“时间戳”并重新导出 A.xlsx（5列）。"],
-        ["导出前已检查A表的B字段：2行为空。已导出 A.xlsx。"],
-        ["已将库存表（B表）导出为 B.xlsx，共3行。"],
-        [tables.ENDING],
-    ]
+    assert said == [[reply] for reply in TABLE_REPLIES]  # as the README shows them
     assert bus.refused == []
     symbols = bus.state("memory", "tables-1").data["symbols"]
     assert symbols == {}  # the flow ended: memory dropped the session's symbols
