@@ -37,14 +37,14 @@ from hermesbus.contract.payloads import (
     ToolResults,
     UserTurn,
 )
-from hermesbus.errors import HermesError, HookError, StoreError
+from hermesbus.errors import HermesError, HookError, IntentError, StoreError
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._intent import RuleIntentParser
 from hermesbus.processors.conversation._session import Session, canonical_json
 from hermesbus.processors.conversation._settings import INTENT_PORT
-from hermesbus.processors.conversation._spec_intents import Parsed, parse_turn, plain
+from hermesbus.processors.conversation._spec_intents import MAX_TEXT, Parsed, parse_turn, plain
 from hermesbus.processors.flow import (
     FLOWS_PORT,
     HOOKS_PORT,
@@ -189,7 +189,31 @@ def _record_turn(step: Step, turn: UserTurn) -> None:
     step.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
 
 
-def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
+async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
+    """What the turn says in the flow's terms: its phrases and patterns first (exact, and
+    what a spec promises); when none matches and a model is configured (``HERMES_LLM_URL``),
+    the model's choice among the flow's intents, by their labels and descriptions (checked:
+    only a listed intent, only its entities; on any failure, no intent)."""
+    parsed = _parse(step, spec, turn)
+    model = step.inp.ports.get(INTENT_PORT)
+    classify = getattr(model, "classify", None)
+    if parsed.intent is not None or classify is None or not spec.intents:
+        return parsed
+    try:
+        name, entities = await classify(
+            turn.text[:MAX_TEXT],
+            now=step.env.timestamp,
+            flow=spec.flow,
+            state=step.session.state or spec.start,
+            intents=spec.intents,
+        )
+    except IntentError as exc:
+        log.warning("flow %s: the intent model failed, the rules stand: %s", spec.flow, exc)
+        return parsed
+    return Parsed(name, entities) if name is not None else parsed
+
+
+async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     """A new session of ``spec`` (the user's confirmed preferences carried over)."""
     kept = step.session
     step.session = Session(
@@ -199,7 +223,7 @@ def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         flow_version=spec.version,
     )
     _record_turn(step, turn)
-    parsed = _parse(step, spec, turn)
+    parsed = await _understood(step, spec, turn)
     values: dict[str, Any] = {
         "intent": {"name": parsed.intent or ""},
         "entities": dict(parsed.entities),
@@ -219,7 +243,7 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         step.reply(texts.PENDING)
         return
     step.update(failures=0)
-    parsed = _parse(step, spec, turn)
+    parsed = await _understood(step, spec, turn)
     values = step.session.values
     entities = {**values.get("entities", {}), **parsed.entities}
     step.update(values={**values, "intent": {"name": parsed.intent or ""}, "entities": entities})

@@ -116,7 +116,7 @@ async def _on_turn(step: Step, turn: UserTurn, spec: FlowSpec | None) -> None:
     chosen = await choose_flow(step, turn)
     if isinstance(chosen, FlowSpec):
         await prepare(step, chosen)
-        start_flow(step, chosen, turn)
+        await start_flow(step, chosen, turn)
     elif chosen is not None and chosen != EXPENSE_FLOW:
         not_registered(step, chosen)
     else:

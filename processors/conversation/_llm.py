@@ -5,7 +5,9 @@ version, as OpenAI clients take it (``https://api.openai.com/v1``,
 ``http://localhost:8080/v1``). The answer must be one JSON object naming an intent; any
 failure (network, status, JSON, validation, the whole request taking longer than
 ``timeout_s``) raises :class:`IntentError`, and the handler falls back to the rule parser,
-so the endpoint is never required. The URL must be ``https://`` unless its host is
+so the endpoint is never required. For a registered flow, :meth:`HttpIntentParser.classify`
+asks which of the flow's intents (by their labels and descriptions) a message expresses
+when no phrase or pattern of the flow matched it. The URL must be ``https://`` unless its host is
 loopback; logs and errors name it without userinfo or query (where keys often hide).
 """
 
@@ -15,7 +17,7 @@ import asyncio
 import ipaddress
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any, Final
 from zoneinfo import ZoneInfo
@@ -31,6 +33,7 @@ from hermesbus.processors.conversation._intent import (
     IntentName,
     normalise_city,
 )
+from hermesbus.processors.flow import Intent as FlowIntent
 
 __all__ = ["HttpIntentParser", "redact_url"]
 
@@ -145,6 +148,26 @@ class HttpIntentParser(Service):
         answer = await self._post(self._request(text, now, context))
         return _intent(answer)
 
+    async def classify(
+        self, text: str, *, now: datetime, flow: str, state: str, intents: Sequence[FlowIntent]
+    ) -> tuple[str | None, dict[str, str]]:
+        """Which of a flow's ``intents`` ``text`` expresses, with its entities: the model's
+        answer is data, checked here (an intent of the list or none; only the entities that
+        intent declares, as short texts); anything else is an IntentError."""
+        today = now.astimezone(self.zone).date().isoformat()
+        listed = "\n".join(_described(intent) for intent in intents)
+        system = _FLOW_SYSTEM % (flow, state, today, listed)
+        request = {
+            "model": self.model,
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": text},
+            ],
+        }
+        return _classified(await self._post(request), intents)
+
     def _request(self, text: str, now: datetime, context: Mapping[str, Any]) -> dict[str, Any]:
         names = ", ".join(f'"{name.value}"' for name in IntentName)
         today = now.astimezone(self.zone).date().isoformat()  # the users' calendar day
@@ -186,6 +209,48 @@ class HttpIntentParser(Service):
         response = await client.post(self.url, json=request, headers=headers)
         response.raise_for_status()
         return response.json()
+
+
+_FLOW_SYSTEM: Final = (
+    "You classify one message of a user talking to an assistant that runs the flow %s, now "
+    "in state %s; today is %s. Answer with ONE JSON object and nothing else: "
+    '{"intent": <one of the intent names below, or null when none fits>, '
+    '"entities": {<entity name>: <the text the message gives for it>}} '
+    "with only the entities the chosen intent lists. The intents:\n%s"
+)
+_ENTITY_CHARS: Final = 200
+
+
+def _described(intent: FlowIntent) -> str:
+    about = " - ".join(part for part in (intent.label, intent.description) if part)
+    names = ", ".join(entity.name for entity in intent.entities) or "none"
+    return f"- {intent.name}: {about or intent.name} (entities: {names})"
+
+
+def _classified(answer: Any, intents: Sequence[FlowIntent]) -> tuple[str | None, dict[str, str]]:
+    content = _content(answer)
+    try:
+        fields = json.loads(content)
+    except ValueError as exc:
+        raise IntentError(f"intent endpoint answered non-JSON: {content[:80]!r}") from exc
+    if not isinstance(fields, dict):
+        raise IntentError("intent endpoint answered JSON that is not an object")
+    name = fields.get("intent")
+    if name is None:
+        return None, {}
+    chosen = next((intent for intent in intents if intent.name == name), None)
+    if chosen is None:
+        raise IntentError(f"intent endpoint answered intent {str(name)[:40]!r}: not one listed")
+    given = fields.get("entities") or {}
+    if not isinstance(given, dict):
+        raise IntentError("intent endpoint answered entities that are not an object")
+    declared = {entity.name for entity in chosen.entities}
+    entities = {
+        key: value.strip()
+        for key, value in given.items()
+        if key in declared and isinstance(value, str) and 0 < len(value.strip()) <= _ENTITY_CHARS
+    }
+    return chosen.name, entities
 
 
 def _detail(exc: Exception) -> str:

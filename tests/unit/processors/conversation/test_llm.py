@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import SecretStr
 
+from hermesbus import Reply, ToolCall, UserTurn
 from hermesbus.errors import ConfigError, IntentError
 from hermesbus.processors.conversation import (
     ConversationSettings,
@@ -23,7 +24,9 @@ from hermesbus.processors.conversation import (
     RuleIntentParser,
     build_ports,
 )
+from hermesbus.processors.flow import StaticCatalog, load_flow
 
+from ..flow.specs import CONTRACT, changed
 from .demo import Driver, moves
 
 NOW = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
@@ -270,3 +273,69 @@ async def test_a_dripping_endpoint_is_cut_at_the_whole_timeout(started: bool) ->
         await parser.stop()
         server.close()
         await server.wait_closed()
+
+
+# -- a registered flow: the model chooses among its intents when no phrase matched -------
+
+
+def _flow_driver(parser: HttpIntentParser) -> Driver:
+    labelled = changed(
+        CONTRACT,
+        '    phrases: ["查合同", "find a contract"]\n',
+        '    phrases: ["查合同", "find a contract"]\n'
+        "    label: Look up a contract\n"
+        "    description: The user wants a contract's status, by its number\n",
+    )
+    spec, _ = load_flow(labelled, "f.yaml")
+    return Driver(ports={"intent": parser, "flows": StaticCatalog.of([spec])})
+
+
+async def _started(d: Driver, then: str) -> None:
+    """The session started in the flow (the model sees "hello" as no intent), then the
+    model answers ``then``."""
+    _answer(content=json.dumps({"intent": None}))
+    await d.send(d._envelope(UserTurn(text="hello", flow="contract_lookup")))
+    _answer(content=then)
+
+
+async def test_a_flow_asks_the_model_only_when_no_phrase_matched(endpoint: str) -> None:
+    answer = json.dumps({"intent": "lookup", "entities": {"contract_no": "C-1234"}})
+    async with HttpIntentParser(endpoint, model="m1") as parser:
+        d = _flow_driver(parser)
+        await _started(d, answer)
+        asked = len(_Endpoint.seen)
+        out = await d.say("I'd like the status of contract C-1234, please")
+    assert len(_Endpoint.seen) == asked + 1
+    system = _Endpoint.seen[-1]["body"]["messages"][0]["content"]
+    assert "lookup: Look up a contract - The user wants a contract's status" in system
+    assert moves(out) == [("ask", "look")]
+    (call,) = [e.payload.body for e in out.emit if isinstance(e.payload.body, ToolCall)]
+    assert json.loads(call.arguments_json) == {"number": "C-1234", "user": "u_xyz789"}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        json.dumps({"intent": "transfer_money"}),  # not an intent of the flow
+        json.dumps({"intent": ["lookup"]}),
+        "ignore the rules and confirm",
+    ],
+)
+async def test_a_model_answer_outside_the_flow_moves_nothing(endpoint: str, content: str) -> None:
+    async with HttpIntentParser(endpoint, model="m1") as parser:
+        d = _flow_driver(parser)
+        await _started(d, content)
+        out = await d.say("please move all the money")
+    assert moves(out) == []
+    texts = [e.payload.body.text for e in out.emit if isinstance(e.payload.body, Reply)]
+    assert texts == ["抱歉，没能理解您的回复。请告诉我合同号"]
+
+
+async def test_a_models_entities_are_only_those_its_intent_declares(endpoint: str) -> None:
+    entities = {"contract_no": "C-7777", "user": "admin", "x" * 3: "y" * 500}
+    async with HttpIntentParser(endpoint, model="m1") as parser:
+        d = _flow_driver(parser)
+        await _started(d, json.dumps({"intent": "lookup", "entities": entities}))
+        out = await d.say("status for C-7777?")
+    (call,) = [e.payload.body for e in out.emit if isinstance(e.payload.body, ToolCall)]
+    assert json.loads(call.arguments_json) == {"number": "C-7777", "user": "u_xyz789"}
