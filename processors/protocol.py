@@ -83,6 +83,7 @@ __all__ = [
     "FALLBACK",
     "FLOW_SNAPSHOT",
     "IDENTITIES",
+    "INVALID_SYMBOLS",
     "MAX_BUDGET_FACTOR",
     "MEMORY",
     "MEMORY_CONTEXT",
@@ -97,6 +98,7 @@ __all__ = [
     "RESULT_SYMBOLS",
     "STATES",
     "STATE_TIMEOUT_MS",
+    "SYMBOLS_HELD",
     "SYMBOL_TTL_S",
     "TASK_QUERY_CONTEXT",
     "TIMEOUT",
@@ -156,6 +158,13 @@ FALLBACK: Final = "fallback"
 FLOW_SNAPSHOT: Final = "flow:"
 """The mid-term key prefix of a finished flow session's snapshot (``flow:<flow>:<session>``);
 its value names the flow and its ``version``."""
+SYMBOLS_HELD: Final = "symbols_held"
+"""``True`` on a call whose arguments read the short-term symbols its cycle asks memory
+for (``context["symbols"]``): when memory says one no longer holds, the dispatcher
+dispatches nothing of the cycle and answers ``INVALID_SYMBOLS`` (a flow asks instead of
+guessing). The expense report's calls do not set it: they check after the answer."""
+INVALID_SYMBOLS: Final = "invalid_symbols"
+"""``ErrorReport.code`` of a cycle refused for a symbol that no longer holds."""
 ENDS: Final = "ends"
 """``True`` in the context of a flow's state snapshot whose state is terminal: memory drops
 the session's symbols (the expense report's terminal state is known by its name, S5)."""

@@ -60,14 +60,19 @@ async def run(running: Stack, settings: Settings) -> bool:
         for line in await evidence(running, conversation_said):
             console.print(shown(line), soft_wrap=True)
         finished = _report(problems) and finished
-    exported = await _tables(running, settings)
-    finished = _report(tables.missing(exported)) and finished
+    played: list[demo.Said] = list(said)
+    if running.demo_flow:
+        exported = await _tables(running, settings)
+        finished = _report(tables.missing(exported)) and finished
+        played.append(exported)
+    else:
+        finished = _report(["the table-export flow is not registered (see above)"]) and False
     finished = _report(running.problems()) and finished
     console.print(
         "demo: all three conversations finished" if finished else "demo: NOT finished",
         soft_wrap=True,
     )
-    sessions = " ".join(f"--session {s.conversation.session_id}" for s in (*said, exported))
+    sessions = " ".join(f"--session {s.conversation.session_id}" for s in played)
     console.print(shown(f"replay them: hermesbus replay {sessions} --shadow"), soft_wrap=True)
     return finished
 

@@ -15,12 +15,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from hermesbus.base.lifecycle import tune_collector
-from hermesbus.compose.flows import RegistryCatalog
+from hermesbus.compose.flows import RegistryCatalog, copied_catalog, flow_copies
 from hermesbus.compose.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, shadows
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import UserTurn
+from hermesbus.processors.flow import FlowCatalog
 from hermesbus.processors.protocol import ProtocolPolicy
 from hermesbus.processors.recorded import without_flow_version
 from hermesbus.replay.bundle import read_bundle
@@ -367,11 +368,14 @@ def _offsets(text: str) -> tuple[str, int, int, int]:
         raise fail(f"--offsets {text!r}: use TOPIC:PARTITION:FIRST-LAST", 2) from None
 
 
-def _flows(settings: Settings, bootstrap: str | None, prefix: str) -> RegistryCatalog | None:
-    """The flow registry of the bus replayed (read when a flow session needs it); None
-    without a broker: sessions of a registered flow then cannot be replayed."""
-    kafka = kafka_with(settings, bootstrap)
-    return RegistryCatalog(kafka, prefix, settings.keys.load) if kafka.bootstrap else None
+def _flows(settings: Settings, bootstrap: str | None, prefix: str) -> FlowCatalog | None:
+    """The flow registry of the bus replayed (read when a flow session needs it); without
+    a broker, the copies of it the state folder keeps (``flows/``); None without either:
+    sessions of a registered flow then cannot be replayed."""
+    kafka, copies = kafka_with(settings, bootstrap), flow_copies(settings.home, prefix)
+    if kafka.bootstrap:
+        return RegistryCatalog(kafka, prefix, settings.keys.load, copies=copies)
+    return copied_catalog(copies) if copies.is_dir() else None
 
 
 def _flows_of(recording: Recording, sessions: Sequence[str]) -> set[str]:
@@ -385,14 +389,18 @@ def _flows_of(recording: Recording, sessions: Sequence[str]) -> set[str]:
 
 
 async def _has_version(
-    flows: RegistryCatalog | None, recording: Recording, sessions: Sequence[str], version: int
+    flows: FlowCatalog | None, recording: Recording, sessions: Sequence[str], version: int
 ) -> None:
     """--flow-version names a version each replayed flow has (else exit 2, naming it)."""
     ran = _flows_of(recording, sessions)
     if not ran:
         raise fail("--flow-version: none of the sessions replayed runs a registered flow", 2)
     if flows is None:
-        raise fail("--flow-version needs the bus's broker (--bootstrap): its flow registry", 2)
+        raise fail(
+            "--flow-version needs the bus's flow registry: its broker (--bootstrap), or the "
+            "copies its state folder keeps (--home)",
+            2,
+        )
     for name in sorted(ran):
         if await flows.version(name, version) is None:
             raise fail(f"--flow-version {version}: flow {name} has no such version", 2)
@@ -405,7 +413,7 @@ async def _shadow(
     names: Sequence[str],
     chosen: Slice,
     prefix: str,
-    flows: RegistryCatalog | None = None,
+    flows: FlowCatalog | None = None,
     flow_version: int | None = None,
 ) -> ShadowReport:
     wiring = shadows(settings, names, prefix=prefix, flows=flows, flow_version=flow_version)

@@ -9,9 +9,12 @@ why versions stay immutable (the topic is appended to, never compacted).
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from aiokafka import TopicPartition
@@ -21,7 +24,7 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import LogReader
-from hermesbus.errors import BrokerError, ConfigError
+from hermesbus.errors import BrokerError, ConfigError, HermesError
 from hermesbus.identity import Keyring, Signer, Verifier
 from hermesbus.processors.conversation import FLOW_SETTLE_MS
 from hermesbus.processors.flow import (
@@ -30,13 +33,25 @@ from hermesbus.processors.flow import (
     FlowSpec,
     FlowVersion,
     Registered,
+    StaticCatalog,
     digest_of,
     load_flow,
     record_key,
 )
 from hermesbus.topics import FLOWS
 
-__all__ = ["REREAD_MS", "Registration", "RegistryCatalog", "read_flows", "register_flow"]
+__all__ = [
+    "REREAD_MS",
+    "Registration",
+    "RegistryCatalog",
+    "copied_catalog",
+    "flow_copies",
+    "keep_copies",
+    "read_flows",
+    "register_flow",
+]
+
+log = logging.getLogger(__name__)
 
 REREAD_MS = 250
 """The registry catalog reads the registry at most once in this long."""
@@ -99,9 +114,13 @@ class RegistryCatalog:
         *,
         settle_ms: int = FLOW_SETTLE_MS,
         clock: Callable[[], float] = time.time,
+        copies: Path | None = None,
     ) -> None:
+        """``copies``: a folder where each version read is kept as a file, so a replay
+        without the broker (``replay --shadow`` from the archive) finds the versions its
+        sessions ran (:class:`CopiedCatalog`)."""
         self._kafka, self._prefix, self._keyring = kafka, prefix, keyring
-        self._settle_ms, self._clock = settle_ms, clock
+        self._settle_ms, self._clock, self._copies = settle_ms, clock, copies
         self._registered: Registered | None = None
         self._read_from_ms = 0.0
         self._lock = asyncio.Lock()
@@ -128,6 +147,8 @@ class RegistryCatalog:
                 self._registered = await read_flows(self._kafka, self._prefix, self._keyring())
                 self._read_from_ms = began
                 self.reads += 1
+                if self._copies is not None:
+                    keep_copies(self._registered, self._copies)
             return self._registered
 
     async def version(self, flow: str, version: int) -> FlowSpec | None:
@@ -148,6 +169,46 @@ class RegistryCatalog:
             if taken:
                 newest[flow] = max(taken, key=lambda v: v.spec.version).spec
         return newest
+
+
+def flow_copies(home: Path, prefix: str) -> Path:
+    """Where a bus's state folder keeps its copies of the registered versions."""
+    return home / "flows" / (prefix.rstrip(".") or "default")
+
+
+def keep_copies(registered: Registered, folder: Path) -> None:
+    """Each version ``registered`` holds, as ``<flow>@<version>.json`` in ``folder`` (written
+    once: versions are immutable), with the time it was registered."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for flow, versions in registered.versions.items():
+        for number, version in versions.items():
+            path = folder / f"{flow}@{number}.json"
+            if path.exists():
+                continue
+            copy = {
+                "flow": flow,
+                "version": number,
+                "registered_at_ms": version.registered_at_ms,
+                "offset": version.offset,
+                "text": version.text.decode("utf-8"),
+            }
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps(copy, ensure_ascii=False), encoding="utf-8")
+            partial.replace(path)
+
+
+def copied_catalog(folder: Path) -> StaticCatalog:
+    """The versions kept in ``folder`` by :func:`keep_copies`, as a catalog (a copy that
+    does not read as a spec is skipped, with a warning)."""
+    catalog = StaticCatalog()
+    for path in sorted(folder.glob("*@*.json")) if folder.is_dir() else ():
+        try:
+            copy = json.loads(path.read_text(encoding="utf-8"))
+            spec, _ = load_flow(copy["text"], str(path))
+            catalog.add(spec, int(copy["registered_at_ms"]))
+        except (OSError, ValueError, KeyError, TypeError, HermesError) as exc:
+            log.warning("flow copy %s skipped: %s", path, exc)
+    return catalog
 
 
 async def register_flow(

@@ -31,7 +31,7 @@ from hermesbus.compose.backends import (
     trace_index,
 )
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
-from hermesbus.compose.flows import RegistryCatalog, register_flow
+from hermesbus.compose.flows import RegistryCatalog, flow_copies, register_flow
 from hermesbus.compose.homelock import home_lock
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
@@ -40,7 +40,7 @@ from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.contract.envelope import Envelope
 from hermesbus.demo import tables
-from hermesbus.errors import ConfigError
+from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
@@ -95,6 +95,8 @@ class Stack:
     """The flow registry as the conversation and the dispatcher read it."""
     paths: flow.PathCounts | None = None
     """Completed flow sessions by the states they went through (in the state store)."""
+    demo_flow: bool = False
+    """A demo run registered the demo's table-export flow."""
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits in this process for ``component``'s processor now: the dispatcher's
@@ -191,7 +193,7 @@ async def stack(
         running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:  # the demo's tools, and its table-export flow (a spec, nothing else)
-            running.tool_names = await _demo_flow(tools, kafka, prefix, keys, say)
+            await _demo_flow(running, tools, kafka, keys, say)
         if copy_tools_from is not None:
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
         probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
@@ -253,28 +255,31 @@ async def stack(
 
 
 async def _demo_flow(
-    tools: tool.ToolService, kafka: KafkaConfig, prefix: str, keys: Keyring, say: Progress
-) -> list[str]:
+    running: Stack, tools: tool.ToolService, kafka: KafkaConfig, keys: Keyring, say: Progress
+) -> None:
     """Register the demo tools, then the demo's table-export flow (a spec, nothing else);
-    a registry that holds other text for its version is said, and the demo goes on
-    without it. The tools' names."""
-    names = await demo_tools.register_demo(tools)
+    a registry that cannot take it (it holds other text for its version, or cannot be
+    reached) is said, and the demo goes on without it (``running.demo_flow`` False)."""
+    running.tool_names = await demo_tools.register_demo(tools)
     try:
-        done = await register_flow(kafka, prefix, keys, tables.flow_text(), tables.FLOW_FILE)
-    except ConfigError as exc:
+        done = await register_flow(
+            kafka, running.prefix, keys, tables.flow_text(), tables.FLOW_FILE
+        )
+    except (ConfigError, BrokerError) as exc:
         say(f"demo flow table_export not registered: {exc}")
-        return names
+        return
+    running.demo_flow = True
     say(f"demo flow: table_export v{done.version.spec.version} ({done.outcome})")
-    return names
 
 
 async def _flow_catalog(
     kafka: KafkaConfig, prefix: str, settings: Settings, say: Progress
 ) -> RegistryCatalog:
     """The flow registry, read once now (and again whenever a version is not known)."""
-    catalog = RegistryCatalog(kafka, prefix, settings.keys.load)
+    copies = flow_copies(settings.home, prefix)  # what replay reads without the broker
+    catalog = RegistryCatalog(kafka, prefix, settings.keys.load, copies=copies)
     await catalog.start()
-    flows = await catalog.current(int(time.time() * 1000) - conversation.FLOW_SETTLE_MS)
+    flows = await catalog.current(int(time.time() * 1000))
     named = ", ".join(f"{name} v{spec.version}" for name, spec in sorted(flows.items()))
     say(f"flows: {named or 'none registered'} (and the expense report, built in)")
     return catalog

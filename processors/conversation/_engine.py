@@ -31,6 +31,7 @@ from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryTier,
     MemoryWrite,
+    Reply,
     Role,
     TimerFired,
     ToolResult,
@@ -159,17 +160,28 @@ def ended(step: Step, spec: FlowSpec) -> bool:
 
 async def choose_flow(step: Step, turn: UserTurn) -> FlowSpec | str | None:
     """The flow a new session starts in: the app's (``turn.flow``; its id as a text when
-    it is not registered), else the first registered flow (by id) one of whose intents
-    the turn matches; None: none (the expense report's own parser decides)."""
+    it is not registered), else the first registered flow (by id) with an intent the turn
+    matches that begins it (see :func:`_begins`); None: none (the expense report's own
+    parser decides)."""
     catalog = catalog_of(step)
     at_ms = epoch_ms(step.env.timestamp) - FLOW_SETTLE_MS
     flows = await catalog.current(at_ms) if catalog is not None else {}
     if turn.flow is not None:
         return flows.get(turn.flow, turn.flow)
     for name in sorted(flows):
-        if _parse(step, flows[name], turn).intent is not None:
-            return flows[name]
+        spec = flows[name]
+        intent = _parse(step, spec, turn).intent
+        if intent is not None and _begins(spec, intent):
+            return spec
     return None
+
+
+def _begins(spec: FlowSpec, intent: str) -> bool:
+    """Whether ``intent`` may begin a session of ``spec``: it moves the start state, or it
+    moves no state at all (an entry phrase). An intent of a later step ("合并这两个表")
+    begins nothing: a new session saying it is not this flow's."""
+    moves = [m for m in spec.transitions if m.on == intent]
+    return not moves or any(m.source == spec.start for m in moves)
 
 
 def not_registered(step: Step, flow: str) -> None:
@@ -319,8 +331,14 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
 
 
 def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
-    """Fail fast from the dispatcher for the pending cycle: the state's exception exit."""
+    """Fail fast from the dispatcher for the pending cycle: the state's exception exit; a
+    cycle refused for symbols that no longer hold takes the state's ``invalid`` move (the
+    flow asks instead of guessing), its exit when it has none."""
     step.update(pending=None)
+    if report.code == protocol.INVALID_SYMBOLS:
+        step.problem(report.component, report.code, report.message)
+        if _take(step, spec, "invalid"):
+            return
     _fail(step, spec, report.component, report.code, report.message, advice=report.advice)
 
 
@@ -406,7 +424,7 @@ async def count_completed(step: Step) -> None:
     paths: PathCounts | None = step.inp.ports.get(PATHS_PORT)
     if step.completed is not None and paths is not None:
         flow, version, path = step.completed
-        await paths.completed(flow, version, path, step.env.session_id)
+        await paths.completed(flow, version, path, step.env.message_id)
 
 
 def _summary(step: Step, state: State) -> str:
@@ -456,9 +474,14 @@ def _done(step: Step, spec: FlowSpec, state: State) -> None:
         step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
     queued = step.session.queued
     step.update(queued="")
-    if queued and state.id == spec.start and _take(step, spec, queued):
+    first = state.id == spec.start and step.session.pending is None
+    if queued and first and _take(step, spec, queued):
         return
-    _take(step, spec, "done")
+    if _take(step, spec, "done"):
+        return
+    said = any(isinstance(e.payload.body, Reply) for e in step.effects.emitted)
+    if first and queued and not _take(step, spec, "any") and not said:
+        step.reply(NOT_UNDERSTOOD)  # the first turn named no way to begin, and nothing was said
 
 
 def _finish(step: Step, spec: FlowSpec, state: State) -> None:
@@ -545,11 +568,13 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     values = _values(step)
     budget = action.parallel.budget_ms if isinstance(action, ParallelAction) else None
     symbols = sorted(_symbols(calls))
+    held: dict[str, ContextValue] = {protocol.SYMBOLS_HELD: True} if symbols else {}
     step.cycle(
         f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
         budget_ms=budget or state.timeout_ms or spec.timeout_ms,
         symbols=symbols,
+        **held,
     )
 
 

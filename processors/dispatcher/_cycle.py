@@ -18,6 +18,7 @@ from hermesbus.contract.payloads import (
     ContextValue,
     ErrorReport,
     MemoryContext,
+    MemoryTier,
     TimerFired,
     ToolCall,
     ToolResult,
@@ -53,13 +54,16 @@ from hermesbus.processors.protocol import (
     BUSY_PREFIX,
     CYCLE,
     DISPATCHER,
+    INVALID_SYMBOLS,
     MEMORY_CONTEXT,
     PAUSE_EVERY,
     PAUSED_SINCE,
+    SYMBOLS_HELD,
     TOOLS,
     UNAVAILABLE,
     cycle_of,
     is_failure,
+    memory_at,
     tool_at,
 )
 
@@ -175,10 +179,36 @@ async def on_memory(
             fail(fx, cid, cycle, component=MEMORY_CONTEXT, code="timeout", message=message)
         return
     cycle.memory = body
+    if doubted := _doubted(cycle, body):
+        message = (
+            f"cycle {cid!r} ({cycle.task}): the symbols {', '.join(doubted)} its calls read no "
+            "longer hold (memory's validator refused them); nothing was dispatched"
+        )
+        fail(
+            fx,
+            cid,
+            cycle,
+            component=memory_at(MemoryTier.SHORT_TERM),
+            code=INVALID_SYMBOLS,
+            message=message,
+            retryable=False,
+            context={"invalid": ",".join(doubted)},
+        )
+        return
     for tool in cycle.tools:
         call = cycle.calls.get(tool)
         if cycle.is_open and call is not None and call.status is CallStatus.WAITING:
             await dispatch(fx, cid, cycle, tool, ports.need_health())
+
+
+def _doubted(cycle: Cycle, memory: MemoryContext) -> list[str]:
+    """The symbols a cycle's calls read (``SYMBOLS_HELD``) that memory says no longer hold."""
+    first = next(iter(cycle.calls.values()), None)
+    context = first.envelope.payload.context if first is not None else {}
+    asked = context.get("symbols")
+    if context.get(SYMBOLS_HELD) is not True or not isinstance(asked, list):
+        return []
+    return sorted(set(memory.invalid) & {name for name in asked if isinstance(name, str)})
 
 
 def _latency(envelope: Envelope) -> float:

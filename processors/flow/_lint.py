@@ -176,6 +176,8 @@ class _Check:
         for n, name in enumerate(names):
             if name in names[:n]:
                 self.say(("intents", n, "name"), f"intent {name!r} is declared twice")
+            if name in _RESERVED:
+                self.say(("intents", n, "name"), _reserved(name))
         for n, intent in enumerate(spec.intents):
             entities = [e.name for e in intent.entities]
             for e, entity in enumerate(entities):

@@ -10,13 +10,15 @@ recorded in its state snapshot (``context["path_count"]``), and in a replay
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import StateSnapshot
-from hermesbus.errors import StoreError
 from hermesbus.runtime import StateChange, StateStore
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "StorePaths",
 ]
 
+log = logging.getLogger(__name__)
+
 PATHS_PORT: Final = "paths"
 PATH_COUNT: Final = "path_count"
 """The state snapshot's context key: how many completed sessions of its flow version had
@@ -36,8 +40,9 @@ gone through the state when it was entered (states that preload only)."""
 PATHS_NAMESPACE: Final = "conversation.paths"
 """The state store's namespace of the counts (one entry per flow version)."""
 _RECENT: Final = 256
-"""Sessions remembered per flow version, so a session counted twice (a redelivery) is not."""
-_TRIES: Final = 16
+"""Completions remembered per flow version, so one counted twice (a redelivery of the
+input that ended it) is not: a redelivery after 256 other completions is counted again."""
+_TRIES: Final = 64
 
 
 class PathCounts(Protocol):
@@ -47,10 +52,9 @@ class PathCounts(Protocol):
         """How many completed sessions of that version went through ``state``."""
         ...
 
-    async def completed(
-        self, flow: str, version: int, path: Sequence[str], session_id: str
-    ) -> None:
-        """A session of that version completed through the states ``path`` (once each)."""
+    async def completed(self, flow: str, version: int, path: Sequence[str], run: str) -> None:
+        """A session of that version completed through the states ``path`` (once each);
+        ``run`` names the completion (the id of the input that ended it)."""
         ...
 
 
@@ -70,26 +74,28 @@ class StorePaths:
         states = saved.data.get("states", {})
         return int(states.get(state, 0)) if isinstance(states, dict) else 0
 
-    async def completed(
-        self, flow: str, version: int, path: Sequence[str], session_id: str
-    ) -> None:
+    async def completed(self, flow: str, version: int, path: Sequence[str], run: str) -> None:
+        """Counted with the store's compare-and-set; lost races are tried again (with a
+        growing pause), and a count still contended after that is dropped with a warning:
+        a frequent path is a statistic, never a reason to hold a session."""
         key = _key(flow, version)
-        for _ in range(_TRIES):
+        for attempt in range(_TRIES):
             saved = await self._store.load(PATHS_NAMESPACE, key)
-            if session_id in saved.applied:
+            if run in saved.applied:
                 return
             states = dict(saved.data.get("states", {}))
             for state in dict.fromkeys(path):
                 states[state] = int(states.get(state, 0)) + 1
             change = StateChange(
                 expected_version=saved.version,
-                message_id=session_id,
+                message_id=run,
                 data={"states": states},
-                applied=(*saved.applied, session_id)[-_RECENT:],
+                applied=(*saved.applied, run)[-_RECENT:],
             )
             if await self._store.commit(PATHS_NAMESPACE, key, change):
                 return
-        raise StoreError(f"the path counts of {key} kept changing under {_TRIES} tries")
+            await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # noqa: S311
+        log.warning("the path counts of %s kept changing: completion %s not counted", key, run)
 
 
 @dataclass
@@ -102,12 +108,10 @@ class MemoryPaths:
     async def count(self, flow: str, version: int, state: str) -> int:
         return self.states.get((flow, version, state), 0)
 
-    async def completed(
-        self, flow: str, version: int, path: Sequence[str], session_id: str
-    ) -> None:
-        if (flow, version, session_id) in self.sessions:
+    async def completed(self, flow: str, version: int, path: Sequence[str], run: str) -> None:
+        if (flow, version, run) in self.sessions:
             return
-        self.sessions.add((flow, version, session_id))
+        self.sessions.add((flow, version, run))
         for state in dict.fromkeys(path):
             self.states[(flow, version, state)] = self.states.get((flow, version, state), 0) + 1
 
@@ -131,7 +135,5 @@ class RecordedPaths:
     async def count(self, flow: str, version: int, state: str) -> int:
         return self._counts.get(state, 0)
 
-    async def completed(
-        self, flow: str, version: int, path: Sequence[str], session_id: str
-    ) -> None:
+    async def completed(self, flow: str, version: int, path: Sequence[str], run: str) -> None:
         return None

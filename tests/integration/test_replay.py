@@ -34,7 +34,9 @@ def demo_home(
     broker_binary: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Path, list[str]]]:
     """A HERMES_HOME after ``up --demo --once`` twice (the embedded broker, and its log,
-    started afresh the second time), and the first run's two sessions."""
+    started afresh the second time), and the first run's three sessions (the two expense
+    conversations and the table export, a flow replayed with the registry's copies the
+    state folder keeps)."""
     home = tmp_path_factory.mktemp("replay") / "home"
     env = clean_env(home)
     first = hermesbus("up", "--demo", "--once", env=env, cwd=home.parent, timeout=300)
@@ -54,7 +56,7 @@ def test_the_demo_replays_from_the_archive_without_divergence(
     demo_home: tuple[Path, list[str]],
 ) -> None:
     home, sessions = demo_home
-    assert len(sessions) == 2
+    assert len(sessions) == 3
     args = [a for s in sessions for a in ("--session", s)]
     ran = hermesbus("replay", *args, "--shadow", env=clean_env(home), cwd=home.parent)
     assert ran.code == 0, ran.output
@@ -95,7 +97,7 @@ def test_a_changed_reply_text_exits_1_naming_the_field(
     demo_home: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The deliberate change: conversation B's "好的，暂不提交" now says "先不提交"."""
-    home, (_, stopped) = demo_home
+    home, (_, stopped, _) = demo_home
     for name in [n for n in os.environ if n.startswith("HERMES_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HERMES_HOME", str(home))
@@ -111,7 +113,7 @@ def test_a_changed_reply_text_exits_1_naming_the_field(
 def test_a_dry_run_says_what_it_would_read_and_writes_nothing(
     demo_home: tuple[Path, list[str]],
 ) -> None:
-    home, (submitted, _) = demo_home
+    home, (submitted, _, _) = demo_home
     before = sorted(p.name for p in home.iterdir())
     ran = hermesbus(
         "replay",
@@ -195,7 +197,7 @@ async def test_the_demo_replays_from_the_topics_without_divergence(
 def test_an_exported_bundle_replays_where_there_is_no_broker_and_no_index(
     demo_home: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    home, (_, stopped) = demo_home
+    home, (_, stopped, _) = demo_home
     bundle = tmp_path / "b.tar.gz"
     out = hermesbus("export", stopped, "-o", str(bundle), env=clean_env(home), cwd=tmp_path)
     assert out.code == 0, out.output
@@ -214,7 +216,7 @@ def test_a_redrive_with_live_tools_runs_the_registered_tools_in_the_sandbox(
 ) -> None:
     """On the embedded default: the sandbox gets its own embedded broker, the bus's tool
     registry copied, and the demo tools really run; the bus's files stay as they were."""
-    home, (submitted, _) = demo_home
+    home, (submitted, _, _) = demo_home
     before = {p.name: p.read_bytes() for p in sorted(home.glob("*.sqlite3*"))}
     args = ["--session", submitted, "--redrive", "--into", "live-1.", "--live-tools"]
     ran = hermesbus("replay", *args, env=clean_env(home), cwd=home.parent, timeout=240)
@@ -233,5 +235,5 @@ def test_a_time_range_alone_replays_every_session_in_it(demo_home: tuple[Path, l
     )
     assert ran.code == 0, ran.output
     answer = json.loads(ran.out)
-    assert set(sessions) < set(answer["sessions"]) and len(answer["sessions"]) == 4  # both runs
+    assert set(sessions) < set(answer["sessions"]) and len(answer["sessions"]) == 6  # both runs
     assert answer["divergences"] == []

@@ -91,3 +91,40 @@ async def test_two_tables_that_no_longer_hold_make_it_ask_instead_of_guessing(
     said = await say(bus, "合并这两个表", 5, later)
     assert said == ["之前导出的表已无法核实（可能已被删除或已过期），请重新导出要合并的两张表。"]
     assert bus.state("conversation", "tables-1").data["state"] == "unsure"
+    merges = [
+        h
+        for h in bus.handled
+        if h.processor == "tool"
+        and isinstance(h.envelope.payload.body, ToolCall)
+        and json.loads(h.envelope.payload.body.arguments_json)["action"] == "merge"
+    ]
+    assert merges == []  # nothing was guessed: the merge never ran
+
+
+@pytest.mark.parametrize(
+    ("turns", "last"),
+    [
+        (["把A表导出为Excel", "取消合并"], "好的，已取消表格导出。"),
+        (
+            ["把a表导出为Excel", "导出前检查客户字段是否为空"],
+            "导出前已检查A表的客户字段：0行为空。已导出 A.xlsx。",
+        ),
+        (
+            ["把A表导出为Excel", "导出前检查b字段是否为空"],
+            "导出前已检查A表的b字段：2行为空。已导出 A.xlsx。",
+        ),
+    ],
+)
+async def test_cancelling_says_so_and_fields_and_tables_are_named_as_users_type_them(
+    bus: Harness, turns: list[str], last: str
+) -> None:
+    said = [await say(bus, text, n, T0 + timedelta(seconds=n)) for n, text in enumerate(turns)]
+    assert said[-1] == [last]
+
+
+@pytest.mark.parametrize("text", ["帮我导出上个月的报销单", "合并这两个表", "取消"])
+async def test_a_turn_that_does_not_begin_a_table_export_starts_none(
+    bus: Harness, text: str
+) -> None:
+    await say(bus, text, 1, T0)
+    assert bus.state("conversation", "tables-1").data["flow"] is None  # the expense report's

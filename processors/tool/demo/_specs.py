@@ -176,7 +176,7 @@ _SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                 "table": _STR,
                 "add_columns": {"type": "array", "items": {"type": ["string", "null"]}},
                 "check_empty": {"type": ["string", "null"]},
-                "tables": {"type": "array", "minItems": 2, "items": _STR},
+                "tables": {"type": "array", "minItems": 2, "uniqueItems": True, "items": _STR},
             },
             "if": {"properties": {"action": {"const": "merge"}}},
             "then": {"required": ["tables"]},

@@ -332,7 +332,10 @@ def table_result(arguments: dict[str, Any]) -> dict[str, Any]:
     if arguments["action"] == "merge":
         return _merge([_table(name) for name in arguments["tables"]])
     short, table = _table(arguments["table"])
-    added = [column for column in arguments.get("add_columns") or [] if column]
+    added = list(dict.fromkeys(c for c in arguments.get("add_columns") or [] if c))
+    taken = [c for c in added if c in table["columns"]]
+    if taken:
+        raise DemoToolError(f"table {short} has a column {taken[0]!r} already")
     columns = [*table["columns"], *added]
     result: dict[str, Any] = {
         "table": short,
@@ -346,15 +349,18 @@ def table_result(arguments: dict[str, Any]) -> dict[str, Any]:
     }
     field = arguments.get("check_empty")
     if field:
-        if field not in table["columns"]:
+        folded = [column.casefold() for column in table["columns"]]
+        if field.casefold() not in folded:
             raise DemoToolError(f"table {short} has no field {field!r}")
-        at = table["columns"].index(field)
+        at = folded.index(field.casefold())
         result["empty_rows"] = sum(1 for row in table["rows"] if row[at] in ("", None))
     return result
 
 
 def _merge(tables: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     names = [short for short, _ in tables]
+    if len(set(names)) != len(names):
+        raise DemoToolError(f"the tables to merge name one table twice: {', '.join(names)}")
     return {
         "tables": names,
         "names": "与".join(f"{short}表" for short in names),

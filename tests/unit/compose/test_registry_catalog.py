@@ -5,12 +5,13 @@ when each became readable); reading the real topic is the integration suite's.""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermesbus.compose import flows as module
-from hermesbus.compose.flows import REREAD_MS, RegistryCatalog
+from hermesbus.compose.flows import REREAD_MS, RegistryCatalog, copied_catalog
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.identity import Keyring
 from hermesbus.processors.flow import FlowVersion, Registered, load_flow
@@ -116,3 +117,29 @@ async def test_a_version_nobody_registered_is_not_read_for_on_every_record(
     assert live.reads == 3
     assert await live.version("contract_lookup", 1) is not None
     assert live.reads == 3
+
+
+async def test_the_versions_read_are_copied_for_a_replay_without_the_broker(
+    registry: Registry, tmp_path: Path
+) -> None:
+    registry.register(1, 0, 0)
+    registry.register(2, 5_000, 5_000)
+    registry.now_ms = 6_000
+    live = RegistryCatalog(
+        KafkaConfig(bootstrap="127.0.0.1:1"),
+        "",
+        lambda: Keyring({}),
+        clock=lambda: registry.now_ms / 1000,
+        copies=tmp_path / "flows",
+    )
+    await live.start()
+    copied = copied_catalog(tmp_path / "flows")
+    for at_ms in (100, 4_999, 5_000, 9_000):
+        assert await copied.current(at_ms) == await live.current(at_ms)
+    assert (await copied.version("contract_lookup", 2)) == (
+        await live.version("contract_lookup", 2)
+    )
+    assert sorted(p.name for p in (tmp_path / "flows").iterdir()) == [
+        "contract_lookup@1.json",
+        "contract_lookup@2.json",
+    ]

@@ -34,6 +34,7 @@ from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.flow import (
     PATH_COUNT,
     FlowSpec,
+    MemoryPaths,
     RecordedPaths,
     StaticCatalog,
     load_flow,
@@ -629,3 +630,18 @@ def test_a_replay_answers_the_counts_the_run_recorded() -> None:
     paths.cue([moved])
     assert asyncio.run(paths.count("probe", 1, "a")) == 7
     assert asyncio.run(paths.count("probe", 1, "b")) == 0
+
+
+async def test_a_session_that_runs_a_flow_twice_counts_twice(tmp_path: Path) -> None:
+    paths = MemoryPaths()
+    async with in_memory(
+        tmp_path,
+        tools=ScriptedTools({}),
+        health=StaticHealth(),
+        policy=protocol.ProtocolPolicy(),
+        flows=StaticCatalog.of([spec_of(FREQUENT)]),
+        paths=paths,
+    ) as harness:
+        await harness.send(turn("开始", 1))
+        await harness.send(turn("开始", 2))  # the same session, a new run of the flow
+        assert await paths.count("probe", 1, "a") == 2

@@ -61,7 +61,7 @@ def test_unknown_states_triggers_and_exits() -> None:
     assert findings(bad) == [
         f"error: f.yaml:{line_of(bad, 'exit: gone')}: states[1].exit: exit 'gone' is not a state",
         f"error: f.yaml:{t}: transitions[2].on: 'cancle' never fires in 'ask' (there: any, cancel, "
-        "done, lookup, no_answer)",
+        "done, invalid, lookup, no_answer)",
         f"error: f.yaml:{t}: transitions[2].to: to 'end': not a state",
     ]
 
@@ -307,3 +307,13 @@ def test_no_intent_and_no_wait_may_fire_a_confirmation_trigger() -> None:
         )
         in found
     )
+
+
+def test_an_intent_named_like_a_trigger_of_the_engine_is_refused() -> None:
+    named = changed(CONTRACT, "  - name: cancel\n", "  - name: invalid\n")
+    named = named.replace("on: cancel,", "on: invalid,")
+    assert said(
+        named,
+        "- name: invalid",
+        "intents[1].name: 'invalid' is a trigger of the engine's own: name this one otherwise",
+    ) in findings(named)
