@@ -24,6 +24,7 @@ from hermesbus.demo import expense as demo
 from hermesbus.demo import tables
 from hermesbus.processors import conversation
 from hermesbus.processors.memory import Edge, MidTermItem
+from hermesbus.processors.protocol import FLOW_SNAPSHOT
 from hermesbus.trace.spans import collect, spans, waterfall
 
 from ._common import console, err_console, shown
@@ -63,7 +64,8 @@ async def run(running: Stack, settings: Settings) -> bool:
     played: list[demo.Said] = list(said)
     if running.demo_flow:
         exported = await _tables(running, settings)
-        finished = _report(tables.missing(exported)) and finished
+        problems = tables.missing(exported) + await _snapshot_lacks(running, exported)
+        finished = _report(problems) and finished
         played.append(exported)
     else:
         finished = _report(["the table-export flow is not registered (see above)"]) and False
@@ -84,6 +86,18 @@ async def _tables(running: Stack, settings: Settings) -> demo.Said:
         settings=settings, bootstrap=running.bootstrap, topic_prefix=running.prefix, name="demo"
     ) as app:
         return await demo.talk(app, tables.conversation(), _show, clock=_now)
+
+
+async def _snapshot_lacks(running: Stack, said: demo.Said, within_s: float = 15.0) -> list[str]:
+    """Whether memory holds the table export's snapshot (written after the last reply:
+    asked again for up to ``within_s``, so ``--once`` stops with everything written)."""
+    key = f"{FLOW_SNAPSHOT}{tables.FLOW}:{said.conversation.session_id}"
+    deadline = time.monotonic() + within_s
+    while await running.memory.item(demo.DEMO_USER, key) is None:
+        if time.monotonic() > deadline:
+            return [f"no {key} in mid-term memory"]
+        await asyncio.sleep(0.2)  # polling a store: no event to wait on
+    return []
 
 
 def _now() -> datetime:

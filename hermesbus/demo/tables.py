@@ -13,8 +13,9 @@ from typing import Final
 
 from hermesbus.demo.expense import Conversation, Said, Turn, reply_text
 
-__all__ = ["ENDING", "FLOW_FILE", "TURNS", "conversation", "flow_text", "missing"]
+__all__ = ["ENDING", "FLOW", "FLOW_FILE", "TURNS", "conversation", "flow_text", "missing"]
 
+FLOW: Final = "table_export"
 FLOW_FILE: Final = "flows/table_export.yaml"
 TURNS: Final = (
     Turn("把A表导出为Excel"),

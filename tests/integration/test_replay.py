@@ -65,8 +65,9 @@ def test_the_demo_replays_from_the_archive_without_divergence(
     as_json = hermesbus("replay", *args, "--shadow", "--json", env=clean_env(home), cwd=home.parent)
     answer = json.loads(as_json.out)
     assert answer["divergences"] == [] and answer["sessions"] == sessions
-    # every processor compared on both conversations, memory fed both runs' writes
-    assert answer["compared"]["conversation"] == 15 and answer["compared"]["tool"] == 11
+    # every processor compared on the three conversations (the table export's 5 turns and
+    # 5 answers, its 5 calls too), memory fed both runs' writes
+    assert answer["compared"]["conversation"] == 25 and answer["compared"]["tool"] == 16
     assert answer["compared"]["dispatcher"] > 40 and answer["outputs"] > 100
     assert answer["replayed"]["memory"] > answer["compared"]["memory"]
 
