@@ -227,7 +227,8 @@ def _described(intent: FlowIntent) -> str:
     return f"- {intent.name}: {about or intent.name} (entities: {names})"
 
 
-def _classified(answer: Any, intents: Sequence[FlowIntent]) -> tuple[str | None, dict[str, str]]:
+def _fields(answer: Any) -> dict[str, Any]:
+    """The JSON object a chat-completions answer's content holds; else an IntentError."""
     content = _content(answer)
     try:
         fields = json.loads(content)
@@ -235,6 +236,11 @@ def _classified(answer: Any, intents: Sequence[FlowIntent]) -> tuple[str | None,
         raise IntentError(f"intent endpoint answered non-JSON: {content[:80]!r}") from exc
     if not isinstance(fields, dict):
         raise IntentError("intent endpoint answered JSON that is not an object")
+    return fields
+
+
+def _classified(answer: Any, intents: Sequence[FlowIntent]) -> tuple[str | None, dict[str, str]]:
+    fields = _fields(answer)
     name = fields.get("intent")
     if name is None:
         return None, {}
@@ -274,13 +280,7 @@ def _content(answer: Any) -> str:
 
 def _intent(answer: Any) -> Intent:
     """The Intent in a chat-completions answer; anything else is an IntentError."""
-    content = _content(answer)
-    try:
-        fields = json.loads(content)
-    except ValueError as exc:
-        raise IntentError(f"intent endpoint answered non-JSON: {content[:80]!r}") from exc
-    if not isinstance(fields, dict):
-        raise IntentError("intent endpoint answered JSON that is not an object")
+    fields = _fields(answer)
     city, hold = fields.get("city"), fields.get("hold", False)
     if not isinstance(hold, bool):
         raise IntentError(f"intent endpoint answered hold = {hold!r}: not a JSON boolean")
