@@ -144,12 +144,25 @@ class RegistryCatalog:
             recent = self._now_ms() - self._read_from_ms < REREAD_MS
             if self._registered is None or not (fresh or recent):
                 began = self._now_ms()
-                self._registered = await read_flows(self._kafka, self._prefix, self._keyring())
+                self._registered = await self._read()
                 self._read_from_ms = began
                 self.reads += 1
                 if self._copies is not None:
                     keep_copies(self._registered, self._copies)
             return self._registered
+
+    async def _read(self) -> Registered:
+        """One read of the registry, bounded: a broker that holds it back (a topic deleted
+        and made again, metadata not yet known) is a BrokerError, so the record waits in
+        place and is tried again, and no session waits on a read that never ends."""
+        within_s = self._kafka.request_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(within_s):
+                return await read_flows(self._kafka, self._prefix, self._keyring())
+        except TimeoutError:
+            raise BrokerError(
+                f"reading the flow registry {self._prefix}{FLOWS} took over {within_s:g} s"
+            ) from None
 
     async def version(self, flow: str, version: int) -> FlowSpec | None:
         registered = self._registered

@@ -40,8 +40,9 @@ def _quiet(kind: str, item: object) -> None:
 
 
 async def _log_ids(bootstrap: str, prefix: str) -> set[str]:
-    """topic/partition/offset of every record on the prefix's topics, read from the log."""
-    names = Catalog.load().with_overrides(prefix=prefix).names()
+    """topic/partition/offset of every record on the prefix's indexed topics (all but the
+    flow registry, whose records are specs, not envelopes), read from the log."""
+    names = Catalog.load().with_overrides(prefix=prefix).indexed_names()
     kafka = KafkaConfig(bootstrap=bootstrap)
     async with KafkaAdmin(kafka) as admin:
         described = await admin.describe(names)
@@ -185,7 +186,7 @@ async def _nothing_committed_past_the_stored(
     kafka: KafkaConfig, prefix: str, es: ElasticsearchTraceIndex
 ) -> None:
     """Every offset below the indexer group's committed one is a stored document."""
-    names = Catalog.load().with_overrides(prefix=prefix).names()
+    names = Catalog.load().with_overrides(prefix=prefix).indexed_names()
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id="indexer")
     await consumer.start()
     try:
