@@ -185,7 +185,7 @@ def test_probing_the_tools_changes_nothing_a_running_bus_reads(
     up = _run("up", "--demo", "--once", env=env, cwd=tmp_path)
     assert up.code == 0, up.err
     before = _probe_rows(home)
-    assert len(before) == 5
+    assert len(before) == 6  # the six demo tools
     result = _run("doctor", env=env, cwd=tmp_path)
     assert result.code == 0, result.out
     assert "tool ocr_tool" in result.out
