@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
@@ -79,7 +78,6 @@ __all__ = [
     "DISPATCHER_ADDRESS",
     "DISPATCHER_TOPIC",
     "ENDS",
-    "EXPENSE_MACHINE",
     "FALLBACK",
     "FLOW_SNAPSHOT",
     "IDENTITIES",
@@ -96,8 +94,6 @@ __all__ = [
     "PAUSE_EVERY",
     "RESULT_FACTS",
     "RESULT_SYMBOLS",
-    "STATES",
-    "STATE_TIMEOUT_MS",
     "SYMBOLS_HELD",
     "SYMBOL_TTL_S",
     "TASK_QUERY_CONTEXT",
@@ -105,7 +101,6 @@ __all__ = [
     "TOOL",
     "TOOLS",
     "TOOL_TOPIC",
-    "TRANSITIONS",
     "UNAVAILABLE",
     "USER",
     "VERIFICATION_FAILED",
@@ -210,12 +205,6 @@ _WAITS_IN_PLACE: Final = (
     "后端暂时不可用，请求原地等待\uff08a backend is away: the request waits in place\uff09"
 )
 
-STATE_TIMEOUT_MS: Final = {"S1": 5_000, "S2": 30_000, "S3": 30_000, "S3.1": 5_000, "S4": 5_000}
-"""``metadata.timeout_ms`` the conversation sets per state (S1 5 s, S3 30 s).
-
-S2's call is the OCR pre-check of an upload, which the user is told takes about 30 s
-("处理中，约 30 秒"): it gets S3's budget, not S1's."""
-
 
 def is_failure(status_code: int) -> bool:
     """5xx (timeouts are 504): fail fast."""
@@ -244,34 +233,6 @@ def memory_at(tier: MemoryTier) -> str:
     return f"memory:{tier.value}"
 
 
-# -- the conversation's state machine, as far as the dispatcher checks it ----------------
-
-STATES: Final = ("S1", "S2", "S3", "S3.1", "S4", "S5")
-"""Intent, materials, validation, human review, confirmation, terminate/degrade."""
-
-TRANSITIONS: Final = frozenset(
-    {
-        (None, "S1"),  # a new session
-        ("S1", "S2"),  # expense intent, materials missing
-        ("S1", "S5"),  # unclear intent
-        ("S2", "S2"),  # more materials, or OCR pre-check of an upload
-        ("S2", "S3"),  # all materials in: validate
-        ("S2", "S4"),  # waited 5 min: ask whether the user gave up
-        ("S2", "S5"),
-        ("S3", "S3.1"),  # validation over 30 s, or low confidence: human review
-        ("S3", "S4"),  # validated, no fatal error
-        ("S3", "S5"),  # fatal validation failure
-        ("S3.1", "S2"),  # the user uploads again
-        ("S3.1", "S3"),  # review passed, validation still to finish
-        ("S3.1", "S4"),  # review passed
-        ("S3.1", "S5"),
-        ("S4", "S2"),  # modify
-        ("S4", "S5"),  # submitted, cancelled, gave up or expired (idle 10 min)
-    }
-)
-"""Allowed ``(previous_state, state_id)`` pairs of a ``StateSnapshot``; others are refused."""
-
-
 # -- who may write what where: checked by every receiver's runtime ----------------------
 
 MAX_BUDGET_FACTOR: Final = 10
@@ -283,8 +244,8 @@ budgets by at most 10 for a slow machine: ``HERMES_CONVERSATION_BUDGET_SCALE``).
 class FlowMachine:
     """What the dispatcher checks of the flow a session runs: its states, the
     ``(previous_state, state)`` moves it can make, and the most ``metadata.timeout_ms``
-    each state's calls may carry. A registered flow's comes from its spec
-    (``processors.flow.machine_of``); the expense report's is :data:`EXPENSE_MACHINE`."""
+    each state's calls may carry. Each comes from a flow spec (``processors.flow.machine_of``),
+    the expense report's too (``processors.flow.EXPENSE_MACHINE``)."""
 
     name: str
     states: frozenset[str]
@@ -293,15 +254,6 @@ class FlowMachine:
 
     def budget_ms(self, state: str) -> int:
         return self.budgets.get(state, 0)
-
-
-EXPENSE_MACHINE: Final = FlowMachine(
-    "the expense report",
-    frozenset(STATES),
-    TRANSITIONS,
-    MappingProxyType(dict.fromkeys(STATES, MAX_BUDGET_FACTOR * max(STATE_TIMEOUT_MS.values()))),
-)
-"""The built-in expense report's machine (a snapshot naming no flow runs it)."""
 
 
 Bodies = tuple[type[BaseModel], ...]

@@ -26,11 +26,11 @@ from hermesbus.contract.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.processors.flow import EXPENSE_SPEC
 from hermesbus.processors.protocol import (
     ALERTS,
     BUSY_BEHIND,
     FLOW_SNAPSHOT,
-    STATE_TIMEOUT_MS,
     ToolHealth,
     component_of,
     tool_at,
@@ -128,7 +128,7 @@ class RecordedBudgets:
     def timeout_ms(self, state: str, base_ms: int | None = None) -> int:
         if self._timeout_ms is not None:
             return self._timeout_ms
-        return base_ms if base_ms is not None else STATE_TIMEOUT_MS[state]
+        return base_ms if base_ms is not None else EXPENSE_SPEC.budget_of(state)
 
 
 def health_of(dispatched: Envelope) -> ToolHealth | None:

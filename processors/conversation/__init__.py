@@ -1,15 +1,14 @@
 """The conversation processor: the flow engine (any registered flow, ``_engine``) and the
-built-in expense report (the S1-S5 state machine) over the bus.
+built-in expense report (its machine read from its spec) over the bus.
 
 ``handle`` is the processor's handler (name ``conversation``, topic
 ``hermes.conversation.in``); ``build_ports`` gives its ports from the ``HERMES_LLM_*`` and
-``HERMES_CONVERSATION_TIMEZONE`` settings. The state machine is data (``MACHINE``, its
-actions in ``ACTIONS``); intent parsing is a port (``IntentParser``: ``RuleIntentParser``
-by default, ``HttpIntentParser`` when configured).
+``HERMES_CONVERSATION_TIMEZONE`` settings. The expense report's machine is data
+(``MACHINE``, read from ``processors/flow/expense.yaml``); intent parsing is a port
+(``IntentParser``: ``RuleIntentParser`` by default, ``HttpIntentParser`` when configured).
 """
 
 from hermesbus.errors import TransitionError  # the error tree holds it; exported here too
-from hermesbus.processors.conversation._actions import ACTIONS
 from hermesbus.processors.conversation._confirm import MAX_CONFIRMATION_WORDS, is_confirmation
 from hermesbus.processors.conversation._context import UNFINISHED_LABEL
 from hermesbus.processors.conversation._engine import FLOW_SETTLE_MS, NOT_UNDERSTOOD
@@ -63,7 +62,6 @@ from hermesbus.processors.conversation._settings import (
 )
 
 __all__ = [
-    "ACTIONS",
     "BUDGETS_PORT",
     "DEFAULT_TIMEZONE",
     "EXITS",

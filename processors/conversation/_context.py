@@ -27,7 +27,7 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._history import Message, new_message
-from hermesbus.processors.conversation._machine import MACHINE
+from hermesbus.processors.conversation._machine import MACHINE, START
 from hermesbus.processors.conversation._session import (
     MAX_PROBLEMS,
     MAX_TRACES,
@@ -131,7 +131,7 @@ class Step:
     def arm(self, purpose: str, after: timedelta | None = None) -> None:
         """(Re)start the current state's wait ``purpose`` from the envelope's time (``after``:
         a flow's wait; else the expense table's)."""
-        state = self.session.state or "S1"
+        state = self.session.state or START
         if after is None:
             after = MACHINE.timeout(state, purpose).after
         token = derive_id(self.env.message_id, "timer", purpose)
@@ -156,7 +156,7 @@ class Step:
         envelope = protocol.answer(
             self.env,
             self.effects.index,
-            source=protocol.conversation_at(self.session.state or "S1"),
+            source=protocol.conversation_at(self.session.state or START),
             target=target,
             body=body,
             task=task,
@@ -183,7 +183,7 @@ class Step:
     ) -> None:
         """Ask the dispatcher for one cycle of tool work: one ``ToolCall`` per tool, within
         ``budget_ms`` (a flow state's; else the expense table's budget for the state)."""
-        state, source_id = self.session.state or "S1", self.env.message_id
+        state, source_id = self.session.state or START, self.env.message_id
         cycle = derive_id(source_id, "cycle")
         tools = [tool for tool, _ in calls]
         encoded = [(tool, canonical_json(arguments)) for tool, arguments in calls]

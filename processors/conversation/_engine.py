@@ -572,7 +572,7 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     step.cycle(
         f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
-        budget_ms=budget or state.timeout_ms or spec.timeout_ms,
+        budget_ms=budget or spec.budget_of(state.id),
         symbols=symbols,
         **held,
     )
@@ -629,7 +629,7 @@ def _verify_fact(step: Step, spec: FlowSpec, what: RememberFact) -> None:
     step.cycle(
         f"{state.id}#{index}",
         [(fact.verified_by, {"facts": [edge]})],
-        budget_ms=state.timeout_ms or spec.timeout_ms,
+        budget_ms=spec.budget_of(state.id),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any, Final
 from hermesbus.contract.payloads import Attachment
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
-from hermesbus.processors.conversation._machine import S2_WAIT, S3_VALIDATION, S4_IDLE
+from hermesbus.processors.conversation._machine import MATERIALS_WAIT, SUMMARY_WAIT, VALIDATION_WAIT
 from hermesbus.processors.conversation._session import snapshot_of
 from hermesbus.runtime import derive_id
 
@@ -53,7 +53,7 @@ def _steps(step: Step, *tasks: str) -> list[str]:
 def ask_materials(step: Step, text: str) -> None:
     """Ask for (more) materials and wait at most 5 minutes for them."""
     step.update(ask="materials")
-    step.arm(S2_WAIT.purpose)
+    step.arm(MATERIALS_WAIT.purpose)
     step.reply(text)
 
 
@@ -83,7 +83,7 @@ def ask_confirm(step: Step) -> None:
     session = step.session
     lock_session(step)
     step.update(ask="confirm")
-    step.arm(S4_IDLE.purpose)
+    step.arm(SUMMARY_WAIT.purpose)
     step.reply(
         texts.confirm_text(session.materials, session.validation),
         choices=texts.CHOICES_CONFIRM,
@@ -153,7 +153,7 @@ def start_validation(step: Step) -> None:
         symbols=["user_dept", "invoices"],
         preferences=[BLUR],
     )
-    step.arm(S3_VALIDATION.purpose)
+    step.arm(VALIDATION_WAIT.purpose)
 
 
 def to_review_timeout(

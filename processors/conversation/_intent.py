@@ -1,8 +1,9 @@
 """Intent parsing is a port: the Protocol, the Intent it returns, and the rule-based default.
 
-The rule parser knows the walkthrough's sentences in Chinese and English and resolves relative
-dates ("上个月" / "last month" = the calendar month before ``now``) from the envelope's
-time, so it is deterministic; nothing here guesses beyond the listed phrases.
+The rule parser knows the walkthrough's sentences in Chinese and English (the phrases of the
+expense report's intents come from its spec) and resolves relative dates ("上个月" / "last
+month" = the calendar month before ``now``) from the envelope's time, so it is
+deterministic; nothing here guesses beyond the listed phrases.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict
 
 from hermesbus.base.lifecycle import Service
+from hermesbus.processors.flow import EXPENSE_SPEC
 
 __all__ = [
     "CITIES",
@@ -102,20 +104,9 @@ CITIES: Final = {
 
 _CATEGORY: Final = {"差旅": ("差旅", "出差", "travel", "trip", "business trip")}
 
-# (intent, phrases); checked in this order, the first phrase found wins
-_PHRASES: Final = (
-    (IntentName.CANCEL, ("先不提交", "不提交", "暂不", "等等", "等一下", "wait", "hold on")),
-    (IntentName.CANCEL, ("don't submit", "do not submit", "not yet", "取消", "放弃")),
-    (IntentName.CANCEL, ("cancel", "give up", "abort")),
-    (IntentName.REUPLOAD, ("重新上传", "重传", "再传", "re-upload", "reupload", "upload again")),
-    (IntentName.KEEP_MATERIALS, ("就这", "就用这", "不用重新", "不重新上传", "keep these")),
-    (IntentName.KEEP_MATERIALS, ("keep them", "keep the", "these are fine", "use these")),
-    (IntentName.RETRY, ("重试", "再试", "重新校验", "retry", "try again", "check again")),
-    (IntentName.UPLOAD, ("上传", "图片", "照片", "upload", "attached", "here are")),
-    (IntentName.MODIFY, ("修改", "改一下", "更改", "modify", "change", "edit")),
-    (IntentName.EXPENSE_SUBMIT, ("报销", "差旅费", "reimburse", "expense", "travel claim")),
-    (IntentName.CONFIRM, ("确认", "提交", "确定", "confirm", "submit", "go ahead")),
-)
+_PHRASES: Final = tuple((IntentName(i.name), tuple(i.phrases)) for i in EXPENSE_SPEC.intents)
+"""(intent, phrases) from the expense report's spec, checked in its order: the first phrase
+found wins."""
 _HOLD: Final = ("先不", "暂不", "等等", "等一下", "wait", "hold on", "not yet", "don't submit")
 _SUBMIT_WORDS: Final = r"提交|submit"
 _CONFIRM_WORDS: Final = r"确认|确定|confirm|go ahead"

@@ -33,6 +33,7 @@ from hermesbus.processors.conversation._intent import (
     IntentName,
     normalise_city,
 )
+from hermesbus.processors.conversation._machine import START
 from hermesbus.processors.flow import Intent as FlowIntent
 
 __all__ = ["HttpIntentParser", "redact_url"]
@@ -171,7 +172,7 @@ class HttpIntentParser(Service):
     def _request(self, text: str, now: datetime, context: Mapping[str, Any]) -> dict[str, Any]:
         names = ", ".join(f'"{name.value}"' for name in IntentName)
         today = now.astimezone(self.zone).date().isoformat()  # the users' calendar day
-        system = _SYSTEM % (names, today, context.get("state") or "S1")
+        system = _SYSTEM % (names, today, context.get("state") or START)
         return {
             "model": self.model,
             "temperature": 0,

@@ -1,9 +1,9 @@
-"""The S1-S5 conversation state machine as data, and the small interpreter that walks it.
+"""The expense report's state machine, read from its spec, and the small interpreter that walks it.
 
-The table says, per state, what it does, how long it may wait and where a failure
-leaves to; the transitions say which trigger moves from which state
-to which. The handler decides *which* trigger happened; the table decides *where* it goes,
-so an unknown move is a bug that raises instead of a silent jump.
+The spec (``processors/flow/expense.yaml``) says, per state, how long it may wait and where
+a failure leaves to; its transitions say which trigger moves from which state to which. The
+built-in expense code decides *which* trigger happened; the machine decides *where* it
+goes, so an unknown move is a bug that raises instead of a silent jump.
 """
 
 from __future__ import annotations
@@ -14,22 +14,25 @@ from datetime import timedelta
 from typing import Final
 
 from hermesbus.errors import TransitionError
+from hermesbus.processors.flow import EXPENSE_SPEC, EXPENSE_TERMINAL, FlowSpec, duration_ms
 
 __all__ = [
     "EXPENSE_FLOW",
     "FAILURE",
+    "GAVE_UP_WAIT",
     "MACHINE",
-    "S2_WAIT",
-    "S3_VALIDATION",
-    "S4_GAVE_UP",
-    "S4_IDLE",
+    "MATERIALS_WAIT",
+    "START",
     "STATE_SPECS",
+    "SUMMARY_WAIT",
     "TERMINAL",
     "TRANSITION_TABLE",
+    "VALIDATION_WAIT",
     "Machine",
     "StateSpec",
     "Timeout",
     "Transition",
+    "machine_of_spec",
 ]
 
 
@@ -40,16 +43,16 @@ class Timeout:
     purpose: str
     after: timedelta
     trigger: str
+    text: str = ""
+    """What the user is told when it fires."""
 
 
 @dataclass(frozen=True, slots=True)
 class StateSpec:
-    """One row of the state table: the actions the state takes (names of ``ACTIONS``, a
-    test checks each is implemented), its durable waits, and its exception exit."""
+    """One state of the machine: its name, its durable waits, and its exception exit."""
 
     id: str
     name: str
-    actions: tuple[str, ...]
     timeouts: tuple[Timeout, ...]
     exception_exit: str
     """Where a failure in the state goes (its 异常出口): the target of its
@@ -63,101 +66,10 @@ class Transition:
     target: str
 
 
-EXPENSE_FLOW: Final = "expense"
-"""The id of the expense report, the flow built into the conversation (``UserTurn.flow``
-names it; a registered flow of that id takes its place)."""
-TERMINAL: Final = "S5"
-"""The expense report's terminal state: a turn there starts a new session."""
-
 FAILURE: Final = "tool_error"
 """The trigger of a failure (fail fast from the dispatcher); it leads to the exception exit."""
-
-S2_WAIT: Final = Timeout("s2_wait", timedelta(minutes=5), "wait_expired")
-S3_VALIDATION: Final = Timeout("s3_validation", timedelta(seconds=30), "validation_timeout")
-S4_IDLE: Final = Timeout("s4_idle", timedelta(minutes=10), "idle_expired")
-S4_GAVE_UP: Final = Timeout("s4_gave_up", timedelta(minutes=10), "gave_up")
-"""S4's other wait: the "continue or give up?" question unanswered for 10 minutes."""
-
-# entered when (触发条件): S1 the first message of a session; S2 an expense
-# intent with materials missing; S3 all materials in; S3.1 validation over 30 s or failed,
-# an OCR confidence below 0.8, or an invalid symbol; S4 validated without a fatal error, or
-# the S2 wait expired / its OCR failed; S5 submitted, cancelled, gave up, expired, unclear,
-# or a fatal failure. The transitions below are the same conditions as data.
-STATE_SPECS: Final = (
-    StateSpec(
-        "S1",
-        "初始意图识别",
-        ("parse_intent", "pin_facts", "cycle:check_budget"),
-        (),
-        "S5",  # unclear intent, or the budget check failed
-    ),
-    StateSpec(
-        "S2",
-        "材料收集",
-        ("ask_materials", "cycle:ocr_precheck", "adjust_materials"),
-        (S2_WAIT,),
-        "S4",  # waited 5 min or the OCR pre-check failed: ask whether the user gives up
-    ),
-    StateSpec(
-        "S3",
-        "数据校验",
-        ("cycle:expense_validation", "check_confidence"),
-        (S3_VALIDATION,),
-        "S3.1",  # over 30 s or a tool failed: human review
-    ),
-    StateSpec(
-        "S3.1",
-        "人工复核",
-        ("ask_review", "ask_clarification", "record_tolerance", "ask_preference"),
-        (),
-        "S5",
-    ),
-    StateSpec(
-        "S4",
-        "用户确认",
-        ("render_summary", "lock_session", "cycle:submit_expense"),
-        (S4_IDLE, S4_GAVE_UP),
-        "S5",  # the submission failed (after the dispatcher's retries); idle: expired
-    ),
-    StateSpec(
-        "S5",
-        "终止/降级处理",
-        ("cancel_timers", "clear_working_data", "write:unfinished"),
-        (),
-        "S5",  # already terminal: a failure is only recorded
-    ),
-)
-
-TRANSITION_TABLE: Final = (
-    Transition(None, "user_turn", "S1"),
-    Transition("S1", "expense_intent", "S2"),
-    Transition("S1", "unclear_intent", "S5"),
-    Transition("S1", "tool_error", "S5"),
-    Transition("S2", "upload", "S2"),
-    Transition("S2", "materials_missing", "S2"),
-    Transition("S2", "tool_error", "S4"),
-    Transition("S2", "materials_complete", "S3"),
-    Transition("S2", "wait_expired", "S4"),
-    Transition("S2", "cancel", "S5"),
-    Transition("S3", "low_confidence", "S3.1"),
-    Transition("S3", "validation_timeout", "S3.1"),
-    Transition("S3", "context_invalid", "S3.1"),
-    Transition("S3", "validated", "S4"),
-    Transition("S3", "validation_failed", "S5"),
-    Transition("S3", "tool_error", "S3.1"),
-    Transition("S3.1", "reupload", "S2"),
-    Transition("S3.1", "retry", "S3"),
-    Transition("S3.1", "review_passed", "S4"),
-    Transition("S3.1", "cancel", "S5"),
-    Transition("S3.1", "tool_error", "S5"),
-    Transition("S4", "modify", "S2"),
-    Transition("S4", "continue_upload", "S2"),
-    Transition("S4", "submitted", "S5"),
-    Transition("S4", "cancel", "S5"),
-    Transition("S4", "gave_up", "S5"),
-    Transition("S4", "idle_expired", "S5"),
-    Transition("S4", "tool_error", "S5"),
-)
+NEW_SESSION: Final = "user_turn"
+"""The trigger that enters the start state (the first message of a session)."""
 
 
 class Machine:
@@ -220,15 +132,18 @@ class Machine:
         """Where a failure in ``state`` goes (the table's exception exit)."""
         return self.spec(state).exception_exit
 
-    def actions(self) -> frozenset[str]:
-        """Every action name the table declares."""
-        return frozenset(a for spec in self._states.values() for a in spec.actions)
-
     def timeout(self, state: str, purpose: str) -> Timeout:
         for timeout in self.spec(state).timeouts:
             if timeout.purpose == purpose:
                 return timeout
         raise TransitionError(f"state {state!r} has no timeout {purpose!r}")
+
+    def wait(self, purpose: str) -> Timeout:
+        """The wait ``purpose`` names, in whichever state keeps it."""
+        for _, timeout in self.timeouts():
+            if timeout.purpose == purpose:
+                return timeout
+        raise TransitionError(f"no state has a wait {purpose!r}")
 
     def timeouts(self) -> tuple[tuple[str, Timeout], ...]:
         """Every durable wait of the table with the state it belongs to, in table order."""
@@ -244,4 +159,43 @@ class Machine:
         return frozenset((move.source, move.target) for move in self.transitions)
 
 
+def machine_of_spec(spec: FlowSpec) -> tuple[tuple[StateSpec, ...], tuple[Transition, ...]]:
+    """The states and moves of ``spec``: a new session enters ``start`` on ``user_turn``; a
+    state's exception exit is the target of its ``tool_error`` (a terminal state's is
+    itself: a failure there is only recorded)."""
+    states = tuple(
+        StateSpec(
+            state.id,
+            state.name,
+            tuple(
+                Timeout(w.id, timedelta(milliseconds=duration_ms(w.after)), w.trigger, w.text or "")
+                for w in state.waits
+            ),
+            state.exit or state.id,
+        )
+        for state in spec.states
+    )
+    moves = [Transition(None, NEW_SESSION, spec.start)]
+    moves += [Transition(m.source, m.on, m.to) for m in spec.transitions]
+    moves += [Transition(s.id, FAILURE, s.exit) for s in spec.states if s.exit]
+    return states, tuple(moves)
+
+
+STATE_SPECS, TRANSITION_TABLE = machine_of_spec(EXPENSE_SPEC)
 MACHINE: Final = Machine(STATE_SPECS, TRANSITION_TABLE)
+EXPENSE_FLOW: Final = EXPENSE_SPEC.flow
+"""The id of the expense report, the flow built into the conversation (``UserTurn.flow``
+names it; a registered flow of that id takes its place)."""
+START: Final = EXPENSE_SPEC.start
+"""Where a new expense session begins."""
+TERMINAL: Final = EXPENSE_TERMINAL
+"""The expense report's terminal state: a turn there starts a new session."""
+
+MATERIALS_WAIT: Final = MACHINE.wait("s2_wait")
+"""Materials not uploaded in time: ask whether the user gives up."""
+VALIDATION_WAIT: Final = MACHINE.wait("s3_validation")
+"""Validation took too long: human review; late answers are stale from then on."""
+SUMMARY_WAIT: Final = MACHINE.wait("s4_idle")
+"""The summary unanswered: the session expires, progress saved."""
+GAVE_UP_WAIT: Final = MACHINE.wait("s4_gave_up")
+"""The "continue or give up?" question unanswered: given up, progress saved."""

@@ -15,10 +15,11 @@ from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._machine import (
     FAILURE,
+    GAVE_UP_WAIT,
     MACHINE,
-    S2_WAIT,
-    S3_VALIDATION,
-    S4_GAVE_UP,
+    MATERIALS_WAIT,
+    START,
+    VALIDATION_WAIT,
 )
 from hermesbus.processors.conversation._session import canonical_json
 
@@ -156,7 +157,7 @@ def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults
     label = f"{period[:4]}年{int(period[5:7])}月" if len(period) == 7 else ""  # noqa: PLR2004
     steps = step.session.steps.get("check_budget", ())
     step.update(ask="materials")
-    step.arm(S2_WAIT.purpose)
+    step.arm(MATERIALS_WAIT.purpose)
     step.reply(texts.materials_text({**step.session.facts, "period_label": label}), steps=steps)
 
 
@@ -187,7 +188,7 @@ def _ocr_precheck(step: Step, results: dict[str, dict[str, Any]], _: ToolResults
 
 
 def _expense_validation(step: Step, results: dict[str, dict[str, Any]], ans: ToolResults) -> None:
-    step.disarm(S3_VALIDATION.purpose)
+    step.disarm(VALIDATION_WAIT.purpose)
     trip, rules = results.get("trip_tool", {}), results.get("rule_engine_tool", {})
     trip_view = {k: trip.get(k) for k in ("verified", "trip_id", "city", "from", "to")}
     warnings = [str(w) for w in rules.get("warnings") or []]
@@ -269,7 +270,7 @@ def _fail(step: Step, component: str, code: str, message: str, text: str) -> Non
     """Tell the user ``text`` (the failed component, its code and what to do; the raw
     message stays in the logs and the session's problems), then take the state's
     exception exit from the table."""
-    state = step.session.state or "S1"
+    state = step.session.state or START
     step.problem(component, code, message)
     step.update(pending=None, degraded=True)
     step.disarm_all()
@@ -294,7 +295,7 @@ def _exit_to_gave_up(step: Step, trigger: str, text: str) -> None:
     """S2 -> S4: the OCR pre-check failed; ask whether to go on uploading or give up."""
     step.update(ask="upload_failed", materials={}, validation={})
     step.move(trigger)
-    step.arm(S4_GAVE_UP.purpose)
+    step.arm(GAVE_UP_WAIT.purpose)
     step.reply(text + texts.FAILED_S2, choices=texts.CHOICES_GAVE_UP)
 
 

@@ -14,6 +14,7 @@ from hermesbus.contract.fields import from_epoch_ms
 from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 from hermesbus.errors import StoreError
 from hermesbus.processors.conversation._history import History
+from hermesbus.processors.conversation._machine import START
 from hermesbus.processors.conversation._texts import LOW_CONFIDENCE
 from hermesbus.runtime import carried_model
 
@@ -198,7 +199,7 @@ _SUMMARIES: Final = {"S1": _s1, "S2": _s2, "S3": _s3, "S3.1": _s31, "S4": _s4, "
 
 
 def _summary(session: Session) -> str:
-    return _SUMMARIES.get(session.state or "S1", _s1)(session)
+    return _SUMMARIES.get(session.state or START, _s1)(session)
 
 
 def snapshot_of(session: Session) -> ContextSnapshot:
@@ -208,7 +209,7 @@ def snapshot_of(session: Session) -> ContextSnapshot:
         for t in session.traces
     )
     return ContextSnapshot(
-        state_id=session.state or "S1",
+        state_id=session.state or START,
         entered_at=session.entered_at(),
         tokens_used=session.history.tokens(session.facts),
         summary=summary_of(session),

@@ -12,9 +12,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError
-from hermesbus.processors import protocol
 from hermesbus.processors.conversation._intent import DEFAULT_TIMEZONE, RuleIntentParser
 from hermesbus.processors.conversation._llm import HttpIntentParser
+from hermesbus.processors.flow import EXPENSE_SPEC
 
 __all__ = [
     "BUDGETS_PORT",
@@ -40,13 +40,13 @@ class CycleBudgets(Protocol):
 @dataclass(frozen=True, slots=True)
 class Budgets:
     """``ports["budgets"]``: the time each state gives a cycle of tool work, its flow's
-    (for the expense report the documents', ``protocol.STATE_TIMEOUT_MS``: 5 s, 30 s)
+    (for the expense report its spec's: 5 s, 30 s)
     times ``scale``. Without the port the budgets apply unscaled."""
 
     scale: float = 1.0
 
     def timeout_ms(self, state: str, base_ms: int | None = None) -> int:
-        base = base_ms if base_ms is not None else protocol.STATE_TIMEOUT_MS[state]
+        base = base_ms if base_ms is not None else EXPENSE_SPEC.budget_of(state)
         return round(base * self.scale)
 
 

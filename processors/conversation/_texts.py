@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any, Final
 
-from hermesbus.processors.conversation._machine import S2_WAIT, S3_VALIDATION, S4_GAVE_UP, S4_IDLE
+from hermesbus.processors.conversation._machine import MACHINE
 from hermesbus.processors.conversation._reasons import tool_reason
 
 __all__ = [
@@ -57,10 +57,8 @@ UNCLEAR: Final = (
 PENDING: Final = "正在处理您的上一条消息，请稍候。"
 ASK_MATERIALS: Final = "请提供发票照片和行程单。"
 NO_ATTACHMENT: Final = "没有收到附件，请上传发票照片和行程单。"
-GAVE_UP: Final = "您已超过5分钟未上传材料，是否放弃本次报销？"
 UPLOAD_FAILED: Final = "上传的材料未能完成预检，是否继续上传？"
 """Asked again after an OCR pre-check failure (no wait expired: never "5 minutes")."""
-VALIDATION_TIMEOUT: Final = "数据校验超过30秒未完成，已转人工复核。您可以重试校验或取消。"
 VALIDATION_FAILED: Final = "数据校验未能完成，已转人工复核。您可以重试校验或取消。"
 """Asked again after a validation tool failed (not a timeout: never "30 seconds")."""
 REUPLOAD: Final = "好的，请重新上传发票照片和行程单。"
@@ -70,18 +68,11 @@ SAVED: Final = "当前进度已保存为未完成报销流程，可随时继续�
 HOLD: Final = "好的，暂不提交。" + SAVED
 CANCELLED: Final = "好的，已取消本次报销。" + SAVED
 USER_GAVE_UP: Final = "好的，已放弃本次报销。" + SAVED
-IDLE_GAVE_UP: Final = "超过10分钟未收到回复，已按放弃处理。" + SAVED
-EXPIRED: Final = "会话已超过10分钟无操作，已自动结束。" + SAVED
-TIMEOUT_TEXTS: Final = MappingProxyType(
-    {
-        S2_WAIT.purpose: GAVE_UP,
-        S3_VALIDATION.purpose: VALIDATION_TIMEOUT,
-        S4_IDLE.purpose: EXPIRED,
-        S4_GAVE_UP.purpose: IDLE_GAVE_UP,
-    }
-)
-"""What the user is told when a wait of the state machine fires: each purpose its own text,
-stating its own duration (a test checks every purpose of ``MACHINE``)."""
+TIMEOUT_TEXTS: Final = MappingProxyType({t.purpose: t.text for _, t in MACHINE.timeouts()})
+"""What the user is told when a wait of the machine fires: each its own text, stating its own
+duration (the spec's wait texts)."""
+GAVE_UP: Final = MACHINE.wait("s2_wait").text
+VALIDATION_TIMEOUT: Final = MACHINE.wait("s3_validation").text
 CONTEXT_INVALID: Final = (
     "部分上下文已失效或无法核实（{names}），需要您重新确认：回复“重新校验”重新核对这些信息，"
     "或“重新上传”相关材料。"

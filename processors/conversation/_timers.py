@@ -16,11 +16,12 @@ from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._machine import (
+    GAVE_UP_WAIT,
     MACHINE,
-    S2_WAIT,
-    S3_VALIDATION,
-    S4_GAVE_UP,
-    S4_IDLE,
+    MATERIALS_WAIT,
+    START,
+    SUMMARY_WAIT,
+    VALIDATION_WAIT,
     Timeout,
 )
 
@@ -47,7 +48,7 @@ def timer_is_current(step: Step, fired: TimerFired) -> bool:
 
 def on_timer(step: Step, fired: TimerFired) -> None:
     """A current timer: the table's trigger for its purpose, with the purpose's own text."""
-    timeout = MACHINE.timeout(step.session.state or "S1", fired.purpose)
+    timeout = MACHINE.timeout(step.session.state or START, fired.purpose)
     step.update(timers={k: v for k, v in step.session.timers.items() if k != fired.purpose})
     ON_TIMEOUT[timeout.purpose](step, timeout, fired)
 
@@ -56,7 +57,7 @@ def _ask_gave_up(step: Step, timeout: Timeout, _: TimerFired) -> None:
     """S2 waited 5 minutes: S4 asks whether the user gives up, 10 more minutes to answer."""
     step.update(ask="gave_up")
     step.move(timeout.trigger)
-    step.arm(S4_GAVE_UP.purpose)
+    step.arm(GAVE_UP_WAIT.purpose)
     step.reply(texts.TIMEOUT_TEXTS[timeout.purpose], choices=texts.CHOICES_GAVE_UP)
 
 
@@ -79,10 +80,10 @@ def _gave_up(step: Step, timeout: Timeout, fired: TimerFired) -> None:
 
 ON_TIMEOUT: Final[Mapping[str, Callable[[Step, Timeout, TimerFired], None]]] = MappingProxyType(
     {
-        S2_WAIT.purpose: _ask_gave_up,
-        S3_VALIDATION.purpose: _review_timeout,
-        S4_IDLE.purpose: _expired,
-        S4_GAVE_UP.purpose: _gave_up,
+        MATERIALS_WAIT.purpose: _ask_gave_up,
+        VALIDATION_WAIT.purpose: _review_timeout,
+        SUMMARY_WAIT.purpose: _expired,
+        GAVE_UP_WAIT.purpose: _gave_up,
     }
 )
 """What a fired wait does, by purpose (a test checks every purpose of ``MACHINE``)."""

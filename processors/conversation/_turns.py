@@ -18,7 +18,12 @@ from hermesbus.processors.conversation._intent import (
     RuleIntentParser,
     negation,
 )
-from hermesbus.processors.conversation._machine import S4_GAVE_UP, S4_IDLE
+from hermesbus.processors.conversation._machine import (
+    GAVE_UP_WAIT,
+    START,
+    SUMMARY_WAIT,
+    TERMINAL,
+)
 from hermesbus.processors.conversation._session import Session, canonical_json
 from hermesbus.processors.conversation._settings import INTENT_PORT
 
@@ -33,7 +38,7 @@ _I = IntentName
 async def parse_intent(step: Step, turn: UserTurn) -> Intent:
     """The configured parser's intent, or the rules' (in the port's zone) when it is absent
     or fails."""
-    context = {"state": step.session.state or "S1", "attachments": len(turn.attachments)}
+    context = {"state": step.session.state or START, "attachments": len(turn.attachments)}
     parser: IntentParser | None = step.inp.ports.get(INTENT_PORT)
     rules = RULES
     if parser is not None:
@@ -46,7 +51,7 @@ async def parse_intent(step: Step, turn: UserTurn) -> Intent:
 
 
 async def on_user_turn(step: Step, turn: UserTurn) -> None:
-    if step.session.state == "S5":  # a finished session starts over
+    if step.session.state == TERMINAL:  # a finished session starts over
         kept = step.session
         step.session = Session(preferences=kept.preferences, declined=kept.declined)
     step.update(turn_id=step.env.message_id)
@@ -182,7 +187,7 @@ def _in_s4(step: Step, intent: Intent, turn: UserTurn) -> None:
     elif intent.name in (_I.CANCEL, _I.NO):
         _end_cancel(step, intent)
     elif step.session.locked and turn.attachments:
-        step.arm(S4_IDLE.purpose)
+        step.arm(SUMMARY_WAIT.purpose)
         step.reply(texts.LOCKED, choices=texts.CHOICES_CONFIRM)
     else:
         flow.ask_confirm(step)
@@ -212,14 +217,14 @@ def _answer_gave_up(step: Step, intent: Intent, turn: UserTurn) -> None:
         else:
             flow.ask_materials(step, texts.CONTINUE_UPLOAD)
     else:
-        step.arm(S4_GAVE_UP.purpose)
+        step.arm(GAVE_UP_WAIT.purpose)
         step.reply(_GAVE_UP_AGAIN[step.session.ask], choices=texts.CHOICES_GAVE_UP)
 
 
 def submit(step: Step) -> None:
     """ "确认": submit the report to finance; S5 follows its answer."""
     session = step.session
-    step.disarm(S4_IDLE.purpose)
+    step.disarm(SUMMARY_WAIT.purpose)
     rid = flow.report_id(step.env.session_id)
     step.fact(report_id=rid)
     invoices = session.materials.get("invoices") or []

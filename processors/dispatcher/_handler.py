@@ -37,13 +37,12 @@ from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_wr
 from hermesbus.processors.dispatcher._ports import Ports
 from hermesbus.processors.dispatcher._rules import Violation, first_violation, flow_snapshot
 from hermesbus.processors.dispatcher._state import DispatcherState
-from hermesbus.processors.flow import machine_of
+from hermesbus.processors.flow import EXPENSE_MACHINE, machine_of
 from hermesbus.processors.protocol import (
     CONVERSATION,
     CYCLE,
     DISPATCHER,
     DISPATCHER_ADDRESS,
-    EXPENSE_MACHINE,
     PAUSED,
     FlowMachine,
     component_of,

@@ -26,16 +26,14 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors.dispatcher._state import CallStatus, DispatcherState
+from hermesbus.processors.flow import EXPENSE_MACHINE
 from hermesbus.processors.protocol import (
     CONVERSATION,
     CYCLE,
     DISPATCHER,
     DISPATCHER_ADDRESS,
     DISPATCHER_TOPIC,
-    EXPENSE_MACHINE,
-    MAX_BUDGET_FACTOR,
     MEMORY,
-    STATE_TIMEOUT_MS,
     TOOL,
     TOOLS,
     WRITERS,
@@ -58,7 +56,7 @@ __all__ = [
     "flow_snapshot",
 ]
 
-MAX_TIMEOUT_MS: Final = MAX_BUDGET_FACTOR * max(STATE_TIMEOUT_MS.values())
+MAX_TIMEOUT_MS: Final = max(EXPENSE_MACHINE.budgets.values())
 """The largest retry ``backoff_ms`` a call may carry, and ``metadata.timeout_ms`` where no
 flow state says (a state's calls carry at most its flow's budget for it)."""
 MAX_ATTEMPTS: Final = 10

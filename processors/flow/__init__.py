@@ -15,6 +15,12 @@ from hermesbus.processors.flow._catalog import (
     StaticCatalog,
     machine_of,
 )
+from hermesbus.processors.flow._expense import (
+    EXPENSE_FILE,
+    EXPENSE_MACHINE,
+    EXPENSE_SPEC,
+    EXPENSE_TERMINAL,
+)
 from hermesbus.processors.flow._hooks import HOOKS_PORT, Hooks
 from hermesbus.processors.flow._lint import BUILTIN_TRIGGERS, FAILURE, Finding, lint, tools_of
 from hermesbus.processors.flow._load import (
@@ -71,6 +77,10 @@ from hermesbus.processors.flow._spec import (
 __all__ = [
     "BUILTIN_TRIGGERS",
     "DIGEST_CHARS",
+    "EXPENSE_FILE",
+    "EXPENSE_MACHINE",
+    "EXPENSE_SPEC",
+    "EXPENSE_TERMINAL",
     "FAILURE",
     "FLOWS_PORT",
     "FLOW_SIGNER",

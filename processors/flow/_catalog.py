@@ -94,7 +94,7 @@ def machine_of(spec: FlowSpec) -> FlowMachine:
     budgets = {}
     for state in spec.states:
         groups = [a.parallel.budget_ms for a in state.on_enter if isinstance(a, ParallelAction)]
-        budgets[state.id] = MAX_BUDGET_FACTOR * max([state.timeout_ms or spec.timeout_ms, *groups])
+        budgets[state.id] = MAX_BUDGET_FACTOR * max([spec.budget_of(state.id), *groups])
     return FlowMachine(
         f"flow {spec.flow} v{spec.version}",
         frozenset(s.id for s in spec.states),

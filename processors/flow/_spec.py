@@ -409,3 +409,9 @@ class FlowSpec(_Spec):
 
     def state(self, state_id: str) -> State | None:
         return next((s for s in self.states if s.id == state_id), None)
+
+    def budget_of(self, state_id: str) -> int:
+        """The time a cycle of ``state_id`` is given: its own ``timeout_ms``, else the flow's."""
+        state = self.state(state_id)
+        own = state.timeout_ms if state is not None else None
+        return own if own is not None else self.timeout_ms

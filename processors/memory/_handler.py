@@ -23,6 +23,7 @@ from hermesbus.contract.payloads import (
     StateSnapshot,
 )
 from hermesbus.errors import ConfigError
+from hermesbus.processors.flow import EXPENSE_TERMINAL
 from hermesbus.processors.memory._emit import Refused, audit_envelope, refusal_envelope, reply
 from hermesbus.processors.memory._graph import facts_for, plan_write, subject_of
 from hermesbus.processors.memory._midterm import apply_mid_term, preferences_for
@@ -38,8 +39,9 @@ __all__ = ["NAME", "TERMINAL_STATE", "TOPIC", "handle"]
 NAME = MEMORY
 """Processor name (consumer group) and the key of its port in ``HandlerInput.ports``."""
 TOPIC = "hermes.memory"
-TERMINAL_STATE = "S5"
-"""A snapshot of this state ends the session: its short-term symbols are dropped."""
+TERMINAL_STATE = EXPENSE_TERMINAL
+"""A snapshot of this state of the expense report ends the session: its short-term symbols
+are dropped (a registered flow's snapshot says so itself: ``ends``)."""
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from hermesbus.contract.envelope import Envelope
 from hermesbus.processors.conversation import BUDGETS_PORT, Budgets, ConversationSettings
-from hermesbus.processors.protocol import STATE_TIMEOUT_MS
+from hermesbus.processors.flow import EXPENSE_SPEC
 from hermesbus.processors.recorded import RecordedBudgets
 
 from .demo import Driver
@@ -30,7 +30,7 @@ async def test_the_scale_multiplies_every_states_budget() -> None:
     calls = await _s1_calls({BUDGETS_PORT: Budgets(6.0)})
     assert {c.metadata.timeout_ms for c in calls} == {30_000}
     assert Budgets(2.5).timeout_ms("S3") == 75_000
-    assert Budgets().timeout_ms("S1") == STATE_TIMEOUT_MS["S1"] == 5_000
+    assert Budgets().timeout_ms("S1") == EXPENSE_SPEC.budget_of("S1") == 5_000
 
 
 def test_the_scale_comes_from_the_environment_within_bounds(

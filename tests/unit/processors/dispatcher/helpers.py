@@ -29,8 +29,8 @@ from hermesbus.processors.dispatcher import (
     dispatcher_ports,
     handle,
 )
-from hermesbus.processors.flow import FlowCatalog
-from hermesbus.processors.protocol import STATE_TIMEOUT_MS, ToolHealth
+from hermesbus.processors.flow import EXPENSE_SPEC, FlowCatalog
+from hermesbus.processors.protocol import ToolHealth
 from hermesbus.processors.recorded import RecordedHealth
 from hermesbus.runtime import Outcome, SessionState, derive_id
 from hermesbus.testing import Armed, Harness
@@ -91,7 +91,7 @@ def call(
         fallback_allowed=extra.pop("fallback_allowed", True),
     )
     metadata = Metadata(
-        timeout_ms=extra.pop("timeout_ms", STATE_TIMEOUT_MS.get(state, 5_000)),
+        timeout_ms=extra.pop("timeout_ms", EXPENSE_SPEC.budget_of(state)),
         retry_policy=RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms),
     )
     return envelope(

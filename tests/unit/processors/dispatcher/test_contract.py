@@ -26,7 +26,7 @@ from hermesbus.processors.dispatcher import (
     DispatcherState,
     first_violation,
 )
-from hermesbus.processors.protocol import STATES, TRANSITIONS
+from hermesbus.processors.flow import EXPENSE_MACHINE
 
 from .helpers import T0, Driver, call, cont, envelope
 
@@ -246,14 +246,14 @@ async def test_counts_add_up_per_rule() -> None:
 
 
 @given(
-    st.sampled_from([None, *STATES]),
-    st.sampled_from(STATES),
+    st.sampled_from([None, *sorted(EXPENSE_MACHINE.states)]),
+    st.sampled_from(sorted(EXPENSE_MACHINE.states)),
 )
 async def test_a_snapshot_is_forwarded_exactly_when_its_transition_is_allowed(
     prev: str | None, state: str
 ) -> None:
     out = await Driver().send(snapshot(prev, state))
-    if (prev, state) in TRANSITIONS:
+    if (prev, state) in EXPENSE_MACHINE.pairs:
         assert [e.target for e in out] == ["memory:short_term"]
     else:
         assert [e.target for e in out] == [f"conversation:{state}", "alerts:dispatcher"]

@@ -1,0 +1,39 @@
+"""The expense report's spec (``expense.yaml`` beside this module), read once at import.
+
+It is the one description of the expense report's machine: its states and their names,
+transitions, waits with their texts, exception exits, budgets, the confirmation's short
+answers and the rule parser's phrases. The conversation's built-in expense code walks it;
+the dispatcher checks an expense session's snapshots and budgets against
+:data:`EXPENSE_MACHINE`, made from it as from any registered flow.
+
+What its states do is still that built-in code, so ten of its transitions are taken on the
+verdicts of that code (the budget check's, the OCR pre-check's, the validation's) or on
+answers it reads itself (S3.1's review, S4's "continue"), which the spec cannot name:
+``hermesbus flows check`` says of each that it never fires, and says nothing else (a test
+holds that list).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Final
+
+from hermesbus.processors.flow._catalog import machine_of
+from hermesbus.processors.flow._load import Lines, load_flow
+from hermesbus.processors.flow._spec import FlowSpec
+
+__all__ = ["EXPENSE_FILE", "EXPENSE_MACHINE", "EXPENSE_SPEC", "EXPENSE_TERMINAL"]
+
+EXPENSE_FILE: Final = "expense.yaml"
+
+
+def _read() -> tuple[FlowSpec, Lines]:
+    text = resources.files(__package__).joinpath(EXPENSE_FILE).read_text(encoding="utf-8")
+    return load_flow(text, EXPENSE_FILE)
+
+
+EXPENSE_SPEC: Final = _read()[0]
+EXPENSE_MACHINE: Final = machine_of(EXPENSE_SPEC)
+"""The machine of a session whose snapshot names no flow: the expense report's."""
+EXPENSE_TERMINAL: Final = next(s.id for s in EXPENSE_SPEC.states if s.kind == "terminal")
+"""The expense report's one terminal state: its snapshot ends the session."""
