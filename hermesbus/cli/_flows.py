@@ -224,10 +224,11 @@ def list_command(
     with errors():
         settings = program_settings(bootstrap)
         registered = asyncio.run(_flows(settings, bootstrap, prefix))
+    from hermesbus.processors.flow import EXPENSE_SPEC
+
     _problems_of(registered)
     if not registered.flows():
         console.print(f"no flow is registered on {registered.topic}", soft_wrap=True)
-        return
     table = Table(title=f"flows ({registered.topic})")
     for column in ("flow", "versions", "newest", "title", "states", "registered", "digest"):
         table.add_column(column)
@@ -238,6 +239,11 @@ def list_command(
             flow, ", ".join(str(v) for v in sorted(versions)), str(newest.spec.version),
             shown(newest.spec.title or "-"), str(len(newest.spec.states)),
             _when(newest.registered_at_ms), newest.digest[:16],
+        )  # fmt: skip
+    if EXPENSE_SPEC.flow not in registered.versions:  # a registered one takes its place
+        table.add_row(
+            EXPENSE_SPEC.flow, "built in", str(EXPENSE_SPEC.version),
+            shown(EXPENSE_SPEC.title or "-"), str(len(EXPENSE_SPEC.states)), "-", "-",
         )  # fmt: skip
     console.print(table)
 
@@ -259,6 +265,9 @@ def show_command(
         settings = program_settings(bootstrap)
         registered = asyncio.run(_flows(settings, bootstrap, prefix))
     found = registered.get(flow, version)
+    if found is None and _built_in(flow, version, registered):
+        _show_built_in(source)
+        return
     if found is None:
         known = registered.versions.get(flow)
         if known:
@@ -292,24 +301,52 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _built_in(flow: str, version: int | None, registered: Registered) -> bool:
+    """Whether ``flows show`` means the built-in expense report (not registered: none
+    takes its place)."""
+    from hermesbus.processors.flow import EXPENSE_SPEC
+
+    ours = flow == EXPENSE_SPEC.flow and version in (None, EXPENSE_SPEC.version)
+    return ours and flow not in registered.versions
+
+
+def _show_built_in(source: bool) -> None:
+    from importlib import resources
+
+    from hermesbus.processors.flow import EXPENSE_FILE, EXPENSE_SPEC
+
+    spec_file = resources.files("hermesbus.processors.flow").joinpath(EXPENSE_FILE)
+    if source:
+        typer.echo(spec_file.read_text(encoding="utf-8"), nl=False)
+        return
+    said = (
+        f"built in ({spec_file}), not registered: a session whose turn names no flow and "
+        f"that no registered flow's intent begins runs it; starts at {EXPENSE_SPEC.start}"
+    )
+    _show_spec(EXPENSE_SPEC, said)
+
+
 def _show(found: FlowVersion) -> None:
+    said = (
+        f"registered {_when(found.registered_at_ms)}, digest {found.digest[:16]}, "
+        f"starts at {found.spec.start}"
+    )
+    _show_spec(found.spec, said)
+
+
+def _show_spec(spec: FlowSpec, said: str) -> None:
     from rich.table import Table
 
-    spec = found.spec
     title = f"{spec.flow} version {spec.version}" + (f": {spec.title}" if spec.title else "")
     console.print(shown(title), soft_wrap=True)
-    console.print(
-        f"registered {_when(found.registered_at_ms)}, digest {found.digest[:16]}, "
-        f"starts at {spec.start}",
-        soft_wrap=True,
-    )
+    console.print(shown(said), soft_wrap=True)
     table = Table(title="states")
     for column in ("state", "name", "kind", "timeout", "on enter", "waits", "exit"):
         table.add_column(column)
     for state in spec.states:
         acts = ", ".join(next(iter(a.model_dump(exclude_none=True))) for a in state.on_enter)
         waits = ", ".join(f"{w.id} {w.after}: {w.trigger}" for w in state.waits)
-        timeout = state.timeout_ms or spec.timeout_ms
+        timeout = spec.budget_of(state.id)
         table.add_row(
             state.id, shown(state.name), state.kind,
             "-" if state.kind == "terminal" else f"{timeout} ms",

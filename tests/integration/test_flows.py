@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from hermesbus.compose.flows import read_flows, register_flow
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.errors import ConfigError
 from hermesbus.identity import KEYS_FILE_ENV, Keyring, Signer
-from hermesbus.processors.flow import record_key
+from hermesbus.processors.flow import EXPENSE_FILE, record_key
 from hermesbus.topics import FLOWS
 from tests import signing
 from tests.cli_process import Ran, clean_env, hermesbus
@@ -109,6 +110,7 @@ async def test_a_flow_written_as_a_spec_registers_and_every_reader_sees_it(
 
     listed = await asyncio.to_thread(_cli, tmp_path, "list", *on)
     assert listed.code == 0 and "parcel_status" in listed.out and "1, 2" in listed.out
+    assert "built in" in listed.out  # the expense report, which no registered flow replaces
     shown = await asyncio.to_thread(_cli, tmp_path, "show", "parcel_status", "--version", "1", *on)
     assert shown.code == 0, shown.output
     assert "parcel_status version 1: Where is my parcel" in shown.out
@@ -116,6 +118,13 @@ async def test_a_flow_written_as_a_spec_registers_and_every_reader_sees_it(
     assert "  └─ failed -> closed (exception exit)\n" in shown.out
     source = await asyncio.to_thread(_cli, tmp_path, "show", "parcel_status", "--source", *on)
     assert source.out == THIRD.replace("version: 1", "version: 2")
+    expense = await asyncio.to_thread(_cli, tmp_path, "show", "expense", *on)
+    assert expense.code == 0, expense.output
+    assert "expense version 1: 差旅报销" in expense.out and "not registered" in expense.out
+    assert "  ├─ wait_expired -> S4\n" in expense.out
+    shipped = resources.files("hermesbus.processors.flow").joinpath(EXPENSE_FILE)
+    expense_source = await asyncio.to_thread(_cli, tmp_path, "show", "expense", "--source", *on)
+    assert expense_source.out == shipped.read_text(encoding="utf-8")
 
     registry = await read_flows(KafkaConfig(bootstrap=broker), prefix, signing.keys())
     assert sorted(registry.versions["parcel_status"]) == [1, 2]
