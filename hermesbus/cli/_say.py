@@ -175,7 +175,9 @@ def _text(reply: Envelope) -> str:
 
 def _more(reply: Envelope) -> bool:
     """A flow's reply after which more replies to the same turn follow."""
-    return reply.payload.context.get("more") is True  # protocol.MORE, unimported: say is light
+    from hermesbus.client import says_more
+
+    return says_more(reply)
 
 
 def _sent(client: Client, turn: Envelope) -> None:

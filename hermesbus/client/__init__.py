@@ -54,6 +54,7 @@ __all__ = [
     "Replies",
     "Unverified",
     "partition_for_key",
+    "says_more",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,12 @@ CONVERSATION_TARGET = "conversation:in"
 """Where ``say`` addresses user turns (routed to ``hermes.conversation.in``)."""
 
 _INSTANCE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def says_more(reply: Envelope) -> bool:
+    """Whether a flow's reply is followed by more replies to the same turn
+    (``context["more"]``): the turn's answer is its first reply that does not say so."""
+    return reply.payload.context.get("more") is True
 
 
 def partition_for_key(key: bytes, partitions: Iterable[int]) -> int:
@@ -322,7 +329,7 @@ class Client(Service):
                     async for reply in replies:
                         if reply.trace_id != turn.trace_id:
                             continue
-                        if reply.payload.context.get("more") is True:
+                        if says_more(reply):
                             said = reply
                             continue
                         body = reply.payload.body

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from hermesbus.client import CONVERSATION_TARGET, Client, ClientSettings
+from hermesbus.client import CONVERSATION_TARGET, Client, ClientSettings, says_more
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import Attachment, Payload, Reply, UserTurn
 from hermesbus.errors import ReplyTimeout
@@ -135,17 +135,13 @@ async def talk(
                     async for reply in replies:
                         show("reply", reply)
                         said.replies.append((turn, reply))
-                        if reply.source.startswith("conversation:") and not _more(reply):
+                        if reply.source.startswith("conversation:") and not says_more(reply):
                             break  # the conversation's answer; notices come from mcp:dispatcher
             except TimeoutError as exc:
                 raise ReplyTimeout(
                     f"{conversation.name}: no answer to {turn.text!r} within {timeout:g} s"
                 ) from exc
     return said
-
-
-def _more(reply: Envelope) -> bool:
-    return reply.payload.context.get("more") is True
 
 
 class _Clock:
