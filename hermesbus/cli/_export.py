@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from hermesbus.compose.backends import trace_index
+from hermesbus.compose.flows import FlowCopy, copies_of, flow_copies
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
@@ -24,6 +25,7 @@ from ._common import (
     console,
     errors,
     fail,
+    kafka_with,
     program_settings,
     shown,
 )
@@ -70,6 +72,8 @@ def export_command(
         kept = {record.id for record in records}
         docs = found.documents or asyncio.run(_index_documents(settings, session_id, memory_topic))
         docs = [doc for doc in docs if doc.get("_id") in kept]
+        needed = found.recording(prefix).flows([session_id])
+        flows = asyncio.run(_flows(settings, bootstrap, prefix, needed)) if needed else []
         manifest = write_bundle(
             output,
             records,
@@ -78,6 +82,7 @@ def export_command(
             prefix=prefix,
             documents=docs,
             codec=found.codec,
+            flows=[copy.entry() for copy in flows],
         )
     console.print(
         shown(
@@ -87,7 +92,19 @@ def export_command(
         ),
         soft_wrap=True,
     )
+    if manifest["flows"]:
+        console.print(shown(f"with its flows: {', '.join(manifest['flows'])}"), soft_wrap=True)
     console.print(shown(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
+
+
+async def _flows(
+    settings: Settings, bootstrap: str | None, prefix: str, needed: dict[str, set[int]]
+) -> list[FlowCopy]:
+    """Every version of the flows the session ran, from the bus's registry (or the copies
+    its state folder keeps); ConfigError names a version neither holds."""
+    kafka = kafka_with(settings, bootstrap)
+    copies = flow_copies(settings.home, prefix)
+    return await copies_of(needed, kafka, prefix, settings.keys.load(), copies)
 
 
 async def _index_documents(

@@ -15,7 +15,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from hermesbus.base.lifecycle import tune_collector
-from hermesbus.compose.flows import RegistryCatalog, copied_catalog, flow_copies
+from hermesbus.compose.flows import (
+    FlowCopy,
+    RegistryCatalog,
+    bundled,
+    catalog_of,
+    copied_catalog,
+    flow_copies,
+)
 from hermesbus.compose.redrive import Fork, external_inputs, redrive, sandbox_home
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, shadows
@@ -178,9 +185,11 @@ def replay_command(
     names = tuple(processor or REPLAYABLE)
     with errors():
         settings = program_settings(bootstrap)
+        carried: list[FlowCopy] = []  # a bundle's flow versions
         if bundle is not None:
             opened = read_bundle(bundle)
             recording, prefix = opened.recording(), opened.prefix
+            carried = bundled(opened.flows, str(bundle))
             sessions = [*opened.sessions, *(session or ())]
         else:
             across = [prefix + REPLAYABLE["memory"]] if "memory" in names else []
@@ -212,13 +221,14 @@ def replay_command(
                 reply_timeout,
                 dry_run,
                 bootstrap,
+                carried,
             )
             return
         if dry_run:
             _dry_run(recording, sessions, names, chosen, prefix, as_json)
             return
         tune_collector()  # a long replay makes many objects: rare collections, as `up` does
-        flows = _flows(settings, bootstrap, prefix)
+        flows = catalog_of(carried) if carried else _flows(settings, bootstrap, prefix)
         if flow_version is not None:
             asyncio.run(_has_version(flows, recording, sessions, flow_version))
         report = asyncio.run(
@@ -271,6 +281,7 @@ def _redrive(
     reply_timeout: float,
     dry_run: bool,
     bootstrap: str | None,
+    carried: Sequence[FlowCopy],
 ) -> None:
     sandbox = into if into.endswith(".") else into + "."
     home = sandbox_home(settings.home, sandbox)
@@ -322,6 +333,7 @@ def _redrive(
             live_tools=live_tools,
             reply_timeout_s=reply_timeout,
             selected=chosen.keeps,
+            carried=carried,
         )
     )
     for envelope in done.sent:
@@ -336,6 +348,8 @@ def _redrive(
         if done.embedded
         else done.bootstrap
     )
+    if done.flows:
+        console.print(shown(f"flows copied: {_versions(done.flows)}"), soft_wrap=True)
     ran = f"topics {sandbox}* and groups {sandbox}* on {where}"
     console.print(shown(f"sandbox {sandbox}: {ran}; state in {home}"), soft_wrap=True)
     for forked_ in done.forks:
@@ -344,6 +358,16 @@ def _redrive(
         console.print(shown(line), soft_wrap=True)
     if done.unanswered:
         raise typer.Exit(1)
+
+
+def _versions(copied: Sequence[str]) -> str:
+    """``["a v1", "a v2", "b v1"]`` -> ``a v1, v2, b v1``."""
+    said, last = [], ""
+    for name in copied:
+        flow, _, version = name.rpartition(" ")
+        said.append(version if flow == last else name)
+        last = flow
+    return ", ".join(said)
 
 
 def _said(envelope: Envelope) -> str:
@@ -378,21 +402,11 @@ def _flows(settings: Settings, bootstrap: str | None, prefix: str) -> FlowCatalo
     return copied_catalog(copies) if copies.is_dir() else None
 
 
-def _flows_of(recording: Recording, sessions: Sequence[str]) -> set[str]:
-    """The registered flows the sessions ran (as their snapshots name them)."""
-    found = set()
-    for hop in recording.hops:
-        snapshot = hop.envelope.snapshot
-        if hop.envelope.session_id in sessions and snapshot is not None and snapshot.flow:
-            found.add(snapshot.flow)
-    return found
-
-
 async def _has_version(
     flows: FlowCatalog | None, recording: Recording, sessions: Sequence[str], version: int
 ) -> None:
     """--flow-version names a version each replayed flow has (else exit 2, naming it)."""
-    ran = _flows_of(recording, sessions)
+    ran = recording.flows(sessions)
     if not ran:
         raise fail("--flow-version: none of the sessions replayed runs a registered flow", 2)
     if flows is None:

@@ -12,10 +12,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
@@ -42,9 +42,13 @@ from hermesbus.topics import FLOWS
 
 __all__ = [
     "REREAD_MS",
+    "FlowCopy",
     "Registration",
     "RegistryCatalog",
+    "bundled",
+    "catalog_of",
     "copied_catalog",
+    "copies_of",
     "flow_copies",
     "keep_copies",
     "read_flows",
@@ -213,23 +217,108 @@ def keep_copies(registered: Registered, folder: Path) -> None:
 def copied_catalog(folder: Path) -> StaticCatalog:
     """The versions kept in ``folder`` by :func:`keep_copies`, as a catalog (a copy that
     does not read as a spec is skipped, with a warning)."""
-    catalog = StaticCatalog()
+    return catalog_of(_kept(folder))
+
+
+def catalog_of(copies: Iterable[FlowCopy]) -> StaticCatalog:
+    """``copies`` as a catalog, each registered when it was."""
+    return StaticCatalog([(copy.spec, copy.registered_at_ms) for copy in copies])
+
+
+@dataclass(frozen=True, slots=True)
+class FlowCopy:
+    """A registered version to register again elsewhere (a redrive's sandbox), as it was:
+    its text and the time it was registered (sessions choose by that time)."""
+
+    spec: FlowSpec
+    text: bytes
+    registered_at_ms: int
+
+    def entry(self) -> dict[str, object]:
+        """As a bundle carries it (and :meth:`of` reads it back)."""
+        return {
+            "flow": self.spec.flow,
+            "version": self.spec.version,
+            "registered_at_ms": self.registered_at_ms,
+            "text": self.text.decode("utf-8"),
+        }
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any], where: str) -> FlowCopy:
+        """A copy read back (a kept copy, a bundle's); ConfigError when it is no spec, or
+        not the version it says."""
+        try:
+            text, at = entry["text"], int(entry["registered_at_ms"])
+            spec, _ = load_flow(text, where)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{where}: not a flow copy ({type(exc).__name__}: {exc})") from None
+        if (spec.flow, spec.version) != (entry.get("flow"), entry.get("version")):
+            raise ConfigError(f"{where}: its text is {spec.flow} v{spec.version}, not its name")
+        return cls(spec, text.encode("utf-8"), at)
+
+
+def bundled(entries: Iterable[Mapping[str, Any]], where: str) -> list[FlowCopy]:
+    """The flow versions a bundle carries (``where``: the bundle)."""
+    return [FlowCopy.of(entry, f"{where}: flows.json[{n}]") for n, entry in enumerate(entries)]
+
+
+def _kept(folder: Path) -> list[FlowCopy]:
+    copies = []
     for path in sorted(folder.glob("*@*.json")) if folder.is_dir() else ():
         try:
-            copy = json.loads(path.read_text(encoding="utf-8"))
-            spec, _ = load_flow(copy["text"], str(path))
-            catalog.add(spec, int(copy["registered_at_ms"]))
-        except (OSError, ValueError, KeyError, TypeError, HermesError) as exc:
+            copies.append(FlowCopy.of(json.loads(path.read_text(encoding="utf-8")), str(path)))
+        except (OSError, ValueError, HermesError) as exc:
             log.warning("flow copy %s skipped: %s", path, exc)
-    return catalog
+    return copies
+
+
+async def copies_of(
+    needed: Mapping[str, set[int]],
+    kafka: KafkaConfig,
+    prefix: str,
+    keyring: Keyring,
+    folder: Path,
+    *,
+    carried: Sequence[FlowCopy] = (),
+) -> list[FlowCopy]:
+    """Every registered version of each flow of ``needed`` (flow -> the versions the
+    sessions ran), oldest first: those ``carried`` (a bundle's), then from the registry of
+    ``prefix`` when there is a broker, then from the copies in ``folder``; ConfigError
+    names a version the sessions ran that none holds."""
+    found = {(c.spec.flow, c.spec.version): c for c in carried if c.spec.flow in needed}
+    if kafka.bootstrap:
+        registered = await read_flows(kafka, prefix, keyring)
+        for flow in needed:
+            for number, version in registered.versions.get(flow, {}).items():
+                copy = FlowCopy(version.spec, version.text, version.registered_at_ms)
+                found.setdefault((flow, number), copy)
+    for copy in _kept(folder):
+        if copy.spec.flow in needed:
+            found.setdefault((copy.spec.flow, copy.spec.version), copy)
+    missing = [
+        f"{f} v{v}" for f, versions in needed.items() for v in versions if (f, v) not in found
+    ]
+    if missing:
+        places = [f"the registry {prefix + FLOWS} on {kafka.address}"] if kafka.bootstrap else []
+        places.append(f"the copies in {folder}")
+        ran = ", ".join(sorted(missing))
+        raise ConfigError(f"the sessions ran flow {ran}: not in {' nor in '.join(places)}")
+    return sorted(found.values(), key=lambda c: (c.spec.flow, c.spec.version))
 
 
 async def register_flow(
-    kafka: KafkaConfig, prefix: str, keyring: Keyring, text: bytes, where: str
+    kafka: KafkaConfig,
+    prefix: str,
+    keyring: Keyring,
+    text: bytes,
+    where: str,
+    *,
+    registered_at_ms: int | None = None,
 ) -> Registration:
     """Register the spec ``text`` (read from ``where``) as its version of its flow, signed
     by the conversation; refused for a version taken by another text, a version below the
-    newest, or a bus without the registry topic."""
+    newest, or a bus without the registry topic. ``registered_at_ms``: the time it was
+    registered on another bus (a copy; default: now)."""
     spec, _ = load_flow(text.decode("utf-8"), where)
     topic = prefix + FLOWS
     async with KafkaAdmin(kafka) as admin:
@@ -265,7 +354,7 @@ async def register_flow(
         )
     key = record_key(spec.flow, spec.version, text)
     headers = Signer(FLOW_SIGNER, keyring).sign(topic, key, text, ())
-    await _produce(kafka, topic, key, text, list(headers))
+    await _produce(kafka, topic, key, text, list(headers), timestamp_ms=registered_at_ms)
     after = await _read(kafka, topic, keyring)
     kept = after.get(spec.flow, spec.version)
     if kept is None or kept.text != text:
@@ -286,12 +375,20 @@ def _next(registered: Registered, flow: str) -> int:
 
 
 async def _produce(
-    kafka: KafkaConfig, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]
+    kafka: KafkaConfig,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    headers: list[tuple[str, bytes]],
+    *,
+    timestamp_ms: int | None,
 ) -> None:
     producer = plain_producer(kafka, acks="all")
     await start_or_close(producer.start, producer.stop, f"cannot reach Kafka at {kafka.address}")
     try:
-        await producer.send_and_wait(topic, value, key=key, partition=0, headers=headers)
+        await producer.send_and_wait(
+            topic, value, key=key, partition=0, headers=headers, timestamp_ms=timestamp_ms
+        )
     except KafkaError as exc:
         raise BrokerError(f"cannot register the flow on {topic}: {kafka_reason(exc)}") from exc
     finally:

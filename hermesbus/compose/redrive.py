@@ -16,7 +16,12 @@ answered, as a user would. Everything the sandbox keeps is its own:
   in that folder and configures no server; only the keyring is shared (read);
 * tools answer what they answered then for the same arguments (recorded mode), or run
   for real with ``--live-tools`` (the production registry's specs, copied); the
-  dispatcher sees the tool health it saw then.
+  dispatcher sees the tool health it saw then;
+* the flows the sessions ran are registered in the sandbox's registry as they were on the
+  bus (every version, each at the time it was registered there, so a turn chooses the
+  version it chose then), read from the bus's registry or, without a broker, from the
+  copies its state folder keeps; their frequent paths' counts start where the recorded
+  sessions found them.
 
 ``--fork MESSAGE_ID --set FIELD=VALUE``: one of the copied turns is changed (fields by
 their dotted path in the envelope's JSON, e.g. ``payload.body.text``) and given a new id
@@ -37,7 +42,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from hermesbus.base.config import writable_home
-from hermesbus.client import Client
+from hermesbus.client import Client, says_more
+from hermesbus.compose.flows import FlowCopy, copies_of, flow_copies
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import REPLAYABLE, Progress, stack
 from hermesbus.connectors.sqlite.index import SqliteTraceIndex
@@ -45,7 +51,7 @@ from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.payloads import Reply, UserTurn
 from hermesbus.errors import ConfigError
 from hermesbus.identity import KeySettings
-from hermesbus.processors import dispatcher, protocol
+from hermesbus.processors import dispatcher, flow, protocol
 from hermesbus.processors.recorded import ArgumentTools, health_of
 from hermesbus.replay.sandbox import claim
 from hermesbus.replay.shadow import Recording, consumed_order
@@ -100,6 +106,8 @@ class Redriven:
     unanswered: list[str] = field(default_factory=list)
     """Message ids of turns that got no reply within the timeout."""
     forks: list[dict[str, Any]] = field(default_factory=list)
+    flows: list[str] = field(default_factory=list)
+    """The flow versions copied into the sandbox's registry (``flow vN``)."""
 
 
 def sandbox_home(home: Path, prefix: str) -> Path:
@@ -238,6 +246,7 @@ async def redrive(
     reply_timeout_s: float = 60.0,
     say: Progress | None = None,
     selected: Callable[[Hop], bool] | None = None,
+    carried: Sequence[FlowCopy] = (),
 ) -> Redriven:
     """Copy the sessions' turns into ``into`` topics and run the processors there (up to
     the last turn ``selected`` keeps; see :func:`external_inputs`). ``settings``: the
@@ -260,6 +269,14 @@ async def redrive(
             f"sandbox {prefix} was used before ({home}): its state would skip the turns as "
             "already applied. Choose another --into (or remove that folder and its topics)"
         )
+    needed = recording.flows(sessions)
+    keyring = settings.keys.load()
+    copies = flow_copies(settings.home, source_prefix)
+    flows = (
+        await copies_of(needed, kafka, source_prefix, keyring, copies, carried=carried)
+        if needed
+        else []
+    )
     if kafka.bootstrap:  # else a new embedded broker: nothing on it but the sandbox
         await claim(kafka, prefix, [prefix + name for name in _GROUPS])
     production = writable_home(settings.home)
@@ -275,9 +292,12 @@ async def redrive(
         tool_port=tools,
         health=health,
         copy_tools_from=production if live_tools else None,
+        copy_flows=flows,
+        paths=flow.MemoryPaths.as_recorded(hop.envelope for hop in recording.hops),
         progress=say,
     ) as running:
         done = Redriven(prefix, home, running.bootstrap, running.embedded)
+        done.flows = [f"{copy.spec.flow} v{copy.spec.version}" for copy in flows]
         client = Client(
             kafka.model_copy(update={"bootstrap": running.bootstrap}),
             settings=sandbox,
@@ -325,8 +345,8 @@ async def _send(
                         reply.payload.body, Reply
                     ):
                         texts.append((reply.source, reply.payload.body.text))
-                        if reply.source.startswith("conversation:"):
-                            break  # the answer; dispatcher notices come before it
+                        if reply.source.startswith("conversation:") and not says_more(reply):
+                            break  # the answer; notices and a flow's earlier replies come first
         except TimeoutError:
             done.unanswered.append(envelope.message_id)
     done.replies[envelope.message_id] = texts

@@ -31,7 +31,7 @@ from hermesbus.compose.backends import (
     trace_index,
 )
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
-from hermesbus.compose.flows import RegistryCatalog, flow_copies, register_flow
+from hermesbus.compose.flows import FlowCopy, RegistryCatalog, flow_copies, register_flow
 from hermesbus.compose.homelock import home_lock
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
@@ -149,6 +149,8 @@ async def stack(
     tool_port: tool.ToolPort | None = None,
     health: protocol.HealthView | None = None,
     copy_tools_from: Path | None = None,
+    copy_flows: Sequence[FlowCopy] = (),
+    paths: flow.PathCounts | None = None,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
@@ -167,7 +169,9 @@ async def stack(
     A sandbox (``replay --redrive``) also passes ``group_prefix`` (put before every
     consumer group's name), ``tool_port`` and ``health`` (what the tool processor and the
     dispatcher use instead of the registered tools and their live health), and
-    ``copy_tools_from`` (a state folder whose registered tools are registered here too).
+    ``copy_tools_from`` (a state folder whose registered tools are registered here too),
+    ``copy_flows`` (flow versions registered here as they were there, before any processor
+    starts) and ``paths`` (the frequent paths' counts, instead of the state store's).
     """
     kafka = kafka or settings.kafka
     say = progress or _quiet
@@ -188,14 +192,17 @@ async def stack(
         stores = await enter(memory_stores(settings))
         tools = await enter(tool.ToolService(tool_store(settings), settings.tool, environ=environ))
         violations = dispatcher.Violations()
-        running = Stack(str(kafka.bootstrap), embedded, prefix, stores, tools, violations)
-        running.broker = broker
+        running = Stack(
+            str(kafka.bootstrap), embedded, prefix, stores, tools, violations, broker=broker,
+            paths=paths,
+        )  # fmt: skip
         running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:  # the demo's tools, and its table-export flow (a spec, nothing else)
             await _demo_flow(running, tools, kafka, keys, say)
         if copy_tools_from is not None:
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
+        await _copy_flows(copy_flows, kafka, prefix, keys)
         probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
         intent = await _conversation_ports(enter, settings.conversation)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
@@ -218,7 +225,7 @@ async def stack(
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
         running.flows = await _flow_catalog(kafka, prefix, settings, say)
-        running.paths = flow.StorePaths(states)  # the frequent paths' counts, kept there
+        running.paths = running.paths or flow.StorePaths(states)  # the paths' counts, kept there
         for name, handler, topic, ports in _handlers(
             running, intent, own, tool_port=tool_port, health=health, settings=settings
         ):
@@ -252,6 +259,17 @@ async def stack(
         gate.set()
         say("ready")
         yield running
+
+
+async def _copy_flows(
+    copies: Sequence[FlowCopy], kafka: KafkaConfig, prefix: str, keys: Keyring
+) -> None:
+    """Register ``copies`` here as they were registered there, oldest first (a version is
+    never registered below the newest)."""
+    for copy in copies:
+        where = f"{copy.spec.flow}@{copy.spec.version}"
+        at = copy.registered_at_ms
+        await register_flow(kafka, prefix, keys, copy.text, where, registered_at_ms=at)
 
 
 async def _demo_flow(

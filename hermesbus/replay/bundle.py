@@ -10,7 +10,10 @@ index. A bundle is a gzipped tar of four JSON files:
   timestamp, key, headers and value (bytes in base64), in log order;
 * ``schemas.json``: the writer schema of every record, by single-object fingerprint
   (hex) and by schema-registry id, so the bytes decode anywhere;
-* ``documents.jsonl``: the trace index's documents of the records (when an index had them).
+* ``documents.jsonl``: the trace index's documents of the records (when an index had them);
+* ``flows.json`` (from version 2): every registered version of the flows the session ran,
+  as the registry held them (text and the time each was registered), so its replay runs
+  them where there is no registry.
 
 Besides the session's own records, a bundle holds the memory topic's records of the
 same user up to the session's end: memory's stores span sessions, and a replay of the
@@ -48,8 +51,11 @@ __all__ = [
 ]
 
 FORMAT: Final = "hermesbus-bundle"
-VERSION: Final = 1
+VERSION: Final = 2
+READS: Final = frozenset({1, VERSION})
+"""The bundle versions this hermesbus reads (version 1 has no ``flows.json``)."""
 _MEMBERS: Final = ("manifest.json", "records.jsonl", "schemas.json", "documents.jsonl")
+_FLOWS: Final = "flows.json"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Limits:
             "records.jsonl": 256 << 20,
             "schemas.json": 16 << 20,
             "documents.jsonl": 256 << 20,
+            _FLOWS: 16 << 20,
         }
     )
     """Bytes of each member."""
@@ -92,6 +99,9 @@ class Bundle:
     documents: tuple[Document, ...]
     codec: Codec
     path: Path
+    flows: tuple[dict[str, Any], ...] = ()
+    """The flow versions it carries: ``flow``, ``version``, ``registered_at_ms``, ``text``
+    (read as specs by whoever runs them)."""
 
     @property
     def sessions(self) -> list[str]:
@@ -148,8 +158,10 @@ def write_bundle(
     prefix: str = "",
     documents: Sequence[Document] = (),
     codec: Codec | None = None,
+    flows: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Write the bundle to ``path`` (a temporary file renamed into place); its manifest."""
+    """Write the bundle to ``path`` (a temporary file renamed into place); its manifest.
+    ``flows``: the flow versions the sessions ran (see :attr:`Bundle.flows`)."""
     codec = codec or default_codec()
     ordered = sorted(records, key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
     schemas: dict[str, dict[str, Any]] = {"single_object": {}, "confluent": {}}
@@ -164,6 +176,7 @@ def write_bundle(
         "prefix": prefix,
         "records": len(ordered),
         "documents": len(documents),
+        "flows": [f"{f['flow']} v{f['version']}" for f in flows],
         "exported_at_ms": exported_ms,
     }
     members = {
@@ -174,10 +187,11 @@ def write_bundle(
             json.dumps(doc, ensure_ascii=False, sort_keys=True).encode() + b"\n"
             for doc in documents
         ),
+        _FLOWS: json.dumps(list(flows), ensure_ascii=False, sort_keys=True).encode(),
     }
     partial = path.with_name(path.name + ".partial")
     with tarfile.open(partial, "w:gz") as tar:
-        for name in _MEMBERS:
+        for name in (*_MEMBERS, _FLOWS):
             data = members[name]
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), exported_ms // 1000, 0o644
@@ -296,10 +310,11 @@ class _Read:
 
     def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo, stream: _Capped) -> None:
         name, path = info.name, self._path
-        if name not in _MEMBERS or name in self._parsed:
-            why = "twice" if name in self._parsed else "a bundle holds only " + ", ".join(_MEMBERS)
+        if name not in (*_MEMBERS, _FLOWS) or name in self._parsed:
+            held = ", ".join((*_MEMBERS, _FLOWS))
+            why = "twice" if name in self._parsed else "a bundle holds only " + held
             raise SettingError(f"{path}: not a hermesbus bundle, it holds {name!r} ({why})")
-        cap = self._limits.members[name]
+        cap = self._limits.members.get(name, self._limits.line)
         if not info.isfile() or info.issparse():
             raise SettingError(f"{path}: {name} is not a plain file")
         if info.size > cap:
@@ -351,18 +366,26 @@ class _Read:
             codec = _codec(parsed["schemas.json"], path)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SettingError(f"{path}: a damaged bundle ({type(exc).__name__}: {exc})") from None
+        flows = parsed.get(_FLOWS, [])
+        if not isinstance(flows, list) or not all(isinstance(f, dict) for f in flows):
+            raise SettingError(f"{path}: a damaged bundle ({_FLOWS} is not a list of objects)")
         return Bundle(
-            parsed["manifest.json"], parsed["records.jsonl"], parsed["documents.jsonl"], codec, path
+            parsed["manifest.json"],
+            parsed["records.jsonl"],
+            parsed["documents.jsonl"],
+            codec,
+            path,
+            tuple(flows),
         )
 
 
 def _check_manifest(manifest: Any, path: Path) -> None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SettingError(f"{path}: manifest.json is not a {FORMAT} manifest")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in READS:
         raise SettingError(
             f"{path}: bundle version {manifest.get('version')!r}; this hermesbus reads "
-            f"version {VERSION}"
+            f"versions {', '.join(str(v) for v in sorted(READS))}"
         )
 
 

@@ -115,6 +115,18 @@ class Recording:
     def sessions(self) -> list[str]:
         return list(dict.fromkeys(hop.envelope.session_id for hop in self.hops))
 
+    def flows(self, sessions: Iterable[str]) -> dict[str, set[int]]:
+        """The registered flows ``sessions`` ran, with the versions, as their snapshots
+        name them (the expense report, built in, names none)."""
+        chosen, found = set(sessions), dict[str, set[int]]()
+        for hop in self.hops:
+            snapshot = hop.envelope.snapshot
+            if hop.envelope.session_id in chosen and snapshot is not None and snapshot.flow:
+                versions = found.setdefault(snapshot.flow, set())
+                if snapshot.flow_version is not None:
+                    versions.add(snapshot.flow_version)
+        return found
+
 
 def dead_places(headers: Iterable[tuple[str, bytes]]) -> Place | None:
     """The place a dead letter came from (its ``hermes.origin.*`` headers), if it says."""

@@ -105,6 +105,22 @@ class MemoryPaths:
     states: dict[tuple[str, int, str], int] = field(default_factory=dict)
     sessions: set[tuple[str, int, str]] = field(default_factory=set)
 
+    @classmethod
+    def as_recorded(cls, recorded: Iterable[Envelope]) -> MemoryPaths:
+        """Counts that start where the recorded sessions found them (a redrive): each flow
+        version's state at the count the first recorded snapshot of it was entered with,
+        then counted in memory as the redrive's sessions complete."""
+        states: dict[tuple[str, int, str], int] = {}
+        for envelope in recorded:
+            body = envelope.payload.body
+            count: Any = envelope.payload.context.get(PATH_COUNT)
+            if not isinstance(body, StateSnapshot) or not isinstance(count, int):
+                continue
+            snapshot = body.snapshot
+            if snapshot.flow is not None and snapshot.flow_version is not None:
+                states.setdefault((snapshot.flow, snapshot.flow_version, snapshot.state_id), count)
+        return cls(states)
+
     async def count(self, flow: str, version: int, state: str) -> int:
         return self.states.get((flow, version, state), 0)
 

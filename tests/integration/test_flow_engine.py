@@ -168,6 +168,37 @@ async def test_a_spec_only_flow_is_registered_driven_by_say_and_checked_per_vers
         assert missing.code == 2
         assert "--flow-version 4: flow parcel_status has no such version" in missing.err
 
+        # a redrive runs it again in a sandbox, with the flow's versions copied there as
+        # they were registered (version 1 then), and the tools answering as recorded
+        sandbox = f"sandbox-{unique}."
+        redriven = await _cli(
+            running, home, "replay", "--redrive", "--session", session, "--into", sandbox
+        )
+        assert redriven.code == 0, redriven.output
+        assert "flows copied: parcel_status v1, v2, v3" in redriven.out
+        answered = [line for line in redriven.out.splitlines() if line.startswith("hermes  ")]
+        assert answered == [
+            "hermes  Which parcel? (P and six digits)",
+            f"hermes  Parcel P123456: asked for {DEMO_USER}",
+        ], redriven.out
+
+        # exported, it replays on a machine with no broker and no copies of the registry:
+        # the bundle carries the flow's versions
+        bundle = tmp_path / "parcel.tar.gz"
+        exported = await _cli(running, home, "export", session, "-o", str(bundle))
+        assert exported.code == 0, exported.output
+        assert "with its flows: parcel_status v1, parcel_status v2, parcel_status v3" in (
+            exported.out
+        )
+        elsewhere = clean_env(tmp_path / "elsewhere", **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
+        for pinned in ((), ("--flow-version", "3")):
+            replayed = await asyncio.to_thread(
+                hermesbus, "replay", "--bundle", str(bundle), "--shadow", *pinned,
+                env=elsewhere, cwd=tmp_path, timeout=TURN_S,
+            )  # fmt: skip
+            assert replayed.code == (1 if pinned else 0), replayed.output
+        assert "Your parcel P123456" in replayed.out  # version 3, carried by the bundle
+
 
 async def _register(running: Stack, text: str, where: str) -> None:
     """Register a version as `flows register` does, without a Python start."""

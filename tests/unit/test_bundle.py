@@ -12,6 +12,7 @@ import pytest
 
 from hermesbus import Envelope, MemoryWrite, Payload, UserTurn
 from hermesbus.codec import Codec
+from hermesbus.compose.flows import FlowCopy, bundled
 from hermesbus.contract.payloads import MemoryTier
 from hermesbus.errors import ConfigError
 from hermesbus.replay.bundle import read_bundle, same_user, write_bundle
@@ -117,7 +118,7 @@ GOOD = {"format": "hermesbus-bundle", "version": 1, "sessions": ["s1"]}
                 "schemas.json": b"{}",
                 "documents.jsonl": b"",
             },
-            "bundle version 9; this hermesbus reads version 1",
+            "bundle version 9; this hermesbus reads versions 1, 2",
         ),
         (
             {
@@ -146,3 +147,62 @@ def test_a_file_that_is_no_bundle_is_refused(tmp_path: Path) -> None:
         read_bundle(path)
     with pytest.raises(ConfigError, match="no bundle at"):
         read_bundle(tmp_path / "missing.tar.gz")
+
+
+PARCEL = """\
+flow: parcel
+version: 1
+start: asked
+states:
+  - {id: asked, name: Asked, exit: closed}
+  - {id: closed, name: Closed, kind: terminal}
+transitions:
+  - {from: asked, on: any, to: closed}
+"""
+
+
+def test_a_bundle_carries_the_flow_versions_its_session_ran(tmp_path: Path) -> None:
+    """Written with them, read back as specs, each registered when it was there; a bundle
+    of version 1 (none) still reads."""
+    codec = Codec()
+    records = [record(codec, turn(session_id="s1", message_id="m1"), "hermes.conversation.in", 0)]
+    copies = [
+        FlowCopy.of({"flow": "parcel", "version": 1, "registered_at_ms": 5, "text": PARCEL}, "t")
+    ]
+    path = tmp_path / "b.tar.gz"
+    manifest = write_bundle(
+        path, records, sessions=["s1"], source="t", flows=[c.entry() for c in copies]
+    )
+    assert manifest["flows"] == ["parcel v1"] and manifest["version"] == 2
+    carried = bundled(read_bundle(path).flows, str(path))
+    assert carried == copies and carried[0].registered_at_ms == 5
+
+    older = tmp_path / "v1.tar.gz"
+    _tar(
+        older,
+        {
+            "manifest.json": json.dumps(GOOD).encode(),
+            "records.jsonl": b"",
+            "schemas.json": json.dumps({"single_object": {}, "confluent": {}}).encode(),
+            "documents.jsonl": b"",
+        },
+    )
+    assert read_bundle(older).flows == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"flow": "parcel", "version": 1, "text": PARCEL}, "not a flow copy.*registered_at_ms"),
+        ({"flow": "parcel", "version": 2, "registered_at_ms": 1, "text": PARCEL}, "not its name"),
+        (
+            {"flow": "parcel", "version": 1, "registered_at_ms": 1, "text": "flow: ["},
+            r"flows.json\[0\] is not a valid flow spec",
+        ),
+    ],
+)
+def test_a_carried_flow_that_is_not_what_it_says_is_refused(
+    entry: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ConfigError, match=says):
+        bundled([entry], "b.tar.gz")

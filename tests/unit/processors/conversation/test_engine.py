@@ -631,6 +631,18 @@ def test_a_replay_answers_the_counts_the_run_recorded() -> None:
     assert asyncio.run(paths.count("probe", 1, "a")) == 7
     assert asyncio.run(paths.count("probe", 1, "b")) == 0
 
+    # a redrive's counts start where the recorded sessions found them, then count on
+    later = moved.model_copy(update={"message_id": "y", "payload": _counted(moved, 9)})
+    redriven = MemoryPaths.as_recorded([moved, later])
+    assert asyncio.run(redriven.count("probe", 1, "a")) == 7  # the first recorded
+    assert asyncio.run(redriven.count("probe", 2, "a")) == 0  # another version: none
+    asyncio.run(redriven.completed("probe", 1, ["a"], "run-1"))
+    assert asyncio.run(redriven.count("probe", 1, "a")) == 8
+
+
+def _counted(envelope: Envelope, count: int) -> Payload:
+    return envelope.payload.model_copy(update={"context": {PATH_COUNT: count}})
+
 
 async def test_a_session_that_runs_a_flow_twice_counts_twice(tmp_path: Path) -> None:
     paths = MemoryPaths()
