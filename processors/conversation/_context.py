@@ -24,6 +24,7 @@ from hermesbus.contract.payloads import (
     Role,
     StateSnapshot,
     ToolCall,
+    UserTurn,
 )
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._history import Message, new_message
@@ -259,6 +260,14 @@ class Step:
         )
         self.update(notes=(), stale=False, degraded=False)
         self.add_message(message)
+
+    def record_turn(self, turn: UserTurn) -> None:
+        """The user's turn: the one the session answers now, and a message of its history
+        (with its attachments' URIs)."""
+        self.update(turn_id=self.env.message_id)
+        kind = ContentType.IMAGE if turn.attachments else ContentType.TEXT
+        uris = [a.uri for a in turn.attachments]
+        self.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
 
     def record(
         self,

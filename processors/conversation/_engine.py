@@ -66,7 +66,7 @@ from hermesbus.processors.flow import (
     ReplyAction,
     State,
     duration_ms,
-    placeholders,
+    placeholders_in,
     render,
     resolve,
 )
@@ -194,13 +194,6 @@ def _parse(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
     return parse_turn(spec, turn.text, now=step.env.timestamp, zone=zone)
 
 
-def _record_turn(step: Step, turn: UserTurn) -> None:
-    step.update(turn_id=step.env.message_id)
-    kind = ContentType.IMAGE if turn.attachments else ContentType.TEXT
-    uris = [a.uri for a in turn.attachments]
-    step.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
-
-
 async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
     """What the turn says in the flow's terms: its phrases and patterns first (exact, and
     what a spec promises); when none matches and a model is configured (``HERMES_LLM_URL``),
@@ -234,7 +227,7 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         flow=spec.flow,
         flow_version=spec.version,
     )
-    _record_turn(step, turn)
+    step.record_turn(turn)
     parsed = await _understood(step, spec, turn)
     values: dict[str, Any] = {
         "intent": {"name": parsed.intent or ""},
@@ -250,7 +243,7 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
 
 async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     """A turn of a session in ``spec``'s non-terminal state."""
-    _record_turn(step, turn)
+    step.record_turn(turn)
     if step.session.pending is not None:
         step.reply(texts.PENDING)
         return
@@ -583,19 +576,9 @@ def _symbols(calls: Sequence[Call]) -> set[str]:
     return {
         path.split(".")[1]
         for call in calls
-        for path in _paths(call.args)
+        for path in placeholders_in(call.args)
         if path.startswith("symbols.")
     }
-
-
-def _paths(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return placeholders(value)
-    if isinstance(value, dict):
-        return [p for item in value.values() for p in _paths(item)]
-    if isinstance(value, list):
-        return [p for item in value for p in _paths(item)]
-    return []
 
 
 def _remember(step: Step, action: RememberAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from hermesbus.contract.payloads import ContentType, Role, UserTurn
+from hermesbus.contract.payloads import UserTurn
 from hermesbus.errors import IntentError
 from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts
@@ -54,10 +54,7 @@ async def on_user_turn(step: Step, turn: UserTurn) -> None:
     if step.session.state == TERMINAL:  # a finished session starts over
         kept = step.session
         step.session = Session(preferences=kept.preferences, declined=kept.declined)
-    step.update(turn_id=step.env.message_id)
-    kind = ContentType.IMAGE if turn.attachments else ContentType.TEXT
-    uris = [a.uri for a in turn.attachments]
-    step.record(turn.text, role=Role.USER, content_type=kind, extra={"attachments": uris})
+    step.record_turn(turn)
     intent = await parse_intent(step, turn)
     state = step.session.state
     if step.session.pending is not None:

@@ -72,6 +72,7 @@ from hermesbus.processors.flow._spec import (
     duration_ms,
     pattern_of,
     placeholders,
+    placeholders_in,
 )
 
 __all__ = [
@@ -132,6 +133,7 @@ __all__ = [
     "machine_of",
     "pattern_of",
     "placeholders",
+    "placeholders_in",
     "record_key",
     "render",
     "resolve",

@@ -56,6 +56,7 @@ __all__ = [
     "duration_ms",
     "pattern_of",
     "placeholders",
+    "placeholders_in",
 ]
 
 FLOW_ID_PATTERN: Final = FLOW_ID_RULE
@@ -131,20 +132,25 @@ def duration_ms(duration: str) -> int:
     return int(duration.removesuffix(unit)) * _UNITS[unit]
 
 
-def _templates(value: Any, path: str = "") -> None:
-    """Every string inside ``value`` (arguments: nested JSON) is a well-formed template;
-    ValueError names where (``b.c[0]``)."""
+def _templates(value: Any) -> None:
+    placeholders_in(value)
+
+
+def placeholders_in(value: Any, path: str = "") -> list[str]:
+    """The placeholders of every string inside ``value`` (arguments: nested JSON); a
+    malformed one is a ValueError naming where (``b.c[0]``)."""
     if isinstance(value, str):
         try:
-            placeholders(value)
+            return placeholders(value)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}" if path else str(exc)) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _templates(item, f"{path}.{key}" if path else str(key))
+    if isinstance(value, dict):
+        items = [(f"{path}.{key}" if path else str(key), item) for key, item in value.items()]
     elif isinstance(value, list):
-        for n, item in enumerate(value):
-            _templates(item, f"{path}[{n}]")
+        items = [(f"{path}[{n}]", item) for n, item in enumerate(value)]
+    else:
+        return []
+    return [found for at, item in items for found in placeholders_in(item, at)]
 
 
 def pattern_of(pattern: str) -> Any:
