@@ -28,7 +28,7 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._history import Message, new_message
-from hermesbus.processors.conversation._machine import MACHINE, START
+from hermesbus.processors.conversation._machine import MACHINE, START, TERMINAL
 from hermesbus.processors.conversation._session import (
     MAX_PROBLEMS,
     MAX_TRACES,
@@ -39,6 +39,7 @@ from hermesbus.processors.conversation._session import (
     snapshot_of,
 )
 from hermesbus.processors.conversation._settings import BUDGETS_PORT, Budgets, CycleBudgets
+from hermesbus.processors.flow import EXPENSE_SPEC, PATH_COUNT
 from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
@@ -93,7 +94,9 @@ class Step:
         engine chose) and tell the dispatcher about it (``ends``: a flow's terminal state;
         ``context``: what else the snapshot's envelope records)."""
         previous = self.session.state
-        target = target if target is not None else MACHINE.target(previous, trigger)
+        if target is None:  # the expense report: its machine, and its frequent paths
+            target = MACHINE.target(previous, trigger)
+            context = {**self._expense_path(target), **(context or {})}
         self.disarm_all()
         self.moves += 1
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
@@ -106,6 +109,24 @@ class Step:
         )
         log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
         return target
+
+    def _expense_path(self, target: str) -> dict[str, ContextValue]:
+        """The expense report's frequent paths, kept as the engine keeps a flow's: the
+        states the session went through (counted when it ends), and for a state with a
+        ``preload`` the count it was entered with (recorded in its snapshot) and its
+        default, preloaded into the session's context once that count is high."""
+        path = tuple(dict.fromkeys((*self.session.path, target)))
+        self.update(path=path)
+        if target == TERMINAL:
+            self.completed = (EXPENSE_SPEC.flow, EXPENSE_SPEC.version, path)
+        state = EXPENSE_SPEC.state(target)
+        if state is None or state.preload is None:
+            return {}
+        count = self.path_counts.get(target, 0)
+        if count >= state.preload.after:
+            context = {**self.session.values.get("context", {}), **state.preload.context}
+            self.update(values={**self.session.values, "context": context})
+        return {PATH_COUNT: count}
 
     def problem(self, component: str, code: str, message: str) -> None:
         """Keep an error report among the session's recent problems (bounded, never shown

@@ -21,6 +21,7 @@ __all__ = [
     "ask_preference",
     "ask_review",
     "blur_floor",
+    "checklist",
     "end",
     "lock_session",
     "low_confidence",
@@ -48,6 +49,12 @@ def low_confidence(invoices: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _steps(step: Step, *tasks: str) -> list[str]:
     return [s for task in tasks for s in step.session.steps.get(task, ())]
+
+
+def checklist(step: Step) -> str:
+    """What to upload: S2's preloaded default once its path is frequent, else the code's."""
+    preloaded = step.session.values.get("context", {}).get("checklist")
+    return preloaded if isinstance(preloaded, str) and preloaded else texts.CHECKLIST
 
 
 def ask_materials(step: Step, text: str) -> None:

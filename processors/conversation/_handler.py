@@ -42,7 +42,7 @@ from hermesbus.processors.conversation._results import (
 from hermesbus.processors.conversation._session import Session, load_session
 from hermesbus.processors.conversation._timers import on_timer, timer_is_current
 from hermesbus.processors.conversation._turns import on_user_turn
-from hermesbus.processors.flow import FlowSpec
+from hermesbus.processors.flow import EXPENSE_SPEC, FlowSpec
 from hermesbus.runtime import HandlerInput, Outcome
 
 __all__ = ["NAME", "TIMER_SOURCE", "TOPIC", "handle"]
@@ -99,6 +99,8 @@ async def _flow(step: Step) -> FlowSpec | None:
     spec = await flow_of(step)
     if spec is not None:
         await prepare(step, spec)
+    elif step.session.flow is None:  # the expense report's frequent paths
+        await prepare(step, EXPENSE_SPEC)
     return spec
 
 

@@ -158,7 +158,9 @@ def _check_budget(step: Step, results: dict[str, dict[str, Any]], _: ToolResults
     steps = step.session.steps.get("check_budget", ())
     step.update(ask="materials")
     step.arm(MATERIALS_WAIT.purpose)
-    step.reply(texts.materials_text({**step.session.facts, "period_label": label}), steps=steps)
+    checklist = flow.checklist(step)
+    text = texts.materials_text({**step.session.facts, "period_label": label}, checklist)
+    step.reply(text, steps=steps)
 
 
 def _ocr_precheck(step: Step, results: dict[str, dict[str, Any]], _: ToolResults) -> None:

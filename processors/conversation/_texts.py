@@ -21,6 +21,7 @@ __all__ = [
     "LOW_CONFIDENCE",
     "TIMEOUT_TEXTS",
     "amount",
+    "ask_materials",
     "confirm_text",
     "dates_text",
     "degraded_note",
@@ -55,7 +56,14 @@ UNCLEAR: Final = (
     "抱歉，没能理解您的意图。目前可以帮您提交差旅报销，例如“我要报上个月去深圳的差旅费”。"
 )
 PENDING: Final = "正在处理您的上一条消息，请稍候。"
-ASK_MATERIALS: Final = "请提供发票照片和行程单。"
+CHECKLIST: Final = "发票照片和行程单"
+"""What S2 asks for, until its path is frequent and the spec's default is preloaded."""
+
+
+def ask_materials(checklist: str) -> str:
+    return f"请提供{checklist}。"
+
+
 NO_ATTACHMENT: Final = "没有收到附件，请上传发票照片和行程单。"
 UPLOAD_FAILED: Final = "上传的材料未能完成预检，是否继续上传？"
 """Asked again after an OCR pre-check failure (no wait expired: never "5 minutes")."""
@@ -100,7 +108,7 @@ def dates_text(start: str, end: str) -> str:
     return f"{first.month}月{first.day}日-{last.month}月{last.day}日"
 
 
-def materials_text(facts: Mapping[str, str]) -> str:
+def materials_text(facts: Mapping[str, str], checklist: str = CHECKLIST) -> str:
     """S2: the department and budget, then what to upload."""
     what = "".join(v for v in (facts.get("period_label"), facts.get("city")) if v)
     opening = f"好的，已为您发起{what}差旅报销。" if what else "好的，已为您发起差旅报销。"
@@ -108,7 +116,7 @@ def materials_text(facts: Mapping[str, str]) -> str:
     currency = facts.get("currency", "CNY")
     dept = f"您所在部门：{facts['dept']}" if facts.get("dept") else ""
     money = f"，部门预算余额 {amount(budget)} {currency}" if budget else ""
-    return f"{opening}{dept}{money}。{ASK_MATERIALS}"
+    return f"{opening}{dept}{money}。{ask_materials(checklist)}"
 
 
 def _invoice(invoice: Mapping[str, Any]) -> str:

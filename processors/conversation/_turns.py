@@ -101,7 +101,7 @@ def _in_s2(step: Step, intent: Intent, turn: UserTurn) -> None:
     elif intent.name in (_I.UPLOAD, _I.REUPLOAD):
         flow.ask_materials(step, texts.NO_ATTACHMENT)
     else:
-        flow.ask_materials(step, texts.ASK_MATERIALS)
+        flow.ask_materials(step, texts.ask_materials(flow.checklist(step)))
 
 
 def _in_review(step: Step, intent: Intent) -> None:

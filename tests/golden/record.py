@@ -3,8 +3,9 @@
     .venv/bin/python -m tests.golden.record
 
 runs ``hermesbus up --demo --once`` in a fresh, temporary ``HERMES_HOME`` (the embedded
-broker, no servers), then exports conversation A (submitted) to ``demo-a.tar.gz`` and B
-(stopped, kept unfinished) to ``demo-b.tar.gz`` beside this file. ``tests/unit/
+broker, no servers), then exports conversation A (submitted) to ``demo-a.tar.gz``, B
+(stopped, kept unfinished) to ``demo-b.tar.gz`` and the table export (a registered flow:
+its bundle carries the flow's spec) to ``demo-tables.tar.gz`` beside this file. ``tests/unit/
 test_golden.py`` shadow-replays both against the current code, so CI fails on any
 divergence until they are recorded again (and the change reviewed in the diff of the
 replies it prints).
@@ -20,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BUNDLES = ("demo-a.tar.gz", "demo-b.tar.gz")
-"""Conversation A, then B, as ``hermesbus up --demo`` runs them."""
+BUNDLES = ("demo-a.tar.gz", "demo-b.tar.gz", "demo-tables.tar.gz")
+"""Conversation A, then B, then the table export, as ``hermesbus up --demo`` runs them."""
 
 
 def _hermesbus(*args: str, env: dict[str, str], cwd: Path) -> str:
@@ -42,7 +43,7 @@ def _hermesbus(*args: str, env: dict[str, str], cwd: Path) -> str:
 
 
 def record(into: Path = HERE) -> list[Path]:
-    """Run the demo once and export its two sessions into ``into``; the bundles' paths."""
+    """Run the demo once and export its sessions into ``into``; the bundles' paths."""
     with tempfile.TemporaryDirectory(prefix="hermes-golden-") as folder:
         home = Path(folder) / "home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}

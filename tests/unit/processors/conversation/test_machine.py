@@ -7,6 +7,7 @@ from importlib import resources
 
 import pytest
 
+from hermesbus import Envelope, StateSnapshot
 from hermesbus.processors.conversation import (
     EXITS,
     FAILURE,
@@ -31,9 +32,15 @@ from hermesbus.processors.flow import (
     EXPENSE_FILE,
     EXPENSE_MACHINE,
     EXPENSE_SPEC,
+    PATH_COUNT,
+    PATHS_PORT,
+    MemoryPaths,
     lint,
     load_flow,
 )
+from hermesbus.runtime import Outcome
+
+from .demo import OCR, PHOTOS, RULES, TRIP, Driver, replies, submitted, to_s2
 
 
 def test_the_conversation_walks_the_machine_the_dispatcher_checks() -> None:
@@ -151,3 +158,60 @@ def test_the_shipped_spec_checks_clean_but_for_the_moves_its_code_decides() -> N
         fired.add((move.source, move.on))
     assert fired == CODE_DECIDES
     assert len(findings) == len(CODE_DECIDES)
+
+
+# -- the expense report's frequent path (document 000 §2): S2's checklist preloaded --------
+
+
+async def _submitted(paths: MemoryPaths, session: str = "sess_456") -> list[Outcome]:
+    """Conversation A to its submission, on a bus whose path counts are ``paths``."""
+    driver = Driver(session=session, ports={PATHS_PORT: paths})
+    outcomes = [await to_s2(driver)]
+    await driver.say("[上传两张图片]", PHOTOS)
+    await driver.send(driver.answer({"ocr_tool": OCR}))
+    await driver.send(driver.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}))
+    await driver.say("不用，就这三张")
+    await driver.say("确认")
+    outcomes.append(await driver.send(driver.answer({"finance_tool": submitted("EXP-1")})))
+    assert driver.path[-1] == ("S4", "S5")
+    return outcomes
+
+
+def _entered_s2(outcome: Outcome) -> Envelope:
+    return next(
+        e
+        for e in outcome.emit
+        if isinstance(e.payload.body, StateSnapshot) and e.payload.body.snapshot.state_id == "S2"
+    )
+
+
+async def test_a_completed_expense_session_counts_its_path() -> None:
+    paths = MemoryPaths()
+    first, _ = await _submitted(paths)
+    assert _entered_s2(first).payload.context[PATH_COUNT] == 0  # recorded: replay answers it
+    assert {state: await paths.count("expense", 1, state) for state in ("S1", "S2", "S5")} == {
+        "S1": 1,
+        "S2": 1,
+        "S5": 1,
+    }
+
+
+async def test_after_100_completions_s2_preloads_its_checklist_and_says_the_same() -> None:
+    """The spec's default (``preload`` of S2) is taken once the path is frequent; the
+    words are those the code says before, so the demo reads the same either way."""
+    preload = EXPENSE_SPEC.state("S2").preload  # type: ignore[union-attr]
+    assert preload is not None and preload.after == 100
+    assert preload.context == {"checklist": texts.CHECKLIST}
+    said = {}
+    for count in (99, 100):
+        paths = MemoryPaths({("expense", 1, "S2"): count})
+        driver = Driver(session=f"s-{count}", ports={PATHS_PORT: paths})
+        entered = await to_s2(driver)
+        assert _entered_s2(entered).payload.context[PATH_COUNT] == count
+        values = driver.state.data["values"]
+        assert values.get("context", {}).get("checklist") == (
+            texts.CHECKLIST if count >= 100 else None
+        )
+        said[count] = [r.text for r in replies(entered)]
+    assert said[99] == said[100]
+    assert said[100][-1].endswith("请提供发票照片和行程单。")
