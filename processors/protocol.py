@@ -10,7 +10,8 @@ A **cycle** is one request of the conversation for tool work, answered exactly o
 1. conversation -> dispatcher: one ``ToolCall`` envelope per tool, all with
    ``context[CYCLE]`` = the cycle id and ``context[TOOLS]`` = every tool of the cycle
    in order; ``source`` = ``conversation:<state>``; ``metadata.timeout_ms`` = the
-   state's budget (``STATE_TIMEOUT_MS``); ``snapshot`` = the conversation's snapshot.
+   state's budget (its flow's ``timeout_ms`` for it); ``snapshot`` = the conversation's
+   snapshot.
 2. dispatcher -> memory (``memory:context``): one ``MemoryQuery`` per cycle, before any
    of its tool calls goes out (memory first).
 3. memory -> dispatcher: ``MemoryContext`` with the same ``context[CYCLE]``.

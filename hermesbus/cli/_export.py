@@ -23,6 +23,7 @@ from ._common import (
     HomeOption,
     PrefixOption,
     console,
+    err_console,
     errors,
     fail,
     kafka_with,
@@ -74,6 +75,7 @@ def export_command(
         docs = [doc for doc in docs if doc.get("_id") in kept]
         needed = found.recording(prefix).flows([session_id])
         flows = asyncio.run(_flows(settings, bootstrap, prefix, needed)) if needed else []
+        _lacking(needed, flows)
         manifest = write_bundle(
             output,
             records,
@@ -97,6 +99,23 @@ def export_command(
     console.print(shown(f"replay it: hermesbus replay --bundle {output} --shadow"), soft_wrap=True)
 
 
+def _lacking(needed: dict[str, set[int]], flows: list[FlowCopy]) -> None:
+    """Say which versions the session ran that the bundle will not carry."""
+    held = {(copy.spec.flow, copy.spec.version) for copy in flows}
+    lacking = sorted(
+        f"{f} v{v}" for f, versions in needed.items() for v in versions if (f, v) not in held
+    )
+    if lacking:
+        err_console.print(
+            shown(
+                f"warning: the bundle carries no copy of flow {', '.join(lacking)} (neither the "
+                "registry nor the state folder's copies hold it): its replay will need the "
+                "bus's registry"
+            ),
+            soft_wrap=True,
+        )
+
+
 async def _flows(
     settings: Settings, bootstrap: str | None, prefix: str, needed: dict[str, set[int]]
 ) -> list[FlowCopy]:
@@ -104,7 +123,8 @@ async def _flows(
     its state folder keeps); ConfigError names a version neither holds."""
     kafka = kafka_with(settings, bootstrap)
     copies = flow_copies(settings.home, prefix)
-    return await copies_of(needed, kafka, prefix, settings.keys.load(), copies)
+    keys = settings.keys.load()
+    return await copies_of(needed, kafka, prefix, keys, copies, complete=False)
 
 
 async def _index_documents(

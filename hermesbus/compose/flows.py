@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
@@ -245,21 +245,39 @@ class FlowCopy:
 
     @classmethod
     def of(cls, entry: Mapping[str, Any], where: str) -> FlowCopy:
-        """A copy read back (a kept copy, a bundle's); ConfigError when it is no spec, or
-        not the version it says."""
-        try:
-            text, at = entry["text"], int(entry["registered_at_ms"])
-            spec, _ = load_flow(text, where)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{where}: not a flow copy ({type(exc).__name__}: {exc})") from None
+        """A copy read back (a kept copy, a bundle's); ConfigError when it is no spec, not
+        the version it says, or dated outside what a Kafka record can be."""
+        text, at = entry.get("text"), entry.get("registered_at_ms")
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: not a flow copy (its text is not a string)")
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= LATEST_MS:
+            raise ConfigError(f"{where}: registered_at_ms {at!r} is not a time in epoch ms")
+        spec, _ = load_flow(text, where)
         if (spec.flow, spec.version) != (entry.get("flow"), entry.get("version")):
             raise ConfigError(f"{where}: its text is {spec.flow} v{spec.version}, not its name")
         return cls(spec, text.encode("utf-8"), at)
 
 
-def bundled(entries: Iterable[Mapping[str, Any]], where: str) -> list[FlowCopy]:
-    """The flow versions a bundle carries (``where``: the bundle)."""
-    return [FlowCopy.of(entry, f"{where}: flows.json[{n}]") for n, entry in enumerate(entries)]
+MAX_CARRIED: Final = 1_024
+"""The most flow versions a bundle may carry."""
+LATEST_MS: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: a registration time later than this is no time."""
+
+
+def bundled(entries: Sequence[Mapping[str, Any]], where: str) -> list[FlowCopy]:
+    """The flow versions a bundle carries (``where``: the bundle), each once."""
+    if len(entries) > MAX_CARRIED:
+        raise ConfigError(
+            f"{where}: flows.json holds {len(entries)} versions, at most {MAX_CARRIED}"
+        )
+    copies: dict[tuple[str, int], FlowCopy] = {}
+    for n, entry in enumerate(entries):
+        copy = FlowCopy.of(entry, f"{where}: flows.json[{n}]")
+        name = (copy.spec.flow, copy.spec.version)
+        if name in copies:
+            raise ConfigError(f"{where}: flows.json holds {name[0]} v{name[1]} twice")
+        copies[name] = copy
+    return list(copies.values())
 
 
 def _kept(folder: Path) -> list[FlowCopy]:
@@ -280,29 +298,41 @@ async def copies_of(
     folder: Path,
     *,
     carried: Sequence[FlowCopy] = (),
+    complete: bool = True,
 ) -> list[FlowCopy]:
     """Every registered version of each flow of ``needed`` (flow -> the versions the
-    sessions ran), oldest first: those ``carried`` (a bundle's), then from the registry of
-    ``prefix`` when there is a broker, then from the copies in ``folder``; ConfigError
-    names a version the sessions ran that none holds."""
+    sessions ran), oldest first. A flow ``carried`` (a bundle's) is taken from there alone:
+    its versions are those of the bus it was exported from, never this machine's. The
+    others come from the registry of ``prefix`` when there is a broker (when it cannot be
+    read, the copies stand in, with a warning), then the copies in ``folder``.
+    ``complete``: ConfigError names a version the sessions ran that none holds; else what
+    was found is returned (the caller says what is missing)."""
+    carrying = {copy.spec.flow for copy in carried}
     found = {(c.spec.flow, c.spec.version): c for c in carried if c.spec.flow in needed}
-    if kafka.bootstrap:
-        registered = await read_flows(kafka, prefix, keyring)
-        for flow in needed:
-            for number, version in registered.versions.get(flow, {}).items():
-                copy = FlowCopy(version.spec, version.text, version.registered_at_ms)
-                found.setdefault((flow, number), copy)
-    for copy in _kept(folder):
-        if copy.spec.flow in needed:
+    local = [flow for flow in needed if flow not in carrying]
+    read = False
+    if local and kafka.bootstrap:
+        try:
+            registered = await read_flows(kafka, prefix, keyring)
+        except BrokerError as exc:
+            log.warning("flow registry %s not read (%s): the copies stand in", prefix + FLOWS, exc)
+        else:
+            read = True
+            for flow in local:
+                for number, version in registered.versions.get(flow, {}).items():
+                    copy = FlowCopy(version.spec, version.text, version.registered_at_ms)
+                    found.setdefault((flow, number), copy)
+    for copy in _kept(folder) if local else ():
+        if copy.spec.flow in local:
             found.setdefault((copy.spec.flow, copy.spec.version), copy)
-    missing = [
-        f"{f} v{v}" for f, versions in needed.items() for v in versions if (f, v) not in found
-    ]
-    if missing:
-        places = [f"the registry {prefix + FLOWS} on {kafka.address}"] if kafka.bootstrap else []
+    ran = [(flow, number) for flow, versions in needed.items() for number in versions]
+    missing = sorted(f"{flow} v{number}" for flow, number in ran if (flow, number) not in found)
+    if missing and complete:
+        places = ["the bundle"] if carried else []
+        places += [f"the registry {prefix + FLOWS} on {kafka.address}"] if read else []
         places.append(f"the copies in {folder}")
-        ran = ", ".join(sorted(missing))
-        raise ConfigError(f"the sessions ran flow {ran}: not in {' nor in '.join(places)}")
+        said = ", ".join(missing)
+        raise ConfigError(f"the sessions ran flow {said}: not in {' nor in '.join(places)}")
     return sorted(found.values(), key=lambda c: (c.spec.flow, c.spec.version))
 
 

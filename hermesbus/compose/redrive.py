@@ -270,6 +270,12 @@ async def redrive(
             "already applied. Choose another --into (or remove that folder and its topics)"
         )
     needed = recording.flows(sessions)
+    if live_tools and any(copy.spec.flow in needed for copy in carried):
+        raise ConfigError(
+            "--live-tools: the bundle's flows carry no signature, so they are not run against "
+            "the registered tools; redrive it with the tools answering as recorded (without "
+            "--live-tools), or redrive the session from the bus, whose registry is signed"
+        )
     keyring = settings.keys.load()
     copies = flow_copies(settings.home, source_prefix)
     flows = (
@@ -293,7 +299,9 @@ async def redrive(
         health=health,
         copy_tools_from=production if live_tools else None,
         copy_flows=flows,
-        paths=flow.MemoryPaths.as_recorded(hop.envelope for hop in recording.hops),
+        paths=flow.MemoryPaths.as_recorded(
+            hop.envelope for hop in recording.hops if hop.envelope.session_id in sessions
+        ),  # the counts the redriven sessions found, not another session's
         progress=say,
     ) as running:
         done = Redriven(prefix, home, running.bootstrap, running.embedded)

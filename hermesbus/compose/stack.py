@@ -269,7 +269,14 @@ async def _copy_flows(
     for copy in copies:
         where = f"{copy.spec.flow}@{copy.spec.version}"
         at = copy.registered_at_ms
-        await register_flow(kafka, prefix, keys, copy.text, where, registered_at_ms=at)
+        done = await register_flow(kafka, prefix, keys, copy.text, where, registered_at_ms=at)
+        if done.version.registered_at_ms != at:  # a broker that dates records itself
+            raise ConfigError(
+                f"flow {where} was registered in the sandbox at {done.version.registered_at_ms}"
+                f", not at {at} as on the bus: its broker dates records itself "
+                "(message.timestamp.type=LogAppendTime), so a turn would not pick the "
+                "version it picked then"
+            )
 
 
 async def _demo_flow(

@@ -170,7 +170,7 @@ def write_bundle(
     exported_ms = int(time.time() * 1000)  # when, for people; replay never reads it
     manifest: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if flows else 1,  # what older readers read, when it can be
         "sessions": list(sessions),
         "source": source,
         "prefix": prefix,
@@ -191,7 +191,7 @@ def write_bundle(
     }
     partial = path.with_name(path.name + ".partial")
     with tarfile.open(partial, "w:gz") as tar:
-        for name in (*_MEMBERS, _FLOWS):
+        for name in (*_MEMBERS, _FLOWS) if flows else _MEMBERS:
             data = members[name]
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), exported_ms // 1000, 0o644

@@ -15,6 +15,7 @@ holds that list).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import resources
 from typing import Final
 
@@ -33,7 +34,7 @@ def _read() -> tuple[FlowSpec, Lines]:
 
 
 EXPENSE_SPEC: Final = _read()[0]
-EXPENSE_MACHINE: Final = machine_of(EXPENSE_SPEC)
+EXPENSE_MACHINE: Final = replace(machine_of(EXPENSE_SPEC), name="the expense report (built in)")
 """The machine of a session whose snapshot names no flow: the expense report's."""
 EXPENSE_TERMINAL: Final = next(s.id for s in EXPENSE_SPEC.states if s.kind == "terminal")
 """The expense report's one terminal state: its snapshot ends the session."""

@@ -190,19 +190,38 @@ def test_a_bundle_carries_the_flow_versions_its_session_ran(tmp_path: Path) -> N
     assert read_bundle(older).flows == ()
 
 
+def _entry(**changes: Any) -> dict[str, Any]:
+    return {"flow": "parcel", "version": 1, "registered_at_ms": 1, "text": PARCEL, **changes}
+
+
 @pytest.mark.parametrize(
-    ("entry", "says"),
+    ("entries", "says"),
     [
-        ({"flow": "parcel", "version": 1, "text": PARCEL}, "not a flow copy.*registered_at_ms"),
-        ({"flow": "parcel", "version": 2, "registered_at_ms": 1, "text": PARCEL}, "not its name"),
-        (
-            {"flow": "parcel", "version": 1, "registered_at_ms": 1, "text": "flow: ["},
-            r"flows.json\[0\] is not a valid flow spec",
-        ),
+        ([_entry(registered_at_ms=None)], "registered_at_ms None is not a time in epoch ms"),
+        ([_entry(registered_at_ms=True)], "registered_at_ms True is not a time"),
+        ([_entry(registered_at_ms=-5)], "registered_at_ms -5 is not a time"),
+        ([_entry(registered_at_ms=10**30)], "is not a time in epoch ms"),
+        ([_entry(text=7)], "its text is not a string"),
+        ([_entry(version=2)], "its text is parcel v1, not its name"),
+        ([_entry(text="flow: [")], r"flows.json\[0\] is not a valid flow spec"),
+        ([_entry(), _entry(registered_at_ms=2)], "flows.json holds parcel v1 twice"),
+        ([_entry()] * 1_025, "flows.json holds 1025 versions, at most 1024"),
     ],
 )
 def test_a_carried_flow_that_is_not_what_it_says_is_refused(
-    entry: dict[str, Any], says: str
+    entries: list[dict[str, Any]], says: str
 ) -> None:
     with pytest.raises(ConfigError, match=says):
-        bundled([entry], "b.tar.gz")
+        bundled(entries, "b.tar.gz")
+
+
+def test_a_bundle_without_flows_is_written_as_version_1_for_older_readers(
+    tmp_path: Path,
+) -> None:
+    codec = Codec()
+    records = [record(codec, turn(session_id="s1", message_id="m1"), "hermes.conversation.in", 0)]
+    path = tmp_path / "b.tar.gz"
+    assert write_bundle(path, records, sessions=["s1"], source="t")["version"] == 1
+    with tarfile.open(path) as tar:
+        assert "flows.json" not in tar.getnames()
+    assert read_bundle(path).flows == ()

@@ -13,6 +13,7 @@ import pytest
 from hermesbus.compose import flows as module
 from hermesbus.compose.flows import REREAD_MS, RegistryCatalog, copied_catalog
 from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring
 from hermesbus.processors.flow import FlowVersion, Registered, load_flow
 from tests.unit.processors.flow.specs import CONTRACT, changed
@@ -143,3 +144,36 @@ async def test_the_versions_read_are_copied_for_a_replay_without_the_broker(
         "contract_lookup@1.json",
         "contract_lookup@2.json",
     ]
+
+
+async def test_a_redrive_takes_a_bundles_flow_from_the_bundle_alone(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This machine's registry has versions 1 and 2 of the flow; the bundle carries the
+    bus's version 1 only: the sandbox gets that one, so a turn picks what it picked then.
+    A flow no bundle carries comes from the registry, or, when it cannot be read, from
+    the state folder's copies."""
+    registry.register(1, 0, 0)
+    registry.register(2, 5_000, 0)
+    kafka, keys, folder = KafkaConfig(bootstrap="127.0.0.1:1"), Keyring({}), tmp_path / "flows"
+    theirs = module.FlowCopy(load_flow(CONTRACT, "bundle")[0], CONTRACT.encode(), 7)
+    needed = {"contract_lookup": {1}}
+    carried = await module.copies_of(needed, kafka, "", keys, folder, carried=[theirs])
+    assert carried == [theirs]
+    ours = await module.copies_of(needed, kafka, "", keys, folder)
+    assert [(c.spec.version, c.registered_at_ms) for c in ours] == [(1, 0), (2, 5_000)]
+
+    module.keep_copies(await registry.read(), folder)
+
+    async def away(*_: Any) -> Registered:
+        raise BrokerError("cannot reach Kafka at 127.0.0.1:1")
+
+    monkeypatch.setattr(module, "read_flows", away)
+    kept = await module.copies_of(needed, kafka, "", keys, folder)
+    assert [(c.spec.version, c.registered_at_ms) for c in kept] == [(1, 0), (2, 5_000)]
+    with pytest.raises(ConfigError, match=r"the sessions ran flow contract_lookup v9: not in"):
+        await module.copies_of({"contract_lookup": {9}}, kafka, "", keys, folder)
+    found = await module.copies_of(
+        {"contract_lookup": {9}}, kafka, "", keys, folder, complete=False
+    )
+    assert len(found) == 2  # what there is: the caller says what is missing
