@@ -263,10 +263,13 @@ def show_command(
     out of each state (trigger, guard, target; its exception exit; its waits)."""
     with errors():
         settings = program_settings(bootstrap)
+        if not kafka_with(settings, bootstrap).bootstrap and _built_in(flow, version, None):
+            _show_built_in(source, "no broker configured, so no registry was read")
+            return
         registered = asyncio.run(_flows(settings, bootstrap, prefix))
     found = registered.get(flow, version)
     if found is None and _built_in(flow, version, registered):
-        _show_built_in(source)
+        _show_built_in(source, "not registered")
         return
     if found is None:
         known = registered.versions.get(flow)
@@ -301,16 +304,16 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _built_in(flow: str, version: int | None, registered: Registered) -> bool:
-    """Whether ``flows show`` means the built-in expense report (not registered: none
-    takes its place)."""
+def _built_in(flow: str, version: int | None, registered: Registered | None) -> bool:
+    """Whether ``flows show`` means the built-in expense report (none registered takes
+    its place; ``registered`` None: not known)."""
     from hermesbus.processors.flow import EXPENSE_SPEC
 
     ours = flow == EXPENSE_SPEC.flow and version in (None, EXPENSE_SPEC.version)
-    return ours and flow not in registered.versions
+    return ours and (registered is None or flow not in registered.versions)
 
 
-def _show_built_in(source: bool) -> None:
+def _show_built_in(source: bool, why: str) -> None:
     from importlib import resources
 
     from hermesbus.processors.flow import EXPENSE_FILE, EXPENSE_SPEC
@@ -320,8 +323,8 @@ def _show_built_in(source: bool) -> None:
         typer.echo(spec_file.read_text(encoding="utf-8"), nl=False)
         return
     said = (
-        f"built in ({spec_file}), not registered: a session whose turn names no flow and "
-        f"that no registered flow's intent begins runs it; starts at {EXPENSE_SPEC.start}"
+        f"built in ({spec_file}), {why}: a session whose turn names no flow and that no "
+        f"registered flow's intent begins runs it; starts at {EXPENSE_SPEC.start}"
     )
     _show_spec(EXPENSE_SPEC, said)
 

@@ -86,3 +86,23 @@ def test_the_schema_is_printed_as_published(tmp_path: Path) -> None:
 
     ran = hermesbus("flows", "schema", env=clean_env(None), cwd=tmp_path)
     assert ran.code == 0 and json.loads(ran.out) == schema()
+
+
+def test_the_built_in_expense_spec_shows_without_a_broker(tmp_path: Path) -> None:
+    """Nothing to read from a registry: its machine, its diagram, and the shipped file;
+    any other flow still needs the registry, and says so."""
+    from importlib import resources
+
+    from hermesbus.processors.flow import EXPENSE_FILE
+
+    home = tmp_path / "home"
+    shown = hermesbus("flows", "show", "expense", env=clean_env(home), cwd=tmp_path)
+    assert shown.code == 0, shown.output
+    assert shown.out.startswith("expense version 1: 差旅报销\nbuilt in (")
+    assert "no broker configured, so no registry was read" in shown.out
+    assert "  ├─ wait_expired -> S4\n" in shown.out
+    source = hermesbus("flows", "show", "expense", "--source", env=clean_env(home), cwd=tmp_path)
+    shipped = resources.files("hermesbus.processors.flow").joinpath(EXPENSE_FILE)
+    assert source.out == shipped.read_text(encoding="utf-8")
+    other = hermesbus("flows", "show", "parcel", env=clean_env(home), cwd=tmp_path)
+    assert other.code == 1 and "no Kafka bootstrap" in other.err
