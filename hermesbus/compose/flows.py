@@ -24,13 +24,14 @@ from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import LogReader
-from hermesbus.errors import BrokerError, ConfigError, HermesError
+from hermesbus.errors import BrokerError, ConfigError, HermesError, SettingError
 from hermesbus.identity import Keyring, Signer, Verifier
 from hermesbus.processors.conversation import FLOW_SETTLE_MS
 from hermesbus.processors.flow import (
     DIGEST_CHARS,
     FLOW_SIGNER,
     FlowSpec,
+    FlowSpecError,
     FlowVersion,
     Registered,
     StaticCatalog,
@@ -245,16 +246,20 @@ class FlowCopy:
 
     @classmethod
     def of(cls, entry: Mapping[str, Any], where: str) -> FlowCopy:
-        """A copy read back (a kept copy, a bundle's); ConfigError when it is no spec, not
-        the version it says, or dated outside what a Kafka record can be."""
+        """A copy read back (a kept copy, a bundle's); SettingError (a damaged bundle is a
+        bad argument: exit 2) when it is no spec, not the version it says, or dated outside
+        what a Kafka record can be."""
         text, at = entry.get("text"), entry.get("registered_at_ms")
         if not isinstance(text, str):
-            raise ConfigError(f"{where}: not a flow copy (its text is not a string)")
+            raise SettingError(f"{where}: not a flow copy (its text is not a string)")
         if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= LATEST_MS:
-            raise ConfigError(f"{where}: registered_at_ms {at!r} is not a time in epoch ms")
-        spec, _ = load_flow(text, where)
+            raise SettingError(f"{where}: registered_at_ms {at!r} is not a time in epoch ms")
+        try:
+            spec, _ = load_flow(text, where)
+        except FlowSpecError as exc:
+            raise SettingError(str(exc)) from None
         if (spec.flow, spec.version) != (entry.get("flow"), entry.get("version")):
-            raise ConfigError(f"{where}: its text is {spec.flow} v{spec.version}, not its name")
+            raise SettingError(f"{where}: its text is {spec.flow} v{spec.version}, not its name")
         return cls(spec, text.encode("utf-8"), at)
 
 
@@ -267,7 +272,7 @@ LATEST_MS: Final = 253_402_300_799_999
 def bundled(entries: Sequence[Mapping[str, Any]], where: str) -> list[FlowCopy]:
     """The flow versions a bundle carries (``where``: the bundle), each once."""
     if len(entries) > MAX_CARRIED:
-        raise ConfigError(
+        raise SettingError(
             f"{where}: flows.json holds {len(entries)} versions, at most {MAX_CARRIED}"
         )
     copies: dict[tuple[str, int], FlowCopy] = {}
@@ -275,7 +280,7 @@ def bundled(entries: Sequence[Mapping[str, Any]], where: str) -> list[FlowCopy]:
         copy = FlowCopy.of(entry, f"{where}: flows.json[{n}]")
         name = (copy.spec.flow, copy.spec.version)
         if name in copies:
-            raise ConfigError(f"{where}: flows.json holds {name[0]} v{name[1]} twice")
+            raise SettingError(f"{where}: flows.json holds {name[0]} v{name[1]} twice")
         copies[name] = copy
     return list(copies.values())
 

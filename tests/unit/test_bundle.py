@@ -18,6 +18,7 @@ from hermesbus.errors import ConfigError
 from hermesbus.replay.bundle import read_bundle, same_user, write_bundle
 from hermesbus.trace.index import ArchivedRecord
 from tests.builders import turn
+from tests.cli_process import clean_env, hermesbus
 
 MEMORY = "hermes.memory"
 
@@ -225,3 +226,18 @@ def test_a_bundle_without_flows_is_written_as_version_1_for_older_readers(
     with tarfile.open(path) as tar:
         assert "flows.json" not in tar.getnames()
     assert read_bundle(path).flows == ()
+
+
+def test_a_bundle_whose_flows_are_damaged_is_a_bad_argument(tmp_path: Path) -> None:
+    """`replay --bundle` names the entry and exits 2, as for any damaged bundle."""
+    codec = Codec()
+    records = [record(codec, turn(session_id="s1", message_id="m1"), "hermes.conversation.in", 0)]
+    path = tmp_path / "b.tar.gz"
+    write_bundle(path, records, sessions=["s1"], source="t", flows=[_entry(registered_at_ms="x")])
+    ran = hermesbus(
+        "replay", "--bundle", str(path), "--shadow", env=clean_env(tmp_path / "home"), cwd=tmp_path
+    )
+    assert ran.code == 2, ran.output
+    assert ran.err == (
+        f"error: {path}: flows.json[0]: registered_at_ms 'x' is not a time in epoch ms\n"
+    )
