@@ -53,6 +53,8 @@ from hermesbus.processors.flow import (
     PATHS_PORT,
     Call,
     CallAction,
+    Decide,
+    DecideAction,
     FlowCatalog,
     FlowSpec,
     HookAction,
@@ -64,6 +66,7 @@ from hermesbus.processors.flow import (
     RememberPreference,
     RememberSymbol,
     ReplyAction,
+    SetAction,
     State,
     duration_ms,
     placeholders_in,
@@ -451,6 +454,12 @@ def _run(step: Step, spec: FlowSpec) -> None:
                 value = _hook(step, spec, action.hook.name)
                 hooks = {**step.session.values.get("hooks", {}), name: value}
                 step.update(values={**step.session.values, "hooks": hooks})
+            elif isinstance(action, SetAction):
+                context = {**step.session.values.get("context", {})}
+                context.update(resolve(action.set, _values(step)))
+                step.update(values={**step.session.values, "context": context})
+            elif isinstance(action, DecideAction) and _decide(step, spec, action.decide):
+                return
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return
@@ -542,6 +551,25 @@ def _hook(step: Step, spec: FlowSpec, name: str) -> Any:
     if hooks is None or target is None:
         raise HookError(f"hook {name!r} of flow {spec.flow} cannot be run here (no hooks port)")
     return hooks.call(target, _values(step))
+
+
+def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:
+    """Take the move the hook chose (one of the action's moves); False: it chose none (null),
+    the actions go on. HookError: it chose something else, or no move on its choice passes
+    its guards."""
+    answer = _hook(step, spec, decide.hook)
+    if answer is None:
+        return False
+    if not isinstance(answer, str) or answer not in decide.moves:
+        moves = ", ".join(decide.moves)
+        raise HookError(f"hook {decide.hook!r} decided {answer!r}: not one of its moves ({moves})")
+    if not _take(step, spec, answer):
+        source = step.session.state
+        raise HookError(
+            f"hook {decide.hook!r} decided {answer!r}, and no move of {source!r} on it passes "
+            "its guards"
+        )
+    return True
 
 
 def _calls_of(state: State, index: int) -> Sequence[Call]:

@@ -17,6 +17,7 @@ from hermesbus.processors.flow._spec import (
     SUMMARY_MAX,
     Call,
     CallAction,
+    DecideAction,
     FlowSpec,
     HookAction,
     ParallelAction,
@@ -195,6 +196,8 @@ class _Check:
                 self.say((*at, "waits"), "a terminal state keeps no wait")
             if any(not isinstance(a, HookAction) and _has_calls(a) for a in state.on_enter):
                 self.say((*at, "on_enter"), "a terminal state calls no tool")
+            for a, _ in _decides(state):
+                self.say((*at, "on_enter", a, "decide"), "nothing leaves a terminal state")
         elif state.exit is None:
             self.say(at, f"state {state.id!r} has no exception exit (exit:)")
         elif state.exit not in self.ids:
@@ -255,7 +258,7 @@ class _Check:
         triggers = set(BUILTIN_TRIGGERS) | self.intents | {w.trigger for w in state.waits}
         if state.confirm is not None:
             triggers.add(state.confirm.trigger)
-        return triggers
+        return triggers | {m for _, d in _decides(state) for m in d.decide.moves}
 
     def _moves(self) -> dict[str, set[str]]:
         """Where each state leads: its transitions' targets, and its exception exit (a
@@ -296,6 +299,8 @@ class _Check:
                         ("states", s, "waits", w, "trigger"),
                         f"{wait.trigger!r} has no transition from {state.id!r}",
                     )
+            if state.kind != "terminal":
+                self._decided(s, state)
             confirm = state.confirm
             if (
                 confirm
@@ -306,6 +311,21 @@ class _Check:
                     ("states", s, "confirm", "trigger"),
                     f"{confirm.trigger!r} has no transition from {state.id!r}",
                 )
+
+    def _decided(self, s: int, state: State) -> None:
+        """A hook's decision is a move of the state: never the engine's own trigger nor a
+        confirmation's (only its button or whole answer passes), always a transition."""
+        confirm = state.confirm.trigger if state.confirm is not None else None
+        for a, action in _decides(state):
+            for m, move in enumerate(action.decide.moves):
+                at = ("states", s, "on_enter", a, "decide", "moves", m)
+                if move in _RESERVED:
+                    self.say(at, _reserved(move))
+                elif move == confirm:
+                    why = f"{move!r} is the confirmation trigger of {state.id!r}"
+                    self.say(at, f"{why}: a hook would confirm")
+                elif not self._leaves(state.id, move):
+                    self.say(at, f"{move!r} has no transition from {state.id!r}")
 
     def _leaves(self, state: str, trigger: str) -> bool:
         return any(m.source == state and m.on == trigger for m in self.spec.transitions)
@@ -337,6 +357,8 @@ class _Check:
             for a, action in enumerate(state.on_enter):
                 if isinstance(action, HookAction):
                     yield ("states", s, "on_enter", a, "hook", "name"), action.hook.name
+                elif isinstance(action, DecideAction):
+                    yield ("states", s, "on_enter", a, "decide", "hook"), action.decide.hook
 
     def tools(self, registered: Collection[str] | None) -> None:
         if registered is None:
@@ -362,6 +384,10 @@ def _closure(start: set[str], moves: dict[str, set[str]]) -> set[str]:
                 reached.add(target)
                 todo.append(target)
     return reached
+
+
+def _decides(state: State) -> list[tuple[int, DecideAction]]:
+    return [(a, x) for a, x in enumerate(state.on_enter) if isinstance(x, DecideAction)]
 
 
 def _has_calls(action: object) -> bool:

@@ -32,6 +32,8 @@ __all__ = [
     "Call",
     "CallAction",
     "Confirmation",
+    "Decide",
+    "DecideAction",
     "Entity",
     "FactWrite",
     "FlowSpec",
@@ -49,6 +51,7 @@ __all__ = [
     "RememberSymbol",
     "Reply",
     "ReplyAction",
+    "SetAction",
     "State",
     "SymbolWrite",
     "Transition",
@@ -105,6 +108,12 @@ Template = Annotated[
 """Text whose placeholders are checked when the spec is read (see :func:`placeholders`)."""
 Values = Annotated[dict[str, Any], AfterValidator(_values)]
 """JSON whose strings are templates (a tool's arguments, a preloaded context)."""
+ContextValues = Annotated[
+    dict[Annotated[str, Field(pattern=NAME_PATTERN)], Any],
+    Field(min_length=1, max_length=32),
+    AfterValidator(_values),
+]
+"""Context keys (names) and JSON whose strings are templates."""
 Button = Annotated[str, Field(min_length=1, max_length=20)]
 
 
@@ -260,6 +269,14 @@ class HookCall(_Spec):
     into: Name | None = None
 
 
+class Decide(_Spec):
+    """A hook chooses the state's next move: its answer is one of ``moves`` (the trigger
+    taken at once, the actions after it left undone) or null (the actions go on)."""
+
+    hook: Name
+    moves: list[Name] = Field(min_length=1, max_length=16)
+
+
 class CallAction(_Spec):
     call: Call
 
@@ -282,8 +299,28 @@ class HookAction(_Spec):
     hook: HookCall
 
 
-Action = CallAction | ParallelAction | ReplyAction | RememberAction | HookAction
-"""One on-enter action: an object with exactly one of call, parallel, reply, remember, hook."""
+class DecideAction(_Spec):
+    decide: Decide
+
+
+class SetAction(_Spec):
+    """Values written into the session's ``context`` (templates: ``{results.x.y}``), read
+    by later templates, hooks and guards, and kept in the terminal state's snapshot."""
+
+    set: ContextValues
+
+
+Action = (
+    CallAction
+    | ParallelAction
+    | ReplyAction
+    | RememberAction
+    | HookAction
+    | DecideAction
+    | SetAction
+)
+"""One on-enter action: an object with exactly one of call, parallel, reply, remember, hook,
+decide, set."""
 
 
 class Wait(_Spec):

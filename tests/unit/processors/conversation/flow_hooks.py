@@ -5,7 +5,16 @@ from __future__ import annotations
 from json import dumps  # imported here, defined elsewhere: never a hook
 from typing import Any
 
-__all__ = ["broken", "dumps", "fails", "greeting", "is_vip", "today"]
+__all__ = [
+    "broken",
+    "contract_state",
+    "dumps",
+    "elsewhere",
+    "fails",
+    "greeting",
+    "is_vip",
+    "today",
+]
 
 
 def is_vip(values: dict[str, Any]) -> bool:
@@ -27,3 +36,13 @@ def today(values: dict[str, Any]) -> str:
 
 def fails(values: dict[str, Any]) -> Any:
     raise RuntimeError("a bug in a team's hook")
+
+
+def contract_state(values: dict[str, Any]) -> str | None:
+    """The move a contract's status decides: active, lapsed, or none (the flow says so)."""
+    moves = {"生效中": "active", "已失效": "lapsed"}
+    return moves.get(str(values["context"].get("status")))
+
+
+def elsewhere(values: dict[str, Any]) -> str:
+    return "elsewhere"  # not one of the decide's moves

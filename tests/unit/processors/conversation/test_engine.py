@@ -657,3 +657,90 @@ async def test_a_session_that_runs_a_flow_twice_counts_twice(tmp_path: Path) -> 
         await harness.send(turn("开始", 1))
         await harness.send(turn("开始", 2))  # the same session, a new run of the flow
         assert await paths.count("probe", 1, "a") == 2
+
+
+DECIDED = """\
+flow: decided
+version: 1
+start: look
+hooks:
+  status: tests.unit.processors.conversation.flow_hooks:contract_state
+  wrong: tests.unit.processors.conversation.flow_hooks:elsewhere
+intents:
+  - name: lookup
+    phrases: ["查合同"]
+    entities: [{name: contract_no, pattern: "(C-[0-9]{4})"}]
+states:
+  - id: look
+    name: 查询
+    exit: ended
+    on_enter:
+      - call: {tool: contract_tool, args: {number: "{entities.contract_no}"}}
+      - set: {status: "{results.contract_tool.status}", number: "{entities.contract_no}"}
+      - decide: {hook: status, moves: [active, lapsed]}
+      - reply: {text: "合同 {context.number} 的状态无法判断：{context.status}"}
+  - id: active
+    name: 有效
+    summary: "合同 {context.number} 有效"
+    kind: terminal
+    on_enter: [{reply: {text: "合同 {context.number} 有效"}}]
+  - id: lapsed
+    name: 失效
+    kind: terminal
+    on_enter: [{reply: {text: "合同 {context.number} 已失效"}}]
+  - id: ended
+    name: 结束
+    kind: terminal
+transitions:
+  - {from: look, on: active, to: active}
+  - {from: look, on: lapsed, to: lapsed}
+  - {from: look, on: done, to: ended}
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "said", "end"),
+    [
+        ("生效中", ["合同 C-1234 有效"], "active"),
+        ("已失效", ["合同 C-1234 已失效"], "lapsed"),
+        ("冻结", ["合同 C-1234 的状态无法判断：冻结"], "ended"),  # null: the actions go on
+    ],
+)
+async def test_a_hook_decides_the_move_from_what_a_tool_answered(
+    tmp_path: Path, status: str, said: list[str], end: str
+) -> None:
+    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
+    tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": status}})
+    settings = Settings.of(tmp_path, tool=modules)
+    async with flow_bus(tmp_path, DECIDED, tools=tools, settings=settings) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        assert replies(harness) == said
+        assert moves(harness) == [(None, "look", "decided@1"), ("look", end, "decided@1")]
+        assert harness.refused == []  # the dispatcher accepted the hook's move
+        context = state(harness)["values"]["context"]
+        assert context == {"status": status, "number": "C-1234"}
+        snapshot = [
+            json.loads(s.envelope.payload.body.value_json)
+            for s in harness.log
+            if isinstance(s.envelope.payload.body, MemoryWrite)
+            and s.envelope.payload.body.key == "flow:decided:s1"
+            and s.envelope.target == "mcp:dispatcher"
+        ]
+        assert [s["context"] for s in snapshot] == [context]  # set values reach the snapshot
+
+
+async def test_a_hook_deciding_a_move_it_does_not_declare_fails_the_state(
+    tmp_path: Path,
+) -> None:
+    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
+    tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": "生效中"}})
+    wrong = changed(DECIDED, "{hook: status, moves", "{hook: wrong, moves")
+    settings = Settings.of(tmp_path, tool=modules)
+    async with flow_bus(tmp_path, wrong, tools=tools, settings=settings) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        assert replies(harness)[0].startswith("conversation:hook 暂时无法完成请求（hook）")
+        assert moves(harness)[-1] == ("look", "ended", "decided@1")  # the exception exit
+        problem = state(harness)["problems"][-1]["message"]
+        assert problem == (
+            "hook 'wrong' decided 'elsewhere': not one of its moves (active, lapsed)"
+        )

@@ -317,3 +317,68 @@ def test_an_intent_named_like_a_trigger_of_the_engine_is_refused() -> None:
         "- name: invalid",
         "intents[1].name: 'invalid' is a trigger of the engine's own: name this one otherwise",
     ) in findings(named)
+
+
+DECIDING = changed(
+    CONTRACT,
+    '      - reply:\n          text: "合同 {results',
+    "      - decide: {hook: status, moves: [lapsed, done, confirmed, nowhere]}\n"
+    '      - reply:\n          text: "合同 {results',
+)
+DECIDING = changed(
+    DECIDING, "states:\n", "hooks:\n  status: hermesbus.processors.tool.demo:x\nstates:\n"
+)
+DECIDING = changed(
+    DECIDING,
+    "  - {from: look, on: done, to: ended}\n",
+    "  - {from: look, on: done, to: ended}\n  - {from: look, on: lapsed, to: ended}\n",
+)
+
+
+def test_a_hooks_decision_is_a_move_of_its_state_never_an_engine_or_confirmation_trigger() -> None:
+    spec = changed(DECIDING, "    name: 查询\n", "    name: 查询\n    kind: confirmation\n")
+    spec = changed(
+        spec, "    timeout_ms: 8000\n", "    timeout_ms: 8000\n    confirm: {buttons: [好]}\n"
+    )
+    at = line_of(spec, "decide:")
+    assert [f for f in findings(spec) if f"f.yaml:{at}:" in f] == [
+        said(
+            spec,
+            "decide:",
+            "states[1].on_enter[1].decide.moves[1]: 'done' is a trigger of "
+            "the engine's own: name this one otherwise",
+        ),
+        said(
+            spec,
+            "decide:",
+            "states[1].on_enter[1].decide.moves[2]: 'confirmed' is the "
+            "confirmation trigger of 'look': a hook would confirm",
+        ),
+        said(
+            spec,
+            "decide:",
+            "states[1].on_enter[1].decide.moves[3]: 'nowhere' has no transition from 'look'",
+        ),
+    ]
+
+
+def test_a_decided_move_fires_and_a_terminal_state_decides_nothing() -> None:
+    sound = changed(DECIDING, "[lapsed, done, confirmed, nowhere]", "[lapsed]")
+    assert findings(sound) == []  # lapsed fires: the hook names it
+    undeclared = changed(sound, "{hook: status,", "{hook: state,")
+    assert findings(undeclared) == [
+        said(
+            undeclared,
+            "decide:",
+            "states[1].on_enter[1].decide.hook: hook 'state' is not declared under hooks: (status)",
+        )
+    ]
+    terminal = changed(
+        sound,
+        "    kind: terminal\n",
+        "    kind: terminal\n    on_enter:\n      - decide: {hook: status, moves: [lapsed]}\n",
+    )
+    assert [f for f in findings(terminal) if "terminal" in f] == [
+        f"error: f.yaml:{line_of(terminal, 'kind: terminal') + 2}: states[2].on_enter[0].decide: "
+        "nothing leaves a terminal state"
+    ]

@@ -69,7 +69,7 @@ def test_an_unknown_action_says_which_actions_there_are() -> None:
     (found,) = problems(bad)
     assert found == (
         f"f.yaml:{line_of(bad, 'rply')}: states[0].on_enter[0]: an object with exactly one of "
-        "call, parallel, reply, remember, hook (it has: rply)"
+        "call, parallel, reply, remember, hook, decide, set (it has: rply)"
     )
 
 
