@@ -39,7 +39,7 @@ from hermesbus.processors.conversation._session import (
     snapshot_of,
 )
 from hermesbus.processors.conversation._settings import BUDGETS_PORT, Budgets, CycleBudgets
-from hermesbus.processors.flow import EXPENSE_SPEC, PATH_COUNT
+from hermesbus.processors.flow import EXPENSE_SPEC, PATH_COUNT, State, resolve
 from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
 
 __all__ = ["UNFINISHED_LABEL", "Step"]
@@ -111,22 +111,38 @@ class Step:
         return target
 
     def _expense_path(self, target: str) -> dict[str, ContextValue]:
-        """The expense report's frequent paths, kept as the engine keeps a flow's: the
-        states the session went through (counted when it ends), and for a state with a
-        ``preload`` the count it was entered with (recorded in its snapshot) and its
-        default, preloaded into the session's context once that count is high."""
+        """The expense report's frequent paths, kept as the engine keeps a flow's (see
+        :meth:`enter_path`); its path is counted when it ends."""
+        recorded = self.enter_path(EXPENSE_SPEC.state(target), target)
+        if target == TERMINAL:
+            self.completed = (EXPENSE_SPEC.flow, EXPENSE_SPEC.version, self.session.path)
+        return recorded
+
+    def enter_path(self, state: State | None, target: str) -> dict[str, ContextValue]:
+        """A state entered, for frequent paths (document 000 §2): it joins the session's
+        path (each state once, in order); a state with a ``preload`` records the count it
+        was entered with (the snapshot's context) and, once that count is high, its default
+        is preloaded into the session's context (templates filled from the values)."""
         path = tuple(dict.fromkeys((*self.session.path, target)))
         self.update(path=path)
-        if target == TERMINAL:
-            self.completed = (EXPENSE_SPEC.flow, EXPENSE_SPEC.version, path)
-        state = EXPENSE_SPEC.state(target)
         if state is None or state.preload is None:
             return {}
         count = self.path_counts.get(target, 0)
-        if count >= state.preload.after:
-            context = {**self.session.values.get("context", {}), **state.preload.context}
+        if count >= state.preload.after:  # a frequent path: its default, preloaded
+            preloaded = resolve(state.preload.context, self.template_values())
+            context = {**self.session.values.get("context", {}), **preloaded}
             self.update(values={**self.session.values, "context": context})
         return {PATH_COUNT: count}
+
+    def template_values(self) -> dict[str, Any]:
+        """What a flow's templates and hooks read: the session's values and the ids of the
+        turn (its time too: no hook reads a clock)."""
+        return {
+            **self.session.values,
+            "user": {"id": self.env.user_id},
+            "session": {"id": self.env.session_id, "state": self.session.state or ""},
+            "turn": {"id": self.env.message_id, "at": self.env.timestamp.isoformat()},
+        }
 
     def problem(self, component: str, code: str, message: str) -> None:
         """Keep an error report among the session's recent problems (bounded, never shown

@@ -49,7 +49,6 @@ from hermesbus.processors.conversation._spec_intents import MAX_TEXT, Parsed, pa
 from hermesbus.processors.flow import (
     FLOWS_PORT,
     HOOKS_PORT,
-    PATH_COUNT,
     PATHS_PORT,
     Call,
     CallAction,
@@ -374,29 +373,15 @@ def _state(step: Step, spec: FlowSpec) -> State:
 
 
 def _values(step: Step) -> dict[str, Any]:
-    """What templates and hooks read: the session's values and the ids of the turn."""
-    return {
-        **step.session.values,
-        "user": {"id": step.env.user_id},
-        "session": {"id": step.env.session_id, "state": step.session.state or ""},
-        "turn": {"id": step.env.message_id, "at": step.env.timestamp.isoformat()},
-    }
+    return step.template_values()
 
 
 def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
     state = spec.state(target)
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
-    path = tuple(dict.fromkeys((*step.session.path, state.id)))
-    step.update(next_action=0, path=path)
-    recorded: dict[str, ContextValue] = {}
-    if state.preload is not None:
-        count = step.path_counts.get(state.id, 0)
-        recorded[PATH_COUNT] = count
-        if count >= state.preload.after:  # a frequent path: its default, preloaded
-            preloaded = resolve(state.preload.context, _values(step))
-            context = {**step.session.values.get("context", {}), **preloaded}
-            step.update(values={**step.session.values, "context": context})
+    step.update(next_action=0)
+    recorded = step.enter_path(state, state.id)
     step.update(flow_summary=_summary(step, state))
     step.move(trigger, target, ends=state.kind == "terminal", context=recorded)
     _run(step, spec)
