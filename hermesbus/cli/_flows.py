@@ -372,7 +372,9 @@ def diagram(spec: FlowSpec) -> list[str]:
         for move in moves:
             guard = f" when {move.when}" if move.when else ""
             guard += f" unless {move.unless}" if move.unless else ""
-            outs.append(f"{move.on}{guard} -> {move.to}")
+            does = f" ({', '.join(next(iter(a.model_dump(exclude_none=True))) for a in move.do)})"
+            target = move.to or "(stays)"
+            outs.append(f"{move.on}{guard} -> {target}" + (does if move.do else ""))
         if state.exit:
             outs.append(f"failed -> {state.exit} (exception exit)")
         for n, out in enumerate(outs):

@@ -58,6 +58,7 @@ from hermesbus.processors.flow import (
     FlowSpec,
     HookAction,
     Hooks,
+    Instant,
     ParallelAction,
     PathCounts,
     RememberAction,
@@ -65,7 +66,6 @@ from hermesbus.processors.flow import (
     RememberPreference,
     RememberSymbol,
     ReplyAction,
-    SetAction,
     State,
     duration_ms,
     placeholders_in,
@@ -376,7 +376,11 @@ def _values(step: Step) -> dict[str, Any]:
     return step.template_values()
 
 
-def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
+def _enter(
+    step: Step, spec: FlowSpec, target: str, trigger: str, does: Sequence[Instant] = ()
+) -> None:
+    """Move to ``target`` (its snapshot to the dispatcher), do the move's own actions, then
+    the state's on-enter actions."""
     state = spec.state(target)
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
@@ -384,7 +388,8 @@ def _enter(step: Step, spec: FlowSpec, target: str, trigger: str) -> None:
     recorded = step.enter_path(state, state.id)
     step.update(flow_summary=_summary(step, state))
     step.move(trigger, target, ends=state.kind == "terminal", context=recorded)
-    _run(step, spec)
+    if _does(step, spec, does):
+        _run(step, spec)
 
 
 async def prepare(step: Step, spec: FlowSpec) -> None:
@@ -428,28 +433,46 @@ def _run(step: Step, spec: FlowSpec) -> None:
             if isinstance(action, RememberAction) and isinstance(action.remember, RememberFact):
                 _verify_fact(step, spec, action.remember)
                 return
-            if isinstance(action, ReplyAction):
-                text = render(action.reply.text, _values(step))
-                step.update(asked={"text": text, "buttons": list(action.reply.buttons)})
-                step.reply(text, choices=action.reply.buttons)
-            elif isinstance(action, RememberAction):
-                _remember(step, action)
-            elif isinstance(action, HookAction):
-                name = action.hook.into or action.hook.name
-                value = _hook(step, spec, action.hook.name)
-                hooks = {**step.session.values.get("hooks", {}), name: value}
-                step.update(values={**step.session.values, "hooks": hooks})
-            elif isinstance(action, SetAction):
-                context = {**step.session.values.get("context", {})}
-                context.update(resolve(action.set, _values(step)))
-                step.update(values={**step.session.values, "context": context})
-            elif isinstance(action, DecideAction) and _decide(step, spec, action.decide):
-                return
+            if isinstance(action, DecideAction):
+                if _decide(step, spec, action.decide):
+                    return
+            else:
+                _instant(step, spec, action)
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return
     step.update(flow_summary=_summary(step, state))
     _done(step, spec, state)
+
+
+def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
+    """An action done at once: a reply, a memory write, a hook's value, context values."""
+    if isinstance(action, ReplyAction):
+        text = render(action.reply.text, _values(step))
+        step.update(asked={"text": text, "buttons": list(action.reply.buttons)})
+        step.reply(text, choices=action.reply.buttons)
+    elif isinstance(action, RememberAction):
+        _remember(step, action)
+    elif isinstance(action, HookAction):
+        name = action.hook.into or action.hook.name
+        value = _hook(step, spec, action.hook.name)
+        hooks = {**step.session.values.get("hooks", {}), name: value}
+        step.update(values={**step.session.values, "hooks": hooks})
+    else:
+        context = {**step.session.values.get("context", {})}
+        context.update(resolve(action.set, _values(step)))
+        step.update(values={**step.session.values, "context": context})
+
+
+def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant]) -> bool:
+    """A move's own actions (``do:``); False: a hook failed, and the state's exit is taken."""
+    try:
+        for action in actions:
+            _instant(step, spec, action)
+    except HookError as exc:
+        _fail(step, spec, "conversation:hook", "hook", str(exc))
+        return False
+    return True
 
 
 def _done(step: Step, spec: FlowSpec, state: State) -> None:
@@ -516,10 +539,14 @@ def _take(step: Step, spec: FlowSpec, trigger: str, *, confirmed: bool = False) 
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
+        if move.to is None:  # it stays: its own actions only, the waits still running
+            if _does(step, spec, move.do):
+                step.update(flow_summary=_summary(step, _state(step, spec)))
+            return True
         if step.moves >= MAX_MOVES:
             _loop(step, spec)
             return True
-        _enter(step, spec, move.to, trigger)
+        _enter(step, spec, move.to, trigger, move.do)
         return True
     return False
 

@@ -176,7 +176,7 @@ def machine_of_spec(spec: FlowSpec) -> tuple[tuple[StateSpec, ...], tuple[Transi
         for state in spec.states
     )
     moves = [Transition(None, NEW_SESSION, spec.start)]
-    moves += [Transition(m.source, m.on, m.to) for m in spec.transitions]
+    moves += [Transition(m.source, m.on, m.to) for m in spec.transitions if m.to is not None]
     moves += [Transition(s.id, FAILURE, s.exit) for s in spec.states if s.exit]
     return states, tuple(moves)
 

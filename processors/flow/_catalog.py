@@ -85,11 +85,11 @@ class PinnedCatalog:
 
 
 def machine_of(spec: FlowSpec) -> FlowMachine:
-    """A spec's machine: a new session enters ``start``; transitions and exception exits
-    are the moves; a state's budget is its own ``timeout_ms`` (else the flow's), or a
-    parallel group's when larger, times :data:`MAX_BUDGET_FACTOR`."""
+    """A spec's machine: a new session enters ``start``; transitions (but those that stay)
+    and exception exits are the moves; a state's budget is its own ``timeout_ms`` (else
+    the flow's), or a parallel group's when larger, times :data:`MAX_BUDGET_FACTOR`."""
     pairs: set[tuple[str | None, str]] = {(None, spec.start)}
-    pairs |= {(move.source, move.to) for move in spec.transitions}
+    pairs |= {(move.source, move.to) for move in spec.transitions if move.to is not None}
     pairs |= {(state.id, state.exit) for state in spec.states if state.exit}
     budgets = {}
     for state in spec.states:

@@ -21,6 +21,7 @@ from hermesbus.processors.flow._spec import (
     FlowSpec,
     HookAction,
     ParallelAction,
+    RememberFact,
     State,
 )
 from hermesbus.processors.tool import module_allowed, private_part
@@ -240,7 +241,7 @@ class _Check:
                 self.say((*at, "from"), f"from {move.source!r}: not a state")
             elif source.kind == "terminal":
                 self.say((*at, "from"), f"{move.source!r} is terminal: nothing leaves it")
-            if move.to not in self.ids:
+            if move.to is not None and move.to not in self.ids:
                 self.say((*at, "to"), f"to {move.to!r}: not a state")
             if move.on == FAILURE:
                 self.say((*at, "on"), f"{FAILURE!r} leads to the state's exit: set exit: instead")
@@ -249,6 +250,13 @@ class _Check:
                 self.say(
                     (*at, "on"), f"{move.on!r} never fires in {move.source!r} (there: {known})"
                 )
+            for d, action in enumerate(move.do):
+                remember = getattr(action, "remember", None)
+                if isinstance(remember, RememberFact):
+                    self.say(
+                        (*at, "do", d, "remember", "fact"),
+                        "a fact waits for its verifying tool: remember it on entering a state",
+                    )
             key = (move.source, move.on, move.when, move.unless)
             if key in seen:
                 self.say(at, f"the same move as transitions[{seen[key]}]: which one is taken?")
@@ -265,7 +273,8 @@ class _Check:
         terminal state leads nowhere)."""
         moves: dict[str, set[str]] = {s.id: set() for s in self.spec.states}
         for move in self.spec.transitions:
-            moves.setdefault(move.source, set()).add(move.to)
+            if move.to is not None:  # a move that stays leads nowhere else
+                moves.setdefault(move.source, set()).add(move.to)
         for state in self.spec.states:
             if state.kind == "terminal":
                 moves[state.id] = set()
@@ -286,7 +295,7 @@ class _Check:
             if state.id not in reached:
                 self.say(at, f"state {state.id!r} cannot be reached from {spec.start!r}")
             elif state.kind != "terminal" and not any(
-                m.source == state.id for m in spec.transitions
+                m.source == state.id and m.to is not None for m in spec.transitions
             ):
                 self.say(at, f"state {state.id!r} has no way out (no transition from it)")
             elif state.id not in ends:
@@ -359,6 +368,10 @@ class _Check:
                     yield ("states", s, "on_enter", a, "hook", "name"), action.hook.name
                 elif isinstance(action, DecideAction):
                     yield ("states", s, "on_enter", a, "decide", "hook"), action.decide.hook
+        for t, move in enumerate(self.spec.transitions):
+            for d, action in enumerate(move.do):
+                if isinstance(action, HookAction):
+                    yield ("transitions", t, "do", d, "hook", "name"), action.hook.name
 
     def tools(self, registered: Collection[str] | None) -> None:
         if registered is None:

@@ -39,6 +39,7 @@ __all__ = [
     "FlowSpec",
     "HookAction",
     "HookCall",
+    "Instant",
     "Intent",
     "Parallel",
     "ParallelAction",
@@ -321,6 +322,9 @@ Action = (
 )
 """One on-enter action: an object with exactly one of call, parallel, reply, remember, hook,
 decide, set."""
+Instant = ReplyAction | SetAction | HookAction | RememberAction
+"""An action of a move (``do:``): done at once, never a call (a fact, which its tool
+verifies, is refused by the lint)."""
 
 
 class Wait(_Spec):
@@ -376,9 +380,22 @@ class Transition(_Spec):
 
     source: StateId = Field(alias="from")
     on: Name
-    to: StateId
+    to: StateId | None = Field(
+        default=None, description="The state entered; none: the session stays (do: only)."
+    )
     when: Name | None = Field(default=None, description="A hook that must return true.")
     unless: Name | None = Field(default=None, description="A hook that must return false.")
+    do: list[Instant] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Done on taking the move: after entering ``to`` and before its on_enter.",
+    )
+
+    @model_validator(mode="after")
+    def _does_something(self) -> Transition:
+        if self.to is None and not self.do:
+            raise ValueError("a move names the state it enters (to:) or what it does (do:)")
+        return self
 
 
 class PatternEntity(_Spec):

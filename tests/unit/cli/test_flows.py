@@ -106,3 +106,25 @@ def test_the_built_in_expense_spec_shows_without_a_broker(tmp_path: Path) -> Non
     assert source.out == shipped.read_text(encoding="utf-8")
     other = hermesbus("flows", "show", "parcel", env=clean_env(home), cwd=tmp_path)
     assert other.code == 1 and "no Kafka bootstrap" in other.err
+
+
+def test_the_diagram_shows_moves_that_stay_and_what_moves_do() -> None:
+    from hermesbus.cli._flows import diagram
+    from hermesbus.processors.flow import load_flow
+
+    text = changed(
+        CONTRACT,
+        "  - {from: ask, on: cancel, to: ended}\n",
+        "  - {from: ask, on: cancel, to: ended, do: [{reply: {text: 再见}}]}\n"
+        "  - {from: ask, on: no_answer, do: [{set: {nudged: yes}}], when: first}\n",
+    )
+    text = changed(text, "states:\n", "hooks: {first: hermesbus.processors.tool.demo:x}\nstates:\n")
+    lines = diagram(load_flow(text, "f.yaml")[0])
+    assert lines[:6] == [
+        "ask [step] (start)",
+        "  ├─ lookup -> look",
+        "  ├─ no_answer -> ended",
+        "  ├─ cancel -> ended (reply)",
+        "  ├─ no_answer when first -> (stays) (set)",
+        "  └─ failed -> ended (exception exit)",
+    ]

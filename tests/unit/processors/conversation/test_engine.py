@@ -744,3 +744,41 @@ async def test_a_hook_deciding_a_move_it_does_not_declare_fails_the_state(
         assert problem == (
             "hook 'wrong' decided 'elsewhere': not one of its moves (active, lapsed)"
         )
+
+
+STAYING = changed(
+    CONTRACT,
+    "  - {from: ask, on: lookup, to: look}\n",
+    '  - {from: ask, on: help, do: [{reply: {text: "合同号形如 C-1234"}}]}\n'
+    "  - from: ask\n"
+    "    on: lookup\n"
+    "    to: look\n"
+    "    do:\n"
+    '      - set: {asked_for: "{entities.contract_no}"}\n'
+    '      - reply: {text: "正在查询 {context.asked_for}"}\n',
+)
+STAYING = changed(
+    STAYING,
+    "  - name: cancel\n",
+    '  - name: help\n    phrases: ["怎么写"]\n  - name: cancel\n',
+)
+
+
+async def test_a_move_that_stays_does_its_actions_and_keeps_the_state_and_its_waits(
+    tmp_path: Path,
+) -> None:
+    tools = ScriptedTools({"contract_tool": CONTRACT_ANSWER})
+    async with flow_bus(tmp_path, STAYING, tools=tools) as harness:
+        await harness.send(turn("你好", 1, flow="contract_lookup"))
+        timers = dict(state(harness)["timers"])
+        await harness.send(turn("合同号怎么写", 2))
+        assert replies(harness) == ["请告诉我合同号", "合同号形如 C-1234"]
+        assert moves(harness) == [(None, "ask", "contract_lookup@1")]  # no move: it stayed
+        assert state(harness)["state"] == "ask" and state(harness)["timers"] == timers
+        await harness.send(turn("查合同 C-1234", 3))
+        assert replies(harness)[2:] == ["正在查询 C-1234", "合同 C-1234：生效中"]
+        assert moves(harness)[1:] == [
+            ("ask", "look", "contract_lookup@1"),
+            ("look", "ended", "contract_lookup@1"),
+        ]
+        assert harness.refused == []  # the dispatcher never saw the stay as a move

@@ -382,3 +382,26 @@ def test_a_decided_move_fires_and_a_terminal_state_decides_nothing() -> None:
         f"error: f.yaml:{line_of(terminal, 'kind: terminal') + 2}: states[2].on_enter[0].decide: "
         "nothing leaves a terminal state"
     ]
+
+
+def test_a_move_that_stays_is_no_way_out_and_does_only_what_is_done_at_once() -> None:
+    stays = changed(
+        CONTRACT,
+        "  - {from: look, on: done, to: ended}\n",
+        "  - from: look\n    on: done\n    do:\n      - hook: {name: nowhere}\n"
+        "      - remember: {fact: {subject: a, relation: R, object: b, verified_by: t}}\n",
+    )
+    assert findings(stays) == [
+        said(stays, "id: look", "states[1]: state 'look' has no way out (no transition from it)"),
+        said(
+            stays,
+            "hook: {name: nowhere}",
+            "transitions[3].do[0].hook.name: hook 'nowhere' is not declared under hooks: (none)",
+        ),
+        said(
+            stays,
+            "remember: {fact",
+            "transitions[3].do[1].remember.fact: a fact waits for "
+            "its verifying tool: remember it on entering a state",
+        ),
+    ]

@@ -213,3 +213,11 @@ def test_a_bad_template_in_a_fact_or_an_argument_names_its_field() -> None:
     args = changed(CONTRACT, 'user: "{user.id}"', 'user: ["{user.id}", {deep: "{nope}"}]')
     (found,) = problems(args)
     assert "states[1].on_enter[0].call.args: user[1].deep: {nope} is not {root.path}" in found
+
+
+def test_a_move_names_where_it_goes_or_what_it_does() -> None:
+    empty = changed(CONTRACT, "{from: look, on: done, to: ended}", "{from: look, on: done}")
+    assert problems(empty) == [
+        f"f.yaml:{line_of(empty, '{from: look, on: done}')}: transitions[3]: a move names the "
+        "state it enters (to:) or what it does (do:)"
+    ]
