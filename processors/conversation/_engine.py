@@ -233,6 +233,7 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     parsed = await _understood(step, spec, turn)
     values: dict[str, Any] = {
         "intent": {"name": parsed.intent or ""},
+        "attachments": _attachments(turn),
         "entities": dict(parsed.entities),
         "symbols": {},
         "context": {},
@@ -241,6 +242,14 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     }
     step.update(values=values, queued=parsed.intent or "")
     _enter(step, spec, spec.start, "user_turn")
+
+
+def _attachments(turn: UserTurn) -> list[dict[str, str]]:
+    """The files the turn carries, as templates and hooks read them (``{attachments}``)."""
+    return [
+        {"name": a.name, "media_type": a.media_type, "uri": a.uri, "sha256": a.sha256}
+        for a in turn.attachments
+    ]
 
 
 async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
@@ -253,7 +262,8 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     parsed = await _understood(step, spec, turn)
     values = step.session.values
     entities = {**values.get("entities", {}), **parsed.entities}
-    step.update(values={**values, "intent": {"name": parsed.intent or ""}, "entities": entities})
+    said = {"intent": {"name": parsed.intent or ""}, "attachments": _attachments(turn)}
+    step.update(values={**values, **said, "entities": entities})
     state = _state(step, spec)
     confirm = state.confirm
     if confirm is not None and not turn.attachments:

@@ -1,11 +1,12 @@
-"""A flow's rule parser: its intents' phrases and patterns, and their entities.
+"""A flow's rule parser: its intents' answers, phrases and patterns, and their entities.
 
-Intents are tried in the spec's order and the first that matches wins: a phrase is found
-in the text (Chinese anywhere, English at a word start, case aside), or a pattern
-searches it. Entities are those of the matched intent: a pattern's first group (else the
-whole match), or a built-in (a known city, a relative period counted on the calendar of
-the turn's time, a number). Only the first :data:`MAX_TEXT` characters are searched,
-which bounds what a pattern can cost.
+Intents are tried in the spec's order and the first that matches wins: the whole message
+is one of its short answers (punctuation around it and case aside), a phrase is found in
+the text (Chinese anywhere, English at a word start, case aside), or a pattern searches
+it. Entities are those of the matched intent: a pattern's first group (else the whole
+match), or a built-in (a known city, a relative period counted on the calendar of the
+turn's time, a number). Only the first :data:`MAX_TEXT` characters are searched, which
+bounds what a pattern can cost.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def _found(lowered: str, phrase: str) -> bool:
 
 
 def _matches(intent: Intent, text: str, lowered: str) -> bool:
+    if intent.answers and plain(text) in {plain(answer) for answer in intent.answers}:
+        return True
     if any(_found(lowered, phrase) for phrase in intent.phrases):
         return True
     return any(pattern_of(pattern).search(text) for pattern in intent.patterns)

@@ -73,11 +73,23 @@ HOOK_TARGET_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
 SUMMARY_MAX: Final = 50
 """A snapshot's summary is at most this many characters (the envelope's contract)."""
 ROOTS: Final = frozenset(
-    {"user", "session", "turn", "entities", "symbols", "context", "results", "hooks", "intent"}
+    {
+        "user",
+        "session",
+        "turn",
+        "entities",
+        "symbols",
+        "context",
+        "results",
+        "hooks",
+        "intent",
+        "attachments",
+    }
 )
 """What a template may read: the user's and session's ids, the turn's id and time
-(``turn.at``, ISO 8601: hooks read the date here, never from a clock), the turn's intent
-and entities, the session's short-term symbols and context, the tool results, hook values."""
+(``turn.at``, ISO 8601: hooks read the date here, never from a clock), the user's last
+turn's intent, entities and attachments (a list of name, media_type, uri, sha256), the
+session's short-term symbols and context, the tool results, hook values."""
 
 _PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
@@ -428,6 +440,11 @@ class Intent(_Spec):
     entities: list[Annotated[PatternEntity | Entity, Field(union_mode="left_to_right")]] = Field(
         default_factory=list
     )
+    answers: list[Annotated[str, Field(min_length=1, max_length=20)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Short answers that match only as the whole message (是, ok, 不用).",
+    )
     label: str | None = Field(default=None, max_length=60, description="For the model parser.")
     description: str | None = Field(default=None, max_length=500)
 
@@ -438,8 +455,8 @@ class Intent(_Spec):
 
     @model_validator(mode="after")
     def _recognisable(self) -> Intent:
-        if not self.phrases and not self.patterns:
-            raise ValueError(f"intent {self.name!r} has no phrase and no pattern to match")
+        if not self.phrases and not self.patterns and not self.answers:
+            raise ValueError(f"intent {self.name!r} has no phrase, pattern or answer to match")
         return self
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from hermesbus import (
+    Attachment,
     ContextSnapshot,
     Envelope,
     MemoryWrite,
@@ -782,3 +783,56 @@ async def test_a_move_that_stays_does_its_actions_and_keeps_the_state_and_its_wa
             ("look", "ended", "contract_lookup@1"),
         ]
         assert harness.refused == []  # the dispatcher never saw the stay as a move
+
+
+RECEIPTS = """\
+flow: receipts
+version: 1
+start: ask
+intents:
+  - name: agreed
+    answers: ["是", "好的", "yes"]
+  - name: send
+    phrases: ["上传"]
+states:
+  - id: ask
+    name: 询问
+    exit: ended
+    on_enter: [{reply: {text: "要上传收据吗？"}}]
+  - id: upload
+    name: 上传
+    exit: ended
+    on_enter:
+      - call: {tool: ocr_tool, args: {files: "{attachments}"}}
+      - reply: {text: "收到 {results.ocr_tool.count} 张"}
+  - id: ended
+    name: 结束
+    kind: terminal
+transitions:
+  - {from: ask, on: agreed, do: [{reply: {text: "请附上收据并说上传"}}]}
+  - {from: ask, on: send, to: upload}
+  - {from: upload, on: done, to: ended}
+"""
+
+
+async def test_a_short_answer_matches_only_as_the_whole_message_and_files_reach_a_call(
+    tmp_path: Path,
+) -> None:
+    tools = ScriptedTools({"ocr_tool": {"count": 1}})
+    photo = Attachment(name="a.jpg", media_type="image/jpeg", uri="s3://r/a.jpg", sha256="ab")
+    async with flow_bus(tmp_path, RECEIPTS, tools=tools) as harness:
+        await harness.send(turn("你好", 1, flow="receipts"))
+        await harness.send(turn("是否要发票？", 2))  # 是 inside a question is no answer
+        await harness.send(turn("好的！", 3))
+        upload = turn("上传", 4)
+        body = upload.payload.body.model_copy(update={"attachments": (photo,)})
+        await harness.send(upload.model_copy(update={"payload": Payload(body=body)}))
+        assert replies(harness) == [
+            "要上传收据吗？",
+            "抱歉，没能理解您的回复。要上传收据吗？",
+            "请附上收据并说上传",
+            "收到 1 张",
+        ]
+        assert [json.loads(c.arguments_json) for c, _ in tools.calls] == [
+            {"files": [photo.model_dump(mode="json")]}
+        ]
