@@ -312,6 +312,11 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
             )
         if kept:
             results[into.get(result.tool, result.tool)] = _content(result)
+    shown = (
+        *step.session.unshown_steps,
+        *(s for r in answer.results for s in r.verification_steps),
+    )
+    step.update(unshown_steps=tuple(dict.fromkeys(shown)))
     symbols = dict(values.get("symbols", {}))
     if answer.context is not None:
         symbols.update(answer.context.symbols)
@@ -460,7 +465,8 @@ def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
     if isinstance(action, ReplyAction):
         text = render(action.reply.text, _values(step))
         step.update(asked={"text": text, "buttons": list(action.reply.buttons)})
-        step.reply(text, choices=action.reply.buttons)
+        step.reply(text, choices=action.reply.buttons, steps=step.session.unshown_steps)
+        step.update(unshown_steps=())
     elif isinstance(action, RememberAction):
         _remember(step, action)
     elif isinstance(action, HookAction):

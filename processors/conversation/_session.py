@@ -107,6 +107,9 @@ class Session(BaseModel):
     """A flow's last reply to the current turn said more would follow."""
     path: tuple[str, ...] = ()
     """The states a flow session went through, in order, each once (frequent paths)."""
+    unshown_steps: tuple[str, ...] = ()
+    """The verification steps of tool results a flow has not shown yet: its next reply
+    carries them, so what the user reads says how it was checked."""
 
     def entered_at(self) -> datetime:
         return from_epoch_ms(self.entered_at_ms)

@@ -825,7 +825,7 @@ async def test_a_short_answer_matches_only_as_the_whole_message_and_files_reach_
         await harness.send(turn("是否要发票？", 2))  # 是 inside a question is no answer
         await harness.send(turn("好的！", 3))
         upload = turn("上传", 4)
-        body = upload.payload.body.model_copy(update={"attachments": (photo,)})
+        body = UserTurn(text="上传", attachments=(photo,))
         await harness.send(upload.model_copy(update={"payload": Payload(body=body)}))
         assert replies(harness) == [
             "要上传收据吗？",
@@ -836,3 +836,24 @@ async def test_a_short_answer_matches_only_as_the_whole_message_and_files_reach_
         assert [json.loads(c.arguments_json) for c, _ in tools.calls] == [
             {"files": [photo.model_dump(mode="json")]}
         ]
+
+
+async def test_the_reply_after_a_tools_answer_carries_how_it_was_verified(tmp_path: Path) -> None:
+    """What the user reads is verifiable: the next reply after the results carries their
+    verification steps, once (the reply after it carries none)."""
+    tools = ScriptedTools(
+        {"contract_tool": CONTRACT_ANSWER},
+        steps={"contract_tool": ("合同库签名核对", "有效期核对")},
+    )
+    async with flow_bus(tmp_path, CONTRACT, tools=tools) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        said = [
+            (s.envelope.payload.body.text, s.envelope.payload.body.verification_steps)
+            for s in harness.sent
+            if isinstance(s.envelope.payload.body, Reply)
+        ]
+        assert said == [
+            ("请告诉我合同号", ()),
+            ("合同 C-1234：生效中", ("合同库签名核对", "有效期核对")),
+        ]
+        assert state(harness)["unshown_steps"] == []
