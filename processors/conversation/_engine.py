@@ -616,10 +616,11 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     calls = _calls_of(state, index)
     values = _values(step)
     budget = action.parallel.budget_ms if isinstance(action, ParallelAction) else None
+    named = action.parallel.task if isinstance(action, ParallelAction) else calls[0].task
     symbols = sorted(_symbols(calls))
     held: dict[str, ContextValue] = {protocol.SYMBOLS_HELD: True} if symbols else {}
     step.cycle(
-        f"{state.id}#{index}",
+        named or f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
         budget_ms=budget or spec.budget_of(state.id),
         symbols=symbols,

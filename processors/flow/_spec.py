@@ -220,6 +220,9 @@ class Call(_Spec):
     into: Name | None = Field(
         default=None, description="The results key (default: the tool's name)."
     )
+    task: Name | None = Field(
+        default=None, description="The cycle's name in traces (default: <state>#<action>)."
+    )
 
 
 class Parallel(_Spec):
@@ -227,6 +230,9 @@ class Parallel(_Spec):
 
     budget_ms: int = Field(gt=0, le=600_000)
     calls: list[Call] = Field(min_length=2, max_length=16)
+    task: Name | None = Field(
+        default=None, description="The cycle's name in traces (default: <state>#<action>)."
+    )
 
 
 class Reply(_Spec):

@@ -676,7 +676,7 @@ states:
     name: 查询
     exit: ended
     on_enter:
-      - call: {tool: contract_tool, args: {number: "{entities.contract_no}"}}
+      - call: {tool: contract_tool, args: {number: "{entities.contract_no}"}, task: lookup}
       - set: {status: "{results.contract_tool.status}", number: "{entities.contract_no}"}
       - decide: {hook: status, moves: [active, lapsed]}
       - reply: {text: "合同 {context.number} 的状态无法判断：{context.status}"}
@@ -716,6 +716,12 @@ async def test_a_hook_decides_the_move_from_what_a_tool_answered(
     async with flow_bus(tmp_path, DECIDED, tools=tools, settings=settings) as harness:
         await harness.send(turn("查合同 C-1234", 1))
         assert replies(harness) == said
+        tasks = [
+            h.envelope.payload.task
+            for h in harness.handled
+            if h.processor == "dispatcher" and isinstance(h.envelope.payload.body, ToolCall)
+        ]
+        assert tasks == ["lookup"]  # the cycle as the spec names it
         assert moves(harness) == [(None, "look", "decided@1"), ("look", end, "decided@1")]
         assert harness.refused == []  # the dispatcher accepted the hook's move
         context = state(harness)["values"]["context"]
