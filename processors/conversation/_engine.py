@@ -239,6 +239,7 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         "context": {},
         "results": {},
         "hooks": {},
+        "memory": {"preferences": {}, "candidates": {}},
     }
     step.update(values=values, queued=parsed.intent or "")
     _enter(step, spec, spec.start, "user_turn")
@@ -318,10 +319,15 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     )
     step.update(unshown_steps=tuple(dict.fromkeys(shown)))
     symbols = dict(values.get("symbols", {}))
+    memory = dict(values.get("memory", {}))
     if answer.context is not None:
         symbols.update(answer.context.symbols)
+        memory = {
+            "preferences": {**memory.get("preferences", {}), **answer.context.preferences},
+            "candidates": {**memory.get("candidates", {}), **answer.context.candidates},
+        }
     step.update(
-        values={**values, "results": results, "symbols": symbols},
+        values={**values, "results": results, "symbols": symbols, "memory": memory},
         stale=step.session.stale or any(r.stale for r in answer.results),
         degraded=step.session.degraded or any(r.fallback and not r.stale for r in answer.results),
     )
@@ -619,6 +625,9 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     named = action.parallel.task if isinstance(action, ParallelAction) else calls[0].task
     symbols = sorted(_symbols(calls))
     held: dict[str, ContextValue] = {protocol.SYMBOLS_HELD: True} if symbols else {}
+    asked = sorted({name for call in calls for name in call.preferences})
+    if asked:
+        held["preferences"] = list(asked)
     step.cycle(
         named or f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
@@ -651,6 +660,9 @@ def _remember(step: Step, action: RememberAction) -> None:
         step.to_dispatcher(write, task="memory_write")
         symbols = {**step.session.values.get("symbols", {}), what.symbol.name: entity}
         step.update(values={**step.session.values, "symbols": symbols})
+    elif isinstance(what, RememberPreference) and what.preference.confirmed:
+        value = render(what.preference.value, values)
+        step.remember(f"pref:{what.preference.name}", value, confirmed_by=step.session.turn_id)
     elif isinstance(what, RememberPreference):
         step.remember(f"choice:{what.preference.name}", render(what.preference.value, values))
 

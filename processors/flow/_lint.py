@@ -215,9 +215,11 @@ class _Check:
 
     def _groups(self, at: tuple[str | int, ...], state: State) -> None:
         """A parallel group calls each tool once (one dispatch per tool a cycle), within the
-        state's budget."""
+        state's budget; no on-enter action keeps a preference as confirmed."""
         budget = state.timeout_ms or self.spec.timeout_ms
         for a, action in enumerate(state.on_enter):
+            if _confirmed(action):  # entering a state is no answer of the user's
+                self.say((*at, "on_enter", a, "remember", "preference", "confirmed"), _ON_YES)
             if not isinstance(action, ParallelAction):
                 continue
             tools = [call.tool for call in action.parallel.calls]
@@ -250,7 +252,15 @@ class _Check:
                 self.say(
                     (*at, "on"), f"{move.on!r} never fires in {move.source!r} (there: {known})"
                 )
+            answered = move.on in self.intents or (
+                source is not None
+                and source.confirm is not None
+                and move.on == source.confirm.trigger
+            )
             for d, action in enumerate(move.do):
+                if _confirmed(action) and not answered:
+                    where = (*at, "do", d, "remember", "preference", "confirmed")
+                    self.say(where, _ON_YES)
                 remember = getattr(action, "remember", None)
                 if isinstance(remember, RememberFact):
                     self.say(
@@ -397,6 +407,17 @@ def _closure(start: set[str], moves: dict[str, set[str]]) -> set[str]:
                 reached.add(target)
                 todo.append(target)
     return reached
+
+
+_ON_YES: Final = (
+    "a preference is kept only on the user's own yes: write it in the do: of a move on an "
+    "intent (or a confirmation's trigger)"
+)
+
+
+def _confirmed(action: object) -> bool:
+    preference = getattr(getattr(action, "remember", None), "preference", None)
+    return preference is not None and bool(preference.confirmed)
 
 
 def _decides(state: State) -> list[tuple[int, DecideAction]]:

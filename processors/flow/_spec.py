@@ -84,12 +84,14 @@ ROOTS: Final = frozenset(
         "hooks",
         "intent",
         "attachments",
+        "memory",
     }
 )
 """What a template may read: the user's and session's ids, the turn's id and time
 (``turn.at``, ISO 8601: hooks read the date here, never from a clock), the user's last
 turn's intent, entities and attachments (a list of name, media_type, uri, sha256), the
-session's short-term symbols and context, the tool results, hook values."""
+session's short-term symbols and context, the tool results, hook values, and what memory
+answered: confirmed ``memory.preferences`` and unconfirmed ``memory.candidates``."""
 
 _PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
@@ -223,6 +225,11 @@ class Call(_Spec):
     task: Name | None = Field(
         default=None, description="The cycle's name in traces (default: <state>#<action>)."
     )
+    preferences: list[Name] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Preferences memory is asked for with the call: {memory.preferences.x}.",
+    )
 
 
 class Parallel(_Spec):
@@ -254,10 +261,14 @@ class SymbolWrite(_Spec):
 
 
 class PreferenceWrite(_Spec):
-    """A preference candidate: written to mid-term memory only once the user confirms it."""
+    """A choice the user made: memory counts it, and a choice made often becomes a candidate
+    (``{memory.candidates.x}``) to ask about. ``confirmed``: the user said yes to keeping it
+    as a preference, written with that answer as its proof (only in the ``do:`` of a move on
+    the user's answer)."""
 
     name: Name
     value: Template
+    confirmed: bool = False
 
 
 class FactWrite(_Spec):

@@ -863,3 +863,58 @@ async def test_the_reply_after_a_tools_answer_carries_how_it_was_verified(tmp_pa
             ("合同 C-1234：生效中", ("合同库签名核对", "有效期核对")),
         ]
         assert state(harness)["unshown_steps"] == []
+
+
+SEATS = """\
+flow: seats
+version: 1
+start: ask
+intents:
+  - name: agreed
+    answers: ["是", "好"]
+  - name: window
+    phrases: ["靠窗"]
+states:
+  - id: ask
+    name: 询问
+    exit: ended
+    on_enter:
+      - call: {tool: org_tool, args: {user_id: "{user.id}"}, preferences: [seat]}
+      - reply: {text: "上次：{memory.preferences.seat}。要靠窗吗？"}
+  - id: keep
+    name: 记住
+    exit: ended
+    on_enter: [{reply: {text: "以后都靠窗吗？"}}]
+  - id: ended
+    name: 结束
+    kind: terminal
+    on_enter: [{reply: {text: "好的"}}]
+transitions:
+  - {from: ask, on: window, to: keep}
+  - from: keep
+    on: agreed
+    to: ended
+    do: [{remember: {preference: {name: seat, value: 靠窗, confirmed: true}}}]
+"""
+
+
+async def test_a_preference_the_user_confirmed_is_kept_and_read_back_by_the_next_session(
+    tmp_path: Path,
+) -> None:
+    tools = ScriptedTools({"org_tool": {"name": "张三"}})
+    async with flow_bus(tmp_path, SEATS, tools=tools) as harness:
+        await harness.send(turn("你好", 1, flow="seats"))
+        await harness.send(turn("靠窗", 2))
+        await harness.send(turn("是", 3))
+        assert replies(harness) == ["上次：。要靠窗吗？", "以后都靠窗吗？", "好的"]
+        kept = [
+            s.envelope.payload.body
+            for s in harness.log
+            if isinstance(s.envelope.payload.body, MemoryWrite)
+            and s.envelope.payload.body.key == "pref:seat"
+            and s.envelope.target == "mcp:dispatcher"
+        ]
+        assert [(k.value_json, k.confirmed_by) for k in kept] == [('"靠窗"', "m3-s1")]
+        await harness.send(turn("你好", 4, session="s2", flow="seats"))
+        assert replies(harness, "s2") == ["上次：靠窗。要靠窗吗？"]
+        assert state(harness, "s2")["values"]["memory"]["preferences"] == {"seat": "靠窗"}

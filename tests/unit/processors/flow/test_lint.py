@@ -405,3 +405,33 @@ def test_a_move_that_stays_is_no_way_out_and_does_only_what_is_done_at_once() ->
             "its verifying tool: remember it on entering a state",
         ),
     ]
+
+
+def test_a_preference_is_kept_as_confirmed_only_on_the_users_answer() -> None:
+    write = "{remember: {preference: {name: seat, value: a, confirmed: true}}}"
+    entering = changed(
+        CONTRACT,
+        '      - reply:\n          text: "请告诉我',
+        f'      - {write}\n      - reply:\n          text: "请告诉我',
+    )
+    on_time = changed(
+        CONTRACT,
+        "{from: ask, on: no_answer, to: ended}",
+        f"{{from: ask, on: no_answer, to: ended, do: [{write}]}}",
+    )
+    on_answer = changed(
+        CONTRACT,
+        "{from: ask, on: cancel, to: ended}",
+        f"{{from: ask, on: cancel, to: ended, do: [{write}]}}",
+    )
+    why = (
+        "a preference is kept only on the user's own yes: write it in the do: of a move on an "
+        "intent (or a confirmation's trigger)"
+    )
+    assert findings(entering) == [
+        said(entering, write, f"states[0].on_enter[0].remember.preference.confirmed: {why}")
+    ]
+    assert findings(on_time) == [
+        said(on_time, write, f"transitions[1].do[0].remember.preference.confirmed: {why}")
+    ]
+    assert findings(on_answer) == []

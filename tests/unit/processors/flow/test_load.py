@@ -208,7 +208,7 @@ def test_a_bad_template_in_a_fact_or_an_argument_names_its_field() -> None:
     assert problems(fact) == [
         f"f.yaml:{line_of(fact, 'object:')}: states[0].on_enter[0].remember.fact.object: {{bad}} "
         "is not {root.path} with a root of attachments, context, entities, hooks, intent, "
-        "results, session, symbols, turn, user"
+        "memory, results, session, symbols, turn, user"
     ]
     args = changed(CONTRACT, 'user: "{user.id}"', 'user: ["{user.id}", {deep: "{nope}"}]')
     (found,) = problems(args)
