@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final
@@ -49,6 +50,7 @@ from hermesbus.processors.conversation._spec_intents import MAX_TEXT, Parsed, pa
 from hermesbus.processors.flow import (
     FLOWS_PORT,
     HOOKS_PORT,
+    NAME_PATTERN,
     PATHS_PORT,
     Call,
     CallAction,
@@ -113,6 +115,9 @@ sessions, and a replay chooses as the live run did."""
 MAX_MOVES: Final = 32
 """The most moves one input may make (a ``done`` circle stops here)."""
 _RULES: Final = RuleIntentParser()
+NAME: Final = re.compile(NAME_PATTERN)
+MAX_ENTITY: Final = 200
+"""The longest entity a parser hook may answer (a name, a number: never a text)."""
 
 
 def catalog_of(step: Step) -> FlowCatalog | None:
@@ -172,7 +177,11 @@ async def choose_flow(step: Step, turn: UserTurn) -> FlowSpec | str | None:
         return flows.get(turn.flow, turn.flow)
     for name in sorted(flows):
         spec = flows[name]
-        intent = _parse(step, spec, turn).intent
+        try:
+            intent = _parse(step, spec, turn).intent
+        except HookError as exc:  # that flow cannot read turns: it begins nothing
+            step.problem(f"flow:{spec.flow}", "hook", str(exc))
+            continue
         if intent is not None and _begins(spec, intent):
             return spec
     return None
@@ -191,9 +200,33 @@ def not_registered(step: Step, flow: str) -> None:
 
 
 def _parse(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
+    """The flow's reading of the turn: its parser hook's, else its intents' rules.
+    HookError: the parser hook failed or answered something else than it must."""
+    if spec.parser is not None:
+        values = _values(step)
+        text = turn.text[:MAX_TEXT]
+        said = {**values["turn"], "text": text, "attachments": len(turn.attachments)}
+        return _parsed(spec, _hook(step, spec, spec.parser, {**values, "turn": said}))
     parser = step.inp.ports.get(INTENT_PORT)
     zone = parser.zone if parser is not None else _RULES.zone
     return parse_turn(spec, turn.text, now=step.env.timestamp, zone=zone)
+
+
+def _parsed(spec: FlowSpec, answer: Any) -> Parsed:
+    """A parser hook's answer, checked: ``{"intent": one of the flow's intents or null,
+    "entities": {name: text}}``."""
+    where = f"parser {spec.parser!r} of flow {spec.flow}"
+    if not isinstance(answer, dict) or not set(answer) <= {"intent", "entities"}:
+        raise HookError(f"{where} answered {answer!r}: not {{intent, entities}}")
+    intent, entities = answer.get("intent"), answer.get("entities") or {}
+    if intent is not None and intent not in {i.name for i in spec.intents}:
+        raise HookError(f"{where} answered intent {intent!r}: not one of the flow's intents")
+    if not isinstance(entities, dict) or not all(
+        isinstance(k, str) and NAME.fullmatch(k) and isinstance(v, str) and len(v) <= MAX_ENTITY
+        for k, v in entities.items()
+    ):
+        raise HookError(f"{where} answered entities {entities!r}: not {{name: short text}}")
+    return Parsed(intent, dict(entities))
 
 
 async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
@@ -230,7 +263,12 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         flow_version=spec.version,
     )
     step.record_turn(turn)
-    parsed = await _understood(step, spec, turn)
+    try:
+        parsed = await _understood(step, spec, turn)
+    except HookError as exc:  # a flow that cannot read its first turn does not start
+        step.session = kept
+        _broken_parser(step, str(exc))
+        return
     values: dict[str, Any] = {
         "intent": {"name": parsed.intent or ""},
         "attachments": _attachments(turn),
@@ -243,6 +281,11 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     }
     step.update(values=values, queued=parsed.intent or "")
     _enter(step, spec, spec.start, "user_turn")
+
+
+def _broken_parser(step: Step, message: str) -> None:
+    step.problem("conversation:hook", "hook", message)
+    step.reply(texts.error_text("conversation:hook", "hook", "请联系管理员"))
 
 
 def _attachments(turn: UserTurn) -> list[dict[str, str]]:
@@ -260,7 +303,11 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         step.reply(texts.PENDING)
         return
     step.update(failures=0)
-    parsed = await _understood(step, spec, turn)
+    try:
+        parsed = await _understood(step, spec, turn)
+    except HookError as exc:  # the flow cannot read turns: the state fails
+        _fail(step, spec, "conversation:hook", "hook", str(exc))
+        return
     values = step.session.values
     entities = {**values.get("entities", {}), **parsed.entities}
     said = {"intent": {"name": parsed.intent or ""}, "attachments": _attachments(turn)}
@@ -579,12 +626,12 @@ def _loop(step: Step, spec: FlowSpec) -> None:
     step.reply(texts.error_text("conversation:flow", "loop", "请联系管理员"))
 
 
-def _hook(step: Step, spec: FlowSpec, name: str) -> Any:
+def _hook(step: Step, spec: FlowSpec, name: str, values: dict[str, Any] | None = None) -> Any:
     hooks: Hooks | None = step.inp.ports.get(HOOKS_PORT)
     target = spec.hooks.get(name)
     if hooks is None or target is None:
         raise HookError(f"hook {name!r} of flow {spec.flow} cannot be run here (no hooks port)")
-    return hooks.call(target, _values(step))
+    return hooks.call(target, values if values is not None else _values(step))
 
 
 def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:

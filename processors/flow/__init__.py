@@ -52,6 +52,7 @@ from hermesbus.processors.flow._registry import (
 )
 from hermesbus.processors.flow._render import MISSING, lookup, render, resolve
 from hermesbus.processors.flow._spec import (
+    NAME_PATTERN,
     ROOTS,
     SUMMARY_MAX,
     Call,
@@ -92,6 +93,7 @@ __all__ = [
     "HOOKS_PORT",
     "MAX_BYTES",
     "MISSING",
+    "NAME_PATTERN",
     "PATHS_NAMESPACE",
     "PATHS_PORT",
     "PATH_COUNT",

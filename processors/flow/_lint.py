@@ -367,6 +367,8 @@ class _Check:
                 self.say(path, f"hook {name!r} is not declared under hooks: ({known})")
 
     def _hooks_used(self) -> Iterator[tuple[tuple[str | int, ...], str]]:
+        if self.spec.parser is not None:
+            yield ("parser",), self.spec.parser
         for t, move in enumerate(self.spec.transitions):
             for key in ("when", "unless"):
                 name = getattr(move, key)

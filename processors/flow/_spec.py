@@ -498,6 +498,13 @@ class FlowSpec(_Spec):
     hooks: dict[Name, Annotated[str, Field(pattern=HOOK_TARGET_PATTERN)]] = Field(
         default_factory=dict, description="name -> module:function (allow-listed modules)."
     )
+    parser: Name | None = Field(
+        default=None,
+        description=(
+            "A hook that reads each turn ({turn.text}) and answers {intent, entities}, in "
+            "place of the intents' answers, phrases and patterns."
+        ),
+    )
     states: list[State] = Field(min_length=1, max_length=64)
     transitions: list[Transition] = Field(default_factory=list, max_length=512)
 

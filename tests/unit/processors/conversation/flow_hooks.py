@@ -13,6 +13,8 @@ __all__ = [
     "fails",
     "greeting",
     "is_vip",
+    "reads_nothing_known",
+    "reads_submit",
     "today",
 ]
 
@@ -46,3 +48,17 @@ def contract_state(values: dict[str, Any]) -> str | None:
 
 def elsewhere(values: dict[str, Any]) -> str:
     return "elsewhere"  # not one of the decide's moves
+
+
+def reads_submit(values: dict[str, Any]) -> dict[str, Any]:
+    """提交 is a submission unless it is negated (不要提交, 先别提交): then a hold."""
+    text = str(values["turn"]["text"])
+    if "不要提交" in text or "别提交" in text:
+        return {"intent": "hold", "entities": {}}
+    if "提交" in text:
+        return {"intent": "submit", "entities": {"files": str(values["turn"]["attachments"])}}
+    return {"intent": None}
+
+
+def reads_nothing_known(values: dict[str, Any]) -> dict[str, Any]:
+    return {"intent": "dance"}

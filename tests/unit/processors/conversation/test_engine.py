@@ -918,3 +918,66 @@ async def test_a_preference_the_user_confirmed_is_kept_and_read_back_by_the_next
         await harness.send(turn("你好", 4, session="s2", flow="seats"))
         assert replies(harness, "s2") == ["上次：靠窗。要靠窗吗？"]
         assert state(harness, "s2")["values"]["memory"]["preferences"] == {"seat": "靠窗"}
+
+
+SUBMITTING = """\
+flow: submitting
+version: 1
+start: ask
+parser: reads
+hooks: {reads: tests.unit.processors.conversation.flow_hooks:reads_submit}
+intents:
+  - {name: submit, phrases: ["提交"]}
+  - {name: hold, phrases: ["等等"]}
+states:
+  - id: ask
+    name: 询问
+    exit: failed
+    on_enter: [{reply: {text: "提交吗？"}}]
+  - id: sent
+    name: 已提交
+    kind: terminal
+    on_enter: [{reply: {text: "已提交（{entities.files} 个文件）"}}]
+  - id: held
+    name: 暂缓
+    kind: terminal
+    on_enter: [{reply: {text: "先不提交"}}]
+  - id: failed
+    name: 失败
+    kind: terminal
+transitions:
+  - {from: ask, on: submit, to: sent}
+  - {from: ask, on: hold, to: held}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("不要提交", "先不提交"), ("好，提交", "已提交（0 个文件）")],
+)
+async def test_a_parser_hook_reads_turns_in_place_of_the_phrases(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
+    settings = Settings.of(tmp_path, tool=modules)
+    async with flow_bus(tmp_path, SUBMITTING, settings=settings) as harness:
+        await harness.send(turn("你好", 1, flow="submitting"))
+        await harness.send(turn(text, 2))  # the phrases alone would read 提交 in both
+        assert replies(harness) == ["提交吗？", said]
+
+
+async def test_a_parser_hook_answering_an_intent_the_flow_lacks_fails_the_state(
+    tmp_path: Path,
+) -> None:
+    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
+    settings = Settings.of(tmp_path, tool=modules)
+    broken = changed(SUBMITTING, "flow_hooks:reads_submit", "flow_hooks:reads_nothing_known")
+    async with flow_bus(tmp_path, broken, settings=settings) as harness:
+        await harness.send(turn("你好", 1, flow="submitting"))
+        assert replies(harness) == ["conversation:hook 暂时无法完成请求（hook）。建议：请联系管理员。"]
+        assert state(harness)["flow"] is None  # it did not start
+        problem = state(harness)["problems"][-1]["message"]
+        assert problem == (
+            "parser 'reads' of flow submitting answered intent 'dance': not one of the flow's "
+            "intents"
+        )

@@ -435,3 +435,10 @@ def test_a_preference_is_kept_as_confirmed_only_on_the_users_answer() -> None:
         said(on_time, write, f"transitions[1].do[0].remember.preference.confirmed: {why}")
     ]
     assert findings(on_answer) == []
+
+
+def test_a_parser_hook_is_declared() -> None:
+    parsed = changed(CONTRACT, "start: ask\n", "start: ask\nparser: reads\n")
+    assert findings(parsed) == [
+        said(parsed, "parser: reads", "parser: hook 'reads' is not declared under hooks: (none)")
+    ]
