@@ -7,6 +7,7 @@ the history, so the handler code above only says what happens, not how it is sen
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -18,12 +19,14 @@ from hermesbus.contract.payloads import (
     Body,
     ContentType,
     ContextValue,
+    ErrorReport,
     MemoryTier,
     MemoryWrite,
     Reply,
     Role,
     StateSnapshot,
     ToolCall,
+    ToolResult,
     UserTurn,
 )
 from hermesbus.processors import protocol
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 UNFINISHED_LABEL: Final = "未完成报销流程"
 UNFINISHED_TTL_S: Final = 30 * 24 * 3600
 _PROBLEM_CHARS: Final = 200
+_RESULT_CHARS: Final = 60
+"""How much of a tool result's scalars the history keeps."""
 RETRY: Final = RetryPolicy(max_attempts=2, backoff_ms=100)
 DOCUMENTS: Final = Budgets()
 """The design documents' budgets, where no ``budgets`` port is given."""
@@ -297,6 +302,48 @@ class Step:
         )
         self.update(notes=(), stale=False, degraded=False)
         self.add_message(message)
+
+    def set_status(self, cycle: str, statuses: Mapping[str, int]) -> None:
+        """The answered calls of ``cycle``: their status codes into the snapshot's traces."""
+        traces = tuple(
+            {**t, "status_code": statuses[t["tool"]]}
+            if t.get("cycle") == cycle and t["tool"] in statuses
+            else t
+            for t in self.session.traces
+        )
+        self.update(traces=traces)
+
+    def failed_call(self, report: ErrorReport) -> None:
+        """A fail-fast report of the pending cycle: its tool's status into the traces (an
+        HTTP code, or the timeout's)."""
+        pending = self.session.pending
+        status = int(report.code) if report.code.isdigit() else None
+        if report.code == "timeout":
+            status = protocol.TIMEOUT
+        tool = report.component.removeprefix("tool:")
+        if pending is not None and status is not None and tool in pending.tools:
+            self.set_status(pending.cycle, {tool: status})
+
+    def record_result(self, result: ToolResult, cycle: str) -> None:
+        """A tool's answer in the history: its status and its scalar fields, briefly."""
+        try:
+            content = json.loads(result.result_json)
+        except ValueError:
+            content = {}
+        scalars = (
+            {k: v for k, v in content.items() if not isinstance(v, dict | list)}
+            if isinstance(content, dict)
+            else {}
+        )
+        brief = f"{result.tool} {result.status_code}: {canonical_json(scalars)[:_RESULT_CHARS]}"
+        extra = {"tool": result.tool, "status_code": result.status_code}
+        self.record(
+            brief,
+            role=Role.TOOL,
+            content_type=ContentType.TOOL_RESULT,
+            parent_id=cycle,
+            extra=extra,
+        )
 
     def record_turn(self, turn: UserTurn) -> None:
         """The user's turn: the one the session answers now, and a message of its history

@@ -27,13 +27,11 @@ from typing import Any, Final
 
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import (
-    ContentType,
     ContextValue,
     ErrorReport,
     MemoryTier,
     MemoryWrite,
     Reply,
-    Role,
     TimerFired,
     ToolResult,
     ToolResults,
@@ -342,14 +340,9 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     kept = bool(calls) and not doubted  # a fact's verification is the dispatcher's to write
     values = step.session.values
     results = dict(values.get("results", {}))
+    step.set_status(pending.cycle, {r.tool: r.status_code for r in answer.results})
     for result in answer.results:
-        step.record(
-            f"{result.tool} {result.status_code}",
-            role=Role.TOOL,
-            content_type=ContentType.TOOL_RESULT,
-            parent_id=pending.cycle,
-            extra={"tool": result.tool, "status_code": result.status_code},
-        )
+        step.record_result(result, pending.cycle)
         if result.stale:
             step.update(
                 notes=(*step.session.notes, texts.stale_note(result.tool, result.stale_since))
@@ -397,6 +390,7 @@ def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
     """Fail fast from the dispatcher for the pending cycle: the state's exception exit; a
     cycle refused for symbols that no longer hold takes the state's ``invalid`` move (the
     flow asks instead of guessing), its exit when it has none."""
+    step.failed_call(report)
     step.update(pending=None)
     if report.code == protocol.INVALID_SYMBOLS:
         step.problem(report.component, report.code, report.message)

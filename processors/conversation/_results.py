@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from hermesbus.contract.envelope import Envelope
-from hermesbus.contract.payloads import ContentType, ErrorReport, Role, ToolResult, ToolResults
+from hermesbus.contract.payloads import ErrorReport, ToolResult, ToolResults
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import _flow as flow
 from hermesbus.processors.conversation import _texts as texts
@@ -21,7 +21,6 @@ from hermesbus.processors.conversation._machine import (
     START,
     VALIDATION_WAIT,
 )
-from hermesbus.processors.conversation._session import canonical_json
 
 __all__ = [
     "EXITS",
@@ -60,37 +59,14 @@ def _loads(result: ToolResult) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _set_status(step: Step, cycle: str, statuses: Mapping[str, int]) -> None:
-    traces = tuple(
-        {**t, "status_code": statuses[t["tool"]]}
-        if t.get("cycle") == cycle and t["tool"] in statuses
-        else t
-        for t in step.session.traces
-    )
-    step.update(traces=traces)
-
-
-def _brief(result: ToolResult, content: dict[str, Any]) -> str:
-    scalars = {k: v for k, v in content.items() if not isinstance(v, dict | list)}
-    body = canonical_json(scalars)
-    return f"{result.tool} {result.status_code}: {body[:_TOOL_SUMMARY_CHARS]}"
-
-
 def _absorb(
     step: Step, cycle: str, answer: ToolResults, contents: Sequence[dict[str, Any]]
 ) -> None:
     """Traces, history, stale/degraded notes and memory's preferences/candidates."""
-    _set_status(step, cycle, {r.tool: r.status_code for r in answer.results})
+    step.set_status(cycle, {r.tool: r.status_code for r in answer.results})
     notes, session = list(step.session.notes), step.session
-    for result, content in zip(answer.results, contents, strict=True):
-        extra = {"tool": result.tool, "status_code": result.status_code}
-        step.record(
-            _brief(result, content),
-            role=Role.TOOL,
-            content_type=ContentType.TOOL_RESULT,
-            parent_id=cycle,
-            extra=extra,
-        )
+    for result in answer.results:
+        step.record_result(result, cycle)
         if result.stale:
             notes.append(texts.stale_note(result.tool, result.stale_since))
         elif result.fallback:
@@ -251,12 +227,7 @@ def on_error(step: Step, report: ErrorReport) -> None:
     if pending is None:
         on_stray_error(step, report)
         return
-    status = int(report.code) if report.code.isdigit() else None
-    if report.code == "timeout":
-        status = protocol.TIMEOUT
-    tool = report.component.removeprefix("tool:")
-    if status is not None and tool in pending.tools:
-        _set_status(step, pending.cycle, {tool: status})
+    step.failed_call(report)
     step.update(pending=None)
     text = texts.error_text(report.component, report.code, report.advice)
     _fail(step, report.component, report.code, report.message, text)

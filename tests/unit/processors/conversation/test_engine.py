@@ -974,10 +974,40 @@ async def test_a_parser_hook_answering_an_intent_the_flow_lacks_fails_the_state(
     broken = changed(SUBMITTING, "flow_hooks:reads_submit", "flow_hooks:reads_nothing_known")
     async with flow_bus(tmp_path, broken, settings=settings) as harness:
         await harness.send(turn("你好", 1, flow="submitting"))
-        assert replies(harness) == ["conversation:hook 暂时无法完成请求（hook）。建议：请联系管理员。"]
+        assert replies(harness) == [
+            "conversation:hook 暂时无法完成请求（hook）。建议：请联系管理员。"
+        ]
         assert state(harness)["flow"] is None  # it did not start
         problem = state(harness)["problems"][-1]["message"]
         assert problem == (
             "parser 'reads' of flow submitting answered intent 'dance': not one of the flow's "
             "intents"
         )
+
+
+def traces(harness: Harness, session: str = "s1") -> list[list[tuple[str, int]]]:
+    """The tool calls of each snapshot the dispatcher accepted: (tool, status) each."""
+    return [
+        [(t.tool, t.status_code) for t in h.envelope.payload.body.snapshot.tool_calls]
+        for h in harness.handled
+        if h.processor == "dispatcher"
+        and isinstance(h.envelope.payload.body, StateSnapshot)
+        and h.envelope.session_id == session
+    ]
+
+
+@pytest.mark.parametrize(
+    ("script", "status"), [({"contract_tool": CONTRACT_ANSWER}, 200), ({}, 404)]
+)
+async def test_a_flows_snapshots_show_how_its_calls_ended_and_its_history_what_they_said(
+    tmp_path: Path, script: dict[str, Any], status: int
+) -> None:
+    health = StaticHealth([protocol.ToolHealth("contract_tool", 20.0, 1.0)])
+    tools = ScriptedTools(script)
+    async with flow_bus(tmp_path, CONTRACT, tools=tools, health=health) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        assert traces(harness)[-1] == [("contract_tool", status)]  # not 0: it was answered
+        history = state(harness)["history"]["recent"]
+        said = [m["body"]["text"] for m in history if m["role"] == "tool"]
+        expected = '{"number":"C-1234","status":"生效中"}' if status == 200 else "{}"
+        assert said == [f"contract_tool {status}: {expected}"]
