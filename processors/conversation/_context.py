@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
 from hermesbus.contract.envelope import Envelope, Metadata, RetryPolicy
+from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import (
     Body,
@@ -76,6 +77,14 @@ class Step:
         """Completed sessions through each preloading state of the flow (read before)."""
         self.completed: tuple[str, int, tuple[str, ...]] | None = None
         """A flow session that ended with this input: flow, version, its path."""
+        self.summarize: Callable[[], str] | None = None
+        """The flow's summary of the session as it stands (each snapshot's)."""
+        self.left: dict[str, Any] = {}
+        """The snapshot of the state this input's last move left (``session.left``)."""
+        self.invalid: tuple[str, ...] = ()
+        """The symbols memory's latest answer said no longer hold (``memory.invalid``)."""
+        self.failure: dict[str, str] = {}
+        """What failed, while a state's failure actions run (``failure``)."""
 
     # -- state ------------------------------------------------------------------------
 
@@ -102,10 +111,11 @@ class Step:
         if target is None:  # the expense report: its machine, and its frequent paths
             target = MACHINE.target(previous, trigger)
             context = {**self._expense_path(target), **(context or {})}
+        self.left = self.snapshot().model_dump(mode="json", exclude_none=True)
         self.disarm_all()
         self.moves += 1
-        self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp))
-        snapshot = snapshot_of(self.session)
+        self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp), trigger=trigger)
+        snapshot = self.snapshot()
         body = StateSnapshot(snapshot=snapshot, previous_state=previous, trigger=trigger)
         told: dict[str, ContextValue] = {protocol.ENDS: True} if ends else {}
         context = {**told, **(context or {})}
@@ -140,14 +150,36 @@ class Step:
         return {PATH_COUNT: count}
 
     def template_values(self) -> dict[str, Any]:
-        """What a flow's templates and hooks read: the session's values and the ids of the
-        turn (its time too: no hook reads a clock)."""
+        """What a flow's templates and hooks read: the session's values, its state (the
+        trigger that entered it, whether a cycle is pending, the snapshot of the state the
+        last move left), the ids of the turn (its time too: no hook reads a clock), the
+        pinned facts, what memory knows of the user, and what failed."""
+        session = self.session
         return {
-            **self.session.values,
+            **session.values,
             "user": {"id": self.env.user_id},
-            "session": {"id": self.env.session_id, "state": self.session.state or ""},
+            "session": {
+                "id": self.env.session_id,
+                "state": session.state or "",
+                "trigger": session.trigger,
+                "pending": session.pending is not None,
+                "left": self.left,
+            },
             "turn": {"id": self.env.message_id, "at": self.env.timestamp.isoformat()},
+            "facts": dict(session.facts),
+            "memory": {
+                "preferences": dict(session.preferences),
+                "candidates": dict(session.candidates),
+                "invalid": list(self.invalid),
+            },
+            "failure": dict(self.failure),
         }
+
+    def snapshot(self) -> ContextSnapshot:
+        """The session's snapshot now (the flow's summary brought up to date first)."""
+        if self.summarize is not None:
+            self.update(flow_summary=self.summarize())
+        return snapshot_of(self.session)
 
     def problem(self, component: str, code: str, message: str) -> None:
         """Keep an error report among the session's recent problems (bounded, never shown
@@ -212,7 +244,7 @@ class Step:
         self, body: Body, *, task: str, context: Mapping[str, ContextValue] | None = None
     ) -> Envelope:
         """An envelope to ``mcp:dispatcher`` carrying the current snapshot."""
-        snapshot = snapshot_of(self.session)
+        snapshot = self.snapshot()
         return self._envelope(
             protocol.DISPATCHER_ADDRESS, body, task, context=dict(context or {}), snapshot=snapshot
         )
@@ -240,7 +272,7 @@ class Step:
         shared = {**self.session.context, **context, protocol.CYCLE: cycle, protocol.TOOLS: tools}
         budgets: CycleBudgets = self.inp.ports.get(BUDGETS_PORT, DOCUMENTS)
         metadata = Metadata(timeout_ms=budgets.timeout_ms(state, budget_ms), retry_policy=RETRY)
-        snapshot = snapshot_of(self.session)
+        snapshot = self.snapshot()
         for tool, arguments_json in encoded:
             call = ToolCall(
                 tool=tool,

@@ -251,15 +251,17 @@ async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
     return Parsed(name, entities) if name is not None else parsed
 
 
-async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
-    """A new session of ``spec`` (the user's confirmed preferences carried over)."""
+async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn, *, builtin: bool = False) -> None:
+    """A new session of ``spec`` (the user's confirmed preferences carried over); a
+    ``builtin`` flow (the expense report) is named by no snapshot: the dispatcher knows it."""
     kept = step.session
     step.session = Session(
         preferences=kept.preferences,
         declined=kept.declined,
-        flow=spec.flow,
-        flow_version=spec.version,
+        flow=None if builtin else spec.flow,
+        flow_version=None if builtin else spec.version,
     )
+    attach(step, spec)
     step.record_turn(turn)
     try:
         parsed = await _understood(step, spec, turn)
@@ -275,7 +277,6 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
         "context": {},
         "results": {},
         "hooks": {},
-        "memory": {"preferences": {}, "candidates": {}},
     }
     step.update(values=values, queued=parsed.intent or "")
     _enter(step, spec, spec.start, "user_turn")
@@ -296,6 +297,7 @@ def _attachments(turn: UserTurn) -> list[dict[str, str]]:
 
 async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     """A turn of a session in ``spec``'s non-terminal state."""
+    attach(step, spec)
     step.record_turn(turn)
     if step.session.pending is not None:
         step.reply(texts.PENDING)
@@ -312,10 +314,8 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     step.update(values={**values, **said, "entities": entities})
     state = _state(step, spec)
     confirm = state.confirm
-    if confirm is not None and not turn.attachments:
-        answer = plain(turn.text)
-        passing = {plain(b) for b in confirm.buttons} | {plain(a) for a in confirm.answers}
-        if answer and answer in passing and _take(step, spec, confirm.trigger, confirmed=True):
+    if confirm is not None and not turn.attachments and _passes(confirm, turn.text, parsed):
+        if _take(step, spec, confirm.trigger, confirmed=True):
             return
     if parsed.intent is not None and _take(step, spec, parsed.intent):
         return
@@ -326,8 +326,19 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     step.reply(text, choices=tuple(asked.get("buttons", ())))
 
 
+def _passes(confirm: Confirmation, text: str, parsed: Parsed) -> bool:
+    """A press of a button, or a message that is, as a whole, a few words of the answers
+    (and, when the confirmation names intents, read as one of them)."""
+    if plain(text) in {plain(button) for button in confirm.buttons}:
+        return True
+    if not is_confirmation(text, confirm.answers):
+        return False
+    return not confirm.intents or parsed.intent in confirm.intents
+
+
 def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     """The answer of the pending cycle: its results kept, the state's actions go on."""
+    attach(step, spec)
     pending = step.session.pending
     if pending is None:
         return
@@ -336,7 +347,7 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     index = step.session.next_action - 1
     calls = _calls_of(state, index)
     into = {call.tool: call.into or call.tool for call in calls}
-    doubted = sorted(set(answer.context.invalid if answer.context else ()) & _symbols(calls))
+    doubted = sorted(set(answer.context.invalid if answer.context else ()) & _held(calls))
     kept = bool(calls) and not doubted  # a fact's verification is the dispatcher's to write
     values = step.session.values
     results = dict(values.get("results", {}))
@@ -353,21 +364,15 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
             )
         if kept:
             results[into.get(result.tool, result.tool)] = _content(result)
-    shown = (
-        *step.session.unshown_steps,
-        *(s for r in answer.results for s in r.verification_steps),
-    )
-    step.update(unshown_steps=tuple(dict.fromkeys(shown)))
+    steps = tuple(s for r in answer.results for s in r.verification_steps)
+    shown = tuple(dict.fromkeys((*step.session.unshown_steps, *steps)))
+    step.update(unshown_steps=shown, steps={**step.session.steps, pending.task: steps})
     symbols = dict(values.get("symbols", {}))
-    memory = dict(values.get("memory", {}))
     if answer.context is not None:
         symbols.update(answer.context.symbols)
-        memory = {
-            "preferences": {**memory.get("preferences", {}), **answer.context.preferences},
-            "candidates": {**memory.get("candidates", {}), **answer.context.candidates},
-        }
+        _absorb(step, answer.context)
     step.update(
-        values={**values, "results": results, "symbols": symbols, "memory": memory},
+        values={**values, "results": results, "symbols": symbols},
         stale=step.session.stale or any(r.stale for r in answer.results),
         degraded=step.session.degraded or any(r.fallback and not r.stale for r in answer.results),
     )
@@ -386,10 +391,22 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
         _run(step, spec)
 
 
+def _absorb(step: Step, memory: MemoryContext) -> None:
+    """What memory knows of the user: confirmed preferences join the session's, candidates
+    not confirmed nor declined are kept to ask about, invalid symbols are told."""
+    session = step.session
+    preferences = {**session.preferences, **memory.preferences}
+    skip = set(preferences) | set(session.declined)
+    found = {k: v for k, v in memory.candidates.items() if k not in skip}
+    step.update(preferences=preferences, candidates={**session.candidates, **found})
+    step.invalid = tuple(memory.invalid)
+
+
 def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
     """Fail fast from the dispatcher for the pending cycle: the state's exception exit; a
     cycle refused for symbols that no longer hold takes the state's ``invalid`` move (the
     flow asks instead of guessing), its exit when it has none."""
+    attach(step, spec)
     step.failed_call(report)
     step.update(pending=None)
     if report.code == protocol.INVALID_SYMBOLS:
@@ -411,13 +428,16 @@ def timer_is_current(step: Step, spec: FlowSpec, fired: TimerFired, token: str |
 
 
 def on_flow_timer(step: Step, spec: FlowSpec, fired: TimerFired) -> None:
-    """A wait of the state ran out: its text, then its trigger's move."""
+    """A wait of the state ran out: its trigger's move, then its text (after the move's own
+    actions, before the next state's)."""
+    attach(step, spec)
     wait = next(w for w in _state(step, spec).waits if w.id == fired.purpose)
     step.update(timers={k: v for k, v in step.session.timers.items() if k != fired.purpose})
-    if wait.text:
-        step.reply(render(wait.text, _values(step)))
-    if not _take(step, spec, wait.trigger):
+    said = (wait.text, tuple(wait.buttons)) if wait.text else None
+    if not _take(step, spec, wait.trigger, then=said):
         log.info("session %s: wait %s fired no move", step.env.session_id, wait.id)
+        if said is not None:
+            _say(step, *said)
 
 
 # -- the interpreter ---------------------------------------------------------------------
@@ -438,20 +458,39 @@ def _values(step: Step) -> dict[str, Any]:
     return step.template_values()
 
 
+def attach(step: Step, spec: FlowSpec) -> None:
+    """The step writes ``spec``'s summary into each snapshot it sends."""
+    step.summarize = lambda: _summary(step, spec)
+
+
 def _enter(
-    step: Step, spec: FlowSpec, target: str, trigger: str, does: Sequence[Instant] = ()
+    step: Step,
+    spec: FlowSpec,
+    target: str,
+    trigger: str,
+    does: Sequence[Instant] = (),
+    then: tuple[str, tuple[str, ...]] | None = None,
 ) -> None:
-    """Move to ``target`` (its snapshot to the dispatcher), do the move's own actions, then
-    the state's on-enter actions."""
+    """Move to ``target`` (its snapshot to the dispatcher; a terminal state's memory
+    snapshot at once), do the move's own actions, say ``then`` (a wait's text, what
+    failed), then the state's on-enter actions."""
     state = spec.state(target)
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
     step.update(next_action=0)
     recorded = step.enter_path(state, state.id)
-    step.update(flow_summary=_summary(step, state))
     step.move(trigger, target, ends=state.kind == "terminal", context=recorded)
-    if _does(step, spec, does):
-        _run(step, spec)
+    if state.kind == "terminal":
+        _arrive(step, spec, state)
+    if not _does(step, spec, does):
+        return
+    if then is not None:
+        _say(step, *then)
+    _run(step, spec)
+
+
+def _say(step: Step, text: str, buttons: Sequence[str] = ()) -> None:
+    step.reply(render(text, _values(step)), choices=buttons)
 
 
 async def prepare(step: Step, spec: FlowSpec) -> None:
@@ -475,7 +514,19 @@ async def count_completed(step: Step) -> None:
         await paths.completed(flow, version, path, step.env.message_id)
 
 
-def _summary(step: Step, state: State) -> str:
+def _summary(step: Step, spec: FlowSpec) -> str:
+    """The snapshot's summary: the flow's summary hook's, else the state's template (else
+    its name). A hook that fails gives the state's name, its failure kept as a problem."""
+    state = spec.state(step.session.state or "")
+    if state is None:
+        return ""
+    if spec.summary is not None:
+        try:
+            said = _hook(step, spec, spec.summary)
+        except HookError as exc:
+            step.problem("conversation:hook", "hook", str(exc))
+            return state.name
+        return str(said)[:SUMMARY_MAX] if said is not None else state.name
     if state.summary is None:
         return state.name
     return render(state.summary, _values(step))
@@ -503,17 +554,16 @@ def _run(step: Step, spec: FlowSpec) -> None:
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return
-    step.update(flow_summary=_summary(step, state))
     _done(step, spec, state)
 
 
 def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
-    """An action done at once: a reply, a memory write, a hook's value, context values."""
+    """An action done at once: a reply, a memory write, a hook's value, context values,
+    pinned facts, a wait (re)started or stopped, values later cycles carry. HookError: it
+    cannot be done (a hook failed, a value is not what the action takes)."""
+    values = _values(step)
     if isinstance(action, ReplyAction):
-        text = render(action.reply.text, _values(step))
-        step.update(asked={"text": text, "buttons": list(action.reply.buttons)})
-        step.reply(text, choices=action.reply.buttons, steps=step.session.unshown_steps)
-        step.update(unshown_steps=())
+        _reply(step, action.reply, values)
     elif isinstance(action, RememberAction):
         _remember(step, action)
     elif isinstance(action, HookAction):
@@ -521,10 +571,53 @@ def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
         value = _hook(step, spec, action.hook.name)
         hooks = {**step.session.values.get("hooks", {}), name: value}
         step.update(values={**step.session.values, "hooks": hooks})
-    else:
-        context = {**step.session.values.get("context", {})}
-        context.update(resolve(action.set, _values(step)))
+    elif isinstance(action, SetAction):
+        context = {**step.session.values.get("context", {}), **_mapping(action.set, values)}
         step.update(values={**step.session.values, "context": context})
+    elif isinstance(action, PinAction):
+        step.fact(**_mapping(action.pin, values))
+    elif isinstance(action, CarryAction):
+        carried = _mapping(action.carry, values)
+        if not all(isinstance(v, bool | int | float | str) for v in carried.values()):
+            raise HookError(f"carry {sorted(carried)}: only texts, numbers and booleans")
+        step.update(context={**step.session.context, **carried})
+    elif isinstance(action, ArmAction):
+        wait = _wait(step, spec, action.arm)
+        step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
+    else:
+        step.disarm(_wait(step, spec, action.disarm).id)
+
+
+def _reply(step: Step, reply: Reply, values: Mapping[str, Any]) -> None:
+    """A spec's reply: it becomes the question asked again when a turn is not understood,
+    and carries verification steps (its ``steps``' cycles', else those not carried yet)."""
+    text = render(reply.text, values)
+    step.update(asked={"text": text, "buttons": list(reply.buttons)})
+    if reply.steps is None:
+        steps = step.session.unshown_steps
+    else:
+        steps = tuple(s for task in reply.steps for s in step.session.steps.get(task, ()))
+    step.reply(text, choices=reply.buttons, steps=steps)
+    step.update(unshown_steps=())
+
+
+def _mapping(value: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``set``/``pin``/``carry`` values: an object of templates, or one placeholder whose
+    value is an object (null: nothing)."""
+    found = resolve(value, values)
+    if found is None:
+        return {}
+    if not isinstance(found, dict) or not all(NAME.fullmatch(str(k)) for k in found):
+        raise HookError(f"{value!r} gave {found!r}: not an object of named values")
+    return found
+
+
+def _wait(step: Step, spec: FlowSpec, name: str) -> Wait:
+    state = _state(step, spec)
+    wait = next((w for w in state.waits if w.id == name), None)
+    if wait is None:
+        raise HookError(f"{name!r} is not a wait of state {state.id!r}")
+    return wait
 
 
 def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant]) -> bool:
@@ -544,7 +637,8 @@ def _done(step: Step, spec: FlowSpec, state: State) -> None:
         _finish(step, spec, state)
         return
     for wait in state.waits:
-        step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
+        if wait.auto:
+            step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
     queued = step.session.queued
     step.update(queued="")
     first = state.id == spec.start and step.session.pending is None
@@ -557,10 +651,19 @@ def _done(step: Step, spec: FlowSpec, state: State) -> None:
         step.reply(NOT_UNDERSTOOD)  # the first turn named no way to begin, and nothing was said
 
 
-def _finish(step: Step, spec: FlowSpec, state: State) -> None:
+def _arrive(step: Step, spec: FlowSpec, state: State) -> None:
+    """The session ends as it enters ``state``: its timers stop and its snapshot goes to
+    mid-term memory at once, before anything is said (the flow's record, or what the
+    state's snapshot hook writes)."""
     step.disarm_all()
     step.update(outcome=state.id, pending=None)
     step.completed = (spec.flow, spec.version, step.session.path)
+    if isinstance(state.snapshot, SnapshotHook):
+        try:
+            _write_item(step, _hook(step, spec, state.snapshot.hook))
+        except HookError as exc:
+            step.problem("conversation:hook", "hook", str(exc))
+        return
     if not state.snapshot:
         return
     value = {
@@ -574,13 +677,29 @@ def _finish(step: Step, spec: FlowSpec, state: State) -> None:
     step.remember(
         f"{protocol.FLOW_SNAPSHOT}{spec.flow}:{step.env.session_id}",
         value,
-        confirmed_by=step.session.turn_id or step.env.message_id,
+        confirmed_by=_proof(step),
         importance=0.6,
         ttl_s=FLOW_SNAPSHOT_TTL_S,
     )
 
 
-def _take(step: Step, spec: FlowSpec, trigger: str, *, confirmed: bool = False) -> bool:
+def _proof(step: Step) -> str:
+    """What a write of this input is confirmed by: the timer that fired, else the user's
+    latest turn."""
+    body = step.env.payload.body
+    if isinstance(body, TimerFired):
+        return body.timer_id
+    return step.session.turn_id or step.env.message_id
+
+
+def _take(
+    step: Step,
+    spec: FlowSpec,
+    trigger: str,
+    *,
+    confirmed: bool = False,
+    then: tuple[str, tuple[str, ...]] | None = None,
+) -> bool:
     """Take the current state's first move on ``trigger`` whose guards pass. A
     confirmation state's own trigger is taken only ``confirmed`` (its button or a whole
     answer: never an intent, a wait or ``any`` of the same name). A flow that would move
@@ -603,13 +722,13 @@ def _take(step: Step, spec: FlowSpec, trigger: str, *, confirmed: bool = False) 
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
         if move.to is None:  # it stays: its own actions only, the waits still running
-            if _does(step, spec, move.do):
-                step.update(flow_summary=_summary(step, _state(step, spec)))
+            if _does(step, spec, move.do) and then is not None:
+                _say(step, *then)
             return True
         if step.moves >= MAX_MOVES:
             _loop(step, spec)
             return True
-        _enter(step, spec, move.to, trigger, move.do)
+        _enter(step, spec, move.to, trigger, move.do, then)
         return True
     return False
 
@@ -659,27 +778,52 @@ def _calls_of(state: State, index: int) -> Sequence[Call]:
 
 
 def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
+    """One cycle through the dispatcher: the calls' resolved arguments, the symbols memory
+    checks first (those the arguments read are held: a doubted one stops the cycle), the
+    preferences it asks memory for, and the values the calls' envelopes carry."""
     action = state.on_enter[index]
     calls = _calls_of(state, index)
     values = _values(step)
-    budget = action.parallel.budget_ms if isinstance(action, ParallelAction) else None
-    named = action.parallel.task if isinstance(action, ParallelAction) else calls[0].task
-    symbols = sorted(_symbols(calls))
-    held: dict[str, ContextValue] = {protocol.SYMBOLS_HELD: True} if symbols else {}
-    asked = sorted({name for call in calls for name in call.preferences})
+    group = action.parallel if isinstance(action, ParallelAction) else None
+    parts: list[Call | Parallel] = [*calls, group] if group is not None else [*calls]
+    carried: dict[str, ContextValue] = {}
+    for part in parts:
+        if part.context is not None:
+            carried.update(_carried(part.context, values))
+    held = _held(calls)
+    declared = [name for part in parts for name in part.symbols]
+    symbols = list(dict.fromkeys([*declared, *sorted(held)]))
+    asked = list(dict.fromkeys(name for part in parts for name in part.preferences))
+    if symbols:
+        carried["symbols"] = symbols
+    if held:
+        carried[protocol.SYMBOLS_HELD] = True
     if asked:
-        held["preferences"] = list(asked)
+        carried["preferences"] = asked
+    named = group.task if group is not None else calls[0].task
     step.cycle(
         named or f"{state.id}#{index}",
         [(call.tool, resolve(call.args, values)) for call in calls],
-        budget_ms=budget or spec.budget_of(state.id),
-        symbols=symbols,
-        **held,
+        budget_ms=(group.budget_ms if group is not None else None) or spec.budget_of(state.id),
+        **carried,
     )
 
 
-def _symbols(calls: Sequence[Call]) -> set[str]:
-    """The short-term symbols the calls' arguments read (memory checks them first)."""
+def _carried(context: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, ContextValue]:
+    """A call's ``context:`` resolved: JSON scalars and lists of texts only (an envelope's
+    context holds nothing else); HookError otherwise."""
+    found = _mapping(context, values)
+    for key, value in found.items():
+        scalar = value is None or isinstance(value, bool | int | float | str)
+        texts_only = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if not (scalar or texts_only):
+            raise HookError(f"context {key!r} is {value!r}: not a text, number or list of texts")
+    return found
+
+
+def _held(calls: Sequence[Call]) -> set[str]:
+    """The short-term symbols the calls' arguments read: memory checks them first, and a
+    doubted one stops the cycle (its answer would rest on it)."""
     return {
         path.split(".")[1]
         for call in calls
@@ -701,11 +845,51 @@ def _remember(step: Step, action: RememberAction) -> None:
         step.to_dispatcher(write, task="memory_write")
         symbols = {**step.session.values.get("symbols", {}), what.symbol.name: entity}
         step.update(values={**step.session.values, "symbols": symbols})
-    elif isinstance(what, RememberPreference) and what.preference.confirmed:
-        value = render(what.preference.value, values)
-        step.remember(f"pref:{what.preference.name}", value, confirmed_by=step.session.turn_id)
     elif isinstance(what, RememberPreference):
-        step.remember(f"choice:{what.preference.name}", render(what.preference.value, values))
+        _prefer(step, what.preference, resolve(what.preference.value, values))
+    elif isinstance(what, RememberItem):
+        item = what.item
+        _write_item(step, resolve(item if isinstance(item, str) else item.model_dump(), values))
+    elif isinstance(what, RememberDeclined):
+        name, session = what.declined, step.session
+        candidates = {k: v for k, v in session.candidates.items() if k != name}
+        step.update(declined=(*session.declined, name), candidates=candidates)
+
+
+def _prefer(step: Step, preference: PreferenceWrite, value: Any) -> None:
+    """A choice memory counts; confirmed, the user's preference (proven by their answer):
+    memory keeps it, and the session knows it at once, no longer a candidate."""
+    name, session = preference.name, step.session
+    if not preference.confirmed:
+        step.remember(f"choice:{name}", value)
+        return
+    step.remember(f"pref:{name}", value, confirmed_by=session.turn_id)
+    shown = value if isinstance(value, str) else canonical_json(value)  # as memory shows it
+    candidates = {k: v for k, v in session.candidates.items() if k != name}
+    step.update(preferences={**session.preferences, name: shown}, candidates=candidates)
+
+
+_RESERVED_KEYS: Final = ("pref:", "choice:", protocol.FLOW_SNAPSHOT, "unfinished:")
+
+
+def _write_item(step: Step, item: Any) -> None:
+    """A mid-term item (None: nothing). Its key is never a preference's, a choice's nor a
+    flow snapshot's: those have their own proofs (HookError)."""
+    if item is None:
+        return
+    if not isinstance(item, dict) or not isinstance(item.get("key"), str) or "value" not in item:
+        raise HookError(f"{item!r} is not an item (key, value, importance, ttl_s)")
+    key = item["key"]
+    builtin = key == f"unfinished:{step.env.session_id}" and step.session.flow is None
+    if not key or (key.startswith(_RESERVED_KEYS) and not builtin):
+        raise HookError(f"item key {key!r}: a preference's, choice's or snapshot's")
+    step.remember(
+        key,
+        item["value"],
+        confirmed_by=_proof(step),
+        importance=float(item.get("importance", 0.5)),
+        ttl_s=int(item.get("ttl_s", FLOW_SNAPSHOT_TTL_S)),
+    )
 
 
 def _verify_fact(step: Step, spec: FlowSpec, what: RememberFact) -> None:
@@ -739,23 +923,61 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_LATER: Final = "请稍后重试或联系管理员"
+_CALLER_ERRORS: Final = range(400, 500)
+"""HTTP's client-error class: the request was wrong, another try fails the same way..."""
+_TRANSIENT: Final = frozenset({408, 425, 429})
+"""... except a timeout, too early and too many requests: later, the same request may pass."""
+
+
+def _fail_result(step: Step, spec: FlowSpec, failed: ToolResult) -> None:
+    """A tool answered with an error. A 4xx is the caller's mistake: the user is told what
+    the tool said was wrong; anything else may pass later: retry later."""
+    component, code = protocol.tool_at(failed.tool), failed.status_code
+    if code in _CALLER_ERRORS and code not in _TRANSIENT:
+        text = texts.rejected_text(failed.tool, code, failed.error)
+    else:
+        text = texts.error_text(component, str(code), _LATER)
+    _fail(step, spec, component, str(code), failed.error or "", text=text)
+
+
 def _fail(
-    step: Step, spec: FlowSpec, component: str, code: str, message: str, *, advice: str = ""
+    step: Step,
+    spec: FlowSpec,
+    component: str,
+    code: str,
+    message: str,
+    *,
+    advice: str = "",
+    text: str | None = None,
 ) -> None:
-    """Tell the user what failed, then take the state's exception exit (a terminal state
-    ends as it would have; past MAX_FAILURES in a row, or MAX_MOVES, it stays put)."""
+    """Take the state's way out of a failure and tell the user what failed (``text``, by
+    default the component, the code and ``advice``): a cycle that ran out of time takes the
+    state's ``on_timeout`` move; else the exception exit, whose ``failure:`` actions (when
+    the state has them) say it in their own words. A terminal state ends as it would have;
+    past MAX_FAILURES in a row, or MAX_MOVES, the session stays put."""
     step.problem(component, code, message)
     failures = step.session.failures + 1
     step.update(pending=None, degraded=True, failures=failures)
     step.disarm_all()
-    step.reply(texts.error_text(component, code, advice or "请稍后重试或联系管理员"))
+    told = text or texts.error_text(component, code, advice or _LATER)
+    step.failure = {"component": component, "code": code, "message": message, "text": told}
     state = _state(step, spec)
+    timed_out = code in ("timeout", str(protocol.TIMEOUT))
     if state.kind == "terminal":
-        _finish(step, spec, state)
+        step.reply(told)
     elif failures > MAX_FAILURES or step.moves >= MAX_MOVES:
         why = (
             f"{failures} failures in a row in flow {spec.flow} v{spec.version}: stays in {state.id}"
         )
         step.problem("conversation:flow", "failing", why)
+        step.reply(told)
+    elif timed_out and state.on_timeout is not None and _take(step, spec, state.on_timeout):
+        pass
+    elif state.exit is not None and state.failure:
+        _enter(step, spec, state.exit, FAILURE, state.failure)
     elif state.exit is not None:
-        _enter(step, spec, state.exit, "failed")
+        _enter(step, spec, state.exit, FAILURE, then=(told, ()))
+    else:
+        step.reply(told)
+    step.failure = {}

@@ -77,8 +77,9 @@ class Session(BaseModel):
     """Stale/degraded notices for the next reply."""
     stale: bool = False
     degraded: bool = False
-    context: dict[str, bool | float] = Field(default_factory=dict)
-    """Recorded tolerances (``user_tolerates_blur``, ``ocr_confidence_min``)."""
+    context: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    """What the user stated that every later cycle carries (a flow's ``carry``: the expense
+    report's ``user_tolerates_blur``, ``ocr_confidence_min``)."""
     locked: bool = False
     """S4's lock: the validated report is not changed except through 修改."""
     problems: tuple[dict[str, str], ...] = ()
@@ -107,6 +108,8 @@ class Session(BaseModel):
     """A flow's last reply to the current turn said more would follow."""
     path: tuple[str, ...] = ()
     """The states a flow session went through, in order, each once (frequent paths)."""
+    trigger: str = ""
+    """The trigger of the move that entered the current state."""
     unshown_steps: tuple[str, ...] = ()
     """The verification steps of tool results a flow has not shown yet: its next reply
     carries them, so what the user reads says how it was checked."""

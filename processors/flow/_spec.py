@@ -29,11 +29,14 @@ __all__ = [
     "STATE_PATTERN",
     "SUMMARY_MAX",
     "Action",
+    "ArmAction",
     "Call",
     "CallAction",
+    "CarryAction",
     "Confirmation",
     "Decide",
     "DecideAction",
+    "DisarmAction",
     "Entity",
     "FactWrite",
     "FlowSpec",
@@ -41,18 +44,23 @@ __all__ = [
     "HookCall",
     "Instant",
     "Intent",
+    "ItemWrite",
     "Parallel",
     "ParallelAction",
     "PatternEntity",
+    "PinAction",
     "PreferenceWrite",
     "Preload",
     "RememberAction",
+    "RememberDeclined",
     "RememberFact",
+    "RememberItem",
     "RememberPreference",
     "RememberSymbol",
     "Reply",
     "ReplyAction",
     "SetAction",
+    "SnapshotHook",
     "State",
     "SymbolWrite",
     "Transition",
@@ -85,13 +93,17 @@ ROOTS: Final = frozenset(
         "intent",
         "attachments",
         "memory",
+        "facts",
+        "failure",
     }
 )
 """What a template may read: the user's and session's ids, the turn's id and time
 (``turn.at``, ISO 8601: hooks read the date here, never from a clock), the user's last
 turn's intent, entities and attachments (a list of name, media_type, uri, sha256), the
-session's short-term symbols and context, the tool results, hook values, and what memory
-answered: confirmed ``memory.preferences`` and unconfirmed ``memory.candidates``."""
+session's short-term symbols and context, the tool results, hook values, what memory
+answered (confirmed ``memory.preferences``, unconfirmed ``memory.candidates``), the pinned
+``facts``, and in a state's ``failure:`` actions what failed (``failure.text``: what the
+user would be told, ``failure.component``, ``failure.code``)."""
 
 _PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
@@ -102,6 +114,11 @@ _UNITS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 def _template(text: str) -> str:
     placeholders(text)
     return text
+
+
+def _templates_in(value: Any) -> Any:
+    placeholders_in(value)
+    return value
 
 
 def _values(values: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +140,19 @@ Template = Annotated[
 """Text whose placeholders are checked when the spec is read (see :func:`placeholders`)."""
 Values = Annotated[dict[str, Any], AfterValidator(_values)]
 """JSON whose strings are templates (a tool's arguments, a preloaded context)."""
+def _one_placeholder(text: str) -> str:
+    found = placeholders(text)
+    if len(found) != 1 or text != "{" + found[0] + "}":
+        raise ValueError(f"{text!r} is not one placeholder ({{root.path}}) alone")
+    return text
+
+
+Placeholder = Annotated[
+    str,
+    Field(min_length=3, max_length=200, description="One {root.path} whose value is used."),
+    AfterValidator(_one_placeholder),
+]
+"""A value taken whole from the session's values (a hook's answer, a result)."""
 ContextValues = Annotated[
     dict[Annotated[str, Field(pattern=NAME_PATTERN)], Any],
     Field(min_length=1, max_length=32),
@@ -230,6 +260,14 @@ class Call(_Spec):
         max_length=16,
         description="Preferences memory is asked for with the call: {memory.preferences.x}.",
     )
+    symbols: list[Name] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Short-term symbols memory checks before the call (beyond its arguments').",
+    )
+    context: ContextValues | None = Field(
+        default=None, description="Values the cycle's envelopes carry (templates)."
+    )
 
 
 class Parallel(_Spec):
@@ -240,6 +278,9 @@ class Parallel(_Spec):
     task: Name | None = Field(
         default=None, description="The cycle's name in traces (default: <state>#<action>)."
     )
+    preferences: list[Name] = Field(default_factory=list, max_length=16)
+    symbols: list[Name] = Field(default_factory=list, max_length=16)
+    context: ContextValues | None = None
 
 
 class Reply(_Spec):
@@ -247,6 +288,13 @@ class Reply(_Spec):
 
     text: Template
     buttons: list[Button] = Field(default_factory=list, max_length=6)
+    steps: list[Name] | None = Field(
+        default=None,
+        description=(
+            "The cycles (tasks) whose verification steps it carries; default: those of the "
+            "results no reply has carried yet."
+        ),
+    )
 
 
 class SymbolWrite(_Spec):
@@ -267,7 +315,7 @@ class PreferenceWrite(_Spec):
     the user's answer)."""
 
     name: Name
-    value: Template
+    value: Annotated[Any, AfterValidator(_templates_in)]
     confirmed: bool = False
 
 
@@ -278,6 +326,29 @@ class FactWrite(_Spec):
     relation: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
     object: Template
     verified_by: ToolName
+
+
+class ItemWrite(_Spec):
+    """A mid-term item (an unfinished piece of work, a note): ``key`` (never a preference's,
+    a choice's or a flow snapshot's), JSON ``value``, its ``importance`` and lifetime."""
+
+    key: Template
+    value: Annotated[Any, AfterValidator(_templates_in)]
+    importance: float = Field(default=0.5, ge=0, le=1)
+    ttl_s: int = Field(default=30 * 24 * 3600, gt=0, le=366 * 24 * 3600)
+
+
+class RememberItem(_Spec):
+    item: ItemWrite | Placeholder = Field(
+        description="An item, or one placeholder whose value is one (null: nothing written)."
+    )
+
+
+class RememberDeclined(_Spec):
+    """The user said no to keeping a candidate preference: it is not asked about again in
+    this session (nothing is written)."""
+
+    declined: Name
 
 
 class RememberSymbol(_Spec):
@@ -320,9 +391,9 @@ class ReplyAction(_Spec):
 
 
 class RememberAction(_Spec):
-    remember: RememberSymbol | RememberPreference | RememberFact = Field(
-        description="An object with one of symbol, preference, fact."
-    )
+    remember: (
+        RememberSymbol | RememberPreference | RememberFact | RememberItem | RememberDeclined
+    ) = Field(description="An object with one of symbol, preference, fact, item, declined.")
 
 
 class HookAction(_Spec):
@@ -335,9 +406,34 @@ class DecideAction(_Spec):
 
 class SetAction(_Spec):
     """Values written into the session's ``context`` (templates: ``{results.x.y}``), read
-    by later templates, hooks and guards, and kept in the terminal state's snapshot."""
+    by later templates, hooks and guards, and kept in the terminal state's snapshot; or one
+    placeholder whose value (an object, a hook's answer) is merged in."""
 
-    set: ContextValues
+    set: ContextValues | Placeholder
+
+
+class PinAction(_Spec):
+    """Facts pinned in the session's history (``{facts.x}``): every history fold keeps
+    them, and the token budget counts them; empty values are not pinned."""
+
+    pin: ContextValues | Placeholder
+
+
+class ArmAction(_Spec):
+    """(Re)start a wait of the state (one of ``auto: false``, or restart one)."""
+
+    arm: Name
+
+
+class DisarmAction(_Spec):
+    disarm: Name
+
+
+class CarryAction(_Spec):
+    """Values every later cycle's envelopes carry (what the user has stated, for memory
+    and tools to read: a tolerance, a locale)."""
+
+    carry: ContextValues
 
 
 Action = (
@@ -348,10 +444,23 @@ Action = (
     | HookAction
     | DecideAction
     | SetAction
+    | PinAction
+    | ArmAction
+    | DisarmAction
+    | CarryAction
 )
 """One on-enter action: an object with exactly one of call, parallel, reply, remember, hook,
-decide, set."""
-Instant = ReplyAction | SetAction | HookAction | RememberAction
+decide, set, pin, arm, disarm, carry."""
+Instant = (
+    ReplyAction
+    | SetAction
+    | HookAction
+    | RememberAction
+    | PinAction
+    | ArmAction
+    | DisarmAction
+    | CarryAction
+)
 """An action of a move (``do:``): done at once, never a call (a fact, which its tool
 verifies, is refused by the lint)."""
 
@@ -364,6 +473,10 @@ class Wait(_Spec):
     after: Duration
     trigger: Name
     text: Template | None = None
+    buttons: list[Button] = Field(default_factory=list, max_length=6)
+    auto: bool = Field(
+        default=True, description="Armed on entering the state; false: only by an arm action."
+    )
 
 
 class Confirmation(_Spec):
@@ -376,6 +489,17 @@ class Confirmation(_Spec):
         default_factory=list, max_length=32
     )
     trigger: Name = "confirmed"
+    intents: list[Name] = Field(
+        default_factory=list,
+        description="When given, an answer passes only if the flow reads it as one of these.",
+    )
+
+
+class SnapshotHook(_Spec):
+    """A terminal state's record written by a hook: it answers an item (``key``, ``value``,
+    ``importance``, ``ttl_s``) or null."""
+
+    hook: Name
 
 
 class Preload(_Spec):
@@ -396,10 +520,23 @@ class State(_Spec):
     on_enter: list[Action] = Field(default_factory=list, max_length=32)
     waits: list[Wait] = Field(default_factory=list, max_length=8)
     exit: StateId | None = Field(default=None, description="The exception exit.")
+    failure: list[Instant] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Done on taking the exit, in place of telling the user {failure.text}.",
+    )
+    on_timeout: Name | None = Field(
+        default=None,
+        description="The move a cycle that ran out of its budget takes (else the exit).",
+    )
     confirm: Confirmation | None = None
     summary: Template | None = None
-    snapshot: bool = Field(
-        default=True, description="Terminal states: the session's snapshot into mid-term memory."
+    snapshot: bool | SnapshotHook = Field(
+        default=True,
+        description=(
+            "Terminal states: the session's snapshot into mid-term memory as it ends; or a "
+            "hook that answers the item to write (null: none)."
+        ),
     )
     preload: Preload | None = None
 
@@ -497,6 +634,10 @@ class FlowSpec(_Spec):
     intents: list[Intent] = Field(default_factory=list, max_length=64)
     hooks: dict[Name, Annotated[str, Field(pattern=HOOK_TARGET_PATTERN)]] = Field(
         default_factory=dict, description="name -> module:function (allow-listed modules)."
+    )
+    summary: Name | None = Field(
+        default=None,
+        description="A hook that writes every snapshot's summary, in place of the states'.",
     )
     parser: Name | None = Field(
         default=None,
