@@ -76,6 +76,9 @@ class Step:
         """Completed sessions through each preloading state of the flow (read before)."""
         self.completed: tuple[str, int, tuple[str, ...]] | None = None
         """A flow session that ended with this input: flow, version, its path."""
+        self.answered = False
+        """The move being taken answers the user's whole message (a button, a short answer
+        of the list): only such a move may keep a preference as confirmed."""
 
     # -- state ------------------------------------------------------------------------
 
