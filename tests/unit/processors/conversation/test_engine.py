@@ -711,9 +711,8 @@ transitions:
 async def test_a_hook_decides_the_move_from_what_a_tool_answered(
     tmp_path: Path, status: str, said: list[str], end: str
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
     tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": status}})
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, DECIDED, tools=tools, settings=settings) as harness:
         await harness.send(turn("查合同 C-1234", 1))
         assert replies(harness) == said
@@ -740,10 +739,9 @@ async def test_a_hook_decides_the_move_from_what_a_tool_answered(
 async def test_a_hook_deciding_a_move_it_does_not_declare_fails_the_state(
     tmp_path: Path,
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
     tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": "生效中"}})
     wrong = changed(DECIDED, "{hook: status, moves", "{hook: wrong, moves")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, wrong, tools=tools, settings=settings) as harness:
         await harness.send(turn("查合同 C-1234", 1))
         assert replies(harness)[0].startswith("conversation:hook 暂时无法完成请求（hook）")
@@ -959,8 +957,7 @@ transitions:
 async def test_a_parser_hook_reads_turns_in_place_of_the_phrases(
     tmp_path: Path, text: str, said: str
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, SUBMITTING, settings=settings) as harness:
         await harness.send(turn("你好", 1, flow="submitting"))
         await harness.send(turn(text, 2))  # the phrases alone would read 提交 in both
@@ -970,8 +967,7 @@ async def test_a_parser_hook_reads_turns_in_place_of_the_phrases(
 async def test_a_parser_hook_answering_an_intent_the_flow_lacks_fails_the_state(
     tmp_path: Path,
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     broken = changed(SUBMITTING, "flow_hooks:reads_submit", "flow_hooks:reads_nothing_known")
     async with flow_bus(tmp_path, broken, settings=settings) as harness:
         await harness.send(turn("你好", 1, flow="submitting"))
