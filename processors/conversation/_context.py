@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any, Final
 
 from hermesbus.contract.envelope import Envelope, Metadata, RetryPolicy
-from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import (
     Body,
@@ -30,6 +29,7 @@ from hermesbus.contract.payloads import (
     ToolResult,
     UserTurn,
 )
+from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._history import Message, new_message
 from hermesbus.processors.conversation._machine import MACHINE, START, TERMINAL
@@ -85,6 +85,9 @@ class Step:
         """The symbols memory's latest answer said no longer hold (``memory.invalid``)."""
         self.failure: dict[str, str] = {}
         """What failed, while a state's failure actions run (``failure``)."""
+        self.answered = False
+        """The move being taken answers the user's whole message (a button, a short answer
+        of the list): only such a move may keep a preference as confirmed."""
 
     # -- state ------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -29,6 +29,7 @@ from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import (
     ContextValue,
     ErrorReport,
+    MemoryContext,
     MemoryTier,
     MemoryWrite,
     Reply,
@@ -40,38 +41,54 @@ from hermesbus.contract.payloads import (
 from hermesbus.errors import HermesError, HookError, IntentError, StoreError
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation import _texts as texts
+from hermesbus.processors.conversation._confirm import is_confirmation
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._intent import RuleIntentParser
 from hermesbus.processors.conversation._session import Session, canonical_json
 from hermesbus.processors.conversation._settings import INTENT_PORT
 from hermesbus.processors.conversation._spec_intents import MAX_TEXT, Parsed, parse_turn, plain
 from hermesbus.processors.flow import (
+    FAILURE,
     FLOWS_PORT,
     HOOKS_PORT,
     NAME_PATTERN,
     PATHS_PORT,
+    SUMMARY_MAX,
+    ArmAction,
     Call,
     CallAction,
+    CarryAction,
+    Confirmation,
     Decide,
     DecideAction,
+    DisarmAction,
     FlowCatalog,
     FlowSpec,
     HookAction,
     Hooks,
     Instant,
+    Parallel,
     ParallelAction,
     PathCounts,
+    PinAction,
+    PreferenceWrite,
     RememberAction,
+    RememberDeclined,
     RememberFact,
+    RememberItem,
     RememberPreference,
     RememberSymbol,
     ReplyAction,
+    SetAction,
+    SnapshotHook,
     State,
+    Wait,
     duration_ms,
     placeholders_in,
     render,
     resolve,
 )
+from hermesbus.processors.flow import Reply as SpecReply
 
 __all__ = [
     "FLOW_SETTLE_MS",
@@ -173,14 +190,20 @@ async def choose_flow(step: Step, turn: UserTurn) -> FlowSpec | str | None:
     flows = await catalog.current(at_ms) if catalog is not None else {}
     if turn.flow is not None:
         return flows.get(turn.flow, turn.flow)
+    fresh = {  # a flow's parser sees nothing of the session's earlier flows
+        "user": {"id": step.env.user_id},
+        "session": {"id": step.env.session_id, "state": ""},
+        "turn": {"id": step.env.message_id, "at": step.env.timestamp.isoformat()},
+    }
     for name in sorted(flows):
         spec = flows[name]
         try:
-            intent = _parse(step, spec, turn).intent
+            parsed = _parse(step, spec, turn, fresh)
         except HookError as exc:  # that flow cannot read turns: it begins nothing
             step.problem(f"flow:{spec.flow}", "hook", str(exc))
             continue
-        if intent is not None and _begins(spec, intent):
+        # a bare short answer ("好的") answers a question: it begins no flow
+        if parsed.intent is not None and not parsed.whole and _begins(spec, parsed.intent):
             return spec
     return None
 
@@ -197,11 +220,14 @@ def not_registered(step: Step, flow: str) -> None:
     step.reply(NOT_REGISTERED.format(flow=flow))
 
 
-def _parse(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
-    """The flow's reading of the turn: its parser hook's, else its intents' rules.
+def _parse(
+    step: Step, spec: FlowSpec, turn: UserTurn, fresh: dict[str, Any] | None = None
+) -> Parsed:
+    """The flow's reading of the turn: its parser hook's (given ``fresh`` values when the
+    session is not the flow's yet), else its intents' rules.
     HookError: the parser hook failed or answered something else than it must."""
     if spec.parser is not None:
-        values = _values(step)
+        values = _values(step) if fresh is None else fresh
         text = turn.text[:MAX_TEXT]
         said = {**values["turn"], "text": text, "attachments": len(turn.attachments)}
         return _parsed(spec, _hook(step, spec, spec.parser, {**values, "turn": said}))
@@ -216,14 +242,22 @@ def _parsed(spec: FlowSpec, answer: Any) -> Parsed:
     where = f"parser {spec.parser!r} of flow {spec.flow}"
     if not isinstance(answer, dict) or not set(answer) <= {"intent", "entities"}:
         raise HookError(f"{where} answered {answer!r}: not {{intent, entities}}")
-    intent, entities = answer.get("intent"), answer.get("entities") or {}
-    if intent is not None and intent not in {i.name for i in spec.intents}:
+    intent, entities = answer.get("intent"), answer.get("entities", {})
+    known = {i.name: i for i in spec.intents}
+    if intent is not None and (not isinstance(intent, str) or intent not in known):
         raise HookError(f"{where} answered intent {intent!r}: not one of the flow's intents")
+    declared = {e.name for e in known[intent].entities} if intent is not None else set()
+    if entities is None:
+        entities = {}
     if not isinstance(entities, dict) or not all(
-        isinstance(k, str) and NAME.fullmatch(k) and isinstance(v, str) and len(v) <= MAX_ENTITY
+        isinstance(k, str) and k in declared and isinstance(v, str) and len(v) <= MAX_ENTITY
         for k, v in entities.items()
     ):
-        raise HookError(f"{where} answered entities {entities!r}: not {{name: short text}}")
+        named = ", ".join(sorted(declared)) or "none"
+        raise HookError(
+            f"{where} answered entities {entities!r}: not short texts of its intent's "
+            f"entities ({named})"
+        )
     return Parsed(intent, dict(entities))
 
 
@@ -235,8 +269,8 @@ async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
     parsed = _parse(step, spec, turn)
     model = step.inp.ports.get(INTENT_PORT)
     classify = getattr(model, "classify", None)
-    if parsed.intent is not None or classify is None or not spec.intents:
-        return parsed
+    if parsed.intent is not None or classify is None or not spec.intents or spec.parser:
+        return parsed  # a parser hook's null is the flow's reading: no model overrules it
     try:
         name, entities = await classify(
             turn.text[:MAX_TEXT],
@@ -315,9 +349,9 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     state = _state(step, spec)
     confirm = state.confirm
     if confirm is not None and not turn.attachments and _passes(confirm, turn.text, parsed):
-        if _take(step, spec, confirm.trigger, confirmed=True):
+        if _answered(step, spec, confirm.trigger, True):
             return
-    if parsed.intent is not None and _take(step, spec, parsed.intent):
+    if parsed.intent is not None and _answered(step, spec, parsed.intent, parsed.whole):
         return
     if _take(step, spec, "any"):
         return
@@ -334,6 +368,21 @@ def _passes(confirm: Confirmation, text: str, parsed: Parsed) -> bool:
     if not is_confirmation(text, confirm.answers):
         return False
     return not confirm.intents or parsed.intent in confirm.intents
+
+
+def _answered(step: Step, spec: FlowSpec, trigger: str, whole: bool) -> bool:
+    """Take the move of the user's answer; ``whole``: the whole message was a button or a
+    short answer of the list, which alone proves a yes (a preference kept on it)."""
+    step.answered = whole
+    try:
+        return _take(step, spec, trigger, confirmed=whole and _confirms(step, spec, trigger))
+    finally:
+        step.answered = False
+
+
+def _confirms(step: Step, spec: FlowSpec, trigger: str) -> bool:
+    confirm = _state(step, spec).confirm
+    return confirm is not None and confirm.trigger == trigger
 
 
 def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
@@ -365,8 +414,11 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
         if kept:
             results[into.get(result.tool, result.tool)] = _content(result)
     steps = tuple(s for r in answer.results for s in r.verification_steps)
-    shown = tuple(dict.fromkeys((*step.session.unshown_steps, *steps)))
-    step.update(unshown_steps=shown, steps={**step.session.steps, pending.task: steps})
+    step.update(steps={**step.session.steps, pending.task: steps})
+    if kept:  # a reply says how what it reports was checked: never a failed or doubted answer
+        ok = [r for r in answer.results if r.status_code == protocol.OK]
+        shown = (*step.session.unshown_steps, *(s for r in ok for s in r.verification_steps))
+        step.update(unshown_steps=tuple(dict.fromkeys(shown)))
     symbols = dict(values.get("symbols", {}))
     if answer.context is not None:
         symbols.update(answer.context.symbols)
@@ -429,15 +481,19 @@ def timer_is_current(step: Step, spec: FlowSpec, fired: TimerFired, token: str |
 
 def on_flow_timer(step: Step, spec: FlowSpec, fired: TimerFired) -> None:
     """A wait of the state ran out: its trigger's move, then its text (after the move's own
-    actions, before the next state's)."""
+    actions, before the next state's); a move that stays waits again."""
     attach(step, spec)
+    wait_state = step.session.state
     wait = next(w for w in _state(step, spec).waits if w.id == fired.purpose)
     step.update(timers={k: v for k, v in step.session.timers.items() if k != fired.purpose})
     said = (wait.text, tuple(wait.buttons)) if wait.text else None
+    moves = step.moves
     if not _take(step, spec, wait.trigger, then=said):
         log.info("session %s: wait %s fired no move", step.env.session_id, wait.id)
         if said is not None:
             _say(step, *said)
+    elif step.moves == moves and step.session.state == wait_state:  # it stayed: wait again
+        step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
 
 
 # -- the interpreter ---------------------------------------------------------------------
@@ -469,6 +525,7 @@ def _enter(
     target: str,
     trigger: str,
     does: Sequence[Instant] = (),
+    *,
     then: tuple[str, tuple[str, ...]] | None = None,
 ) -> None:
     """Move to ``target`` (its snapshot to the dispatcher; a terminal state's memory
@@ -584,11 +641,11 @@ def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
     elif isinstance(action, ArmAction):
         wait = _wait(step, spec, action.arm)
         step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
-    else:
+    elif isinstance(action, DisarmAction):
         step.disarm(_wait(step, spec, action.disarm).id)
 
 
-def _reply(step: Step, reply: Reply, values: Mapping[str, Any]) -> None:
+def _reply(step: Step, reply: SpecReply, values: Mapping[str, Any]) -> None:
     """A spec's reply: it becomes the question asked again when a turn is not understood,
     and carries verification steps (its ``steps``' cycles', else those not carried yet)."""
     text = render(reply.text, values)
@@ -620,11 +677,15 @@ def _wait(step: Step, spec: FlowSpec, name: str) -> Wait:
     return wait
 
 
-def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant]) -> bool:
-    """A move's own actions (``do:``); False: a hook failed, and the state's exit is taken."""
+def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant], *, stays: bool = False) -> bool:
+    """A move's own actions (``do:``); False: a hook failed, and the exit of the state the
+    move entered is taken. A move that stays keeps the question it asks again."""
+    asked = step.session.asked
     try:
         for action in actions:
             _instant(step, spec, action)
+        if stays:
+            step.update(asked=asked)
     except HookError as exc:
         _fail(step, spec, "conversation:hook", "hook", str(exc))
         return False
@@ -633,8 +694,7 @@ def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant]) -> bool:
 
 def _done(step: Step, spec: FlowSpec, state: State) -> None:
     """The state's actions are done: end, or arm its waits and take an automatic move."""
-    if state.kind == "terminal":
-        _finish(step, spec, state)
+    if state.kind == "terminal":  # the session ended as it entered it (see _arrive)
         return
     for wait in state.waits:
         if wait.auto:
@@ -722,13 +782,13 @@ def _take(
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
         if move.to is None:  # it stays: its own actions only, the waits still running
-            if _does(step, spec, move.do) and then is not None:
+            if _does(step, spec, move.do, stays=True) and then is not None:
                 _say(step, *then)
             return True
         if step.moves >= MAX_MOVES:
             _loop(step, spec)
             return True
-        _enter(step, spec, move.to, trigger, move.do, then)
+        _enter(step, spec, move.to, trigger, move.do, then=then)
         return True
     return False
 
@@ -748,22 +808,23 @@ def _hook(step: Step, spec: FlowSpec, name: str, values: dict[str, Any] | None =
 
 
 def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:
-    """Take the move the hook chose (one of the action's moves); False: it chose none (null),
-    the actions go on. HookError: it chose something else, or no move on its choice passes
-    its guards."""
+    """Take the move the hook chose (one of the action's moves); False: it chose none
+    (null) or a move that stays, and the actions go on. HookError: it chose something else,
+    or no move on its choice passes its guards."""
     answer = _hook(step, spec, decide.hook)
     if answer is None:
         return False
     if not isinstance(answer, str) or answer not in decide.moves:
         moves = ", ".join(decide.moves)
         raise HookError(f"hook {decide.hook!r} decided {answer!r}: not one of its moves ({moves})")
+    before = (step.moves, step.session.failures)
     if not _take(step, spec, answer):
         source = step.session.state
         raise HookError(
             f"hook {decide.hook!r} decided {answer!r}, and no move of {source!r} on it passes "
             "its guards"
         )
-    return True
+    return (step.moves, step.session.failures) != before  # it stayed: the actions go on
 
 
 def _calls_of(state: State, index: int) -> Sequence[Call]:
@@ -863,7 +924,12 @@ def _prefer(step: Step, preference: PreferenceWrite, value: Any) -> None:
     if not preference.confirmed:
         step.remember(f"choice:{name}", value)
         return
-    step.remember(f"pref:{name}", value, confirmed_by=session.turn_id)
+    if not step.answered:  # a wait, a hook, a phrase or a model never says yes for the user
+        raise HookError(
+            f"preference {name!r} is kept only on the user's own yes (a whole short answer "
+            "or a button): this move was not taken on one"
+        )
+    step.remember(f"pref:{name}", value, confirmed_by=step.env.message_id)
     shown = value if isinstance(value, str) else canonical_json(value)  # as memory shows it
     candidates = {k: v for k, v in session.candidates.items() if k != name}
     step.update(preferences={**session.preferences, name: shown}, candidates=candidates)
@@ -958,7 +1024,7 @@ def _fail(
     past MAX_FAILURES in a row, or MAX_MOVES, the session stays put."""
     step.problem(component, code, message)
     failures = step.session.failures + 1
-    step.update(pending=None, degraded=True, failures=failures)
+    step.update(pending=None, degraded=True, failures=failures, unshown_steps=())
     step.disarm_all()
     told = text or texts.error_text(component, code, advice or _LATER)
     step.failure = {"component": component, "code": code, "message": message, "text": told}

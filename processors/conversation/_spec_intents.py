@@ -21,7 +21,7 @@ from typing import Final
 from hermesbus.processors.conversation._intent import normalise_city, relative_period
 from hermesbus.processors.flow import Entity, FlowSpec, Intent, PatternEntity, pattern_of
 
-__all__ = ["MAX_TEXT", "Parsed", "parse_turn", "plain"]
+__all__ = ["MAX_TEXT", "Parsed", "answered", "parse_turn", "plain"]
 
 MAX_TEXT: Final = 2_000
 _NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?")
@@ -35,6 +35,9 @@ class Parsed:
 
     intent: str | None
     entities: dict[str, str] = field(default_factory=dict)
+    whole: bool = False
+    """The whole message was one of the intent's short ``answers`` (the user's own words,
+    not a phrase inside a longer text nor a model's reading)."""
 
 
 def plain(text: str) -> str:
@@ -50,8 +53,14 @@ def _found(lowered: str, phrase: str) -> bool:
     return phrase in lowered
 
 
+def answered(intent: Intent, text: str) -> bool:
+    """Whether ``text`` is, as a whole, one of the intent's short answers."""
+    said = plain(text)
+    return bool(said) and said in {plain(answer) for answer in intent.answers}
+
+
 def _matches(intent: Intent, text: str, lowered: str) -> bool:
-    if intent.answers and plain(text) in {plain(answer) for answer in intent.answers}:
+    if answered(intent, text):
         return True
     if any(_found(lowered, phrase) for phrase in intent.phrases):
         return True
@@ -93,5 +102,6 @@ def parse_turn(spec: FlowSpec, text: str, *, now: datetime, zone: tzinfo) -> Par
     for intent in spec.intents:
         if _matches(intent, text, lowered):
             found = {e.name: _entity(e, text, local) for e in intent.entities}
-            return Parsed(intent.name, {k: v for k, v in found.items() if v is not None})
+            entities = {k: v for k, v in found.items() if v is not None}
+            return Parsed(intent.name, entities, whole=answered(intent, text))
     return Parsed(None)

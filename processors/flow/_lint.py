@@ -101,6 +101,7 @@ class _Check:
         self.found: list[Finding] = []
         self.ids = [s.id for s in spec.states]
         self.intents = {i.name for i in spec.intents}
+        self.answering = {i.name for i in spec.intents if i.answers}
 
     def say(
         self,
@@ -222,6 +223,10 @@ class _Check:
                 self.say((*at, "on_enter", a, "remember", "preference", "confirmed"), _ON_YES)
             if not isinstance(action, ParallelAction):
                 continue
+            for c, call in enumerate(action.parallel.calls):
+                if call.task is not None:
+                    where = (*at, "on_enter", a, "parallel", "calls", c, "task")
+                    self.say(where, "a group is one cycle: name it on parallel: (task:)")
             tools = [call.tool for call in action.parallel.calls]
             for c, tool in enumerate(tools):
                 if tool in tools[:c]:
@@ -252,7 +257,7 @@ class _Check:
                 self.say(
                     (*at, "on"), f"{move.on!r} never fires in {move.source!r} (there: {known})"
                 )
-            answered = move.on in self.intents or (
+            answered = move.on in self.answering or (
                 source is not None
                 and source.confirm is not None
                 and move.on == source.confirm.trigger
@@ -343,8 +348,25 @@ class _Check:
                 elif move == confirm:
                     why = f"{move!r} is the confirmation trigger of {state.id!r}"
                     self.say(at, f"{why}: a hook would confirm")
+                elif move in self.intents:
+                    self.say(at, f"{move!r} is an intent: the user's words would take it too")
+                elif move in {w.trigger for w in state.waits}:
+                    self.say(at, f"{move!r} is a wait's trigger: time would take it too")
                 elif not self._leaves(state.id, move):
                     self.say(at, f"{move!r} has no transition from {state.id!r}")
+                elif self._loops(state, a, move):
+                    self.say(
+                        at,
+                        f"{move!r} leads back to {state.id!r}, whose actions run and decide "
+                        "again with no call in between: a loop",
+                    )
+
+    def _loops(self, state: State, at: int, move: str) -> bool:
+        back = any(
+            m.source == state.id and m.on == move and m.to == state.id
+            for m in self.spec.transitions
+        )
+        return back and not any(_has_calls(a) for a in state.on_enter[:at])
 
     def _leaves(self, state: str, trigger: str) -> bool:
         return any(m.source == state and m.on == trigger for m in self.spec.transitions)
@@ -413,7 +435,7 @@ def _closure(start: set[str], moves: dict[str, set[str]]) -> set[str]:
 
 _ON_YES: Final = (
     "a preference is kept only on the user's own yes: write it in the do: of a move on an "
-    "intent (or a confirmation's trigger)"
+    "intent with answers: (a whole short answer) or on a confirmation's trigger"
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from typing import Annotated, Any, Final, Literal
 
 import re2
@@ -108,6 +109,7 @@ user would be told, ``failure.component``, ``failure.code``)."""
 _PLACEHOLDER: Final = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _PATH: Final = re.compile(r"^[a-z]+(\.[A-Za-z0-9][A-Za-z0-9_]*)*$")
 """``root.key.key``: keys of the context only (none starts with ``_``: no attribute)."""
+_STRIPPED: Final = re.compile(r"[\s,.!;:，。！；：、~\"'“”?？]+")
 _UNITS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 
 
@@ -606,6 +608,14 @@ class Intent(_Spec):
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
         return [_regex(pattern) for pattern in patterns]
+
+    @field_validator("answers")
+    @classmethod
+    def _answers_say_something(cls, answers: list[str]) -> list[str]:
+        for answer in answers:
+            if not _STRIPPED.sub("", unicodedata.normalize("NFKC", answer)):
+                raise ValueError(f"answer {answer!r} is only punctuation: it would match anything")
+        return answers
 
     @model_validator(mode="after")
     def _recognisable(self) -> Intent:

@@ -6,6 +6,7 @@ from json import dumps  # imported here, defined elsewhere: never a hook
 from typing import Any
 
 __all__ = [
+    "aside",
     "broken",
     "contract_state",
     "dumps",
@@ -13,7 +14,10 @@ __all__ = [
     "fails",
     "greeting",
     "is_vip",
+    "reads_a_list",
+    "reads_an_admin",
     "reads_nothing_known",
+    "reads_only_its_own",
     "reads_submit",
     "today",
 ]
@@ -62,3 +66,22 @@ def reads_submit(values: dict[str, Any]) -> dict[str, Any]:
 
 def reads_nothing_known(values: dict[str, Any]) -> dict[str, Any]:
     return {"intent": "dance"}
+
+
+def reads_a_list(values: dict[str, Any]) -> dict[str, Any]:
+    return {"intent": ["submit"]}  # not a name: refused, never a crash
+
+
+def reads_an_admin(values: dict[str, Any]) -> dict[str, Any]:
+    return {"intent": "submit", "entities": {"user_id": "admin"}}  # not the intent's entity
+
+
+def reads_only_its_own(values: dict[str, Any]) -> dict[str, Any]:
+    """提交 begins a submission, read only from what a new session may see."""
+    if values.get("results") or values["session"]["state"]:
+        raise ValueError(f"saw another flow's session: {sorted(values)}")
+    return {"intent": "submit" if "提交" in str(values["turn"]["text"]) else None}
+
+
+def aside(values: dict[str, Any]) -> str:
+    return "side"

@@ -22,6 +22,7 @@ from hermesbus import (
     Reply,
     StateSnapshot,
     ToolCall,
+    ToolResult,
     UserTurn,
 )
 from hermesbus.compose.settings import Settings
@@ -710,9 +711,8 @@ transitions:
 async def test_a_hook_decides_the_move_from_what_a_tool_answered(
     tmp_path: Path, status: str, said: list[str], end: str
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
     tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": status}})
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, DECIDED, tools=tools, settings=settings) as harness:
         await harness.send(turn("查合同 C-1234", 1))
         assert replies(harness) == said
@@ -739,10 +739,9 @@ async def test_a_hook_decides_the_move_from_what_a_tool_answered(
 async def test_a_hook_deciding_a_move_it_does_not_declare_fails_the_state(
     tmp_path: Path,
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
     tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": "生效中"}})
     wrong = changed(DECIDED, "{hook: status, moves", "{hook: wrong, moves")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, wrong, tools=tools, settings=settings) as harness:
         await harness.send(turn("查合同 C-1234", 1))
         assert replies(harness)[0].startswith("conversation:hook 暂时无法完成请求（hook）")
@@ -927,7 +926,7 @@ start: ask
 parser: reads
 hooks: {reads: tests.unit.processors.conversation.flow_hooks:reads_submit}
 intents:
-  - {name: submit, phrases: ["提交"]}
+  - {name: submit, phrases: ["提交"], entities: [{name: files, builtin: number}]}
   - {name: hold, phrases: ["等等"]}
 states:
   - id: ask
@@ -958,8 +957,7 @@ transitions:
 async def test_a_parser_hook_reads_turns_in_place_of_the_phrases(
     tmp_path: Path, text: str, said: str
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     async with flow_bus(tmp_path, SUBMITTING, settings=settings) as harness:
         await harness.send(turn("你好", 1, flow="submitting"))
         await harness.send(turn(text, 2))  # the phrases alone would read 提交 in both
@@ -969,8 +967,7 @@ async def test_a_parser_hook_reads_turns_in_place_of_the_phrases(
 async def test_a_parser_hook_answering_an_intent_the_flow_lacks_fails_the_state(
     tmp_path: Path,
 ) -> None:
-    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
-    settings = Settings.of(tmp_path, tool=modules)
+    settings = hooked_settings(tmp_path)
     broken = changed(SUBMITTING, "flow_hooks:reads_submit", "flow_hooks:reads_nothing_known")
     async with flow_bus(tmp_path, broken, settings=settings) as harness:
         await harness.send(turn("你好", 1, flow="submitting"))
@@ -1011,3 +1008,145 @@ async def test_a_flows_snapshots_show_how_its_calls_ended_and_its_history_what_t
         said = [m["body"]["text"] for m in history if m["role"] == "tool"]
         expected = '{"number":"C-1234","status":"生效中"}' if status == 200 else "{}"
         assert said == [f"contract_tool {status}: {expected}"]
+
+
+# -- what an adversarial review of the engine found ----------------------------------------
+
+HOOKS_HERE = "tests.unit.processors.conversation.flow_hooks"
+
+
+def hooked_settings(tmp_path: Path) -> Settings:
+    modules = ToolSettings(home=tmp_path, tool_modules="tests.unit.processors.conversation")
+    return Settings.of(tmp_path, tool=modules)
+
+
+async def test_a_preference_is_never_kept_on_a_wait_named_like_the_users_yes(
+    tmp_path: Path,
+) -> None:
+    """Time is no yes: a wait firing the trigger of the answer keeps nothing, and says why."""
+    timed = changed(
+        SEATS,
+        '    on_enter: [{reply: {text: "以后都靠窗吗？"}}]\n',
+        '    on_enter: [{reply: {text: "以后都靠窗吗？"}}]\n'
+        "    waits: [{id: keep_wait, after: 2m, trigger: agreed, text: 算了}]\n",
+    )
+    tools = ScriptedTools({"org_tool": {"name": "张三"}})
+    async with flow_bus(tmp_path, timed, tools=tools) as harness:
+        await harness.send(turn("你好", 1, flow="seats"))
+        await harness.send(turn("靠窗", 2))
+        await harness.advance(minutes=3)
+        kept = [
+            s
+            for s in harness.log
+            if isinstance(s.envelope.payload.body, MemoryWrite)
+            and s.envelope.payload.body.key == "pref:seat"
+        ]
+        assert kept == []
+        assert "kept only on the user's own yes" in state(harness)["problems"][-1]["message"]
+
+
+@pytest.mark.parametrize(
+    ("hook", "problem"),
+    [
+        ("reads_a_list", "answered intent ['submit']: not one of the flow's intents"),
+        ("reads_an_admin", "answered entities {'user_id': 'admin'}: not short texts of its"),
+    ],
+)
+async def test_a_parser_answer_of_the_wrong_shape_fails_the_state_and_crashes_nothing(
+    tmp_path: Path, hook: str, problem: str
+) -> None:
+    wrong = changed(SUBMITTING, "flow_hooks:reads_submit", f"flow_hooks:{hook}")
+    async with flow_bus(tmp_path, wrong, settings=hooked_settings(tmp_path)) as harness:
+        await harness.send(turn("提交", 1, flow="submitting"))
+        await harness.send(turn("提交", 2, session="s2"))  # choosing a flow skips it
+        assert problem in state(harness)["problems"][-1]["message"]
+        assert replies(harness, "s2") == [UNCLEAR_TEXT]
+        assert harness.refused == []  # and no handler raised: harness.send would have
+
+
+async def test_choosing_a_flow_its_parser_sees_nothing_of_the_sessions_earlier_flow(
+    tmp_path: Path,
+) -> None:
+    own = changed(SUBMITTING, "flow_hooks:reads_submit", "flow_hooks:reads_only_its_own")
+    tools = ScriptedTools({"contract_tool": {**CONTRACT_ANSWER, "secret": "tok-123"}})
+    settings = hooked_settings(tmp_path)
+    async with flow_bus(tmp_path, CONTRACT, own, tools=tools, settings=settings) as harness:
+        await harness.send(turn("查合同 C-1234", 1))  # contract_lookup runs to its end
+        await harness.send(turn("好，提交", 2))
+        assert replies(harness)[-1] == "已提交（ 个文件）"  # the parser saw a new session
+        assert state(harness)["flow"] == "submitting"
+
+
+async def test_a_move_that_stays_on_a_wait_waits_again(tmp_path: Path) -> None:
+    nudging = changed(
+        CONTRACT,
+        "{from: ask, on: no_answer, to: ended}",
+        '{from: ask, on: no_answer, do: [{reply: {text: "我还在等"}}]}',
+    )
+    async with flow_bus(tmp_path, nudging) as harness:
+        await harness.send(turn("hi", 1, flow="contract_lookup"))
+        await harness.advance(minutes=6)
+        await harness.advance(minutes=6)
+        assert replies(harness) == [
+            "请告诉我合同号",
+            "还在吗？",
+            "我还在等",
+            "还在吗？",
+            "我还在等",
+        ]
+        assert [a.purpose for a in harness.timers("conversation")] == ["ask_wait"]
+        await harness.send(turn("怎么写", 2))  # a stay keeps the question it asks again
+        assert replies(harness)[-1] == "抱歉，没能理解您的回复。请告诉我合同号"
+
+
+async def test_a_decide_choosing_a_move_that_stays_goes_on_with_the_actions(
+    tmp_path: Path,
+) -> None:
+    aside = changed(DECIDED, "  status: tests", f"  side: {HOOKS_HERE}:aside\n  status: tests")
+    aside = changed(
+        aside,
+        "      - decide: {hook: status, moves: [active, lapsed]}\n",
+        "      - decide: {hook: side, moves: [side]}\n"
+        "      - decide: {hook: status, moves: [active, lapsed]}\n",
+    )
+    aside = changed(
+        aside,
+        "  - {from: look, on: done, to: ended}\n",
+        "  - {from: look, on: done, to: ended}\n"
+        '  - {from: look, on: side, do: [{reply: {text: "顺便说一句"}}]}\n',
+    )
+    tools = ScriptedTools({"contract_tool": {"number": "C-1234", "status": "生效中"}})
+    settings = hooked_settings(tmp_path)
+    async with flow_bus(tmp_path, aside, tools=tools, settings=settings) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        assert replies(harness) == ["顺便说一句", "合同 C-1234 有效"]
+        assert moves(harness)[-1] == ("look", "active", "decided@1")
+
+
+async def test_a_failed_answer_lends_its_verification_steps_to_no_reply(tmp_path: Path) -> None:
+    refused = ToolResult(
+        tool="contract_tool",
+        status_code=422,
+        error="number: not a contract",
+        verification_steps=("合同库签名核对",),
+    )
+    tools = ScriptedTools({"contract_tool": lambda _: refused})
+    ended = changed(
+        CONTRACT,
+        "    kind: terminal\n",
+        '    kind: terminal\n    on_enter: [{reply: {text: "已结束"}}]\n',
+    )
+    async with flow_bus(tmp_path, ended, tools=tools) as harness:
+        await harness.send(turn("查合同 C-1234", 1))
+        said = [
+            (s.envelope.payload.body.text, s.envelope.payload.body.verification_steps)
+            for s in harness.sent
+            if isinstance(s.envelope.payload.body, Reply)
+        ]
+        assert said[-1] == ("已结束", ())
+
+
+async def test_a_bare_short_answer_begins_no_flow(tmp_path: Path) -> None:
+    async with flow_bus(tmp_path, CONTRACT, RECEIPTS) as harness:
+        await harness.send(turn("好的", 1))
+        assert replies(harness) == [UNCLEAR_TEXT]  # it answers nothing asked: no receipts

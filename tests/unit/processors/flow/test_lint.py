@@ -419,14 +419,17 @@ def test_a_preference_is_kept_as_confirmed_only_on_the_users_answer() -> None:
         "{from: ask, on: no_answer, to: ended}",
         f"{{from: ask, on: no_answer, to: ended, do: [{write}]}}",
     )
-    on_answer = changed(
+    on_a_phrase = changed(
         CONTRACT,
         "{from: ask, on: cancel, to: ended}",
         f"{{from: ask, on: cancel, to: ended, do: [{write}]}}",
     )
+    on_an_answer = changed(
+        on_a_phrase, '    phrases: ["取消", "cancel"]', '    answers: ["取消", "cancel"]'
+    )
     why = (
         "a preference is kept only on the user's own yes: write it in the do: of a move on an "
-        "intent (or a confirmation's trigger)"
+        "intent with answers: (a whole short answer) or on a confirmation's trigger"
     )
     assert findings(entering) == [
         said(entering, write, f"states[0].on_enter[0].remember.preference.confirmed: {why}")
@@ -434,11 +437,84 @@ def test_a_preference_is_kept_as_confirmed_only_on_the_users_answer() -> None:
     assert findings(on_time) == [
         said(on_time, write, f"transitions[1].do[0].remember.preference.confirmed: {why}")
     ]
-    assert findings(on_answer) == []
+    assert findings(on_a_phrase) == [  # "不取消" holds the phrase too
+        said(on_a_phrase, write, f"transitions[2].do[0].remember.preference.confirmed: {why}")
+    ]
+    assert findings(on_an_answer) == []
 
 
 def test_a_parser_hook_is_declared() -> None:
     parsed = changed(CONTRACT, "start: ask\n", "start: ask\nparser: reads\n")
     assert findings(parsed) == [
         said(parsed, "parser: reads", "parser: hook 'reads' is not declared under hooks: (none)")
+    ]
+
+
+def test_a_decided_move_is_named_like_no_intent_or_wait_and_does_not_loop() -> None:
+    sound = changed(DECIDING, "[lapsed, done, confirmed, nowhere]", "[lapsed]")
+    named = changed(sound, "[lapsed]", "[lookup, no_answer_x]")
+    named = changed(
+        named,
+        "  - {from: look, on: lapsed, to: ended}\n",
+        "  - {from: look, on: lookup, to: ended}\n",
+    )
+    assert [f for f in findings(named) if "decide.moves" in f] == [
+        said(
+            named,
+            "decide:",
+            "states[1].on_enter[1].decide.moves[0]: 'lookup' is an intent: "
+            "the user's words would take it too",
+        ),
+        said(
+            named,
+            "decide:",
+            "states[1].on_enter[1].decide.moves[1]: 'no_answer_x' has no transition from 'look'",
+        ),
+    ]
+    looping = changed(
+        sound,
+        "      - call:\n          tool: contract_tool\n",
+        "      - call:\n          tool: contract_tool\n",
+    )
+    looping = changed(
+        looping,
+        "  - {from: look, on: lapsed, to: ended}\n",
+        "  - {from: look, on: lapsed, to: look}\n",
+    )
+    assert [f for f in findings(looping) if "loop" in f] == []  # a call comes first
+    first = changed(
+        looping,
+        "      - decide: {hook: status, moves: [lapsed]}\n",
+        "",
+    )
+    first = changed(
+        first,
+        "    on_enter:\n      - call:",
+        "    on_enter:\n      - decide: {hook: status, moves: [lapsed]}\n      - call:",
+    )
+    assert [f for f in findings(first) if "loop" in f] == [
+        said(
+            first,
+            "decide:",
+            "states[1].on_enter[0].decide.moves[0]: 'lapsed' leads back to "
+            "'look', whose actions run and decide again with no call in between: a loop",
+        )
+    ]
+
+
+def test_a_call_in_a_group_is_named_by_its_group() -> None:
+    grouped = changed(
+        CONTRACT,
+        "      - call:\n          tool: contract_tool\n"
+        '          args: {number: "{entities.contract_no}", user: "{user.id}"}\n',
+        "      - parallel:\n          budget_ms: 5000\n          calls:\n"
+        "            - {tool: contract_tool, task: lookup}\n            - {tool: org_tool}\n",
+    )
+    assert findings(grouped) == [
+        said(
+            grouped,
+            "task: lookup",
+            "states[1].on_enter[0].parallel.calls[0].task: a group is "
+            "one cycle: name it on parallel: (task:)",
+        )
     ]

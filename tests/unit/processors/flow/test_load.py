@@ -221,3 +221,11 @@ def test_a_move_names_where_it_goes_or_what_it_does() -> None:
         f"f.yaml:{line_of(empty, '{from: look, on: done}')}: transitions[3]: a move names the "
         "state it enters (to:) or what it does (do:)"
     ]
+
+
+def test_an_answer_that_is_only_punctuation_is_refused() -> None:
+    empty = changed(CONTRACT, '    phrases: ["取消", "cancel"]', '    answers: ["。"]')
+    assert problems(empty) == [
+        f"f.yaml:{line_of(empty, 'answers:')}: intents[1].answers: answer '。' is only "
+        "punctuation: it would match anything"
+    ]
