@@ -22,7 +22,7 @@ from hermesbus.compose.stack import Stack
 from hermesbus.contract.envelope import Envelope
 from hermesbus.demo import expense as demo
 from hermesbus.demo import tables
-from hermesbus.processors import conversation
+from hermesbus.processors.flow import expense_hooks as expense
 from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.processors.protocol import FLOW_SNAPSHOT
 from hermesbus.trace.spans import collect, spans, waterfall
@@ -31,7 +31,7 @@ from ._common import console, err_console, shown
 
 __all__ = ["APPROVER", "ENDINGS", "evidence", "lacks", "run"]
 
-ENDINGS = ("已提交", conversation.UNFINISHED_LABEL)
+ENDINGS = ("已提交", expense.UNFINISHED_LABEL)
 """What the last reply of conversation A and of conversation B must say."""
 APPROVER = "person:张主管"
 """Who approves the demo user's reports in the fixture company (finance_tool says so)."""
@@ -140,7 +140,7 @@ async def evidence(running: Stack, said: demo.Said) -> list[str]:
 async def _held(running: Stack, said: demo.Said) -> tuple[Edge | None, MidTermItem | None]:
     """The approval edge of the session's report and its unfinished item, if any."""
     session = said.conversation.session_id
-    report = conversation.report_id(session)
+    report = expense.report_id(session)
     edge = await running.memory.edge(f"expense:{report}", "approved_by", APPROVER)
     return edge, await running.memory.item(demo.DEMO_USER, f"unfinished:{session}")
 
@@ -151,11 +151,11 @@ async def _lacks(running: Stack, said: demo.Said) -> list[str]:
     text = getattr(last.payload.body, "text", "") if last is not None else ""
     edge, item = await _held(running, said)
     if ENDINGS[0] in text:
-        report = conversation.report_id(session)
+        report = expense.report_id(session)
         return [] if edge is not None else [f"no approved_by edge for expense:{report}"]
     label = json.loads(item.value_json).get("label") if item is not None else None
-    if label != conversation.UNFINISHED_LABEL:
-        return [f"no unfinished:{session} ({conversation.UNFINISHED_LABEL}) in mid-term memory"]
+    if label != expense.UNFINISHED_LABEL:
+        return [f"no unfinished:{session} ({expense.UNFINISHED_LABEL}) in mid-term memory"]
     return []
 
 

@@ -1,8 +1,9 @@
 """What one handler call accumulates: the session, the envelopes to emit, timers to (un)set.
 
-Every transition goes through :meth:`Step.move` (table lookup + ``StateSnapshot``), every
-envelope to the dispatcher carries the current snapshot, and every reply is recorded in
-the history, so the handler code above only says what happens, not how it is sent.
+Every move goes through :meth:`Step.move` (its ``StateSnapshot``), every envelope to the
+dispatcher carries the current snapshot (the flow's summary brought up to date), and every
+reply is recorded in the history, so the engine above only says what happens, not how it
+is sent.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from hermesbus.contract.payloads import (
 from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._history import Message, new_message
-from hermesbus.processors.conversation._machine import MACHINE, START, TERMINAL
 from hermesbus.processors.conversation._session import (
     MAX_PROBLEMS,
     MAX_TRACES,
+    NEW,
     Pending,
     Session,
     canonical_json,
@@ -43,15 +44,13 @@ from hermesbus.processors.conversation._session import (
     snapshot_of,
 )
 from hermesbus.processors.conversation._settings import BUDGETS_PORT, Budgets, CycleBudgets
-from hermesbus.processors.flow import EXPENSE_SPEC, PATH_COUNT, State, resolve
+from hermesbus.processors.flow import PATH_COUNT, State, resolve
 from hermesbus.runtime import Effects, HandlerInput, ModelState, Outcome, TimerRequest, derive_id
 
-__all__ = ["UNFINISHED_LABEL", "Step"]
+__all__ = ["Step"]
 
 log = logging.getLogger(__name__)
 
-UNFINISHED_LABEL: Final = "未完成报销流程"
-UNFINISHED_TTL_S: Final = 30 * 24 * 3600
 _PROBLEM_CHARS: Final = 200
 _RESULT_CHARS: Final = 60
 """How much of a tool result's scalars the history keeps."""
@@ -102,19 +101,17 @@ class Step:
     def move(
         self,
         trigger: str,
-        target: str | None = None,
+        target: str,
         *,
         ends: bool = False,
         context: Mapping[str, ContextValue] | None = None,
     ) -> str:
-        """Take the transition for ``trigger`` (the expense table's, or ``target`` a flow's
-        engine chose) and tell the dispatcher about it (``ends``: a flow's terminal state;
-        ``context``: what else the snapshot's envelope records)."""
+        """Take the move to ``target`` the engine chose and tell the dispatcher about it
+        (``ends``: a terminal state; ``context``: what else the snapshot's envelope
+        records)."""
         previous = self.session.state
-        if target is None:  # the expense report: its machine, and its frequent paths
-            target = MACHINE.target(previous, trigger)
-            context = {**self._expense_path(target), **(context or {})}
-        self.left = self.snapshot().model_dump(mode="json", exclude_none=True)
+        if previous is not None:
+            self.left = self.snapshot().model_dump(mode="json", exclude_none=True)
         self.disarm_all()
         self.moves += 1
         self.update(state=target, entered_at_ms=epoch_ms(self.env.timestamp), trigger=trigger)
@@ -127,14 +124,6 @@ class Step:
         )
         log.info("session %s: %s -> %s on %s", self.env.session_id, previous, target, trigger)
         return target
-
-    def _expense_path(self, target: str) -> dict[str, ContextValue]:
-        """The expense report's frequent paths, kept as the engine keeps a flow's (see
-        :meth:`enter_path`); its path is counted when it ends."""
-        recorded = self.enter_path(EXPENSE_SPEC.state(target), target)
-        if target == TERMINAL:
-            self.completed = (EXPENSE_SPEC.flow, EXPENSE_SPEC.version, self.session.path)
-        return recorded
 
     def enter_path(self, state: State | None, target: str) -> dict[str, ContextValue]:
         """A state entered, for frequent paths (document 000 §2): it joins the session's
@@ -168,7 +157,11 @@ class Step:
                 "pending": session.pending is not None,
                 "left": self.left,
             },
-            "turn": {"id": self.env.message_id, "at": self.env.timestamp.isoformat()},
+            "turn": {
+                "id": self.env.message_id,
+                "at": self.env.timestamp.isoformat(),
+                "said": isinstance(self.env.payload.body, UserTurn),
+            },
             "facts": dict(session.facts),
             "memory": {
                 "preferences": dict(session.preferences),
@@ -206,12 +199,9 @@ class Step:
 
     # -- timers -----------------------------------------------------------------------
 
-    def arm(self, purpose: str, after: timedelta | None = None) -> None:
-        """(Re)start the current state's wait ``purpose`` from the envelope's time (``after``:
-        a flow's wait; else the expense table's)."""
-        state = self.session.state or START
-        if after is None:
-            after = MACHINE.timeout(state, purpose).after
+    def arm(self, purpose: str, after: timedelta) -> None:
+        """(Re)start the current state's wait ``purpose`` from the envelope's time."""
+        state = self.session.state or NEW
         token = derive_id(self.env.message_id, "timer", purpose)
         data = canonical_json({"state": state, "token": token})
         self.effects.schedule(TimerRequest(self.env.timestamp + after, purpose, data))
@@ -234,7 +224,7 @@ class Step:
         envelope = protocol.answer(
             self.env,
             self.effects.index,
-            source=protocol.conversation_at(self.session.state or START),
+            source=protocol.conversation_at(self.session.state or NEW),
             target=target,
             body=body,
             task=task,
@@ -261,7 +251,7 @@ class Step:
     ) -> None:
         """Ask the dispatcher for one cycle of tool work: one ``ToolCall`` per tool, within
         ``budget_ms`` (a flow state's; else the expense table's budget for the state)."""
-        state, source_id = self.session.state or START, self.env.message_id
+        state, source_id = self.session.state or NEW, self.env.message_id
         cycle = derive_id(source_id, "cycle")
         tools = [tool for tool, _ in calls]
         encoded = [(tool, canonical_json(arguments)) for tool, arguments in calls]
@@ -297,22 +287,6 @@ class Step:
             tier=MemoryTier.MID_TERM, key=key, value_json=canonical_json(value), **fields
         )
         self.to_dispatcher(write, task="memory_write")
-
-    def unfinished(self, confirmed_by: str, snapshot: Mapping[str, Any]) -> None:
-        """The S5 snapshot of an unfinished report: ``unfinished:<session>``."""
-        value = {
-            "label": UNFINISHED_LABEL,
-            "snapshot": dict(snapshot),
-            "facts": dict(self.session.facts),
-            "reason": self.session.outcome,
-        }
-        self.remember(
-            f"unfinished:{self.env.session_id}",
-            value,
-            confirmed_by=confirmed_by,
-            importance=0.8,
-            ttl_s=UNFINISHED_TTL_S,
-        )
 
     def reply(self, text: str, *, choices: Sequence[str] = (), steps: Sequence[str] = ()) -> None:
         """The one reply to the pending user turn, with the stale/degraded notes gathered."""

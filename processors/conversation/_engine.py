@@ -46,14 +46,22 @@ from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._intent import RuleIntentParser
 from hermesbus.processors.conversation._session import Session, canonical_json
 from hermesbus.processors.conversation._settings import INTENT_PORT
-from hermesbus.processors.conversation._spec_intents import MAX_TEXT, Parsed, parse_turn, plain
+from hermesbus.processors.conversation._spec_intents import (
+    MAX_TEXT,
+    Parsed,
+    answered,
+    parse_turn,
+    plain,
+)
 from hermesbus.processors.flow import (
+    EXPENSE_SPEC,
     FAILURE,
     FLOWS_PORT,
     HOOKS_PORT,
     NAME_PATTERN,
     PATHS_PORT,
     SUMMARY_MAX,
+    Action,
     ArmAction,
     Call,
     CallAction,
@@ -62,6 +70,7 @@ from hermesbus.processors.flow import (
     Decide,
     DecideAction,
     DisarmAction,
+    FailAction,
     FlowCatalog,
     FlowSpec,
     HookAction,
@@ -82,6 +91,7 @@ from hermesbus.processors.flow import (
     SetAction,
     SnapshotHook,
     State,
+    Transition,
     Wait,
     duration_ms,
     placeholders_in,
@@ -130,6 +140,18 @@ sessions, and a replay chooses as the live run did."""
 MAX_MOVES: Final = 32
 """The most moves one input may make (a ``done`` circle stops here)."""
 _RULES: Final = RuleIntentParser()
+_BUILTIN: Final = Hooks()
+"""Without a hooks port, the built-in flows' hooks only."""
+_INSTANT: Final = (
+    ReplyAction,
+    SetAction,
+    HookAction,
+    RememberAction,
+    PinAction,
+    ArmAction,
+    DisarmAction,
+    CarryAction,
+)
 NAME: Final = re.compile(NAME_PATTERN)
 MAX_ENTITY: Final = 200
 """The longest entity a parser hook may answer (a name, a number: never a text)."""
@@ -146,13 +168,15 @@ class FlowLost(HermesError):
 
 
 async def flow_of(step: Step) -> FlowSpec | None:
-    """The spec of the flow the session runs; None for the expense report and for a flow
-    session that has ended (a turn starts a new one). FlowLost: the registry, read to its
-    end, does not hold the version (a registry that cannot be read is a BrokerError: the
-    record waits)."""
+    """The spec of the flow the session runs (a session named by no flow runs the built-in
+    expense report); None when none is under way (a turn starts a new one). FlowLost: the
+    registry, read to its end, does not hold the version (a registry that cannot be read is
+    a BrokerError: the record waits)."""
     session = step.session
-    if session.flow is None or session.outcome:
+    if session.outcome or session.state is None:
         return None
+    if session.flow is None:  # the built-in expense report
+        return EXPENSE_SPEC
     catalog = catalog_of(step)
     version = session.flow_version or 0
     spec = await catalog.version(session.flow, version) if catalog is not None else None
@@ -229,14 +253,21 @@ def _parse(
     if spec.parser is not None:
         values = _values(step) if fresh is None else fresh
         text = turn.text[:MAX_TEXT]
-        said = {**values["turn"], "text": text, "attachments": len(turn.attachments)}
-        return _parsed(spec, _hook(step, spec, spec.parser, {**values, "turn": said}))
+        port = step.inp.ports.get(INTENT_PORT)
+        local = step.env.timestamp.astimezone(port.zone if port is not None else _RULES.zone)
+        said = {
+            **values["turn"],
+            "text": text,
+            "attachments": len(turn.attachments),
+            "local": local.isoformat(),
+        }
+        return _parsed(spec, _hook(step, spec, spec.parser, {**values, "turn": said}), text)
     parser = step.inp.ports.get(INTENT_PORT)
     zone = parser.zone if parser is not None else _RULES.zone
     return parse_turn(spec, turn.text, now=step.env.timestamp, zone=zone)
 
 
-def _parsed(spec: FlowSpec, answer: Any) -> Parsed:
+def _parsed(spec: FlowSpec, answer: Any, text: str) -> Parsed:
     """A parser hook's answer, checked: ``{"intent": one of the flow's intents or null,
     "entities": {name: text}}``."""
     where = f"parser {spec.parser!r} of flow {spec.flow}"
@@ -258,7 +289,8 @@ def _parsed(spec: FlowSpec, answer: Any) -> Parsed:
             f"{where} answered entities {entities!r}: not short texts of its intent's "
             f"entities ({named})"
         )
-    return Parsed(intent, dict(entities))
+    whole = intent is not None and answered(known[intent], text)  # the engine checks it
+    return Parsed(intent, dict(entities), whole=whole)
 
 
 async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
@@ -269,8 +301,8 @@ async def _understood(step: Step, spec: FlowSpec, turn: UserTurn) -> Parsed:
     parsed = _parse(step, spec, turn)
     model = step.inp.ports.get(INTENT_PORT)
     classify = getattr(model, "classify", None)
-    if parsed.intent is not None or classify is None or not spec.intents or spec.parser:
-        return parsed  # a parser hook's null is the flow's reading: no model overrules it
+    if parsed.intent is not None or classify is None or not spec.intents:
+        return parsed  # a parser hook's null is "not understood": the model may read it
     try:
         name, entities = await classify(
             turn.text[:MAX_TEXT],
@@ -313,6 +345,14 @@ async def start_flow(step: Step, spec: FlowSpec, turn: UserTurn, *, builtin: boo
         "hooks": {},
     }
     step.update(values=values, queued=parsed.intent or "")
+    try:  # what the flow does as a session begins (it may pin what the first turn said)
+        for action in spec.begin:
+            if action.when is None or _hook(step, spec, action.when):
+                _instant(step, spec, action)
+    except HookError as exc:
+        step.session = kept
+        _broken_parser(step, str(exc))
+        return
     _enter(step, spec, spec.start, "user_turn")
 
 
@@ -351,6 +391,8 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     if confirm is not None and not turn.attachments and _passes(confirm, turn.text, parsed):
         if _answered(step, spec, confirm.trigger, True):
             return
+    if state.on_turn is not None and _turned(step, spec, state.on_turn, parsed):
+        return
     if parsed.intent is not None and _answered(step, spec, parsed.intent, parsed.whole):
         return
     if _take(step, spec, "any"):
@@ -358,6 +400,21 @@ async def on_flow_turn(step: Step, spec: FlowSpec, turn: UserTurn) -> None:
     asked = step.session.asked
     text = NOT_UNDERSTOOD + str(asked.get("text", ""))
     step.reply(text, choices=tuple(asked.get("buttons", ())))
+
+
+def _turned(step: Step, spec: FlowSpec, on_turn: Decide, parsed: Parsed) -> bool:
+    """The state's turn hook named the turn's move (taken; or the state failed): True."""
+    try:
+        chosen = _chosen(step, spec, on_turn)
+    except HookError as exc:
+        _fail(step, spec, "conversation:hook", "hook", str(exc))
+        return True
+    if chosen is None:
+        return False
+    if not _answered(step, spec, chosen, parsed.whole):
+        why = f"no move of {step.session.state!r} on {chosen!r} passes its guards"
+        _fail(step, spec, "conversation:hook", "hook", f"{on_turn.hook}: {why}")
+    return True
 
 
 def _passes(confirm: Confirmation, text: str, parsed: Parsed) -> bool:
@@ -392,9 +449,9 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     if pending is None:
         return
     step.update(pending=None)
-    state = _state(step, spec)
+    actions = _actions(step, spec)
     index = step.session.next_action - 1
-    calls = _calls_of(state, index)
+    calls = _calls_of(actions[index] if 0 <= index < len(actions) else None)
     into = {call.tool: call.into or call.tool for call in calls}
     doubted = sorted(set(answer.context.invalid if answer.context else ()) & _held(calls))
     kept = bool(calls) and not doubted  # a fact's verification is the dispatcher's to write
@@ -435,8 +492,7 @@ def on_flow_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
         if not _take(step, spec, "invalid"):
             _fail(step, spec, "memory:short_term", "invalid", f"symbols {', '.join(doubted)}")
     elif failed is not None:
-        component = protocol.tool_at(failed.tool)
-        _fail(step, spec, component, str(failed.status_code), failed.error or "")
+        _fail_result(step, spec, failed)
     elif missing:
         _fail(step, spec, protocol.tool_at(missing[0]), "missing", "no result")
     else:
@@ -465,7 +521,8 @@ def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
         step.problem(report.component, report.code, report.message)
         if _take(step, spec, "invalid"):
             return
-    _fail(step, spec, report.component, report.code, report.message, advice=report.advice)
+    text = texts.error_text(report.component, report.code, report.advice)
+    _fail(step, spec, report.component, report.code, report.message, text=text)
 
 
 def timer_is_current(step: Step, spec: FlowSpec, fired: TimerFired, token: str | None) -> bool:
@@ -524,7 +581,7 @@ def _enter(
     spec: FlowSpec,
     target: str,
     trigger: str,
-    does: Sequence[Instant] = (),
+    does: Sequence[Action] = (),
     *,
     then: tuple[str, tuple[str, ...]] | None = None,
 ) -> None:
@@ -534,9 +591,14 @@ def _enter(
     state = spec.state(target)
     if state is None:  # lint refuses such a spec; a registry can hold only linted ones
         raise StoreError(f"flow {spec.flow} v{spec.version} has no state {target!r}")
-    step.update(next_action=0)
+    if step.session.pending is not None:  # the cycle's answer will come to another state
+        step.update(pending=None, degraded=True)
+    step.update(next_action=0, acting=-1)
     recorded = step.enter_path(state, state.id)
-    step.move(trigger, target, ends=state.kind == "terminal", context=recorded)
+    # a registered flow's last snapshot says it ends; the built-in one's state does (memory
+    # knows it), as its recorded histories show
+    ends = state.kind == "terminal" and step.session.flow is not None
+    step.move(trigger, target, ends=ends, context=recorded)
     if state.kind == "terminal":
         _arrive(step, spec, state)
     if not _does(step, spec, does):
@@ -589,16 +651,28 @@ def _summary(step: Step, spec: FlowSpec) -> str:
     return render(state.summary, _values(step))
 
 
+def _actions(step: Step, spec: FlowSpec) -> Sequence[Action]:
+    """The actions running: the state's on-enter ones, or those of the move that stayed."""
+    acting = step.session.acting
+    if 0 <= acting < len(spec.transitions):
+        return spec.transitions[acting].do
+    return _state(step, spec).on_enter
+
+
 def _run(step: Step, spec: FlowSpec) -> None:
-    """The current state's actions from ``next_action`` on, until a cycle is pending."""
+    """The running actions from ``next_action`` on, until a cycle is pending or a move is
+    taken; the state's own actions done, its waits and automatic moves (``_done``)."""
     state = _state(step, spec)
-    while step.session.next_action < len(state.on_enter):
+    actions = _actions(step, spec)
+    while step.session.next_action < len(actions):
         index = step.session.next_action
-        action = state.on_enter[index]
+        action = actions[index]
         step.update(next_action=index + 1)
         try:
+            if action.when is not None and not _hook(step, spec, action.when):
+                continue
             if isinstance(action, CallAction | ParallelAction):
-                _cycle(step, spec, state, index)
+                _cycle(step, spec, state, action, index)
                 return
             if isinstance(action, RememberAction) and isinstance(action.remember, RememberFact):
                 _verify_fact(step, spec, action.remember)
@@ -606,12 +680,26 @@ def _run(step: Step, spec: FlowSpec) -> None:
             if isinstance(action, DecideAction):
                 if _decide(step, spec, action.decide):
                     return
+            elif isinstance(action, FailAction):
+                _declared(step, spec, action)
+                return
             else:
                 _instant(step, spec, action)
         except HookError as exc:
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return
+    if step.session.acting >= 0:  # a stay's actions are done: the state waits as it did
+        step.update(acting=-1, next_action=len(state.on_enter))
+        return
     _done(step, spec, state)
+
+
+def _declared(step: Step, spec: FlowSpec, action: FailAction) -> None:
+    """A failure the flow declares: the state's way out, as for a tool's."""
+    values, fail = _values(step), action.fail
+    text = render(fail.text, values) if fail.text is not None else None
+    code = render(fail.code, values)
+    _fail(step, spec, render(fail.component, values), code, render(fail.message, values), text=text)
 
 
 def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
@@ -677,13 +765,17 @@ def _wait(step: Step, spec: FlowSpec, name: str) -> Wait:
     return wait
 
 
-def _does(step: Step, spec: FlowSpec, actions: Sequence[Instant], *, stays: bool = False) -> bool:
-    """A move's own actions (``do:``); False: a hook failed, and the exit of the state the
-    move entered is taken. A move that stays keeps the question it asks again."""
+def _does(step: Step, spec: FlowSpec, actions: Sequence[Action], *, stays: bool = False) -> bool:
+    """A move's own actions (``do:``), done at once; False: a hook failed, and the exit of
+    the state the move entered is taken. A move that stays keeps the question it asks
+    again."""
     asked = step.session.asked
     try:
         for action in actions:
-            _instant(step, spec, action)
+            if action.when is not None and not _hook(step, spec, action.when):
+                continue
+            if isinstance(action, _INSTANT):  # the lint refuses anything else in such a do:
+                _instant(step, spec, action)
         if stays:
             step.update(asked=asked)
     except HookError as exc:
@@ -782,8 +874,7 @@ def _take(
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
         if move.to is None:  # it stays: its own actions only, the waits still running
-            if _does(step, spec, move.do, stays=True) and then is not None:
-                _say(step, *then)
+            _stay(step, spec, move, then)
             return True
         if step.moves >= MAX_MOVES:
             _loop(step, spec)
@@ -793,6 +884,21 @@ def _take(
     return False
 
 
+def _stay(
+    step: Step, spec: FlowSpec, move: Transition, then: tuple[str, tuple[str, ...]] | None
+) -> None:
+    """A move that stays: its actions, which may call tools (the state's actions then
+    wait for the cycle's answer and go on from there)."""
+    if any(not isinstance(action, _INSTANT) for action in move.do):
+        index = spec.transitions.index(move)
+        step.update(acting=index, next_action=0)
+        if then is not None:
+            _say(step, *then)
+        _run(step, spec)
+    elif _does(step, spec, move.do, stays=True) and then is not None:
+        _say(step, *then)
+
+
 def _loop(step: Step, spec: FlowSpec) -> None:
     message = f"flow {spec.flow} v{spec.version} moved {step.moves} times for one input"
     step.problem("conversation:flow", "loop", message)
@@ -800,10 +906,10 @@ def _loop(step: Step, spec: FlowSpec) -> None:
 
 
 def _hook(step: Step, spec: FlowSpec, name: str, values: dict[str, Any] | None = None) -> Any:
-    hooks: Hooks | None = step.inp.ports.get(HOOKS_PORT)
+    hooks: Hooks = step.inp.ports.get(HOOKS_PORT) or _BUILTIN
     target = spec.hooks.get(name)
-    if hooks is None or target is None:
-        raise HookError(f"hook {name!r} of flow {spec.flow} cannot be run here (no hooks port)")
+    if target is None:  # the lint refuses it: a registry holds no such flow
+        raise HookError(f"hook {name!r} is not declared by flow {spec.flow}")
     return hooks.call(target, values if values is not None else _values(step))
 
 
@@ -811,12 +917,9 @@ def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:
     """Take the move the hook chose (one of the action's moves); False: it chose none
     (null) or a move that stays, and the actions go on. HookError: it chose something else,
     or no move on its choice passes its guards."""
-    answer = _hook(step, spec, decide.hook)
+    answer = _chosen(step, spec, decide)
     if answer is None:
         return False
-    if not isinstance(answer, str) or answer not in decide.moves:
-        moves = ", ".join(decide.moves)
-        raise HookError(f"hook {decide.hook!r} decided {answer!r}: not one of its moves ({moves})")
     before = (step.moves, step.session.failures)
     if not _take(step, spec, answer):
         source = step.session.state
@@ -827,10 +930,19 @@ def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:
     return (step.moves, step.session.failures) != before  # it stayed: the actions go on
 
 
-def _calls_of(state: State, index: int) -> Sequence[Call]:
-    if not 0 <= index < len(state.on_enter):
-        return ()
-    action = state.on_enter[index]
+def _chosen(step: Step, spec: FlowSpec, decide: Decide) -> str | None:
+    """The move ``decide``'s hook chose: one of its moves, or None. HookError: anything
+    else."""
+    answer = _hook(step, spec, decide.hook)
+    if answer is None:
+        return None
+    if not isinstance(answer, str) or answer not in decide.moves:
+        moves = ", ".join(decide.moves)
+        raise HookError(f"hook {decide.hook!r} decided {answer!r}: not one of its moves ({moves})")
+    return answer
+
+
+def _calls_of(action: Action | None) -> Sequence[Call]:
     if isinstance(action, CallAction):
         return (action.call,)
     if isinstance(action, ParallelAction):
@@ -838,12 +950,11 @@ def _calls_of(state: State, index: int) -> Sequence[Call]:
     return ()
 
 
-def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
+def _cycle(step: Step, spec: FlowSpec, state: State, action: Action, index: int) -> None:
     """One cycle through the dispatcher: the calls' resolved arguments, the symbols memory
     checks first (those the arguments read are held: a doubted one stops the cycle), the
     preferences it asks memory for, and the values the calls' envelopes carry."""
-    action = state.on_enter[index]
-    calls = _calls_of(state, index)
+    calls = _calls_of(action)
     values = _values(step)
     group = action.parallel if isinstance(action, ParallelAction) else None
     parts: list[Call | Parallel] = [*calls, group] if group is not None else [*calls]
@@ -864,10 +975,17 @@ def _cycle(step: Step, spec: FlowSpec, state: State, index: int) -> None:
     named = group.task if group is not None else calls[0].task
     step.cycle(
         named or f"{state.id}#{index}",
-        [(call.tool, resolve(call.args, values)) for call in calls],
+        [(call.tool, _arguments(call, values)) for call in calls],
         budget_ms=(group.budget_ms if group is not None else None) or spec.budget_of(state.id),
         **carried,
     )
+
+
+def _arguments(call: Call, values: Mapping[str, Any]) -> dict[str, Any]:
+    found = resolve(call.args, values)
+    if not isinstance(found, dict):
+        raise HookError(f"the arguments of {call.tool} are {found!r}: not an object")
+    return found
 
 
 def _carried(context: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, ContextValue]:

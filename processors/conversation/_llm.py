@@ -2,13 +2,13 @@
 
 ``POST {base_url}/chat/completions`` where ``base_url`` is the API root including its
 version, as OpenAI clients take it (``https://api.openai.com/v1``,
-``http://localhost:8080/v1``). The answer must be one JSON object naming an intent; any
-failure (network, status, JSON, validation, the whole request taking longer than
-``timeout_s``) raises :class:`IntentError`, and the handler falls back to the rule parser,
-so the endpoint is never required. For a registered flow, :meth:`HttpIntentParser.classify`
-asks which of the flow's intents (by their labels and descriptions) a message expresses
-when no phrase or pattern of the flow matched it. The URL must be ``https://`` unless its host is
-loopback; logs and errors name it without userinfo or query (where keys often hide).
+``http://localhost:8080/v1``). :meth:`HttpIntentParser.classify` asks which of a flow's
+intents (by their labels and descriptions) a message expresses when the flow's own rules
+read nothing in it. The answer must be one JSON object naming an intent of the list or
+none; any failure (network, status, JSON, validation, the whole request taking longer than
+``timeout_s``) raises :class:`IntentError`, and the rules' reading stands, so the endpoint
+is never required. The URL must be ``https://`` unless its host is loopback; logs and
+errors name it without userinfo or query (where keys often hide).
 """
 
 from __future__ import annotations
@@ -17,23 +17,17 @@ import asyncio
 import ipaddress
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, tzinfo
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 import httpx
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr
 
 from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError, IntentError
-from hermesbus.processors.conversation._intent import (
-    DEFAULT_TIMEZONE,
-    Intent,
-    IntentName,
-    normalise_city,
-)
-from hermesbus.processors.conversation._machine import START
+from hermesbus.processors.conversation._intent import DEFAULT_TIMEZONE
 from hermesbus.processors.flow import Intent as FlowIntent
 
 __all__ = ["HttpIntentParser", "redact_url"]
@@ -42,16 +36,6 @@ URL_SETTING: Final = "HERMES_LLM_URL"
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 log = logging.getLogger(__name__)
-
-_SYSTEM: Final = (
-    "You classify one message of a user talking to an expense-report assistant. Answer with "
-    "ONE JSON object and nothing else: "
-    '{"intent": <one of %s>, "city": <city or null>, "category": <"差旅" or null>, '
-    '"period_start": <"YYYY-MM-DD" or null>, "period_end": <"YYYY-MM-DD" or null>, '
-    '"hold": <true when the user only pauses, e.g. "wait, don\'t submit yet">}. '
-    "Relative dates count from today, %s; last month is the whole calendar month before it. "
-    "The conversation is in state %s."
-)
 
 
 def redact_url(url: str | httpx.URL) -> str:
@@ -145,10 +129,6 @@ class HttpIntentParser(Service):
         if client is not None:
             await client.aclose()
 
-    async def parse(self, text: str, *, now: datetime, context: Mapping[str, Any]) -> Intent:
-        answer = await self._post(self._request(text, now, context))
-        return _intent(answer)
-
     async def classify(
         self, text: str, *, now: datetime, flow: str, state: str, intents: Sequence[FlowIntent]
     ) -> tuple[str | None, dict[str, str]]:
@@ -168,20 +148,6 @@ class HttpIntentParser(Service):
             ],
         }
         return _classified(await self._post(request), intents)
-
-    def _request(self, text: str, now: datetime, context: Mapping[str, Any]) -> dict[str, Any]:
-        names = ", ".join(f'"{name.value}"' for name in IntentName)
-        today = now.astimezone(self.zone).date().isoformat()  # the users' calendar day
-        system = _SYSTEM % (names, today, context.get("state") or START)
-        return {
-            "model": self.model,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": text},
-            ],
-        }
 
     async def _post(self, request: dict[str, Any]) -> Any:
         """The endpoint's JSON answer; the whole exchange is bounded by ``timeout_s``."""
@@ -277,23 +243,3 @@ def _content(answer: Any) -> str:
     if not isinstance(content, str):
         raise IntentError("intent endpoint answer content is not text")
     return content
-
-
-def _intent(answer: Any) -> Intent:
-    """The Intent in a chat-completions answer; anything else is an IntentError."""
-    fields = _fields(answer)
-    city, hold = fields.get("city"), fields.get("hold", False)
-    if not isinstance(hold, bool):
-        raise IntentError(f"intent endpoint answered hold = {hold!r}: not a JSON boolean")
-    try:
-        return Intent(
-            name=fields.get("intent"),
-            city=normalise_city(city) if isinstance(city, str) else None,
-            category=fields.get("category"),
-            period_start=fields.get("period_start"),
-            period_end=fields.get("period_end"),
-            hold=hold,
-            source="llm",
-        )
-    except ValidationError as exc:
-        raise IntentError(f"intent endpoint answered an invalid intent: {exc}") from exc

@@ -14,13 +14,12 @@ from hermesbus.contract.fields import from_epoch_ms
 from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 from hermesbus.errors import StoreError
 from hermesbus.processors.conversation._history import History
-from hermesbus.processors.conversation._machine import START
-from hermesbus.processors.conversation._texts import LOW_CONFIDENCE
 from hermesbus.runtime import carried_model
 
 __all__ = [
     "MAX_PROBLEMS",
     "MAX_TRACES",
+    "NEW",
     "Pending",
     "Session",
     "canonical_json",
@@ -34,6 +33,9 @@ MAX_TRACES: Final = 16
 MAX_PROBLEMS: Final = 10
 """Recent problems (failures, refusals outside a cycle) kept in the session state."""
 SUMMARY_CHARS: Final = 50
+NEW: Final = "new"
+"""Where a session is before it enters its flow's first state (the source of its first
+replies: a flow that cannot start says so from here)."""
 
 
 class Pending(BaseModel):
@@ -55,24 +57,18 @@ class Session(BaseModel):
     state: str | None = None
     entered_at_ms: int = 0
     facts: dict[str, str] = Field(default_factory=dict)
-    """Pinned facts (user, goal, city, period, dept, amounts, dates, approver)."""
+    """Pinned facts (a flow's ``pin``: the expense report's user, goal, city, period, dept,
+    amounts, dates, approver): every history fold keeps them."""
     turn_id: str = ""
     """The latest user message: it confirms what it answers (``confirmed_by``)."""
     pending: Pending | None = None
     timers: dict[str, str] = Field(default_factory=dict)
     """Armed timer purpose -> token; a fired timer whose token differs is stale."""
-    ask: str = ""
-    """What the last reply asked: materials, review, review_timeout (validation over 30 s),
-    review_failed (a validation tool failed), clarify, preference, confirm, gave_up (the
-    5-minute wait expired), upload_failed (the OCR pre-check failed); empty when nothing is
-    asked. A question asked again is the same question, for the same reason."""
-    ask_pref: dict[str, str] = Field(default_factory=dict)
     preferences: dict[str, str] = Field(default_factory=dict)
     candidates: dict[str, str] = Field(default_factory=dict)
     declined: tuple[str, ...] = ()
-    materials: dict[str, Any] = Field(default_factory=dict)
-    validation: dict[str, Any] = Field(default_factory=dict)
     steps: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """The verification steps of each cycle's answer, by task (a reply names whose)."""
     notes: tuple[str, ...] = ()
     """Stale/degraded notices for the next reply."""
     stale: bool = False
@@ -80,22 +76,23 @@ class Session(BaseModel):
     context: dict[str, bool | int | float | str] = Field(default_factory=dict)
     """What the user stated that every later cycle carries (a flow's ``carry``: the expense
     report's ``user_tolerates_blur``, ``ocr_confidence_min``)."""
-    locked: bool = False
-    """S4's lock: the validated report is not changed except through 修改."""
     problems: tuple[dict[str, str], ...] = ()
     """The last :data:`MAX_PROBLEMS` error reports (component, code, message, cycle, at)."""
     traces: tuple[dict[str, Any], ...] = ()
     history: History = History()
     outcome: str = ""
     flow: str | None = None
-    """The registered flow the session runs (None: the built-in expense report)."""
+    """The registered flow the session runs (None: the built-in expense report, or none)."""
     flow_version: int | None = None
     """The version of ``flow`` it started with: it keeps it to its end."""
     values: dict[str, Any] = Field(default_factory=dict)
     """A flow's values, by template root: intent, entities, symbols, context, results,
     hooks (the user's and session's ids are the envelope's)."""
     next_action: int = 0
-    """The on-enter action of the current state to run next (after the pending cycle)."""
+    """The action to run next (after the pending cycle)."""
+    acting: int = -1
+    """Whose actions run: the state's on-enter actions (-1), or the ``do:`` of the move
+    that stayed (its index among the transitions: it may wait for a cycle too)."""
     queued: str = ""
     """The first turn's intent: a move of the start state once its actions are done."""
     asked: dict[str, Any] = Field(default_factory=dict)
@@ -142,70 +139,9 @@ def digest(arguments_json: str) -> str:
     return hashlib.sha256(arguments_json.encode()).hexdigest()[:12]
 
 
-_OUTCOMES: Final = {
-    "submitted": "已提交报销单{report_id}",
-    "cancelled": "用户暂不提交，已保存进度",
-    "gave_up": "用户放弃，已保存进度",
-    "expired": "会话超时过期，已保存进度",
-    "unclear": "意图不明，会话结束",
-    "degraded": "工具故障，流程降级结束",
-    "failed": "校验未通过，流程结束",
-}
-
-
 def summary_of(session: Session) -> str:
-    """The <= 50-character progress line of the snapshot (a flow's from its spec)."""
-    if session.flow is not None:
-        return session.flow_summary[:SUMMARY_CHARS]
-    return _summary(session)[:SUMMARY_CHARS]
-
-
-def _s1(session: Session) -> str:
-    facts = session.facts
-    where = "，".join(v for v in (facts.get("city"), facts.get("period")) if v)
-    return f"识别意图：差旅报销（{where}）" if where else "识别意图中"
-
-
-def _s2(session: Session) -> str:
-    files = session.materials.get("files") or []
-    if files and not session.materials.get("invoices"):
-        return f"已上传{len(files)}张发票，待OCR识别"
-    return "待上传发票照片和行程单"
-
-
-def _s3(session: Session) -> str:
-    invoices = session.materials.get("invoices") or []
-    return f"{len(invoices)}张发票合计{session.facts.get('total', '?')}，校验中"
-
-
-def _s31(session: Session) -> str:
-    if session.ask == "review_timeout":
-        return "校验超时，待人工复核"
-    if session.ask == "review_failed":
-        return "校验失败，待人工复核"
-    invoices = session.materials.get("invoices") or []
-    low = [i for i in invoices if float(i.get("confidence", 1.0)) < LOW_CONFIDENCE]
-    return f"{len(low)}张发票金额模糊，待人工复核"
-
-
-def _s4(session: Session) -> str:
-    if session.ask == "gave_up":
-        return "等待材料超时，询问是否放弃"
-    if session.ask == "upload_failed":
-        return "材料预检失败，询问是否继续上传"
-    return "提交中" if session.pending else "校验通过，待用户确认提交"
-
-
-def _s5(session: Session) -> str:
-    line = _OUTCOMES.get(session.outcome, "会话结束")
-    return line.format(report_id=session.facts.get("report_id", ""))
-
-
-_SUMMARIES: Final = {"S1": _s1, "S2": _s2, "S3": _s3, "S3.1": _s31, "S4": _s4, "S5": _s5}
-
-
-def _summary(session: Session) -> str:
-    return _SUMMARIES.get(session.state or START, _s1)(session)
+    """The <= 50-character progress line of the snapshot (its flow's)."""
+    return session.flow_summary[:SUMMARY_CHARS]
 
 
 def snapshot_of(session: Session) -> ContextSnapshot:
@@ -215,7 +151,7 @@ def snapshot_of(session: Session) -> ContextSnapshot:
         for t in session.traces
     )
     return ContextSnapshot(
-        state_id=session.state or START,
+        state_id=session.state or NEW,
         entered_at=session.entered_at(),
         tokens_used=session.history.tokens(session.facts),
         summary=summary_of(session),

@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Final
 
-from hermesbus.processors.conversation._intent import normalise_city, relative_period
-from hermesbus.processors.flow import Entity, FlowSpec, Intent, PatternEntity, pattern_of
+from hermesbus.processors.flow import (
+    Entity,
+    FlowSpec,
+    Intent,
+    PatternEntity,
+    normalise_city,
+    pattern_of,
+    relative_period,
+)
 
 __all__ = ["MAX_TEXT", "Parsed", "answered", "parse_turn", "plain"]
 

@@ -15,6 +15,7 @@ from hermesbus.processors.flow._catalog import (
     StaticCatalog,
     machine_of,
 )
+from hermesbus.processors.flow._entities import CITIES, normalise_city, relative_period
 from hermesbus.processors.flow._expense import (
     EXPENSE_FILE,
     EXPENSE_MACHINE,
@@ -55,6 +56,7 @@ from hermesbus.processors.flow._spec import (
     NAME_PATTERN,
     ROOTS,
     SUMMARY_MAX,
+    Action,
     ArmAction,
     Call,
     CallAction,
@@ -64,6 +66,7 @@ from hermesbus.processors.flow._spec import (
     DecideAction,
     DisarmAction,
     Entity,
+    FailAction,
     FlowSpec,
     HookAction,
     Instant,
@@ -94,6 +97,7 @@ from hermesbus.processors.flow._spec import (
 
 __all__ = [
     "BUILTIN_TRIGGERS",
+    "CITIES",
     "DIGEST_CHARS",
     "EXPENSE_FILE",
     "EXPENSE_MACHINE",
@@ -112,6 +116,7 @@ __all__ = [
     "ROOTS",
     "SCHEMA_FILE",
     "SUMMARY_MAX",
+    "Action",
     "ArmAction",
     "Call",
     "CallAction",
@@ -121,6 +126,7 @@ __all__ = [
     "DecideAction",
     "DisarmAction",
     "Entity",
+    "FailAction",
     "Finding",
     "FlowCatalog",
     "FlowSpec",
@@ -165,10 +171,12 @@ __all__ = [
     "load_flow",
     "lookup",
     "machine_of",
+    "normalise_city",
     "pattern_of",
     "placeholders",
     "placeholders_in",
     "record_key",
+    "relative_period",
     "render",
     "resolve",
     "schema",

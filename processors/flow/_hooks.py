@@ -1,7 +1,8 @@
 """Hooks: what a spec cannot say, as pure functions from allow-listed modules.
 
 A hook is ``module:function`` where the module is on ``HERMES_TOOL_MODULES`` (the
-admission of python tools: no private part, a plain function). It is given a copy of the
+admission of python tools: no private part, a plain function), or is a built-in
+flow's. It is given a copy of the
 session's values and returns a JSON value; it does no I/O and reads no clock (the values
 carry the turn's time: ``turn.at``), so a replay gets the same answer. A function merely
 imported into an allowed module is not admitted: it must be defined there. A hook that
@@ -21,18 +22,21 @@ from typing import Any, Final
 from hermesbus.errors import HookError
 from hermesbus.processors.tool import module_allowed, private_part
 
-__all__ = ["HOOKS_PORT", "MAX_HOOK_BYTES", "HookError", "Hooks"]
+__all__ = ["BUILTIN_HOOKS", "HOOKS_PORT", "MAX_HOOK_BYTES", "HookError", "Hooks"]
 
 HOOKS_PORT: Final = "hooks"
+BUILTIN_HOOKS: Final = ("hermesbus.processors.flow.expense_hooks",)
+"""The hooks of the flows shipped with hermesbus: always admitted (they are its own)."""
 MAX_HOOK_BYTES: Final = 64 * 1024
 """The largest JSON a hook may return (it is kept in the session's state)."""
 
 
 class Hooks:
-    """``ports["hooks"]``: runs hooks from the modules ``modules`` allows (prefixes)."""
+    """``ports["hooks"]``: runs hooks from the modules ``modules`` allows (prefixes), and
+    those of the built-in flows."""
 
-    def __init__(self, modules: tuple[str, ...]) -> None:
-        self.modules = modules
+    def __init__(self, modules: tuple[str, ...] = ()) -> None:
+        self.modules = (*modules, *BUILTIN_HOOKS)
         self._loaded: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
 
     def function(self, target: str) -> Callable[[Mapping[str, Any]], Any]:

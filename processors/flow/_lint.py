@@ -7,21 +7,30 @@ shown. Each finding names the line of what it is about.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from hermesbus.processors.flow._hooks import BUILTIN_HOOKS
 from hermesbus.processors.flow._load import Lines, Problem, field_name
 from hermesbus.processors.flow._render import render
 from hermesbus.processors.flow._spec import (
     SUMMARY_MAX,
+    ArmAction,
     Call,
     CallAction,
+    CarryAction,
     DecideAction,
+    DisarmAction,
     FlowSpec,
     HookAction,
     ParallelAction,
+    PinAction,
+    RememberAction,
     RememberFact,
+    ReplyAction,
+    SetAction,
+    SnapshotHook,
     State,
 )
 from hermesbus.processors.tool import module_allowed, private_part
@@ -131,7 +140,7 @@ class _Check:
                         (*at, "waits", w, "id"), f"wait {wait.id!r} is also in {waits[wait.id]}"
                     )
                 waits[wait.id] = state.id
-                if not wait.text:
+                if not wait.text and not self._says(state.id, wait.trigger):
                     self.say(
                         (*at, "waits", w), f"wait {wait.id!r} has no text: the user is told nothing"
                     )
@@ -141,6 +150,11 @@ class _Check:
         self._intents()
         self._exits()
         self._confirms()
+
+    def _says(self, state: str, trigger: str) -> bool:
+        """Every move of ``state`` on ``trigger`` replies (so its wait may say nothing)."""
+        moves = [m for m in self.spec.transitions if m.source == state and m.on == trigger]
+        return bool(moves) and all(any(isinstance(a, ReplyAction) for a in m.do) for m in moves)
 
     def _exits(self) -> None:
         """Exception exits must not lead back through exits alone: a failure there would
@@ -259,10 +273,18 @@ class _Check:
                 )
             answered = move.on in self.answering or (
                 source is not None
-                and source.confirm is not None
-                and move.on == source.confirm.trigger
+                and (
+                    (source.confirm is not None and move.on == source.confirm.trigger)
+                    or (source.on_turn is not None and move.on in source.on_turn.moves)
+                )
             )
             for d, action in enumerate(move.do):
+                if move.to is not None and not isinstance(action, _INSTANT):
+                    self.say(
+                        (*at, "do", d),
+                        "a move that enters a state does only what is done at once (its "
+                        "state's actions may call and decide)",
+                    )
                 if _confirmed(action) and not answered:
                     where = (*at, "do", d, "remember", "preference", "confirmed")
                     self.say(where, _ON_YES)
@@ -281,7 +303,15 @@ class _Check:
         triggers = set(BUILTIN_TRIGGERS) | self.intents | {w.trigger for w in state.waits}
         if state.confirm is not None:
             triggers.add(state.confirm.trigger)
-        return triggers | {m for _, d in _decides(state) for m in d.decide.moves}
+        turned = set(state.on_turn.moves) if state.on_turn is not None else set()
+        staying = [  # a move that stays may call and decide too
+            action
+            for move in self.spec.transitions
+            if move.source == state.id and move.to is None
+            for action in move.do
+        ]
+        decided = [a for a in (*state.on_enter, *staying) if isinstance(a, DecideAction)]
+        return triggers | turned | {m for d in decided for m in d.decide.moves}
 
     def _moves(self) -> dict[str, set[str]]:
         """Where each state leads: its transitions' targets, and its exception exit (a
@@ -349,7 +379,8 @@ class _Check:
                     why = f"{move!r} is the confirmation trigger of {state.id!r}"
                     self.say(at, f"{why}: a hook would confirm")
                 elif move in self.intents:
-                    self.say(at, f"{move!r} is an intent: the user's words would take it too")
+                    why = f"{move!r} is an intent: the user's words would take it too"
+                    self.say(at, why, "warning")
                 elif move in {w.trigger for w in state.waits}:
                     self.say(at, f"{move!r} is a wait's trigger: time would take it too")
                 elif not self._leaves(state.id, move):
@@ -358,7 +389,8 @@ class _Check:
                     self.say(
                         at,
                         f"{move!r} leads back to {state.id!r}, whose actions run and decide "
-                        "again with no call in between: a loop",
+                        "again with no call in between: a loop unless the hook then says null",
+                        "warning",
                     )
 
     def _loops(self, state: State, at: int, move: str) -> bool:
@@ -377,7 +409,7 @@ class _Check:
             at = ("hooks", name)
             if (private := private_part(target)) is not None:
                 self.say(at, f"{target!r} names the private {private!r}")
-            elif not module_allowed(target, modules):
+            elif not module_allowed(target, (*modules, *BUILTIN_HOOKS)):
                 allowed = ",".join(modules) or "(none)"
                 module = target.partition(":")[0]
                 self.say(at, f"module {module!r} is not on HERMES_TOOL_MODULES ({allowed})")
@@ -389,23 +421,24 @@ class _Check:
                 self.say(path, f"hook {name!r} is not declared under hooks: ({known})")
 
     def _hooks_used(self) -> Iterator[tuple[tuple[str | int, ...], str]]:
-        if self.spec.parser is not None:
-            yield ("parser",), self.spec.parser
+        for key in ("parser", "summary"):
+            if (name := getattr(self.spec, key)) is not None:
+                yield (key,), name
+        yield from _action_hooks(("begin",), self.spec.begin)
+        for s, state in enumerate(self.spec.states):
+            at: tuple[str | int, ...] = ("states", s)
+            if state.on_turn is not None:
+                yield (*at, "on_turn", "hook"), state.on_turn.hook
+            if isinstance(state.snapshot, SnapshotHook):
+                yield (*at, "snapshot", "hook"), state.snapshot.hook
+            yield from _action_hooks((*at, "failure"), state.failure)
+            yield from _action_hooks((*at, "on_enter"), state.on_enter)
         for t, move in enumerate(self.spec.transitions):
             for key in ("when", "unless"):
                 name = getattr(move, key)
                 if name is not None:
                     yield ("transitions", t, key), name
-        for s, state in enumerate(self.spec.states):
-            for a, action in enumerate(state.on_enter):
-                if isinstance(action, HookAction):
-                    yield ("states", s, "on_enter", a, "hook", "name"), action.hook.name
-                elif isinstance(action, DecideAction):
-                    yield ("states", s, "on_enter", a, "decide", "hook"), action.decide.hook
-        for t, move in enumerate(self.spec.transitions):
-            for d, action in enumerate(move.do):
-                if isinstance(action, HookAction):
-                    yield ("transitions", t, "do", d, "hook", "name"), action.hook.name
+            yield from _action_hooks(("transitions", t, "do"), move.do)
 
     def tools(self, registered: Collection[str] | None) -> None:
         if registered is None:
@@ -442,6 +475,32 @@ _ON_YES: Final = (
 def _confirmed(action: object) -> bool:
     preference = getattr(getattr(action, "remember", None), "preference", None)
     return preference is not None and bool(preference.confirmed)
+
+
+_INSTANT: Final = (
+    ReplyAction,
+    SetAction,
+    HookAction,
+    RememberAction,
+    PinAction,
+    ArmAction,
+    DisarmAction,
+    CarryAction,
+)
+
+
+def _action_hooks(
+    at: tuple[str | int, ...], actions: Sequence[object]
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """The hooks actions name: their guards (``when``), hooks and decisions."""
+    for a, action in enumerate(actions):
+        when = getattr(action, "when", None)
+        if when is not None:
+            yield (*at, a, "when"), when
+        if isinstance(action, HookAction):
+            yield (*at, a, "hook", "name"), action.hook.name
+        elif isinstance(action, DecideAction):
+            yield (*at, a, "decide", "hook"), action.decide.hook
 
 
 def _decides(state: State) -> list[tuple[int, DecideAction]]:

@@ -40,6 +40,8 @@ __all__ = [
     "DisarmAction",
     "Entity",
     "FactWrite",
+    "FailAction",
+    "Failure",
     "FlowSpec",
     "HookAction",
     "HookCall",
@@ -142,6 +144,8 @@ Template = Annotated[
 """Text whose placeholders are checked when the spec is read (see :func:`placeholders`)."""
 Values = Annotated[dict[str, Any], AfterValidator(_values)]
 """JSON whose strings are templates (a tool's arguments, a preloaded context)."""
+
+
 def _one_placeholder(text: str) -> str:
     found = placeholders(text)
     if len(found) != 1 or text != "{" + found[0] + "}":
@@ -155,6 +159,14 @@ Placeholder = Annotated[
     AfterValidator(_one_placeholder),
 ]
 """A value taken whole from the session's values (a hook's answer, a result)."""
+def _arguments(value: dict[str, Any] | str) -> dict[str, Any] | str:
+    if isinstance(value, str):
+        return _one_placeholder(value)
+    return _values(value)
+
+
+Arguments = Annotated[dict[str, Any] | str, AfterValidator(_arguments)]
+"""A tool's arguments: JSON whose strings are templates, or one placeholder's object."""
 ContextValues = Annotated[
     dict[Annotated[str, Field(pattern=NAME_PATTERN)], Any],
     Field(min_length=1, max_length=32),
@@ -245,12 +257,20 @@ class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class _Act(_Spec):
+    when: Name | None = Field(
+        default=None, description="A hook that must return true for the action to run."
+    )
+
+
 class Call(_Spec):
     """One tool call; its arguments are JSON whose strings are templates (a string that
     is one placeholder alone passes the value itself, not its text)."""
 
     tool: ToolName
-    args: Values = Field(default_factory=dict)
+    args: Arguments = Field(
+        default_factory=dict, description="An object of templates, or one placeholder's object."
+    )
     into: Name | None = Field(
         default=None, description="The results key (default: the tool's name)."
     )
@@ -380,33 +400,33 @@ class Decide(_Spec):
     moves: list[Name] = Field(min_length=1, max_length=16)
 
 
-class CallAction(_Spec):
+class CallAction(_Act):
     call: Call
 
 
-class ParallelAction(_Spec):
+class ParallelAction(_Act):
     parallel: Parallel
 
 
-class ReplyAction(_Spec):
+class ReplyAction(_Act):
     reply: Reply
 
 
-class RememberAction(_Spec):
+class RememberAction(_Act):
     remember: (
         RememberSymbol | RememberPreference | RememberFact | RememberItem | RememberDeclined
     ) = Field(description="An object with one of symbol, preference, fact, item, declined.")
 
 
-class HookAction(_Spec):
+class HookAction(_Act):
     hook: HookCall
 
 
-class DecideAction(_Spec):
+class DecideAction(_Act):
     decide: Decide
 
 
-class SetAction(_Spec):
+class SetAction(_Act):
     """Values written into the session's ``context`` (templates: ``{results.x.y}``), read
     by later templates, hooks and guards, and kept in the terminal state's snapshot; or one
     placeholder whose value (an object, a hook's answer) is merged in."""
@@ -414,24 +434,38 @@ class SetAction(_Spec):
     set: ContextValues | Placeholder
 
 
-class PinAction(_Spec):
+class PinAction(_Act):
     """Facts pinned in the session's history (``{facts.x}``): every history fold keeps
     them, and the token budget counts them; empty values are not pinned."""
 
     pin: ContextValues | Placeholder
 
 
-class ArmAction(_Spec):
+class ArmAction(_Act):
     """(Re)start a wait of the state (one of ``auto: false``, or restart one)."""
 
     arm: Name
 
 
-class DisarmAction(_Spec):
+class DisarmAction(_Act):
     disarm: Name
 
 
-class CarryAction(_Spec):
+class Failure(_Spec):
+    """A failure the flow declares (a tool said yes, the answer says no): the state's way
+    out is taken as for a tool's failure, ``text`` told (default: component and code)."""
+
+    component: Template
+    code: Template
+    message: Template
+    text: Template | None = None
+
+
+class FailAction(_Act):
+    fail: Failure
+
+
+class CarryAction(_Act):
     """Values every later cycle's envelopes carry (what the user has stated, for memory
     and tools to read: a tolerance, a locale)."""
 
@@ -450,9 +484,10 @@ Action = (
     | ArmAction
     | DisarmAction
     | CarryAction
+    | FailAction
 )
 """One on-enter action: an object with exactly one of call, parallel, reply, remember, hook,
-decide, set, pin, arm, disarm, carry."""
+decide, set, pin, arm, disarm, carry, fail."""
 Instant = (
     ReplyAction
     | SetAction
@@ -527,6 +562,13 @@ class State(_Spec):
         max_length=16,
         description="Done on taking the exit, in place of telling the user {failure.text}.",
     )
+    on_turn: Decide | None = Field(
+        default=None,
+        description=(
+            "A hook that reads each turn in this state and names its move (one of its moves) "
+            "or null (the intent's move, else any)."
+        ),
+    )
     on_timeout: Name | None = Field(
         default=None,
         description="The move a cycle that ran out of its budget takes (else the exit).",
@@ -553,10 +595,13 @@ class Transition(_Spec):
     )
     when: Name | None = Field(default=None, description="A hook that must return true.")
     unless: Name | None = Field(default=None, description="A hook that must return false.")
-    do: list[Instant] = Field(
+    do: list[Action] = Field(
         default_factory=list,
         max_length=16,
-        description="Done on taking the move: after entering ``to`` and before its on_enter.",
+        description=(
+            "Done on taking the move: after entering ``to`` and before its on_enter (actions "
+            "done at once); a move that stays may call tools and decide too."
+        ),
     )
 
     @model_validator(mode="after")
@@ -648,6 +693,11 @@ class FlowSpec(_Spec):
     summary: Name | None = Field(
         default=None,
         description="A hook that writes every snapshot's summary, in place of the states'.",
+    )
+    begin: list[Instant] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Done as a session begins, before it enters start (pin what it said).",
     )
     parser: Name | None = Field(
         default=None,

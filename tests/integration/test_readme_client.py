@@ -19,7 +19,7 @@ import pytest
 
 from hermesbus import Client, Reply
 from hermesbus.compose.stack import Stack
-from hermesbus.processors.conversation._texts import CANCELLED, SAVED
+from hermesbus.processors.flow.expense_hooks import CANCELLED, SAVED
 from hermesbus.processors.tool.demo.fixtures import DEMO_BUDGET_REMAINING, DEMO_DEPT, DEMO_USERS
 from tests.integration.stacks import demo_stack
 

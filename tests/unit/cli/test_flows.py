@@ -100,7 +100,7 @@ def test_the_built_in_expense_spec_shows_without_a_broker(tmp_path: Path) -> Non
     assert shown.code == 0, shown.output
     assert shown.out.startswith("expense version 1: 差旅报销\nbuilt in (")
     assert "no broker configured, so no registry was read" in shown.out
-    assert "  ├─ wait_expired -> S4\n" in shown.out
+    assert "  ├─ wait_expired -> S4 (set, arm)\n" in shown.out
     source = hermesbus("flows", "show", "expense", "--source", env=clean_env(home), cwd=tmp_path)
     shipped = resources.files("hermesbus.processors.flow").joinpath(EXPENSE_FILE)
     assert source.out == shipped.read_text(encoding="utf-8")

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from hermesbus import (
     Attachment,
@@ -29,8 +30,9 @@ from hermesbus import (
 )
 from hermesbus.demo.scripted import ScriptedTools
 from hermesbus.processors import protocol
-from hermesbus.processors.conversation import NAME, TOPIC, handle
+from hermesbus.processors.conversation import DEFAULT_TIMEZONE, NAME, TOPIC, handle
 from hermesbus.processors.dispatcher import StaticHealth
+from hermesbus.processors.flow import expense_hooks
 from hermesbus.runtime import Outcome, SessionState
 from hermesbus.testing import Armed, Harness
 
@@ -107,6 +109,17 @@ PHOTOS = (
 )
 
 
+def read(
+    text: str, now: datetime, *, attachments: int = 0, zone: str = DEFAULT_TIMEZONE
+) -> tuple[str | None, dict[str, str]]:
+    """The expense report's parser hook on one turn, as the engine calls it (the turn's
+    local time in ``zone``): its intent (None: unclear) and entities."""
+    local = now.astimezone(ZoneInfo(zone)).isoformat()
+    turn = {"text": text, "attachments": attachments, "local": local}
+    answer = expense_hooks.read_turn({"turn": turn})
+    return answer["intent"], answer["entities"]
+
+
 def submitted(report_id: str) -> dict[str, Any]:
     return {
         "status": "submitted",
@@ -177,6 +190,10 @@ class Driver:
     def armed(self) -> dict[str, Armed]:
         """The session's armed timers by purpose."""
         return {a.purpose: a for a in self.harness.timers(NAME, self.session)}
+
+    def working(self) -> dict[str, Any]:
+        """The expense report's working data (its flow's context)."""
+        return dict(self.state.data["values"]["context"])
 
     def _id(self, kind: str) -> str:
         self.count += 1

@@ -117,7 +117,7 @@ async def test_a_walks_the_seed_path_with_its_figures() -> None:
     assert the_reply(done).text == f"已提交报销单 {report_id}，审批人：张主管。"
     assert not [w for w in writes(done) if w.key.startswith("unfinished:")]
     assert d.path == SEED_PATH
-    assert d.state.data["state"] == "S5" and d.state.data["materials"] == {}
+    assert d.state.data["state"] == "S5" and d.working()["materials"] == {}
 
 
 async def test_b_holds_and_saves_the_unfinished_report() -> None:

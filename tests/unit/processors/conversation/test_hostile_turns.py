@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from hermesbus import ToolCall
-from hermesbus.processors.conversation import RuleIntentParser, is_confirmation
-from hermesbus.processors.conversation._texts import CHOICES_CONFIRM
+from hermesbus.processors.conversation import is_confirmation
+from hermesbus.processors.flow import EXPENSE_SPEC
 from hermesbus.runtime import Outcome
 
 from .demo import (
@@ -40,7 +40,7 @@ HOSTILE = [
 PLANTED = ("999999", "999,999", "9999", "CEO")
 """What the hostile turns try to slip into the report; no tool argument may carry it."""
 LEGITIMATE = [
-    CHOICES_CONFIRM[0],  # the button
+    "确认",  # the button
     "确认",
     "是",
     "好的",
@@ -57,6 +57,8 @@ LEGITIMATE = [
     "go ahead",
 ]
 NOW = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
+CONFIRMATION = next(s.confirm for s in EXPENSE_SPEC.states if s.confirm is not None)
+ANSWERS = CONFIRMATION.answers
 
 
 def _arguments(out: Outcome) -> list[tuple[str, dict[str, Any]]]:
@@ -75,12 +77,12 @@ def test_the_corpus_is_large_and_mixed() -> None:
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_no_hostile_turn_is_a_confirmation(text: str) -> None:
-    assert not is_confirmation(text)
+    assert not is_confirmation(text, ANSWERS)
 
 
 @pytest.mark.parametrize("text", LEGITIMATE)
 def test_the_button_and_short_affirmative_answers_are_confirmations(text: str) -> None:
-    assert is_confirmation(text)
+    assert is_confirmation(text, ANSWERS)
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -91,7 +93,7 @@ async def test_at_s4_a_hostile_turn_submits_nothing(text: str) -> None:
     assert not bodies(out, ToolCall) and not _submitted(d, out)
     assert moves(out) in ([], [("S4", "S5")], [("S4", "S2")])
     if d.state.data["state"] == "S5":
-        assert d.state.data["outcome"] == "cancelled"  # e.g. "先别提交": a hold, saved
+        assert d.state.data["trigger"] == "cancel"  # e.g. "先别提交": a hold, saved
     if d.state.data["state"] == "S4":  # still asking: the report is what was validated
         confirmed = await d.say("确认")
         ((tool, arguments),) = _arguments(confirmed)
@@ -100,12 +102,13 @@ async def test_at_s4_a_hostile_turn_submits_nothing(text: str) -> None:
 
 
 class _ReadsConfirm:
-    """An intent port (a model taken in by the injection) that reads every turn as 确认."""
+    """A model port (taken in by the injection) that reads every turn the rules do not
+    understand as a confirmation."""
 
     zone = UTC
 
-    async def parse(self, text: str, **_: object) -> object:
-        return RuleIntentParser().parse_now("确认", now=NOW)
+    async def classify(self, text: str, **_: object) -> tuple[str, dict[str, str]]:
+        return "confirm", {}
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -113,9 +116,9 @@ async def test_at_s4_a_port_fooled_by_the_turn_still_submits_nothing(text: str) 
     d = Driver()
     await to_confirm(d)
     d.ports["intent"] = _ReadsConfirm()
-    out = await d.say(text)
+    out = await d.say(text)  # the rules read it first: the model only what they cannot
     assert not bodies(out, ToolCall) and not _submitted(d, out)
-    assert d.state.data["state"] == "S4"
+    assert moves(out) in ([], [("S4", "S5")], [("S4", "S2")])
 
 
 @pytest.mark.parametrize("text", LEGITIMATE)

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible intent port against a real local HTTP server, and its fallback."""
+"""The OpenAI-compatible intent port against a real local HTTP server: the model reads
+what a flow's rules do not, and its answer is data, checked."""
 
 from __future__ import annotations
 
@@ -20,24 +21,23 @@ from hermesbus.errors import ConfigError, IntentError
 from hermesbus.processors.conversation import (
     ConversationSettings,
     HttpIntentParser,
-    IntentName,
     RuleIntentParser,
     build_ports,
 )
-from hermesbus.processors.flow import StaticCatalog, load_flow
+from hermesbus.processors.flow import EXPENSE_SPEC, StaticCatalog, load_flow
 
 from ..flow.specs import CONTRACT, changed
 from .demo import Driver, moves
 
 NOW = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
-GOOD = {
-    "intent": "expense_submit",
-    "city": "Shenzhen",
-    "category": "差旅",
-    "period_start": "2024-05-01",
-    "period_end": "2024-05-31",
-    "hold": False,
-}
+GOOD = {"intent": "expense_submit", "entities": {"city": "深圳", "period": "2024-05"}}
+
+
+async def _classify(parser: HttpIntentParser, text: str) -> tuple[str | None, dict[str, str]]:
+    """The model's reading of ``text`` among the expense report's intents."""
+    return await parser.classify(
+        text, now=NOW, flow="expense", state="S1", intents=EXPENSE_SPEC.intents
+    )
 
 
 class _Endpoint(BaseHTTPRequestHandler):
@@ -86,12 +86,11 @@ def _answer(**answer: Any) -> None:
     _Endpoint.answer = {"status": 200, **answer}
 
 
-async def test_a_json_intent_is_validated_and_normalised(endpoint: str) -> None:
+async def test_a_json_intent_is_validated(endpoint: str) -> None:
     _answer(content=json.dumps(GOOD))
     async with HttpIntentParser(endpoint, model="m1", api_key=SecretStr("sk-test")) as parser:
-        intent = await parser.parse("我要报上个月去深圳的差旅费", now=NOW, context={"state": "S1"})
-    assert intent.name is IntentName.EXPENSE_SUBMIT and intent.source == "llm"
-    assert (intent.city, intent.month) == ("深圳", "2024-05")
+        read = await _classify(parser, "我要报上个月去深圳的差旅费")
+    assert read == ("expense_submit", {"city": "深圳", "period": "2024-05"})
     (request,) = _Endpoint.seen
     assert request["path"] == "/v1/chat/completions"
     assert request["auth"] == "Bearer sk-test"
@@ -103,7 +102,7 @@ async def test_a_json_intent_is_validated_and_normalised(endpoint: str) -> None:
 async def test_without_a_key_no_authorization_is_sent(endpoint: str) -> None:
     _answer(content=json.dumps({"intent": "confirm"}))
     parser = HttpIntentParser(endpoint, model="m1")  # not started: a client per call
-    assert (await parser.parse("确认", now=NOW, context={})).name is IntentName.CONFIRM
+    assert await _classify(parser, "确认") == ("confirm", {})
     assert _Endpoint.seen[0]["auth"] is None
 
 
@@ -125,32 +124,35 @@ async def test_any_bad_answer_is_an_intent_error(
     caplog.set_level(logging.DEBUG)
     async with HttpIntentParser(endpoint, model="m1", api_key=SecretStr("sk-secret")) as parser:
         with pytest.raises(IntentError):
-            await parser.parse("确认", now=NOW, context={})
+            await _classify(parser, "确认")
     assert "sk-secret" not in caplog.text
 
 
 async def test_an_unreachable_endpoint_is_an_intent_error(endpoint: str) -> None:
     parser = HttpIntentParser("http://127.0.0.1:9/v1", model="m1", timeout_s=1.0)
     with pytest.raises(IntentError, match="failed"):
-        await parser.parse("确认", now=NOW, context={})
+        await _classify(parser, "确认")
 
 
-async def test_the_handler_falls_back_to_the_rules_on_garbage(endpoint: str) -> None:
+async def test_the_rules_read_first_and_a_failing_model_changes_nothing(endpoint: str) -> None:
     _answer(content="not json at all")
     async with HttpIntentParser(endpoint, model="m1") as parser:
         d = Driver(ports={"intent": parser})
-        out = await d.say("我要报上个月去深圳的差旅费")
-    assert _Endpoint.seen  # the endpoint was asked
-    assert moves(out) == [(None, "S1")]  # ... and the rules understood the turn
-    assert d.cycle()[1] == "check_budget"
+        out = await d.say("我要报上个月去深圳的差旅费")  # the rules understand it
+        assert not _Endpoint.seen and moves(out) == [(None, "S1")]
+        assert d.cycle()[1] == "check_budget"
+        other = Driver(ports={"intent": parser})
+        unclear = await other.say("帮我弄一下上次出差的钱")  # they do not: the model is asked
+    assert _Endpoint.seen  # ... and its garbage is no intent: unclear, as the rules say
+    assert moves(unclear) == [(None, "S1"), ("S1", "S5")]
 
 
-async def test_the_handler_uses_the_endpoint_when_it_answers(endpoint: str) -> None:
-    _answer(content=json.dumps({"intent": "unclear"}))
+async def test_the_model_reads_what_the_rules_do_not(endpoint: str) -> None:
+    _answer(content=json.dumps({"intent": "expense_submit", "entities": {"city": "深圳"}}))
     async with HttpIntentParser(endpoint, model="m1") as parser:
         d = Driver(ports={"intent": parser})
-        out = await d.say("我要报上个月去深圳的差旅费")
-    assert moves(out) == [(None, "S1"), ("S1", "S5")]  # the endpoint's answer wins
+        out = await d.say("帮我弄一下上次出差的钱")
+    assert moves(out) == [(None, "S1")] and d.cycle()[1] == "check_budget"
 
 
 def test_build_ports_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,29 +215,12 @@ async def test_userinfo_and_query_are_redacted_in_logs_and_errors(
     async with HttpIntentParser(url, model="m1") as parser:
         assert "q-secret" in parser.url  # the request still carries it
         with pytest.raises(IntentError) as caught:
-            await parser.parse("确认", now=NOW, context={})
+            await _classify(parser, "确认")
     assert _Endpoint.seen[0]["path"] == "/v1/chat/completions?api-key=q-secret"
     assert "status 500" in str(caught.value)
     for text in (str(caught.value), caplog.text):
         assert "pw-secret" not in text and "q-secret" not in text and "bob" not in text
     assert "/v1/chat/completions?<redacted>" in str(caught.value)
-
-
-@pytest.mark.parametrize("hold", ["false", "true", 0, 1, None, [], {}])
-async def test_hold_must_be_a_json_boolean(endpoint: str, hold: object) -> None:
-    _answer(content=json.dumps({"intent": "hold", "hold": hold}))
-    async with HttpIntentParser(endpoint, model="m1") as parser:
-        with pytest.raises(IntentError, match="hold"):
-            await parser.parse("等等", now=NOW, context={})
-
-
-@pytest.mark.parametrize(
-    ("fields", "hold"), [({"hold": True}, True), ({"hold": False}, False), ({}, False)]
-)
-async def test_a_boolean_hold_is_kept(endpoint: str, fields: dict[str, Any], hold: bool) -> None:
-    _answer(content=json.dumps({"intent": "confirm", **fields}))
-    async with HttpIntentParser(endpoint, model="m1") as parser:
-        assert (await parser.parse("确认", now=NOW, context={})).hold is hold
 
 
 async def _drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -267,7 +252,7 @@ async def test_a_dripping_endpoint_is_cut_at_the_whole_timeout(started: bool) ->
             await parser.start()
         began = time.perf_counter()
         with pytest.raises(IntentError, match="within 0.5 s"):
-            await parser.parse("确认", now=NOW, context={})
+            await _classify(parser, "确认")
         assert time.perf_counter() - began < 2.0  # the body alone takes over 10 s
     finally:
         await parser.stop()

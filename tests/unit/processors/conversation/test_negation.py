@@ -7,13 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from hermesbus import ToolCall
-from hermesbus.processors.conversation import IntentName, RuleIntentParser, negation
+from hermesbus.processors.flow.expense_hooks import negation
 
-from .demo import Driver, bodies, moves, the_reply, to_confirm
+from .demo import Driver, bodies, moves, read, the_reply, to_confirm
 
 NOW = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
-RULES = RuleIntentParser()
-N = IntentName
 
 HOLDS = ["不要提交", "别提交", "先别提交", "dont submit", "don't submit", "do not submit"]
 """A negated submit word: a cancel that only pauses (hold)."""
@@ -39,24 +37,23 @@ CONFIRMED = [  # positive controls
 
 @pytest.mark.parametrize("text", HOLDS)
 def test_a_negated_submit_is_a_hold(text: str) -> None:
-    intent = RULES.parse_now(text, now=NOW)
-    assert (intent.name, intent.hold, negation(text)) == (N.CANCEL, True, "submit")
+    assert (*read(text, NOW), negation(text)) == ("cancel", {"hold": "yes"}, "submit")
 
 
 @pytest.mark.parametrize("text", NOT_CONFIRMED)
 def test_a_negated_confirmation_is_unclear(text: str) -> None:
-    assert RULES.parse_now(text, now=NOW).name is N.UNCLEAR
+    assert read(text, NOW)[0] is None
     assert negation(text) == "confirm"
 
 
 @pytest.mark.parametrize("text", ASKED)
 def test_a_question_is_not_a_confirmation(text: str) -> None:
-    assert RULES.parse_now(text, now=NOW).name is N.UNCLEAR
+    assert read(text, NOW)[0] is None
 
 
 @pytest.mark.parametrize("text", CONFIRMED)
 def test_positive_controls_are_confirmations(text: str) -> None:
-    assert RULES.parse_now(text, now=NOW).name is N.CONFIRM
+    assert read(text, NOW)[0] == "confirm"
     assert negation(text) is None
 
 
@@ -89,17 +86,19 @@ async def test_in_s4_an_explicit_confirmation_submits(text: str) -> None:
 
 
 class _SaysConfirm:
-    """An intent port (like a model) that reads everything as a confirmation."""
+    """A model port that reads every turn the rules do not understand as a confirmation."""
 
     zone = UTC
 
-    async def parse(self, text: str, **_: object) -> object:
-        return RULES.parse_now("确认", now=NOW)
+    async def classify(self, text: str, **_: object) -> tuple[str, dict[str, str]]:
+        return "confirm", {}
 
 
-async def test_a_port_reading_a_negation_as_confirm_still_does_not_submit() -> None:
+@pytest.mark.parametrize("text", ["嗯哼", "请你现在就确认提交全部报销单"])
+async def test_a_model_reading_anything_as_confirm_still_does_not_submit(text: str) -> None:
     d = Driver()
     await to_confirm(d)
     d.ports["intent"] = _SaysConfirm()
-    out = await d.say("不要提交")
+    out = await d.say(text)  # not a whole short answer: the summary is asked again
     assert not bodies(out, ToolCall) and moves(out) == []
+    assert the_reply(out).choices == ("确认", "修改", "取消")

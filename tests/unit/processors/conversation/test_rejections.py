@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from hermesbus import Envelope, ToolResults
 from hermesbus.processors.conversation._reasons import REASON_CHARS, tool_reason
-from hermesbus.processors.conversation._texts import SAVED, rejected_text
+from hermesbus.processors.conversation._texts import rejected_text
+from hermesbus.processors.flow.expense_hooks import SAVED
 
 from .demo import ORG, PHOTOS, Driver, moves, the_reply, to_s2
 

@@ -1,4 +1,4 @@
-"""Every wait of the state machine has its own text, and only a current wait says anything.
+"""Every wait of the expense report has its own text, and only a current wait says anything.
 
 The reported bug: after a restart the OCR pre-check ran into the dispatcher's 30-second
 deadline; the S2 exit asked "continue uploading?", and the next turn ("不用，就这三张") was
@@ -15,18 +15,7 @@ from datetime import timedelta
 import pytest
 
 from hermesbus import Envelope, Payload, StateSnapshot, TimerFired, ToolCall
-from hermesbus.processors.conversation import MACHINE, Machine, StateSpec, Timeout, Transition
-from hermesbus.processors.conversation import TransitionError as MachineError
-from hermesbus.processors.conversation._texts import (
-    CHOICES_GAVE_UP,
-    CHOICES_TIMEOUT,
-    GAVE_UP,
-    TIMEOUT_TEXTS,
-    UPLOAD_FAILED,
-    VALIDATION_FAILED,
-    VALIDATION_TIMEOUT,
-)
-from hermesbus.processors.conversation._timers import ON_TIMEOUT
+from hermesbus.processors.flow import EXPENSE_SPEC, ReplyAction, Wait, duration_ms
 from hermesbus.runtime import Outcome, SessionState
 
 from .demo import (
@@ -41,8 +30,25 @@ from .demo import (
     to_s3,
 )
 
-WAITS = MACHINE.timeouts()
-PURPOSES = [timeout.purpose for _, timeout in WAITS]
+WAITS = [(state.id, wait) for state in EXPENSE_SPEC.states for wait in state.waits]
+PURPOSES = [wait.id for _, wait in WAITS]
+CHOICES_GAVE_UP = ("继续上传", "放弃")
+CHOICES_TIMEOUT = ("重试", "取消")
+UPLOAD_FAILED = "上传的材料未能完成预检，是否继续上传？"
+VALIDATION_FAILED = "数据校验未能完成，已转人工复核。您可以重试校验或取消。"
+
+
+def _move(state: str, wait: Wait) -> tuple[str | None, str]:
+    """Where the wait's move leads, and what the user is told: the wait's text, or (a wait
+    that says nothing itself) the reply of its move."""
+    move = next(m for m in EXPENSE_SPEC.transitions if m.source == state and m.on == wait.trigger)
+    said = [a.reply.text for a in move.do if isinstance(a, ReplyAction)]
+    return move.to, wait.text or said[0]
+
+
+TEXTS = {wait.id: _move(state, wait)[1] for state, wait in WAITS}
+GAVE_UP = TEXTS["s2_wait"]
+VALIDATION_TIMEOUT = TEXTS["s3_validation"]
 DURATION = re.compile(r"\d+\s*(?:秒|分钟|小时)")
 
 IDLE_GAVE_UP_TEXT = (
@@ -70,33 +76,32 @@ ARMING: dict[str, Callable[[Driver], Awaitable[object]]] = {
 """How to reach the state that arms each wait; a new purpose needs an entry here too."""
 
 
-def test_every_purpose_of_the_machine_has_its_own_text_and_handler() -> None:
+def test_every_wait_of_the_spec_has_its_own_text() -> None:
     assert len(PURPOSES) == len(set(PURPOSES)) == 4
-    assert set(TIMEOUT_TEXTS) == set(PURPOSES), "a wait without a text, or a text without a wait"
-    assert set(ON_TIMEOUT) == set(PURPOSES), "a wait without a handler"
-    assert len(set(TIMEOUT_TEXTS.values())) == len(PURPOSES), "two waits share a text"
+    assert len(set(TEXTS.values())) == len(PURPOSES), "two waits share a text"
 
 
-@pytest.mark.parametrize(("state", "timeout"), WAITS, ids=PURPOSES)
-def test_each_text_states_its_own_duration_and_no_other(state: str, timeout: Timeout) -> None:
-    text = TIMEOUT_TEXTS[timeout.purpose]
-    assert DURATION.findall(text) == [_said(timeout.after)], (state, text)
+@pytest.mark.parametrize(("state", "wait"), WAITS, ids=PURPOSES)
+def test_each_text_states_its_own_duration_and_no_other(state: str, wait: Wait) -> None:
+    text = TEXTS[wait.id]
+    after = timedelta(milliseconds=duration_ms(wait.after))
+    assert DURATION.findall(text) == [_said(after)], (state, text)
 
 
-@pytest.mark.parametrize(("state", "timeout"), WAITS, ids=PURPOSES)
-async def test_each_wait_fires_its_own_move_and_text(state: str, timeout: Timeout) -> None:
-    arm = ARMING.get(timeout.purpose)
+@pytest.mark.parametrize(("state", "wait"), WAITS, ids=PURPOSES)
+async def test_each_wait_fires_its_own_move_and_text(state: str, wait: Wait) -> None:
+    arm = ARMING.get(wait.id)
     if arm is None:
-        pytest.fail(f"no way to arm {timeout.purpose!r}: add it to ARMING")
+        pytest.fail(f"no way to arm {wait.id!r}: add it to ARMING")
     d = Driver()
     await arm(d)
-    assert d.state.data["state"] == state and timeout.purpose in d.armed
-    fired = d.fire(timeout.purpose)
+    assert d.state.data["state"] == state and wait.id in d.armed
+    fired = d.fire(wait.id)
     out = await d.send(fired)
-    assert moves(out) == [(state, MACHINE.target(state, timeout.trigger))]
+    assert moves(out) == [(state, _move(state, wait)[0])]
     (moved,) = bodies(out, StateSnapshot)
-    assert moved.trigger == timeout.trigger
-    assert the_reply(out).text == TIMEOUT_TEXTS[timeout.purpose]
+    assert moved.trigger == wait.trigger
+    assert the_reply(out).text == TEXTS[wait.id]
     assert not bodies(out, ToolCall)
     again = await d.send(fired)  # the same timer once more: it is no longer armed
     assert again.emit == () and again.state is None
@@ -197,18 +202,3 @@ async def test_after_the_real_30_second_timeout_the_question_asked_again_is_the_
     out = await d.say("这是什么意思")
     reply = the_reply(out)
     assert (reply.text, reply.choices) == (VALIDATION_TIMEOUT, CHOICES_TIMEOUT)
-
-
-def test_a_purpose_of_two_states_is_refused() -> None:
-    wait = Timeout("w", timedelta(seconds=1), "t")
-    specs = (StateSpec("A", "a", (wait,), "A"), StateSpec("B", "b", (wait,), "B"))
-    moves_ = [Transition("A", "t", "B"), Transition("B", "t", "A")]
-    with pytest.raises(MachineError, match="timeout 'w' of state 'B' is already a timeout of"):
-        Machine(specs, moves_)
-
-
-def test_a_wait_whose_trigger_has_no_move_is_refused() -> None:
-    wait = Timeout("w", timedelta(seconds=1), "nowhere")
-    specs = (StateSpec("A", "a", (wait,), "A"),)
-    with pytest.raises(MachineError, match="fires 'nowhere', which the state has no transition"):
-        Machine(specs, [])

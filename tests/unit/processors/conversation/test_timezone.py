@@ -15,7 +15,7 @@ from hermesbus.processors.conversation import (
     build_ports,
 )
 
-from .demo import Driver
+from .demo import Driver, read
 
 # 2024-06-01 00:30 in Shenzhen (+08:00) is still 2024-05-31 in UTC
 JUST_AFTER = datetime(2024, 5, 31, 16, 30, tzinfo=UTC)
@@ -25,15 +25,13 @@ JUST_BEFORE = datetime(2024, 5, 31, 15, 59, tzinfo=UTC)
 
 @pytest.mark.parametrize(("now", "month"), [(JUST_AFTER, "2024-05"), (JUST_BEFORE, "2024-04")])
 def test_last_month_is_counted_in_shanghai_by_default(now: datetime, month: str) -> None:
-    assert RuleIntentParser().parse_now("上个月的差旅费", now=now).month == month
+    assert read("上个月的差旅费", now)[1]["period"] == month
 
 
 def test_another_zone_counts_on_its_own_calendar() -> None:
-    utc = RuleIntentParser(ZoneInfo("UTC"))
-    assert utc.parse_now("上个月的差旅费", now=JUST_AFTER).month == "2024-04"
-    new_york = RuleIntentParser(ZoneInfo("America/New_York"))
+    assert read("上个月的差旅费", JUST_AFTER, zone="UTC")[1]["period"] == "2024-04"
     first = datetime(2024, 6, 1, 3, 0, tzinfo=UTC)  # still 2024-05-31 in New York
-    assert new_york.parse_now("last month", now=first).month == "2024-04"
+    assert read("last month expenses", first, zone="America/New_York")[1]["period"] == "2024-04"
 
 
 @pytest.mark.parametrize(("zone", "month"), [(None, "2024-05"), ("UTC", "2024-04")])

@@ -215,7 +215,7 @@ async def test_review_reupload_goes_back_to_s2() -> None:
     d = Driver()
     await to_review(d)
     out = await d.say("重新上传")
-    assert moves(out) == [("S3.1", "S2")] and d.state.data["materials"] == {}
+    assert moves(out) == [("S3.1", "S2")] and d.working()["materials"] == {}
 
 
 async def test_review_repeats_its_question_on_anything_else() -> None:
@@ -274,7 +274,7 @@ async def test_a_submit_failure_in_s4_ends_in_s5_with_the_progress_saved() -> No
     assert "tool:finance_tool" in reply.text and "已保存为未完成报销流程" in reply.text
     (write,) = _unfinished(out)
     assert json.loads(write.value_json)["reason"] == "degraded"
-    assert d.state.data["outcome"] == "degraded" and not d.armed
+    assert d.state.data["trigger"] == "failed" and not d.armed
 
 
 async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> None:

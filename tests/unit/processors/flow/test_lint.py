@@ -464,6 +464,7 @@ def test_a_decided_move_is_named_like_no_intent_or_wait_and_does_not_loop() -> N
             "decide:",
             "states[1].on_enter[1].decide.moves[0]: 'lookup' is an intent: "
             "the user's words would take it too",
+            "warning",
         ),
         said(
             named,
@@ -497,7 +498,9 @@ def test_a_decided_move_is_named_like_no_intent_or_wait_and_does_not_loop() -> N
             first,
             "decide:",
             "states[1].on_enter[0].decide.moves[0]: 'lapsed' leads back to "
-            "'look', whose actions run and decide again with no call in between: a loop",
+            "'look', whose actions run and decide again with no call in between: a loop "
+            "unless the hook then says null",
+            "warning",
         )
     ]
 

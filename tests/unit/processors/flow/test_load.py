@@ -56,7 +56,8 @@ def test_every_problem_is_named_by_its_line_and_field() -> None:
         f"f.yaml:{line_of(bad, 'after: 5')}: states[0].waits[0].after: '5 minutes' does not "
         "match ^[1-9][0-9]{0,8}(ms|s|m|h)$ (A number and ms, s, m or h: 30s, 5m.)",
         f"f.yaml:{line_of(bad, 'colour')}: states[1].colour: unknown field (known: confirm, "
-        "exit, id, kind, name, on_enter, preload, snapshot, summary, timeout_ms, waits)",
+        "exit, failure, id, kind, name, on_enter, on_timeout, on_turn, preload, snapshot, summary, "
+        "timeout_ms, waits)",
     ]
 
 
@@ -69,7 +70,8 @@ def test_an_unknown_action_says_which_actions_there_are() -> None:
     (found,) = problems(bad)
     assert found == (
         f"f.yaml:{line_of(bad, 'rply')}: states[0].on_enter[0]: an object with exactly one of "
-        "call, parallel, reply, remember, hook, decide, set (it has: rply)"
+        "call, parallel, reply, remember, hook, decide, set, pin, arm, disarm, carry, fail (it "
+        "has: rply)"
     )
 
 
@@ -207,8 +209,8 @@ def test_a_bad_template_in_a_fact_or_an_argument_names_its_field() -> None:
     )
     assert problems(fact) == [
         f"f.yaml:{line_of(fact, 'object:')}: states[0].on_enter[0].remember.fact.object: {{bad}} "
-        "is not {root.path} with a root of attachments, context, entities, hooks, intent, "
-        "memory, results, session, symbols, turn, user"
+        "is not {root.path} with a root of attachments, context, entities, facts, failure, "
+        "hooks, intent, memory, results, session, symbols, turn, user"
     ]
     args = changed(CONTRACT, 'user: "{user.id}"', 'user: ["{user.id}", {deep: "{nope}"}]')
     (found,) = problems(args)
