@@ -8,6 +8,13 @@ from typing import Any
 __all__ = [
     "aside",
     "broken",
+    "claim_args",
+    "claim_record",
+    "claim_refused",
+    "claim_settled",
+    "claim_summary",
+    "claim_turn",
+    "claim_who",
     "contract_state",
     "dumps",
     "elsewhere",
@@ -85,3 +92,36 @@ def reads_only_its_own(values: dict[str, Any]) -> dict[str, Any]:
 
 def aside(values: dict[str, Any]) -> str:
     return "side"
+
+
+# -- the claim flow: what the expense report needs, on a flow of a team's -----------------
+
+
+def claim_who(values: dict[str, Any]) -> dict[str, Any]:
+    return {"who": values["user"]["id"]}
+
+
+def claim_summary(values: dict[str, Any]) -> str:
+    return f"{values['session']['state']}:{values['facts'].get('who', '?')}"
+
+
+def claim_turn(values: dict[str, Any]) -> str | None:
+    intent = values["intent"]["name"]
+    return intent if intent in ("pay", "help") else None
+
+
+def claim_args(values: dict[str, Any]) -> dict[str, Any]:
+    return {"action": "pay", "user_id": values["user"]["id"]}
+
+
+def claim_refused(values: dict[str, Any]) -> bool:
+    return bool(values["results"]["finance_tool"].get("status") != "ok")
+
+
+def claim_settled(values: dict[str, Any]) -> str:
+    return "settled"
+
+
+def claim_record(values: dict[str, Any]) -> dict[str, Any]:
+    key = f"claim:{values['session']['id']}"
+    return {"key": key, "value": {"by": values["facts"]["who"]}, "importance": 0.5}

@@ -1152,3 +1152,122 @@ async def test_a_bare_short_answer_begins_no_flow(tmp_path: Path) -> None:
     async with flow_bus(tmp_path, CONTRACT, RECEIPTS) as harness:
         await harness.send(turn("好的", 1))
         assert replies(harness) == [UNCLEAR_TEXT]  # it answers nothing asked: no receipts
+
+
+# -- what the expense report needs, on a team's flow ---------------------------------------
+
+CLAIM = f"""\
+flow: claim
+version: 1
+start: ask
+summary: summary
+hooks:
+  summary: {HOOKS_HERE}:claim_summary
+  who: {HOOKS_HERE}:claim_who
+  turn: {HOOKS_HERE}:claim_turn
+  args: {HOOKS_HERE}:claim_args
+  refused: {HOOKS_HERE}:claim_refused
+  settled: {HOOKS_HERE}:claim_settled
+  record: {HOOKS_HERE}:claim_record
+intents:
+  - {{name: pay, phrases: ["付款"]}}
+  - {{name: help, phrases: ["帮助"]}}
+begin:
+  - hook: {{name: who}}
+  - pin: "{{hooks.who}}"
+states:
+  - id: ask
+    name: 询问
+    exit: failed
+    on_turn: {{hook: turn, moves: [pay, help]}}
+    failure:
+      - reply: {{text: "付款失败：{{failure.text}}"}}
+    on_enter:
+      - reply: {{text: "要付款吗，{{facts.who}}？"}}
+      - arm: nudge
+    waits:
+      - {{id: nudge, after: 5m, auto: false, trigger: silent, text: "还在吗？"}}
+  - id: paid
+    name: 已付款
+    kind: terminal
+    snapshot: {{hook: record}}
+    on_enter: [{{reply: {{text: "已付款", steps: [pay]}}}}]
+  - id: failed
+    name: 失败
+    kind: terminal
+    snapshot: false
+transitions:
+  - from: ask
+    on: pay
+    do:
+      - disarm: nudge
+      - carry: {{approved_by: "{{user.id}}"}}
+      - hook: {{name: args}}
+      - call: {{tool: finance_tool, args: "{{hooks.args}}", task: pay}}
+      - fail: {{component: "tool:finance_tool", code: refused, message: not ok, text: 金额被拒}}
+        when: refused
+      - decide: {{hook: settled, moves: [settled]}}
+  - {{from: ask, on: settled, to: paid}}
+  - {{from: ask, on: help, do: [{{reply: {{text: "说“付款”即可"}}}}]}}
+  - {{from: ask, on: silent, to: failed}}
+"""
+
+
+def summaries(harness: Harness, session: str = "s1") -> list[str]:
+    return [
+        h.envelope.payload.body.snapshot.summary
+        for h in harness.handled
+        if h.processor == "dispatcher"
+        and isinstance(h.envelope.payload.body, StateSnapshot)
+        and h.envelope.session_id == session
+    ]
+
+
+async def test_a_flow_pins_asks_stays_calls_in_a_stay_and_records_its_end(tmp_path: Path) -> None:
+    tools = ScriptedTools({"finance_tool": {"status": "ok"}}, steps={"finance_tool": ("已核对",)})
+    settings = hooked_settings(tmp_path)
+    async with flow_bus(tmp_path, CLAIM, tools=tools, settings=settings) as harness:
+        await harness.send(turn("你好", 1, flow="claim"))
+        assert state(harness)["facts"] == {"who": "u1"}  # pinned as the session began
+        await harness.send(turn("帮助", 2))  # a stay: said, no move, the wait still armed
+        assert [a.purpose for a in harness.timers("conversation")] == ["nudge"]
+        await harness.send(turn("付款", 3))  # a stay that calls: its actions wait, then go on
+        assert replies(harness) == ["要付款吗，u1？", "说“付款”即可", "已付款"]
+        assert moves(harness) == [(None, "ask", "claim@1"), ("ask", "paid", "claim@1")]
+        assert summaries(harness) == ["ask:u1", "paid:u1"]  # the summary hook's
+        (call,) = [
+            h.envelope
+            for h in harness.handled
+            if h.processor == "dispatcher" and isinstance(h.envelope.payload.body, ToolCall)
+        ]
+        assert json.loads(call.payload.body.arguments_json) == {"action": "pay", "user_id": "u1"}
+        assert (call.payload.task, call.payload.context["approved_by"]) == ("pay", "u1")
+        said = [
+            s.envelope.payload.body
+            for s in harness.sent
+            if isinstance(s.envelope.payload.body, Reply)
+        ]
+        assert said[-1].verification_steps == ("已核对",)  # its reply's steps: the pay cycle's
+        records = [
+            json.loads(s.envelope.payload.body.value_json)
+            for s in harness.log
+            if isinstance(s.envelope.payload.body, MemoryWrite)
+            and s.envelope.payload.body.key == "claim:s1"
+            and s.envelope.target == "mcp:dispatcher"
+        ]
+        assert records == [{"by": "u1"}]  # the terminal state's own record
+        assert harness.timers("conversation") == [] and harness.refused == []
+
+
+async def test_a_failure_the_flow_declares_takes_the_exit_in_the_states_words(
+    tmp_path: Path,
+) -> None:
+    tools = ScriptedTools({"finance_tool": {"status": "no"}})
+    settings = hooked_settings(tmp_path)
+    async with flow_bus(tmp_path, CLAIM, tools=tools, settings=settings) as harness:
+        await harness.send(turn("你好", 1, flow="claim"))
+        await harness.send(turn("付款", 2))
+        assert replies(harness) == ["要付款吗，u1？", "付款失败：金额被拒"]
+        assert moves(harness)[-1] == ("ask", "failed", "claim@1")
+        assert state(harness)["problems"][-1]["code"] == "refused"
+        assert state(harness)["acting"] == -1  # the stay's actions are no longer running
