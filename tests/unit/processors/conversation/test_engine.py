@@ -1240,7 +1240,9 @@ async def test_a_flow_pins_asks_stays_calls_in_a_stay_and_records_its_end(tmp_pa
             for h in harness.handled
             if h.processor == "dispatcher" and isinstance(h.envelope.payload.body, ToolCall)
         ]
-        assert json.loads(call.payload.body.arguments_json) == {"action": "pay", "user_id": "u1"}
+        body = call.payload.body
+        assert isinstance(body, ToolCall)
+        assert json.loads(body.arguments_json) == {"action": "pay", "user_id": "u1"}
         assert (call.payload.task, call.payload.context["approved_by"]) == ("pay", "u1")
         said = [
             s.envelope.payload.body
