@@ -1,16 +1,11 @@
 """The expense report's spec (``expense.yaml`` beside this module), read once at import.
 
-It is the one description of the expense report's machine: its states and their names,
-transitions, waits with their texts, exception exits, budgets, the confirmation's short
-answers and the rule parser's phrases. The conversation's built-in expense code walks it;
-the dispatcher checks an expense session's snapshots and budgets against
-:data:`EXPENSE_MACHINE`, made from it as from any registered flow.
-
-What its states do is still that built-in code, so ten of its transitions are taken on the
-verdicts of that code (the budget check's, the OCR pre-check's, the validation's) or on
-answers it reads itself (S3.1's review, S4's "continue"), which the spec cannot name:
-``hermesbus flows check`` says of each that it never fires, and says nothing else (a test
-holds that list).
+It is the expense report: its states and what they do, moves, waits with their texts,
+exception exits and what each failure says, budgets, the confirmation's short answers, and
+its hooks (``expense_hooks.py``: what a spec cannot say). The conversation's engine runs it
+as it runs any flow; the dispatcher checks an expense session's snapshots and budgets
+against :data:`EXPENSE_MACHINE`, made from it as from any registered flow. It is built in:
+a session named by no flow runs it, and no registry holds it.
 """
 
 from __future__ import annotations
