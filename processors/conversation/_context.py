@@ -173,8 +173,8 @@ class Step:
 
     def snapshot(self) -> ContextSnapshot:
         """The session's snapshot now (the flow's summary brought up to date first)."""
-        if self.summarize is not None:
-            self.update(flow_summary=self.summarize())
+        if self.summarize is not None and (said := self.summarize()) != self.session.flow_summary:
+            self.update(flow_summary=said)
         return snapshot_of(self.session)
 
     def problem(self, component: str, code: str, message: str) -> None:

@@ -572,8 +572,18 @@ def _values(step: Step) -> dict[str, Any]:
 
 
 def attach(step: Step, spec: FlowSpec) -> None:
-    """The step writes ``spec``'s summary into each snapshot it sends."""
-    step.summarize = lambda: _summary(step, spec)
+    """The step writes ``spec``'s summary into each snapshot it sends (computed again only
+    when the session changed since: a session is never changed in place)."""
+    last: list[tuple[Session, str]] = []
+
+    def summarize() -> str:
+        if last and last[0][0] is step.session:
+            return last[0][1]
+        said = _summary(step, spec)
+        last[:] = [(step.session, said)]
+        return said
+
+    step.summarize = summarize
 
 
 def _enter(

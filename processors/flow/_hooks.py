@@ -19,6 +19,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import orjson
+
 from hermesbus.errors import HookError
 from hermesbus.processors.tool import module_allowed, private_part
 
@@ -29,6 +31,15 @@ BUILTIN_HOOKS: Final = ("hermesbus.processors.flow.expense_hooks",)
 """The hooks of the flows shipped with hermesbus: always admitted (they are its own)."""
 MAX_HOOK_BYTES: Final = 64 * 1024
 """The largest JSON a hook may return (it is kept in the session's state)."""
+
+
+def _copy(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the session's values (JSON): a hook changing it changes nothing else."""
+    try:
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(values))
+    except TypeError:  # what JSON cannot hold (none by construction): copied as it is
+        return copy.deepcopy(dict(values))
+    return copied
 
 
 class Hooks:
@@ -69,7 +80,7 @@ class Hooks:
         """``target``'s answer for a copy of ``values`` (JSON, at most MAX_HOOK_BYTES)."""
         function = self.function(target)
         try:
-            answer = function(copy.deepcopy(dict(values)))
+            answer = function(_copy(values))
         except Exception as exc:  # a team's code: its failure is the state's failure
             raise HookError(f"hook {target!r} raised {type(exc).__name__}: {exc}") from exc
         try:
