@@ -70,6 +70,12 @@ class Step:
         """The envelopes, timers and cancellations so far (the runtime's collector)."""
         self.moves = 0
         """Transitions taken so far for this input."""
+        self.stays = 0
+        """Moves that stayed, so far for this input (they count toward a flow's limit)."""
+        self.summary_failed = False
+        """The flow's summary hook failed in this input (kept as a problem once)."""
+        self.disarmed: set[str] = set()
+        """The waits this input stopped."""
         self.cycled = False
         """Whether this input started a cycle (its answer says more to the same turn)."""
         self.path_counts: dict[str, int] = {}
@@ -161,6 +167,7 @@ class Step:
                 "id": self.env.message_id,
                 "at": self.env.timestamp.isoformat(),
                 "said": isinstance(self.env.payload.body, UserTurn),
+                "whole": self.answered,
             },
             "facts": dict(session.facts),
             "memory": {
@@ -208,6 +215,7 @@ class Step:
         self.update(timers={**self.session.timers, purpose: token})
 
     def disarm(self, purpose: str) -> None:
+        self.disarmed.add(purpose)
         if purpose not in self.session.timers:
             self.effects.forget(purpose)
         else:

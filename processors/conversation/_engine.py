@@ -12,7 +12,7 @@ state only) or its ``done`` move, or waits for the user.
 A user turn is matched against the flow's intents; the state's move on that intent is
 taken (the first whose guards pass), else its ``any`` move, else the last question is
 asked again. A confirmation state passes only on a press of one of its buttons or a
-message that is, as a whole, one of its answers. A failure (a tool's error, a fail-fast
+message that is, as a whole, a few words of its answers. A failure (a tool's error, a fail-fast
 report, a hook's error) tells the user what failed and takes the state's exception exit.
 """
 
@@ -153,6 +153,9 @@ _INSTANT: Final = (
     CarryAction,
 )
 NAME: Final = re.compile(NAME_PATTERN)
+MAX_FACTS: Final = 32
+MAX_FACT_CHARS: Final = 200
+"""Pinned facts stay in every fold of the history: a few short ones."""
 MAX_ENTITY: Final = 200
 """The longest entity a parser hook may answer (a name, a number: never a text)."""
 
@@ -549,7 +552,12 @@ def on_flow_timer(step: Step, spec: FlowSpec, fired: TimerFired) -> None:
         log.info("session %s: wait %s fired no move", step.env.session_id, wait.id)
         if said is not None:
             _say(step, *said)
-    elif step.moves == moves and step.session.state == wait_state:  # it stayed: wait again
+    elif (  # it stayed: wait again, unless the move stopped or restarted the wait itself
+        step.moves == moves
+        and step.session.state == wait_state
+        and wait.id not in step.disarmed
+        and wait.id not in step.session.timers
+    ):
         step.arm(wait.id, timedelta(milliseconds=duration_ms(wait.after)))
 
 
@@ -653,7 +661,9 @@ def _summary(step: Step, spec: FlowSpec) -> str:
         try:
             said = _hook(step, spec, spec.summary)
         except HookError as exc:
-            step.problem("conversation:hook", "hook", str(exc))
+            if not step.summary_failed:  # once an input: the real problems stay in view
+                step.summary_failed = True
+                step.problem("conversation:hook", "hook", str(exc))
             return state.name
         return str(said)[:SUMMARY_MAX] if said is not None else state.name
     if state.summary is None:
@@ -730,7 +740,14 @@ def _instant(step: Step, spec: FlowSpec, action: Instant) -> None:
         context = {**step.session.values.get("context", {}), **_mapping(action.set, values)}
         step.update(values={**step.session.values, "context": context})
     elif isinstance(action, PinAction):
-        step.fact(**_mapping(action.pin, values))
+        pinned = _mapping(action.pin, values)
+        texts_ = {k: str(v) for k, v in pinned.items() if v is not None and v != ""}
+        if len({**step.session.facts, **texts_}) > MAX_FACTS or any(
+            len(v) > MAX_FACT_CHARS for v in texts_.values()
+        ):
+            why = f"at most {MAX_FACTS} facts of {MAX_FACT_CHARS} characters"
+            raise HookError(f"pin {sorted(pinned)}: {why} (every history fold keeps them)")
+        step.fact(**pinned)
     elif isinstance(action, CarryAction):
         carried = _mapping(action.carry, values)
         if not all(isinstance(v, bool | int | float | str) for v in carried.values()):
@@ -768,6 +785,8 @@ def _mapping(value: Any, values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _wait(step: Step, spec: FlowSpec, name: str) -> Wait:
+    if step.session.state is None:
+        raise HookError(f"{name!r}: no state entered yet, so no wait of it")
     state = _state(step, spec)
     wait = next((w for w in state.waits if w.id == name), None)
     if wait is None:
@@ -861,6 +880,7 @@ def _take(
     *,
     confirmed: bool = False,
     then: tuple[str, tuple[str, ...]] | None = None,
+    by_hook: bool = False,
 ) -> bool:
     """Take the current state's first move on ``trigger`` whose guards pass. A
     confirmation state's own trigger is taken only ``confirmed`` (its button or a whole
@@ -884,7 +904,7 @@ def _take(
             _fail(step, spec, "conversation:hook", "hook", str(exc))
             return True
         if move.to is None:  # it stays: its own actions only, the waits still running
-            _stay(step, spec, move, then)
+            _stay(step, spec, move, then, by_hook=by_hook)
             return True
         if step.moves >= MAX_MOVES:
             _loop(step, spec)
@@ -895,11 +915,28 @@ def _take(
 
 
 def _stay(
-    step: Step, spec: FlowSpec, move: Transition, then: tuple[str, tuple[str, ...]] | None
+    step: Step,
+    spec: FlowSpec,
+    move: Transition,
+    then: tuple[str, tuple[str, ...]] | None,
+    *,
+    by_hook: bool = False,
 ) -> None:
-    """A move that stays: its actions, which may call tools (the state's actions then
-    wait for the cycle's answer and go on from there)."""
+    """A move that stays: its actions, which may call tools (its own actions then wait
+    for the cycle's answer and go on from there, and the state waits as it did). One that
+    calls is taken only on a turn or a wait, and only with no cycle pending; HookError when
+    a hook's decision names it (the actions it would interrupt could not go on)."""
+    step.stays += 1
+    if step.moves + step.stays > MAX_MOVES:
+        _loop(step, spec)
+        return
     if any(not isinstance(action, _INSTANT) for action in move.do):
+        if by_hook:
+            raise HookError(f"{move.on!r} stays and calls: no hook's decision may take it")
+        if step.session.pending is not None:
+            why = f"{move.on!r} stays and calls, and a cycle is pending: not taken"
+            step.problem("conversation:flow", "busy", why)
+            return
         index = spec.transitions.index(move)
         step.update(acting=index, next_action=0)
         if then is not None:
@@ -931,7 +968,7 @@ def _decide(step: Step, spec: FlowSpec, decide: Decide) -> bool:
     if answer is None:
         return False
     before = (step.moves, step.session.failures)
-    if not _take(step, spec, answer):
+    if not _take(step, spec, answer, by_hook=True):
         source = step.session.state
         raise HookError(
             f"hook {decide.hook!r} decided {answer!r}, and no move of {source!r} on it passes "
@@ -1063,6 +1100,7 @@ def _prefer(step: Step, preference: PreferenceWrite, value: Any) -> None:
     step.update(preferences={**session.preferences, name: shown}, candidates=candidates)
 
 
+_MAX_TTL_S: Final = 366 * 24 * 3600
 _RESERVED_KEYS: Final = ("pref:", "choice:", protocol.FLOW_SNAPSHOT, "unfinished:")
 
 
@@ -1077,13 +1115,19 @@ def _write_item(step: Step, item: Any) -> None:
     builtin = key == f"unfinished:{step.env.session_id}" and step.session.flow is None
     if not key or (key.startswith(_RESERVED_KEYS) and not builtin):
         raise HookError(f"item key {key!r}: a preference's, choice's or snapshot's")
-    step.remember(
-        key,
-        item["value"],
-        confirmed_by=_proof(step),
-        importance=float(item.get("importance", 0.5)),
-        ttl_s=int(item.get("ttl_s", FLOW_SNAPSHOT_TTL_S)),
-    )
+    importance, ttl_s = item.get("importance", 0.5), item.get("ttl_s", FLOW_SNAPSHOT_TTL_S)
+    if not isinstance(importance, int | float) or isinstance(importance, bool):
+        raise HookError(f"item {key!r}: importance {importance!r} is not a number")
+    if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or not 0 < ttl_s <= _MAX_TTL_S:
+        raise HookError(f"item {key!r}: ttl_s {ttl_s!r} is not 1..{_MAX_TTL_S} seconds")
+    if not 0 <= importance <= 1:
+        raise HookError(f"item {key!r}: importance {importance!r} is not 0..1")
+    try:
+        step.remember(
+            key, item["value"], confirmed_by=_proof(step), importance=importance, ttl_s=ttl_s
+        )
+    except (ValueError, TypeError) as exc:  # a value no memory write can hold
+        raise HookError(f"item {key!r} cannot be written: {exc}") from exc
 
 
 def _verify_fact(step: Step, spec: FlowSpec, what: RememberFact) -> None:

@@ -122,11 +122,33 @@ def load_session(data: Mapping[str, Any], session_id: str) -> Session:
     if session is not None:
         return session
     try:
-        return Session.model_validate(dict(data))
+        return Session.model_validate(_migrated(data))
     except ValidationError as exc:
         raise StoreError(
             f"conversation state of session {session_id!r} is invalid", retriable=False
         ) from exc
+
+
+_BUILT_IN_FIELDS: Final = ("ask", "ask_pref", "materials", "validation", "locked")
+"""What the expense report kept in the session itself before it was a flow: its working
+data, now its flow's context."""
+
+
+def _migrated(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved session as this version keeps it: an expense session saved before the
+    report ran on the engine has its working data moved into its flow's context (and its
+    flow's values started), so it goes on where it was."""
+    data = dict(data)
+    old = {key: data.pop(key) for key in _BUILT_IN_FIELDS if key in data}
+    if not old:
+        return data
+    values = dict(data.get("values") or {})
+    values.setdefault("intent", {"name": ""})
+    for root in ("entities", "symbols", "results", "hooks"):
+        values.setdefault(root, {})
+    values["context"] = {**old, **values.get("context", {})}
+    data["values"] = values
+    return data
 
 
 def canonical_json(value: Any) -> str:

@@ -32,6 +32,7 @@ __all__ = ["MAX_TEXT", "Parsed", "answered", "parse_turn", "plain"]
 
 MAX_TEXT: Final = 2_000
 _NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?")
+_PUNCTUATION: Final = re.compile(r"[\s,.!?;:，。！？；：、~\"'“”]+")
 _STRIP: Final = re.compile(r"^[\s,.!;:，。！；：、~\"'“”]+|[\s,.!;:，。！；：、~\"'“”]+$")
 """Punctuation around an answer; a question mark stays: a question never answers."""
 
@@ -61,9 +62,16 @@ def _found(lowered: str, phrase: str) -> bool:
 
 
 def answered(intent: Intent, text: str) -> bool:
-    """Whether ``text`` is, as a whole, one of the intent's short answers."""
-    said = plain(text)
-    return bool(said) and said in {plain(answer) for answer in intent.answers}
+    """Whether ``text`` is, as a whole, one of the intent's short answers (its words in
+    that order; punctuation and spaces aside: "Yes, please!" is "yes please", "是？" is
+    "是")."""
+    said = _bare(text)
+    return bool(said) and said in {_bare(answer) for answer in intent.answers}
+
+
+def _bare(text: str) -> str:
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    return _PUNCTUATION.sub(" ", lowered).strip()
 
 
 def _matches(intent: Intent, text: str, lowered: str) -> bool:

@@ -150,6 +150,9 @@ class _Check:
         self._intents()
         self._exits()
         self._confirms()
+        for b, action in enumerate(spec.begin):
+            if isinstance(action, ArmAction | DisarmAction):
+                self.say(("begin", b), "no state is entered yet: no wait to arm or disarm")
 
     def _says(self, state: str, trigger: str) -> bool:
         """Every move of ``state`` on ``trigger`` replies (so its wait may say nothing)."""
@@ -385,6 +388,8 @@ class _Check:
                     self.say(at, f"{move!r} is a wait's trigger: time would take it too")
                 elif not self._leaves(state.id, move):
                     self.say(at, f"{move!r} has no transition from {state.id!r}")
+                elif self._calling_stay(state.id, move):
+                    self.say(at, f"{move!r} stays and calls: no hook's decision may take it")
                 elif self._loops(state, a, move):
                     self.say(
                         at,
@@ -392,6 +397,15 @@ class _Check:
                         "again with no call in between: a loop unless the hook then says null",
                         "warning",
                     )
+
+    def _calling_stay(self, state: str, trigger: str) -> bool:
+        return any(
+            m.source == state
+            and m.on == trigger
+            and m.to is None
+            and any(not isinstance(a, _INSTANT) for a in m.do)
+            for m in self.spec.transitions
+        )
 
     def _loops(self, state: State, at: int, move: str) -> bool:
         back = any(

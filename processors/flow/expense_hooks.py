@@ -549,9 +549,12 @@ def review_turn(values: dict[str, Any]) -> str:
 
 
 def said_yes_to_preference(values: dict[str, Any]) -> bool:
-    """ "是" to keeping the blur tolerance (not "就这三张" while that question is open)."""
+    """ "是" to keeping the blur tolerance, as a whole short answer (the engine keeps a
+    preference on nothing else: a model's "yes" passes the review and keeps nothing; "就这
+    三张" while that question is open neither)."""
     asked = values.get("context", {}).get("ask") == "preference"
-    return bool(asked and values["intent"]["name"] == "yes")
+    whole = values["turn"].get("whole") is True
+    return bool(asked and whole and values["intent"]["name"] == "yes")
 
 
 def user_said(values: dict[str, Any]) -> bool:

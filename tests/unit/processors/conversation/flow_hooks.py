@@ -9,6 +9,9 @@ __all__ = [
     "aside",
     "broken",
     "claim_args",
+    "claim_big_record",
+    "claim_long",
+    "claim_pay",
     "claim_record",
     "claim_refused",
     "claim_settled",
@@ -125,3 +128,15 @@ def claim_settled(values: dict[str, Any]) -> str:
 def claim_record(values: dict[str, Any]) -> dict[str, Any]:
     key = f"claim:{values['session']['id']}"
     return {"key": key, "value": {"by": values["facts"]["who"]}, "importance": 0.5}
+
+
+def claim_pay(values: dict[str, Any]) -> str:
+    return "pay"  # names a move that stays and calls: refused to a hook
+
+
+def claim_big_record(values: dict[str, Any]) -> dict[str, Any]:
+    return {"key": "claim:x", "value": {}, "importance": "high"}
+
+
+def claim_long(values: dict[str, Any]) -> dict[str, Any]:
+    return {"who": "x" * 500}

@@ -1273,3 +1273,51 @@ async def test_a_failure_the_flow_declares_takes_the_exit_in_the_states_words(
         assert moves(harness)[-1] == ("ask", "failed", "claim@1")
         assert state(harness)["problems"][-1]["code"] == "refused"
         assert state(harness)["acting"] == -1  # the stay's actions are no longer running
+
+
+async def test_what_the_claim_flow_must_not_do_fails_it_and_crashes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A hook naming a move that stays and calls, an item of the wrong shape, a fact too
+    long: each is the state's failure (kept as a problem), never a handler's crash."""
+    tools = ScriptedTools({"finance_tool": {"status": "ok"}})
+    settings = hooked_settings(tmp_path)
+    cases = {
+        "stays and calls: no hook's decision may take it": changed(
+            CLAIM,
+            "      - arm: nudge\n",
+            "      - arm: nudge\n      - decide: {hook: pay, moves: [pay]}\n",
+        ).replace("  record: ", f"  pay: {HOOKS_HERE}:claim_pay\n  record: "),
+        "importance 'high' is not a number": CLAIM.replace(":claim_record", ":claim_big_record"),
+        "at most 32 facts of 200 characters": CLAIM.replace(":claim_who", ":claim_long"),
+    }
+    for n, (problem, spec) in enumerate(cases.items()):
+        home = tmp_path / str(n)
+        async with flow_bus(home, spec, tools=tools, settings=settings) as harness:
+            await harness.send(turn("你好", 1, flow="claim"))
+            await harness.send(turn("付款", 2))
+            messages = [p["message"] for p in state(harness)["problems"]]
+            assert any(problem in m for m in messages), (problem, messages)
+
+
+async def test_a_summary_hook_that_fails_is_one_problem_an_input(tmp_path: Path) -> None:
+    failing = CLAIM.replace(":claim_summary", ":fails")
+    async with flow_bus(tmp_path, failing, settings=hooked_settings(tmp_path)) as harness:
+        await harness.send(turn("你好", 1, flow="claim"))
+        problems = [p for p in state(harness)["problems"] if "fails" in p["message"]]
+        assert len(problems) == 1
+        assert summaries(harness) == ["询问"]  # the state's name stands in
+
+
+async def test_a_wait_the_move_that_stayed_stopped_is_not_armed_again(tmp_path: Path) -> None:
+    stopping = changed(
+        CLAIM,
+        "  - {from: ask, on: silent, to: failed}\n",
+        '  - {from: ask, on: silent, do: [{disarm: nudge}, {reply: {text: "好吧"}}]}\n',
+    )
+    settings = hooked_settings(tmp_path)
+    async with flow_bus(tmp_path, stopping, settings=settings) as harness:
+        await harness.send(turn("你好", 1, flow="claim"))
+        await harness.advance(minutes=6)
+        assert replies(harness)[-2:] == ["好吧", "还在吗？"]
+        assert harness.timers("conversation") == []  # stopped: no reminder every 5 minutes

@@ -277,19 +277,42 @@ async def test_a_submit_failure_in_s4_ends_in_s5_with_the_progress_saved() -> No
     assert d.state.data["trigger"] == "failed" and not d.armed
 
 
-async def test_a_candidate_preference_is_asked_and_written_only_after_yes() -> None:
+@pytest.mark.parametrize("said", ["是", "Yes, please!", "是？", "ok"])
+async def test_a_candidate_preference_is_asked_and_written_only_after_yes(said: str) -> None:
     d = Driver()
     await to_s3(d)
     memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
     asked = await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
     assert moves(asked) == [("S3", "S3.1")] and not writes(asked)
     assert the_reply(asked).choices == ("是", "否")
-    yes = await d.say("是")
+    yes = await d.say(said)
     (pref,) = [w for w in writes(yes) if w.key.startswith("pref:")]
     assert pref.key == "pref:ocr_blur_tolerance"
     assert json.loads(pref.value_json) == {"value": "accept", "confidence_min": 0.7}
     assert pref.confirmed_by == d.state.data["turn_id"]
-    assert moves(yes) == [("S3.1", "S4")]
+    assert moves(yes) == [("S3.1", "S4")] and d.state.data["state"] == "S4"
+
+
+class _ReadsYes:
+    """A model port that reads what the rules do not as a yes."""
+
+    zone = UTC
+
+    async def classify(self, text: str, **_: object) -> tuple[str, dict[str, str]]:
+        return "yes", {}
+
+
+async def test_a_models_yes_passes_the_review_but_keeps_no_preference() -> None:
+    """Only the user's own whole answer keeps a preference: a model's reading of "sure
+    thing" passes the review (as "就这三张" would) and writes no ``pref:``."""
+    d = Driver()
+    await to_s3(d)
+    memory = MemoryContext(candidates={"ocr_blur_tolerance": "accept"})
+    await d.send(d.answer({"trip_tool": TRIP, "rule_engine_tool": RULES}, context=memory))
+    d.ports["intent"] = _ReadsYes()
+    yes = await d.say("sure thing")
+    assert not [w for w in writes(yes) if w.key.startswith("pref:")]
+    assert moves(yes) == [("S3.1", "S4")] and d.state.data["state"] == "S4"
 
 
 async def test_no_to_a_preference_writes_nothing_and_asks_the_review() -> None:

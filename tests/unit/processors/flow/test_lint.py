@@ -521,3 +521,10 @@ def test_a_call_in_a_group_is_named_by_its_group() -> None:
             "one cycle: name it on parallel: (task:)",
         )
     ]
+
+
+def test_a_flow_begins_with_no_wait_to_arm() -> None:
+    arming = changed(CONTRACT, "start: ask\n", "start: ask\nbegin: [{arm: ask_wait}]\n")
+    assert findings(arming) == [
+        said(arming, "begin:", "begin[0]: no state is entered yet: no wait to arm or disarm")
+    ]
