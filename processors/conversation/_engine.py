@@ -1020,8 +1020,10 @@ def _cycle(step: Step, spec: FlowSpec, state: State, action: Action, index: int)
     if asked:
         carried["preferences"] = asked
     named = group.task if group is not None else calls[0].task
+    acting = step.session.acting  # a stay's own actions are named by its trigger
+    where = f"{state.id}~{spec.transitions[acting].on}" if acting >= 0 else state.id
     step.cycle(
-        named or f"{state.id}#{index}",
+        named or f"{where}#{index}",
         [(call.tool, _arguments(call, values)) for call in calls],
         budget_ms=(group.budget_ms if group is not None else None) or spec.budget_of(state.id),
         **carried,
@@ -1196,7 +1198,7 @@ def _fail(
     past MAX_FAILURES in a row, or MAX_MOVES, the session stays put."""
     step.problem(component, code, message)
     failures = step.session.failures + 1
-    step.update(pending=None, degraded=True, failures=failures, unshown_steps=())
+    step.update(pending=None, degraded=True, failures=failures, unshown_steps=(), acting=-1)
     step.disarm_all()
     told = text or texts.error_text(component, code, advice or _LATER)
     step.failure = {"component": component, "code": code, "message": message, "text": told}
