@@ -58,6 +58,7 @@ from hermesbus.processors.flow import (
     FAILURE,
     FLOWS_PORT,
     HOOKS_PORT,
+    INSTANT_ACTIONS,
     NAME_PATTERN,
     PATHS_PORT,
     SUMMARY_MAX,
@@ -142,16 +143,7 @@ MAX_MOVES: Final = 32
 _RULES: Final = RuleIntentParser()
 _BUILTIN: Final = Hooks()
 """Without a hooks port, the built-in flows' hooks only."""
-_INSTANT: Final = (
-    ReplyAction,
-    SetAction,
-    HookAction,
-    RememberAction,
-    PinAction,
-    ArmAction,
-    DisarmAction,
-    CarryAction,
-)
+_INSTANT: Final = INSTANT_ACTIONS
 NAME: Final = re.compile(NAME_PATTERN)
 MAX_FACTS: Final = 32
 MAX_FACT_CHARS: Final = 200

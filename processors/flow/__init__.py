@@ -53,6 +53,7 @@ from hermesbus.processors.flow._registry import (
 )
 from hermesbus.processors.flow._render import MISSING, lookup, render, resolve
 from hermesbus.processors.flow._spec import (
+    INSTANT_ACTIONS,
     NAME_PATTERN,
     ROOTS,
     SUMMARY_MAX,
@@ -107,6 +108,7 @@ __all__ = [
     "FLOWS_PORT",
     "FLOW_SIGNER",
     "HOOKS_PORT",
+    "INSTANT_ACTIONS",
     "MAX_BYTES",
     "MISSING",
     "NAME_PATTERN",

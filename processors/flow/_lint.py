@@ -15,21 +15,18 @@ from hermesbus.processors.flow._hooks import BUILTIN_HOOKS
 from hermesbus.processors.flow._load import Lines, Problem, field_name
 from hermesbus.processors.flow._render import render
 from hermesbus.processors.flow._spec import (
+    INSTANT_ACTIONS,
     SUMMARY_MAX,
     ArmAction,
     Call,
     CallAction,
-    CarryAction,
     DecideAction,
     DisarmAction,
     FlowSpec,
     HookAction,
     ParallelAction,
-    PinAction,
-    RememberAction,
     RememberFact,
     ReplyAction,
-    SetAction,
     SnapshotHook,
     State,
 )
@@ -491,16 +488,7 @@ def _confirmed(action: object) -> bool:
     return preference is not None and bool(preference.confirmed)
 
 
-_INSTANT: Final = (
-    ReplyAction,
-    SetAction,
-    HookAction,
-    RememberAction,
-    PinAction,
-    ArmAction,
-    DisarmAction,
-    CarryAction,
-)
+_INSTANT: Final = INSTANT_ACTIONS
 
 
 def _action_hooks(

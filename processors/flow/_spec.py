@@ -25,6 +25,7 @@ from hermesbus.processors.tool import TOOL_NAME_PATTERN
 
 __all__ = [
     "FLOW_ID_PATTERN",
+    "INSTANT_ACTIONS",
     "NAME_PATTERN",
     "ROOTS",
     "STATE_PATTERN",
@@ -498,6 +499,17 @@ Instant = (
     | DisarmAction
     | CarryAction
 )
+INSTANT_ACTIONS: Final = (
+    ReplyAction,
+    SetAction,
+    HookAction,
+    RememberAction,
+    PinAction,
+    ArmAction,
+    DisarmAction,
+    CarryAction,
+)
+"""The classes of :data:`Instant` (what ``isinstance`` checks)."""
 """An action of a move (``do:``): done at once, never a call (a fact, which its tool
 verifies, is refused by the lint)."""
 
