@@ -160,6 +160,8 @@ Placeholder = Annotated[
     AfterValidator(_one_placeholder),
 ]
 """A value taken whole from the session's values (a hook's answer, a result)."""
+
+
 def _arguments(value: dict[str, Any] | str) -> dict[str, Any] | str:
     if isinstance(value, str):
         return _one_placeholder(value)
