@@ -121,7 +121,7 @@ async def test_a_flow_written_as_a_spec_registers_and_every_reader_sees_it(
     expense = await asyncio.to_thread(_cli, tmp_path, "show", "expense", *on)
     assert expense.code == 0, expense.output
     assert "expense version 1: 差旅报销" in expense.out and "not registered" in expense.out
-    assert "  ├─ wait_expired -> S4\n" in expense.out
+    assert "  ├─ wait_expired -> S4 (set, arm)\n" in expense.out
     shipped = resources.files("hermesbus.processors.flow").joinpath(EXPENSE_FILE)
     expense_source = await asyncio.to_thread(_cli, tmp_path, "show", "expense", "--source", *on)
     assert expense_source.out == shipped.read_text(encoding="utf-8")
