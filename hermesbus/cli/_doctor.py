@@ -46,7 +46,7 @@ from hermesbus.errors import HermesError, RegistryError
 from hermesbus.identity import KeySettings
 from hermesbus.processors import protocol
 from hermesbus.processors.protocol import ToolHealth
-from hermesbus.processors.tool import ToolService
+from hermesbus.processors.tool import ToolService, ToolSpec
 
 from ._check import Check
 from ._common import (
@@ -324,6 +324,18 @@ async def _neo4j(settings: Settings) -> list[Check]:
     return [Check("neo4j", "ok", said)]
 
 
+def _stderr_log(spec: ToolSpec, settings: Settings) -> str:
+    """Where a stdio MCP tool's server writes its stderr (said with its check)."""
+    if spec.mcp is None or spec.mcp.server.transport != "stdio":
+        return ""
+    return f"; its MCP server's stderr: {settings.tool.mcp_state / spec.mcp.server.name}.stderr.log"
+
+
+def _changed(spec: ToolSpec) -> bool:
+    """An MCP tool whose server offers another definition than the one approved."""
+    return spec.mcp is not None and spec.mcp.offered_pin is not None
+
+
 async def _tools(settings: Settings) -> list[Check]:
     """Each registered tool probed now, judged by its own limits; nothing is saved, so a
     running bus goes on reading its own probes."""
@@ -348,12 +360,17 @@ async def _tools(settings: Settings) -> list[Check]:
             unhealthy_after_ms=spec.unhealthy_after_ms,
             min_success_rate=spec.min_success_rate,
         )
-        if probe.error or not health.healthy:
+        if probe.error or not health.healthy or _changed(spec):
             said = f"unhealthy: {probe.error or 'over its latency or success limits'}"
             fix = f"`hermesbus tools health`; its fallback answers meanwhile ({name})"
+            if _changed(spec):
+                said = "its MCP server changed the tool since it was pinned"
+                fix = f"`hermesbus tools approve {name}` shows the change and re-admits it"
+            fix += _stderr_log(spec, settings)
             checks.append(Check(f"tool {name}", "warn", said, fix))
             continue
         slow = "; slow: users get a notice" if health.slow else ""
         said = f"healthy: {health.latency_ms:.0f} ms, {health.success_rate:.0%} success{slow}"
+        said += _stderr_log(spec, settings)
         checks.append(Check(f"tool {name}", "ok", said))
     return checks

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
+import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +17,7 @@ from rich.table import Table
 from hermesbus.compose.backends import tool_store, tool_store_exists
 from hermesbus.compose.settings import Settings
 from hermesbus.errors import ConfigError
-from hermesbus.processors.tool import ToolRegistry, ToolService, ToolSpec
+from hermesbus.processors.tool import McpDocument, McpServer, ToolRegistry, ToolService, ToolSpec
 from hermesbus.processors.tool.demo import register_demo
 
 from ._common import console, errors, fail, problems, program_settings
@@ -112,6 +115,40 @@ async def _register(settings: Settings, debug: bool, spec: ToolSpec | None) -> l
         return [(await registry.register(spec)).name]
 
 
+def _mcp_server(document: McpDocument, stdio: str | None, url: str | None) -> McpServer:
+    """The server the command line names (``--mcp-stdio`` split like a shell would, never
+    run by one), with the spec file's name, environment and memory limit."""
+    target: dict[str, Any]
+    if stdio is not None:
+        try:
+            command = tuple(shlex.split(stdio))
+        except ValueError as exc:
+            raise fail(f"--mcp-stdio {stdio!r} cannot be split into a command: {exc}", 2) from exc
+        if not command:
+            raise fail("--mcp-stdio is empty: give the server's command and arguments", 2)
+        transport, target = "stdio", {"command": command}
+    else:
+        transport, target = "http", {"url": str(url)}
+    try:
+        return McpServer.model_validate(
+            {"name": document.server, "transport": transport, **target,
+             "memory_limit_mb": document.memory_limit_mb}
+        )  # fmt: skip
+    except ValidationError as exc:
+        lines = problems(exc)
+        raise ConfigError("invalid MCP server:" + "".join(f"\n  {line}" for line in lines)) from exc
+
+
+async def _register_mcp(
+    settings: Settings, debug: bool, document: McpDocument, server: McpServer
+) -> list[str]:
+    environ = settings.tool_env.revealed()
+    async with ToolService(
+        tool_store(settings), settings.tool, environ=environ, debug=debug or None
+    ) as tools:
+        return [spec.name for spec in await tools.register_mcp(document, server)]
+
+
 @app.command("register")
 def register_command(
     spec_file: Annotated[
@@ -151,6 +188,16 @@ def register_command(
     max_result_bytes: Annotated[
         int | None, typer.Option(help="Larger results are truncated.")
     ] = None,
+    mcp_stdio: Annotated[
+        str | None,
+        typer.Option(
+            help="An MCP server run as a child process: its command and arguments "
+            "(split like a shell would, never run by one); the spec file says the rest."
+        ),
+    ] = None,
+    mcp_url: Annotated[
+        str | None, typer.Option(help="An MCP server over streamable HTTP: its URL.")
+    ] = None,
     demo: Annotated[bool, typer.Option(help="Register the six demo tools.")] = False,
     debug: Annotated[bool, typer.Option(help="Debug mode: admit fallback 'none'.")] = False,
     home: HomeOption = None,
@@ -161,7 +208,18 @@ def register_command(
     processor will import and run that code with its own rights: only modules under
     HERMES_TOOL_MODULES (comma-separated prefixes; default: the demo tools) are admitted.
     Its worker sees only PATH, HOME, LANG, LC_*, TZ, PYTHONPATH and the --env variables.
+
+    --mcp-stdio "COMMAND ARGS" or --mcp-url URL with a spec file (server:, probe:,
+    defaults:, tools:, skip:) lists an MCP server's tools and admits each, its definition
+    pinned: a server that later offers another one has the tool answered by its fallback
+    until `hermesbus tools approve NAME`.
     """
+    if mcp_stdio is not None or mcp_url is not None:
+        with errors():
+            names = _mcp_register(spec_file, mcp_stdio, mcp_url, home, debug)
+        for registered in names:
+            console.print(f"[green]registered[/green] {registered} (pinned)")
+        return
     with errors():
         spec = None
         if not demo:
@@ -190,6 +248,22 @@ def register_command(
         console.print(f"[green]registered[/green] {registered}")
 
 
+def _mcp_register(
+    spec_file: Path | None, stdio: str | None, url: str | None, home: Path | None, debug: bool
+) -> list[str]:
+    if stdio is not None and url is not None:
+        raise fail("give --mcp-stdio or --mcp-url, not both", 2)
+    if spec_file is None:
+        raise fail(
+            "an MCP server's tools need a spec file: the server's name, the probe call, and "
+            "each tool's verifier and fallback (see `hermesbus tools register --help`)",
+            2,
+        )
+    document = McpDocument.of(_document(spec_file), str(spec_file))
+    server = _mcp_server(document, stdio, url)
+    return asyncio.run(_register_mcp(_settings(home), debug, document, server))
+
+
 def _no_state(settings: Settings) -> str | None:
     """What to say when no tool was ever registered here; reading must create nothing."""
     if tool_store_exists(settings):
@@ -208,7 +282,8 @@ def list_command(home: HomeOption = None) -> None:
         console.print(nothing, soft_wrap=True)
         return
     table = Table(title=f"tools ({where})")
-    for column in ("tool", "kind", "target", "fallback", "signature", "timeout", "memory", "cap"):
+    columns = ("tool", "kind", "target", "fallback", "signature", "timeout", "memory", "cap", "pin")
+    for column in columns:
         table.add_column(column)
     for spec in specs:
         fallback = spec.fallback.strategy if spec.fallback else "-"
@@ -216,14 +291,88 @@ def list_command(home: HomeOption = None) -> None:
         memory = f"{spec.memory_limit_mb} MB" if spec.kind == "python" else "-"
         table.add_row(
             spec.name, spec.kind, spec.target, fallback, signature,
-            f"{spec.timeout_s:g} s", memory, f"{spec.max_result_bytes} B",
+            f"{spec.timeout_s:g} s", memory, f"{spec.max_result_bytes} B", _pin(spec),
         )  # fmt: skip
     console.print(table)
+
+
+def _pin(spec: ToolSpec) -> str:
+    """An MCP tool's pin, and whether its server changed it since (awaiting approval)."""
+    if spec.mcp is None:
+        return "-"
+    if spec.mcp.offered_pin is None:
+        return spec.mcp.pin[:19]
+    return f"[red]changed[/red] (`hermesbus tools approve {spec.name}`)"
 
 
 async def _list(settings: Settings) -> tuple[str, list[ToolSpec]]:
     async with tool_store(settings) as store:
         return store.where, await store.list_specs()
+
+
+@app.command("approve")
+def approve_command(
+    name: Annotated[str, typer.Argument(help="The MCP tool whose changed definition to admit.")],
+    home: HomeOption = None,
+) -> None:
+    """Show how an MCP tool's server changed the tool since it was pinned, and re-admit it
+    with that definition (its description and schemas then reach models and checks).
+
+    Until this runs, a tool whose server offers another definition is unhealthy and its
+    fallback answers (one alert was raised). Exits 1 when there is nothing to approve.
+    """
+    with errors():
+        settings = _settings(home)
+        if (nothing := _no_state(settings)) is not None:
+            raise fail(nothing, 1)
+        diff, approved = asyncio.run(_approve(settings, name))
+    console.print(diff, markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"[green]approved[/green] {name} (pinned {approved.mcp.pin if approved.mcp else ''})"
+    )
+
+
+def _diff(pinned: dict[str, Any], offered: dict[str, Any]) -> str:
+    def lines(value: dict[str, Any]) -> list[str]:
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+    return "\n".join(
+        difflib.unified_diff(lines(pinned), lines(offered), "approved", "offered now", lineterm="")
+    )
+
+
+async def _approve(settings: Settings, name: str) -> tuple[str, ToolSpec]:
+    async with tool_store(settings) as store:
+        spec = await store.get_spec(name)
+        if spec is None:
+            raise fail(f"tool {name!r} is not registered in {store.where}", 1)
+        binding = spec.mcp
+        if binding is None:
+            raise fail(f"tool {name!r} is a {spec.kind} tool: only MCP tools are pinned", 1)
+        if binding.offered_pin is None:
+            raise fail(f"nothing to approve: {name}'s server offers the pinned definition", 1)
+        if binding.offered is None:
+            raise fail(
+                f"{name}'s server {binding.server.name} no longer offers the tool: nothing to "
+                "approve (register the server again to see what it offers)",
+                1,
+            )
+        offered = binding.offered
+        approved = spec.model_copy(
+            update={
+                "description": str(offered.get("description") or ""),
+                "input_schema": offered.get("inputSchema"),
+                "output_schema": offered.get("outputSchema") or spec.output_schema,
+                "mcp": binding.model_copy(
+                    update={
+                        "definition": offered, "pin": binding.offered_pin, "offered": None,
+                        "offered_pin": None, "alerted": False,
+                    }
+                ),
+            }
+        )  # fmt: skip
+        registry = ToolRegistry(store, settings.tool)
+        return _diff(binding.definition, offered), await registry.register(approved)
 
 
 @app.command("health")

@@ -285,7 +285,8 @@ async def _demo_flow(
     """Register the demo tools, then the demo's table-export flow (a spec, nothing else);
     a registry that cannot take it (it holds other text for its version, or cannot be
     reached) is said, and the demo goes on without it (``running.demo_flow`` False)."""
-    running.tool_names = await demo_tools.register_demo(tools)
+    served = tools.settings.demo_tools == "mcp"
+    running.tool_names = await demo_tools.register_demo(tools, mcp=served)
     try:
         done = await register_flow(
             kafka, running.prefix, keys, tables.flow_text(), tables.FLOW_FILE

@@ -20,6 +20,8 @@ from hermesbus.processors.tool._groups import group_name, serving
 from hermesbus.processors.tool._handler import NAME, PORT, TOPIC, handle
 from hermesbus.processors.tool._health import RegistryHealth
 from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
+from hermesbus.processors.tool._mcp import McpConnection, McpExecutor, definition_of, pin_of
+from hermesbus.processors.tool._mcp_specs import McpDocument, ProbeCall, mcp_specs
 from hermesbus.processors.tool._registry import ToolRegistry
 from hermesbus.processors.tool._release import arguments_digest
 from hermesbus.processors.tool._service import CallReport, ToolPort, ToolService
@@ -35,6 +37,8 @@ from hermesbus.processors.tool._spec import (
     MAX_RESULT_CAP,
     TOOL_NAME_PATTERN,
     Fallback,
+    McpBinding,
+    McpServer,
     SignatureConfig,
     SignedResult,
     ToolKind,
@@ -61,7 +65,13 @@ __all__ = [
     "Executor",
     "Fallback",
     "HttpExecutor",
+    "McpBinding",
+    "McpConnection",
+    "McpDocument",
+    "McpExecutor",
+    "McpServer",
     "Probe",
+    "ProbeCall",
     "PythonWorker",
     "RegistryHealth",
     "SignatureConfig",
@@ -78,10 +88,13 @@ __all__ = [
     "Verified",
     "arguments_digest",
     "check_signature",
+    "definition_of",
     "group_name",
     "handle",
     "json_depth",
+    "mcp_specs",
     "module_allowed",
+    "pin_of",
     "private_part",
     "serving",
     "tool_name_problem",

@@ -77,6 +77,9 @@ class Execution:
     latency_ms: float = 0.0
     queued_ms: float = 0.0
     """How long the call waited for a free worker of its tool's pool."""
+    drift: Mapping[str, Any] | None = None
+    """MCP: the server offers another definition than the pinned one (``{"offered":
+    definition or None}``: None when it no longer offers the tool); nothing was called."""
 
     @property
     def ok(self) -> bool:

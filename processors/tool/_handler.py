@@ -17,7 +17,12 @@ from hermesbus.processors.protocol import (
     answer,
     component_of,
 )
-from hermesbus.processors.tool._service import CallReport, ToolPort
+from hermesbus.processors.tool._service import (
+    DEFINITION_ALERT,
+    VERIFICATION_ALERT,
+    CallReport,
+    ToolPort,
+)
 from hermesbus.runtime import HandlerInput, Outcome
 
 __all__ = ["NAME", "PORT", "TOPIC", "handle"]
@@ -26,6 +31,15 @@ NAME = TOOL
 TOPIC = "hermes.tool"
 PORT = "tools"
 """The key of the :class:`ToolPort` in ``HandlerInput.ports``."""
+
+
+_ADVICE = {
+    VERIFICATION_ALERT: "the result was discarded; check the tool's signing key, schema and output",
+    DEFINITION_ALERT: (
+        "its fallback answers meanwhile; `hermesbus tools approve TOOL` shows what changed "
+        "and re-admits it, if the change is wanted"
+    ),
+}
 
 
 async def handle(inp: HandlerInput) -> Outcome:
@@ -45,9 +59,9 @@ async def handle(inp: HandlerInput) -> Outcome:
     if report.alert is not None:
         alert = ErrorReport(
             component=envelope.target,
-            code="verification_failed",
+            code=report.alert_code,
             message=report.alert,
-            advice="the result was discarded; check the tool's signing key, schema and output",
+            advice=_ADVICE.get(report.alert_code, ""),
         )
         emit.append(_answer(envelope, report, ALERTS, alert, 1))
     return Outcome(emit=tuple(emit))

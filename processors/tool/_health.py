@@ -53,6 +53,8 @@ class RegistryHealth:
             latency = stats.avg_latency_ms
         if stats is not None:
             success = min(success, stats.success_rate)
+        if spec.mcp is not None and spec.mcp.offered_pin is not None:
+            success = 0.0  # its server changed the tool: unhealthy until approved
         return ToolHealth(
             tool=tool,
             latency_ms=latency,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import shutil
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import jsonschema
 
 from hermesbus.errors import AdmissionError, ToolError
 from hermesbus.processors.tool._http import join_url, path_problem
+from hermesbus.processors.tool._mcp import pin_of
 from hermesbus.processors.tool._settings import ToolSettings, module_allowed, private_part
 from hermesbus.processors.tool._spec import MAX_RESULT_CAP, Fallback, ToolSpec, tool_name_problem
 from hermesbus.processors.tool._store import ToolStore
@@ -46,8 +48,17 @@ class ToolRegistry:
 
     async def register(self, spec: ToolSpec) -> ToolSpec:
         """Admit and store ``spec`` (http schemas fetched from ``/schema``); else AdmissionError."""
+        admitted = await self.admit(spec)
+        await self.store.save_spec(admitted)
+        return admitted
+
+    async def admit(self, spec: ToolSpec) -> ToolSpec:
+        """``spec`` as it would be stored (http schemas fetched), or AdmissionError; nothing
+        is stored."""
         problems = self.runnable_problems(spec)
-        if spec.kind == "http":
+        if spec.kind == "mcp":
+            problems += self._mcp_problems(spec)
+        elif spec.kind == "http":
             problems += self._url_problems("base URL", spec.target)
             problems += [p for p in (path_problem("call_path", spec.call_path),) if p]
             if not problems and (spec.input_schema is None or spec.output_schema is None):
@@ -61,8 +72,31 @@ class ToolRegistry:
         problems += self._fallback_problems(spec)
         if problems:
             raise AdmissionError(refusal(spec, problems))
-        await self.store.save_spec(spec)
         return spec
+
+    def _mcp_problems(self, spec: ToolSpec) -> list[str]:
+        """An MCP tool: its server can be started or reached, its pin is its definition's."""
+        binding = spec.mcp
+        if binding is None:
+            return ["an mcp tool needs its server, tool name and pinned definition (mcp:)"]
+        server, problems = binding.server, []
+        if server.transport == "stdio":
+            if not server.command:
+                problems.append("MCP server command is empty")
+            elif shutil.which(server.command[0]) is None:
+                problems.append(
+                    f"MCP server command {server.command[0]!r} is not an executable "
+                    "(nor found on PATH)"
+                )
+        elif server.url is None:
+            problems.append("MCP server over http needs its URL")
+        else:
+            problems += self._url_problems("MCP server URL", server.url)
+        if pin_of(binding.definition) != binding.pin:
+            problems.append("the pin is not the digest of the pinned definition")
+        if spec.fallback is not None and spec.fallback.strategy == "proxy":
+            problems.append("fallback 'proxy' is not offered for MCP tools (cache or mock)")
+        return problems
 
     def runnable_problems(self, spec: ToolSpec) -> list[str]:
         """Why ``spec`` may not run: its name is no tool name, or a callable it names
@@ -138,6 +172,8 @@ class ToolRegistry:
         return spec.model_copy(update=update), []
 
     def _probe_problems(self, spec: ToolSpec) -> list[str]:
+        if spec.kind == "mcp":
+            return []  # a ping and the declared probe call (mcp.probe_tool), always there
         if spec.kind == "http":
             problem = path_problem("health probe path", spec.health_path)
             return [] if problem is None else [problem]
@@ -158,6 +194,8 @@ class ToolRegistry:
         return self._backup_problems(spec, fallback)
 
     def _backup_problems(self, spec: ToolSpec, fallback: Fallback) -> list[str]:
+        if spec.kind == "mcp":
+            return []  # named by _mcp_problems
         if not fallback.backup:
             return ["fallback 'proxy' needs a backup endpoint"]
         if spec.kind == "http":

@@ -20,15 +20,17 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import httpx
+from mcp.shared.exceptions import MCPError
 
 from hermesbus.base.lifecycle import Service
 from hermesbus.contract.fields import epoch_ms, from_epoch_ms
 from hermesbus.contract.payloads import ToolCall, ToolResult
-from hermesbus.errors import ToolError, VerificationError
+from hermesbus.errors import AdmissionError, ToolError, VerificationError
 from hermesbus.processors.protocol import (
     BAD_ARGUMENTS,
     NOT_REGISTERED,
     OK,
+    UNAVAILABLE,
     VERIFICATION_FAILED,
     ToolHealth,
     is_failure,
@@ -36,11 +38,19 @@ from hermesbus.processors.protocol import (
 from hermesbus.processors.tool._executor import Execution, Executor, PythonWorker, worker_env
 from hermesbus.processors.tool._health import RegistryHealth, parse_probe
 from hermesbus.processors.tool._http import HttpExecutor
+from hermesbus.processors.tool._mcp import (
+    McpConnection,
+    McpExecutor,
+    McpUnavailable,
+    pin_of,
+    server_env,
+)
+from hermesbus.processors.tool._mcp_specs import McpDocument, mcp_specs
 from hermesbus.processors.tool._pool import WorkerPool
 from hermesbus.processors.tool._registry import ToolRegistry, refusal
 from hermesbus.processors.tool._release import arguments_digest, failure, release
 from hermesbus.processors.tool._settings import ToolSettings
-from hermesbus.processors.tool._spec import ToolSpec, tool_name_problem
+from hermesbus.processors.tool._spec import McpServer, ToolSpec, tool_name_problem
 from hermesbus.processors.tool._store import Probe, StoredResult, ToolStore
 from hermesbus.processors.tool._verify import json_depth, schema_error
 from hermesbus.runtime import outage
@@ -58,15 +68,22 @@ INTERNAL = 500
 _VERIFIED = b"true"
 
 
+VERIFICATION_ALERT = "verification_failed"
+DEFINITION_ALERT = "tool_definition_changed"
+"""An MCP tool's server offers another definition than the one approved (pinned)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallReport:
-    """The answer to one call, an alert message when verification failed, and what it cost."""
+    """The answer to one call, an alert (its message and code: a result failed
+    verification, an MCP tool's definition changed) and what it cost."""
 
     result: ToolResult
     alert: str | None = None
     elapsed_ms: float = 0.0
     external_calls: int = 0
     avg_latency_ms: float = 0.0
+    alert_code: str = VERIFICATION_ALERT
 
 
 class ToolPort(Protocol):
@@ -80,6 +97,8 @@ class ToolPort(Protocol):
 @dataclass(slots=True)
 class _Meter:
     latencies: list[float] = field(default_factory=list)
+    drifted: bool = False
+    """The alert is about an MCP tool's changed definition."""
 
     def add(self, execution: Execution) -> Execution:
         self.latencies.append(execution.latency_ms)
@@ -109,6 +128,8 @@ class ToolService(Service):
         self.health_view = RegistryHealth(store, window=self.settings.tool_health_window)
         self._executors: dict[tuple[str, str], tuple[ToolSpec, Executor]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self._connections: dict[str, McpConnection] = {}
+        self._drift_lock = asyncio.Lock()
         self._started = False
         self.probed = asyncio.Event()
         """Set while the stored probes are this run's: ``health`` waits for it (a start
@@ -130,6 +151,8 @@ class ToolService(Service):
         executors, self._executors = self._executors, {}
         await asyncio.gather(*(executor.close() for _, executor in executors.values()))
         await asyncio.gather(*self._retiring)
+        connections, self._connections = self._connections, {}
+        await asyncio.gather(*(connection.close() for connection in connections.values()))
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -141,6 +164,55 @@ class ToolService(Service):
         admitted = await self.registry.register(spec)
         for role in ("main", "backup", "verify"):
             entry = self._executors.pop((spec.name, role), None)
+            if entry is not None:
+                await entry[1].close()
+        return admitted
+
+    async def register_mcp(self, document: McpDocument, server: McpServer) -> list[ToolSpec]:
+        """List the server's tools, admit each (its definition pinned now, the spec file
+        giving what admission needs), run each one's probe, then store them all; nothing is
+        stored when any is refused (AdmissionError naming every problem)."""
+        connection = McpConnection(
+            server,
+            env=server_env(document.env, self._environ),
+            env_names=document.env,
+            state=self.settings.mcp_state,
+            hosts=self.settings.hosts,
+        )
+        timeout = self.settings.tool_spawn_timeout_s
+        try:
+            try:
+                listing = await connection.listing(timeout, 0.0)
+            except (McpUnavailable, MCPError, OSError) as exc:
+                raise AdmissionError(
+                    f"MCP server {server.name} ({server.where}) could not be listed: {exc}"
+                ) from exc
+            specs = mcp_specs(document, server, list(listing.values()))
+            problems: list[str] = []
+            admitted: list[ToolSpec] = []
+            for spec in specs:
+                try:
+                    admitted.append(await self.registry.admit(spec))
+                except AdmissionError as exc:
+                    problems.append(str(exc))
+            for spec in admitted:
+                cap = spec.max_result_bytes * self.settings.tool_response_factor
+                probe = McpExecutor(spec, connection, relist_s=0.0, max_bytes=cap)
+                execution = await probe.run("probe", None, max(spec.timeout_s, timeout))
+                if not execution.ok:
+                    problems.append(
+                        f"tool {spec.name!r} refused: its probe failed: {execution.error}"
+                    )
+        finally:
+            await connection.close()
+        if problems:
+            raise AdmissionError("; ".join(problems))
+        old = self._connections.pop(server.name, None)
+        if old is not None:
+            await old.close()
+        for spec in admitted:
+            await self.store.save_spec(spec)
+            entry = self._executors.pop((spec.name, "main"), None)
             if entry is not None:
                 await entry[1].close()
         return admitted
@@ -195,7 +267,8 @@ class ToolService(Service):
         elapsed = (time.perf_counter() - start) * 1000
         count = len(meter.latencies)
         average = sum(meter.latencies) / count if count else 0.0
-        return CallReport(result, alert, elapsed, count, average)
+        code = DEFINITION_ALERT if meter.drifted else VERIFICATION_ALERT
+        return CallReport(result, alert, elapsed, count, average, code)
 
     async def _answer(
         self, call: ToolCall, now_ms: int, fallback: bool, timeout_ms: int, meter: _Meter
@@ -211,6 +284,12 @@ class ToolService(Service):
         strategy = spec.fallback.strategy if spec.fallback is not None else "none"
         allowed = call.fallback_allowed and strategy != "none"
         key = call.idempotency_key
+        if spec.mcp is not None and spec.mcp.offered_pin is not None:  # awaiting approval
+            result, alert = await self._unapproved(spec, meter)
+            if allowed:
+                answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
+                result = answer or result
+            return result, alert
         if fallback and allowed:
             answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             if answer is not None:
@@ -218,7 +297,7 @@ class ToolService(Service):
         result, alert = await self._primary(spec, arguments, timeout_ms, meter, key)
         if result.status_code == OK:
             await self._keep(key, digest, StoredResult(result, now_ms))
-        elif is_failure(result.status_code) and alert is None and allowed:
+        elif is_failure(result.status_code) and (alert is None or meter.drifted) and allowed:
             answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             failed = result.model_copy(update={"error": f"{result.error}; no fallback answered"})
             result = answer or failed
@@ -275,6 +354,10 @@ class ToolService(Service):
         timeout = spec.timeout_s if timeout_ms <= 0 else min(spec.timeout_s, timeout_ms / 1000)
         executor = self._executor(spec, "main")
         execution = meter.add(await executor.run("call", arguments, timeout, key))
+        if execution.drift is not None:
+            await self._drifted(spec, execution.drift.get("offered"))
+            stored = await self.store.get_spec(spec.name)
+            return await self._unapproved(stored or spec, meter)
         if execution.ok:
             verifier = self._verifier(spec, "main", timeout)
             result, alert = await release(
@@ -287,6 +370,52 @@ class ToolService(Service):
         if result.status_code == VERIFICATION_FAILED:
             log.warning("tool %s: result discarded: %s", spec.name, result.error)
         return result, alert
+
+    async def _drifted(self, spec: ToolSpec, offered: Any) -> None:
+        """Record that an MCP tool's server offers ``offered`` (None: nothing) instead of
+        its pinned definition: the tool is unhealthy until approved."""
+        if spec.mcp is None:
+            return
+        async with self._drift_lock:
+            current = await self.store.get_spec(spec.name)
+            if current is None or current.mcp is None or current.mcp.pin != spec.mcp.pin:
+                return  # removed or approved meanwhile
+            offered_pin = pin_of(offered) if isinstance(offered, dict) else "removed"
+            if current.mcp.offered_pin == offered_pin:
+                return
+            binding = current.mcp.model_copy(
+                update={"offered": offered, "offered_pin": offered_pin, "alerted": False}
+            )
+            await self.store.save_spec(current.model_copy(update={"mcp": binding}))
+        log.warning(
+            "tool %s: its MCP server offers another definition (%s) than the approved %s; "
+            "its fallback answers until `hermesbus tools approve %s`",
+            spec.name, offered_pin[:19], spec.mcp.pin[:19], spec.name,
+        )  # fmt: skip
+
+    async def _unapproved(self, spec: ToolSpec, meter: _Meter) -> tuple[ToolResult, str | None]:
+        """The 503 of a tool whose changed definition awaits approval, and the alert the
+        first time (once per change, recorded in the store)."""
+        binding = spec.mcp
+        assert binding is not None  # noqa: S101 - only MCP tools drift
+        error = (
+            f"tool {spec.name!r}: its MCP server {binding.server.name} changed the tool's "
+            f"definition ({binding.offered_pin}; approved {binding.pin}); it is not called "
+            f"until `hermesbus tools approve {spec.name}`"
+        )
+        alert = None
+        async with self._drift_lock:
+            current = await self.store.get_spec(spec.name)
+            if (
+                current is not None
+                and current.mcp is not None
+                and current.mcp.offered_pin == binding.offered_pin
+                and not current.mcp.alerted
+            ):
+                done = current.mcp.model_copy(update={"alerted": True})
+                await self.store.save_spec(current.model_copy(update={"mcp": done}))
+                alert, meter.drifted = error, True
+        return failure(spec.name, UNAVAILABLE, error), alert
 
     @property
     def _depth(self) -> int:
@@ -361,6 +490,11 @@ class ToolService(Service):
         http tool's verifier worker."""
         backup = spec.fallback.backup if spec.fallback else None
         target = (backup or spec.target) if role == "backup" else spec.target
+        if spec.mcp is not None and role != "verify":
+            cap = spec.max_result_bytes * self.settings.tool_response_factor
+            return McpExecutor(
+                spec, self.connection(spec), relist_s=self.settings.mcp_relist_s, max_bytes=cap
+            )
         if spec.kind == "http" and role != "verify":
             if self._client is None:
                 raise ToolError("the tool service is not started (use async with ToolService)")
@@ -384,6 +518,31 @@ class ToolService(Service):
 
         return WorkerPool(name, spec.workers, worker)
 
+    def connection(self, spec: ToolSpec) -> McpConnection:
+        """The shared session of an MCP tool's server (a new one when its server changed)."""
+        if spec.mcp is None:
+            raise ToolError(f"tool {spec.name!r} is not an MCP tool")
+        server = spec.mcp.server
+        connection = self._connections.get(server.name)
+        if connection is not None and (connection.server, connection.env_names) == (
+            server,
+            spec.env,
+        ):
+            return connection
+        if connection is not None:  # re-registered with another command or URL
+            task = asyncio.get_running_loop().create_task(connection.close())
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        connection = McpConnection(
+            server,
+            env=server_env(spec.env, self._environ),
+            env_names=spec.env,
+            state=self.settings.mcp_state,
+            hosts=self.settings.hosts,
+        )
+        self._connections[server.name] = connection
+        return connection
+
     # -- probes -------------------------------------------------------------------------
 
     async def probe_all(self, *, save: bool = True) -> dict[str, Probe]:
@@ -402,6 +561,8 @@ class ToolService(Service):
             execution = await executor.run("probe", None, spec.timeout_s)
             if running and isinstance(executor, WorkerPool):  # not at start-up, not in a burst
                 await executor.warm()
+            if execution.drift is not None and save:
+                await self._drifted(spec, execution.drift.get("offered"))
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:
             log.warning("tool %s: probe failed: %s", spec.name, probe.error)

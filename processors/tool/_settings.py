@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -59,7 +59,15 @@ class ToolSettings(BaseSettings):
     tool_result_retention_s: float = Field(default=7 * 24 * 3600, gt=0)
     """Stored results (idempotency and cache) older than this, by envelope time, are pruned."""
     tool_response_factor: int = Field(default=4, gt=0)
-    """An HTTP tool's body may be this many times its ``max_result_bytes``; larger is 502."""
+    """An HTTP or MCP tool's body may be this many times its ``max_result_bytes``; larger
+    is 502."""
+    mcp_relist_s: float = Field(default=2.0, ge=0)
+    """An MCP server's tool list is listed again before a call when older than this (and
+    whenever the server says it changed, and at every probe): a changed definition stops
+    the tool's calls at most this long after it appears (0: before every call)."""
+    demo_tools: Literal["python", "mcp"] = "python"
+    """``HERMES_DEMO_TOOLS``: the demo tools run as python tools, or served by the demo
+    MCP server (over stdio) with the same answers."""
 
     @cached_property
     def hosts(self) -> frozenset[str]:
@@ -72,6 +80,11 @@ class ToolSettings(BaseSettings):
     @property
     def tools_path(self) -> Path:
         return self.home / "tools.sqlite3"
+
+    @property
+    def mcp_state(self) -> Path:
+        """Where stdio MCP servers' stderr logs and pid files are kept."""
+        return self.home / "mcp"
 
 
 class ToolEnvironment(BaseModel):

@@ -8,6 +8,7 @@ what is missing.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Annotated, Any, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,6 +21,8 @@ __all__ = [
     "MAX_WORKERS",
     "TOOL_NAME_PATTERN",
     "Fallback",
+    "McpBinding",
+    "McpServer",
     "SignatureConfig",
     "SignedResult",
     "ToolKind",
@@ -50,7 +53,7 @@ def tool_name_problem(name: str) -> str | None:
     )
 
 
-ToolKind = Literal["python", "http"]
+ToolKind = Literal["python", "http", "mcp"]
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SignatureAlg = Literal["hmac-sha256", "ed25519"]
 Strategy = Literal["cache", "mock", "proxy", "none"]
@@ -85,6 +88,51 @@ class Fallback(_Frozen):
     """``proxy``: a URL (http tools) or ``module:function`` (python tools)."""
 
 
+McpTransport = Literal["stdio", "http"]
+
+
+class McpServer(_Frozen):
+    """An MCP server whose tools are admitted: a child process spoken to over stdio
+    (``command``, an argv list: never a shell string) or a streamable HTTP endpoint
+    (``url``). One session per server is shared by its tools."""
+
+    name: Annotated[str, Field(pattern=TOOL_NAME_PATTERN)]
+    """Keys the shared session and names the server's stderr log."""
+    transport: McpTransport
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    memory_limit_mb: Annotated[int, Field(gt=0)] = 2048
+    """stdio: the address space the whole server process may use (RLIMIT_AS)."""
+
+    @property
+    def where(self) -> str:
+        """The command line (stdio) or the URL, to show."""
+        return shlex.join(self.command) if self.transport == "stdio" else str(self.url)
+
+
+class McpBinding(_Frozen):
+    """How a hermesbus tool is one tool of an MCP server, and the definition it is pinned to.
+
+    ``definition`` is the tool as the server offered it when it was approved (name,
+    title, description, input and output schemas, annotations), ``pin`` its digest. A
+    server that later offers another definition has it recorded in ``offered`` (with
+    ``offered_pin``): the tool is then unhealthy and answered by its fallback until
+    ``hermesbus tools approve NAME``. ``alerted``: that change was alerted already."""
+
+    server: McpServer
+    tool: Annotated[str, Field(min_length=1)]
+    """The tool's name on the server (any string the server uses)."""
+    definition: dict[str, Any]
+    pin: str
+    probe_tool: Annotated[str, Field(min_length=1)]
+    """The declared probe call: this tool of the server, with ``probe_arguments``; its
+    structured answer may say ``latency_ms``, ``success_rate``, ``quota_remaining``."""
+    probe_arguments: dict[str, Any] = Field(default_factory=dict)
+    offered: dict[str, Any] | None = None
+    offered_pin: str | None = None
+    alerted: bool = False
+
+
 class ToolSpec(_Frozen):
     """A tool as registered; ``target`` is ``module:function`` (python) or the base URL (http).
 
@@ -111,11 +159,13 @@ class ToolSpec(_Frozen):
     """``module:function`` taking the result JSON, returning a bool or raising."""
     fallback: Fallback | None = None
     signature: SignatureConfig | None = None
+    mcp: McpBinding | None = None
+    """mcp: the server, the tool's name there, its pinned definition and its probe call."""
     sensitive_words: tuple[str, ...] = ()
     env: tuple[Annotated[str, Field(pattern=_ENV_NAME)], ...] = ()
-    """python: the variables (names) passed to the worker besides PATH, HOME, LANG, LC_*,
-    TZ and PYTHONPATH; never the signature's ``key_env``. The rest of the processor's
-    environment (broker credentials, keys) is not visible to the tool."""
+    """python (and a stdio MCP server): the variables (names) passed to the worker besides
+    PATH, HOME, LANG, LC_*, TZ and PYTHONPATH; never the signature's ``key_env``. The rest
+    of the processor's environment (broker credentials, keys) is not visible to the tool."""
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
     workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
     """python: warm worker processes that run calls at once (started as they are needed);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -64,9 +65,17 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+@functools.lru_cache(maxsize=256)
+def _validator(canonical: str) -> Any:
+    """A compiled validator of the schema whose canonical JSON is ``canonical`` (specs are
+    read from the store for each call: the same schema, new objects)."""
+    schema = json.loads(canonical)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """The first validation error as ``path: message``; None when ``value`` is valid."""
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = _validator(json.dumps(schema, sort_keys=True, separators=(",", ":")))
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except RecursionError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -289,3 +290,29 @@ def test_up_waits_for_a_lost_broker_says_so_every_30_s_and_stops_on_sigterm(
     assert "fetch failed" not in said
     assert said.rstrip().endswith("stopped")
     _clean(said)
+
+
+def _replies(out: str) -> list[str]:
+    """What the demo's users were told, with this run's ids made alike."""
+    said = [line for line in out.splitlines() if line.startswith("hermes  ")]
+    return [re.sub(r"EXP-[0-9a-f]{8}", "EXP-…", line) for line in said]
+
+
+def test_up_runs_the_demo_through_its_mcp_server_with_the_same_replies(tmp_path: Path) -> None:
+    python = _up(tmp_path / "python", tmp_path)
+    assert python.returncode == 0, python.stdout + python.stderr
+    served = _up(tmp_path / "mcp", tmp_path, HERMES_DEMO_TOOLS="mcp")
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert "demo: all three conversations finished" in served.stdout
+    assert len(_replies(python.stdout)) >= 8
+    assert _replies(served.stdout) == _replies(python.stdout)
+    assert (tmp_path / "mcp" / "mcp" / "demo.stderr.log").exists()  # the server ran over stdio
+    listed = subprocess.run(
+        [sys.executable, "-m", "hermesbus.cli", "tools", "list", "--home", str(tmp_path / "mcp")],
+        env={**os.environ, "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert listed.returncode == 0 and listed.stdout.count(" mcp ") == 6, listed.stdout

@@ -32,6 +32,10 @@ STARTS = {
         "a tool worker is a program of its own (a child process): the environment the tool "
         "spec names is what it is given"
     ),
+    ("hermesbus.processors.tool._mcp_launch", "*"): (
+        "an MCP server's launcher is a program of its own (a child process): it keeps of "
+        "what it was given the variables the tool spec names"
+    ),
     ("hermesbus.processors.tool.demo.tools", "*"): (
         "a demo tool, run in a tool worker, takes its signing secret from the environment "
         "its spec names, as any tool does"

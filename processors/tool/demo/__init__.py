@@ -6,7 +6,14 @@ workers, the processor verifies with the public one), then ``await register_demo
 """
 
 from hermesbus.processors.tool.demo import fixtures
-from hermesbus.processors.tool.demo._specs import DEMO_TOOLS, demo_keys, demo_specs, register_demo
+from hermesbus.processors.tool.demo._specs import (
+    DEMO_TOOLS,
+    demo_keys,
+    demo_mcp_document,
+    demo_mcp_server,
+    demo_specs,
+    register_demo,
+)
 from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV, DemoToolError
 
 __all__ = [
@@ -15,6 +22,8 @@ __all__ = [
     "DEMO_VERIFY_ENV",
     "DemoToolError",
     "demo_keys",
+    "demo_mcp_document",
+    "demo_mcp_server",
     "demo_specs",
     "fixtures",
     "register_demo",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
-from typing import Any, Protocol
+import sys
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -13,10 +15,20 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from hermesbus.processors.tool._spec import Fallback, SignatureConfig, ToolSpec
+from hermesbus.processors.tool._mcp_specs import McpDocument, ProbeCall
+from hermesbus.processors.tool._spec import Fallback, McpServer, SignatureConfig, ToolSpec
 from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV
 
-__all__ = ["DEMO_TOOLS", "demo_keys", "demo_specs", "register_demo"]
+__all__ = [
+    "DEMO_TOOLS",
+    "demo_keys",
+    "demo_mcp_document",
+    "demo_mcp_server",
+    "demo_specs",
+    "describe",
+    "register_demo",
+    "schemas",
+]
 
 _MODULE = "hermesbus.processors.tool.demo.tools"
 DEMO_TOOLS = (
@@ -223,6 +235,16 @@ _DESCRIPTIONS = {
 }
 
 
+def schemas(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A demo tool's input and output JSON Schemas."""
+    return _SCHEMAS[name]
+
+
+def describe(name: str) -> str:
+    """A demo tool's description."""
+    return _DESCRIPTIONS[name]
+
+
 def demo_specs() -> list[ToolSpec]:
     """The six demo tools, each signed with Ed25519 (public key in HERMES_DEMO_VERIFY_KEY)."""
     signature = SignatureConfig(alg="ed25519", key_env=DEMO_VERIFY_ENV)
@@ -263,10 +285,53 @@ def demo_keys() -> dict[str, str]:
     }
 
 
+def demo_mcp_server(descriptions: Path | None = None) -> McpServer:
+    """The demo MCP server over stdio (``descriptions``: its file of changed descriptions)."""
+    command = [sys.executable, "-m", "hermesbus.processors.tool.demo.mcp_server"]
+    if descriptions is not None:
+        command += ["--descriptions", str(descriptions)]
+    return McpServer(name="demo", transport="stdio", command=tuple(command))
+
+
+def demo_mcp_document() -> McpDocument:
+    """What admission needs of the demo MCP server's tools that the server does not say:
+    the verifiers, fallbacks, signature and timeouts of their python twins, and the probe
+    call (its ``probe`` tool, which is not admitted)."""
+    tools = {
+        name: {
+            "verifier": f"{_MODULE}:{name.removesuffix('_tool')}_verify",
+            "fallback": _FALLBACKS[name].model_dump(exclude_none=True),
+            "timeout_s": 10.0 if name == "ocr_tool" else 5.0,
+            "probe": {"arguments": {"tool": name}},
+        }
+        for name in DEMO_TOOLS
+    }
+    signature = {"alg": "ed25519", "key_env": DEMO_VERIFY_ENV}
+    return McpDocument(
+        server="demo",
+        env=(DEMO_SIGNING_ENV,),
+        probe=ProbeCall(tool="probe"),
+        defaults={"signature": signature},
+        tools=tools,
+        skip=("probe",),
+    )
+
+
 class _Registers(Protocol):
     async def register(self, spec: ToolSpec) -> ToolSpec: ...
 
 
-async def register_demo(registry: _Registers) -> list[str]:
-    """Register the six demo tools with a ToolService or ToolRegistry; their names."""
+@runtime_checkable
+class _RegistersMcp(_Registers, Protocol):
+    async def register_mcp(self, document: McpDocument, server: McpServer) -> list[ToolSpec]: ...
+
+
+async def register_demo(registry: _Registers, *, mcp: bool = False) -> list[str]:
+    """Register the six demo tools with a ToolService or ToolRegistry (``mcp``: as served
+    by the demo MCP server, through a ToolService); their names."""
+    if mcp:
+        if not isinstance(registry, _RegistersMcp):
+            raise TypeError("the demo's MCP tools are registered through a ToolService")
+        specs = await registry.register_mcp(demo_mcp_document(), demo_mcp_server())
+        return [spec.name for spec in specs]
     return [(await registry.register(spec)).name for spec in demo_specs()]

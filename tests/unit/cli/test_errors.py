@@ -186,7 +186,7 @@ def test_an_invalid_spec_file_names_each_field_and_the_problem(home: Path, elsew
     ran = no_traceback(hermesbus("tools", "register", str(spec), env=clean_env(home),
                                  cwd=elsewhere))  # fmt: skip
     assert ran.code == 1
-    assert "kind: Input should be 'python' or 'http' (got 'carrier-pigeon')" in ran.err
+    assert "kind: Input should be 'python', 'http' or 'mcp' (got 'carrier-pigeon')" in ran.err
     assert "timeout_s: Input should be greater than 0 (got -1)" in ran.err
     assert "nmae: unknown field" in ran.err
     assert "errors.pydantic.dev" not in ran.output
