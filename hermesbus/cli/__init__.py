@@ -86,6 +86,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "app",
         "Flows: check a spec file, register it, list and show the registered versions.",
     ),
+    "mcp": ("._mcp", "app", "hermesbus as an MCP server: read-only tools for agents and IDEs."),
     "keys": ("._keys", "app", "The components' signing keys."),
     "stores": (
         "._stores",

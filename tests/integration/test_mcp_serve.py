@@ -1,0 +1,135 @@
+"""``hermesbus mcp serve`` listed and called through the SDK's own client, over stdio and
+over streamable HTTP, against a bus the demo ran on the embedded broker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from hermesbus.identity import KEYS_FILE_ENV
+
+pytestmark = pytest.mark.kafka
+
+TOOLS = {"trace", "session", "search", "tail", "replay_shadow", "flows_show"}
+
+
+@pytest.fixture(scope="module")
+def bus(embedded_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The demo run once on the embedded broker under a prefix of its own: its home, the
+    broker, the prefix, and the environment the server is started with."""
+    home = tmp_path_factory.mktemp("mcp-serve")
+    prefix = f"mcp-{os.getpid()}-{int(time.time())}."
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env |= {"HERMES_HOME": str(home), KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}
+    env["HERMES_CONVERSATION_BUDGET_SCALE"] = "6"  # not about timing: a busy machine
+    ran = subprocess.run(
+        [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once",
+         "--bootstrap", embedded_bootstrap, "--prefix", prefix],
+        capture_output=True, text=True, env=env, cwd=home, timeout=300, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return {"home": str(home), "bootstrap": embedded_bootstrap, "prefix": prefix, **env}
+
+
+def _serve(bus: dict[str, str], *transport: str) -> list[str]:
+    return [
+        sys.executable, "-m", "hermesbus.cli", "mcp", "serve", *transport,
+        "--home", bus["home"], "--bootstrap", bus["bootstrap"], "--prefix", bus["prefix"],
+    ]  # fmt: skip
+
+
+def _env(bus: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in bus.items() if k not in ("home", "bootstrap", "prefix")}
+
+
+async def _exercise(session: ClientSession) -> dict[str, Any]:
+    """List the tools and call each; what each answered (structured content)."""
+    await session.initialize()
+    listed = (await session.list_tools()).tools
+    assert {tool.name for tool in listed} == TOOLS
+    for tool in listed:  # read-only by design, each with an output schema
+        assert tool.output_schema is not None, tool.name
+        assert tool.annotations is not None and tool.annotations.read_only_hint, tool.name
+        assert tool.annotations.destructive_hint is False, tool.name
+    answers: dict[str, Any] = {}
+
+    async def ask(name: str, **arguments: Any) -> Any:
+        result = await session.call_tool(name, arguments)
+        assert isinstance(result, types.CallToolResult)
+        assert not result.is_error, result.content
+        answers[name] = result.structured_content
+        return result.structured_content
+
+    found = await ask("search", component="conversation", outcome="success", limit=5)
+    assert found["documents"]
+    session_id = found["documents"][0]["gen_ai"]["conversation"]["id"]
+    whole = await ask("session", session_id=session_id)
+    assert {span["component"] for span in whole["spans"]} >= {"conversation", "dispatcher"}
+    trace_id = whole["documents"][0]["trace"]["id"]
+    traced = await ask("trace", trace_id=trace_id)
+    assert traced["spans"] and all(d["trace"]["id"] == trace_id for d in traced["documents"])
+    tailed = await ask("tail", session_id=session_id, limit=3)
+    assert len(tailed["records"]) == 3 and tailed["more"] is True  # bounded
+    assert all(r["key"] == session_id for r in tailed["records"])
+    replayed = await ask("replay_shadow", sessions=[session_id])
+    assert replayed["diverged"] is False and sum(replayed["compared"].values()) > 0
+    shown = await ask("flows_show", flow="table_export")
+    assert shown["version"] == 1 and any("->" in line for line in shown["diagram"])
+    built_in = await ask("flows_show", flow="expense")
+    assert built_in["registered"] == "built in"
+    refused = await session.call_tool("trace", {"trace_id": "no-such-trace"})
+    assert isinstance(refused, types.CallToolResult) and refused.is_error
+    return answers
+
+
+async def test_every_tool_over_stdio(bus: dict[str, str]) -> None:
+    command = _serve(bus, "--stdio")
+    params = StdioServerParameters(command=command[0], args=command[1:], env=_env(bus))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await _exercise(session)
+
+
+@pytest.fixture
+def http_port(bus: dict[str, str], tmp_path: Path) -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _serve(bus, "--port", str(port)), env=_env(bus), stdout=out, stderr=out
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None:
+                pytest.fail(f"mcp serve exited: {log.read_text()}")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_every_tool_over_streamable_http(http_port: int) -> None:
+    url = f"http://127.0.0.1:{http_port}/mcp"
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await _exercise(session)
