@@ -93,6 +93,7 @@ __all__ = [
     "PAUSED",
     "PAUSED_SINCE",
     "PAUSE_EVERY",
+    "PROGRESS",
     "RESULT_FACTS",
     "RESULT_SYMBOLS",
     "SYMBOLS_HELD",
@@ -118,6 +119,7 @@ __all__ = [
     "is_failure",
     "memory_at",
     "pause_notice",
+    "progress_notice",
     "tool_at",
 ]
 
@@ -201,6 +203,11 @@ PAUSED_SINCE: Final = "paused_since_ms"
 """Context key of a pause notice: when the outage began holding the request (epoch ms)."""
 PAUSE_EVERY: Final = "pause_every_ms"
 """Context key of a pause notice: the longest gap before the next while the outage lasts."""
+
+# a progress notice: a tool's call is under way and says how far it is (MCP progress)
+PROGRESS: Final = "progress"
+"""``ErrorReport.code`` of a progress notice: the dispatcher tells the user the tool is
+processing (once per tool and round, like a slow tool's notice)."""
 
 _WAITS_IN_PLACE: Final = (
     "后端暂时不可用，请求原地等待\uff08a backend is away: the request waits in place\uff09"
@@ -396,12 +403,51 @@ def answer(
 
 
 def _tool_report_refusal(envelope: Envelope, report: ErrorReport) -> str | None:
-    """A tool writes an error report only as its own pause notice."""
-    if report.code == PAUSED and report.component == envelope.source:
+    """A tool writes an error report only as its own pause or progress notice."""
+    if report.code in (PAUSED, PROGRESS) and report.component == envelope.source:
         return None
     return (
-        f"'tool' may write an ErrorReport only as a pause notice of its own (code {PAUSED!r},"
-        f" component = source), not code {report.code!r} for {report.component!r}"
+        f"'tool' may write an ErrorReport only as a pause or progress notice of its own "
+        f"(code {PAUSED!r} or {PROGRESS!r}, component = source), not code {report.code!r} "
+        f"for {report.component!r}"
+    )
+
+
+def progress_notice(
+    envelope: Envelope, progress: float, total: float | None, number: int
+) -> Envelope | None:
+    """What a tool tells the dispatcher while its call (``envelope``) is under way and its
+    server reports progress: an ``ErrorReport`` coded ``progress`` in the call's cycle,
+    dated like the call. Only the figures travel, never the server's own words (untrusted
+    text). None for an envelope that is no call of a cycle."""
+    body = envelope.payload.body
+    if envelope.source != DISPATCHER_ADDRESS or not isinstance(body, ToolCall):
+        return None
+    if not cycle_of(envelope):
+        return None
+    component = envelope.target
+    done = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    report = ErrorReport(
+        component=component,
+        code=PROGRESS,
+        message=f"{component} is processing ({done})",
+        advice=f"处理中（{done}）",
+        retryable=True,
+    )
+    return Envelope(
+        message_id=derive_id(envelope.message_id, PROGRESS, number),
+        timestamp=envelope.timestamp,
+        source=component,
+        target=DISPATCHER_ADDRESS,
+        session_id=envelope.session_id,
+        user_id=envelope.user_id,
+        trace_id=envelope.trace_id,
+        span_id=derive_id(envelope.message_id, PROGRESS, "span", number)[:16],
+        parent_span_id=envelope.span_id or None,
+        causation_id=envelope.message_id,
+        payload=Payload(
+            task=envelope.payload.task, context=dict(envelope.payload.context), body=report
+        ),
     )
 
 

@@ -35,7 +35,7 @@ from hermesbus.processors.protocol import (
     component_of,
     tool_at,
 )
-from hermesbus.processors.tool import CallReport
+from hermesbus.processors.tool import CallReport, Progress
 
 if TYPE_CHECKING:
     from hermesbus.replay.shadow import Recording
@@ -74,7 +74,13 @@ class RecordedTools:
                 self._alerts[body.component] = body.message
 
     async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+        self,
+        call: ToolCall,
+        *,
+        now: datetime,
+        fallback: bool = False,
+        timeout_ms: int = 0,
+        progress: Progress | None = None,
     ) -> CallReport:
         result = self._results.get(call.tool)
         if result is None:
@@ -213,7 +219,13 @@ class ArgumentTools:
         return cls(answers)
 
     async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+        self,
+        call: ToolCall,
+        *,
+        now: datetime,
+        fallback: bool = False,
+        timeout_ms: int = 0,
+        progress: Progress | None = None,
     ) -> CallReport:
         result = self._answers.get((call.tool, call.arguments_json))
         if result is None:

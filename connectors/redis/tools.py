@@ -57,10 +57,23 @@ A key stored again replaces its old entry (in the args set too); results timed b
 the bound go first."""
 
 
+_REPLACE_SPEC = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"""
+"""Compare-and-set of one spec: KEYS[1] the specs hash; ARGV name, expected, new."""
+
+
 class RedisToolStore(RedisService):
     """The :class:`~hermesbus.processors.tool.ToolStore` on Redis (``HERMES_REDIS_URL``)."""
 
-    scripts: ClassVar[Mapping[str, str]] = {"put_result": _PUT_RESULT}
+    scripts: ClassVar[Mapping[str, str]] = {
+        "put_result": _PUT_RESULT,
+        "replace_spec": _REPLACE_SPEC,
+    }
     what = "tool store"
     mark_name = "tools"
     held = (
@@ -84,6 +97,15 @@ class RedisToolStore(RedisService):
     async def save_spec(self, spec: ToolSpec) -> None:
         async with self.doing("save_spec"):
             await self.redis.hset(self._key("specs"), spec.name, spec.model_dump_json())
+
+    async def replace_spec(self, expected: ToolSpec, spec: ToolSpec) -> bool:
+        async with self.doing("replace_spec"):
+            done = await self.script(
+                "replace_spec",
+                keys=[self._key("specs")],
+                args=[spec.name, expected.model_dump_json(), spec.model_dump_json()],
+            )
+        return bool(done)
 
     async def get_spec(self, name: str) -> ToolSpec | None:
         async with self.doing("get_spec"):

@@ -70,6 +70,14 @@ class SqliteToolStore(SqliteFile):
                 "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec.name, spec.model_dump_json())
             )
 
+    async def replace_spec(self, expected: ToolSpec, spec: ToolSpec) -> bool:
+        with self._write() as db:
+            done = db.execute(
+                "UPDATE specs SET spec=? WHERE name=? AND spec=?",
+                (spec.model_dump_json(), spec.name, expected.model_dump_json()),
+            )
+            return done.rowcount == 1
+
     async def get_spec(self, name: str) -> ToolSpec | None:
         rows = self._rows("SELECT spec FROM specs WHERE name=?", (name,))
         return ToolSpec.model_validate_json(rows[0][0]) if rows else None

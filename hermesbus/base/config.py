@@ -65,6 +65,9 @@ class HermesSettings(BaseSettings):
     """``trace`` and ``session`` print a Discover link into this Kibana when it is set."""
     kibana_api_key: SecretStr | None = None
     """For ``kibana import``, if Kibana needs one (only from the environment)."""
+    mcp_serve_token: SecretStr | None = None
+    """``HERMES_MCP_SERVE_TOKEN``: the bearer token ``mcp serve --port`` asks every HTTP
+    request for (it does not serve HTTP without one); only from the environment."""
 
 
 def writable_home(home: Path) -> Path:

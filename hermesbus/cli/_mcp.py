@@ -140,11 +140,45 @@ def serve_command(
         settings = program_settings(bootstrap)
         if home is not None:
             settings = settings.at_home(Path(home))
+        token = settings.bus.mcp_serve_token
+        if port is not None and (token is None or not token.get_secret_value()):
+            raise fail(
+                "--port serves the bus to whoever can reach the port: set "
+                "HERMES_MCP_SERVE_TOKEN to the bearer token clients must send (or use --stdio)",
+                2,
+            )
         server = build(settings, bootstrap, prefix)
-    if port is None:
+    if port is None or token is None:
         server.run()
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=port)
+        return
+    import uvicorn
+
+    app = _bearer(server.streamable_http_app(host="127.0.0.1"), token.get_secret_value())
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _bearer(app: Any, token: str) -> Any:
+    """``app`` behind ``Authorization: Bearer <token>``: any other HTTP request is 401."""
+    import hmac
+
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"www-authenticate", b"Bearer")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"a bearer token is needed"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 def build(settings: Any, bootstrap: str | None, prefix: str) -> Any:  # noqa: PLR0915 - one closure per tool
@@ -288,11 +322,11 @@ def build(settings: Any, bootstrap: str | None, prefix: str) -> Any:  # noqa: PL
         """Re-run the sessions (from the broker, else the trace index's archive) through
         today's processors and compare their outputs with the recorded ones. Writes
         nothing."""
+        from hermesbus.compose.flows import RegistryCatalog, copied_catalog, flow_copies
         from hermesbus.compose.stack import REPLAYABLE, shadows
         from hermesbus.processors.protocol import ProtocolPolicy
         from hermesbus.replay.shadow import shadow
 
-        from ._replay import _flows
         from ._sources import read_sessions
 
         if not sessions:
@@ -302,7 +336,12 @@ def build(settings: Any, bootstrap: str | None, prefix: str) -> Any:  # noqa: PL
         recording = found.recording(prefix)
         if not any(hop.envelope.session_id in sessions for hop in recording.hops):
             raise ToolError(f"none of {sessions} is in {recording.source}")
-        flows = _flows(settings, bootstrap, prefix)
+        kafka, copies = kafka_with(settings, bootstrap), flow_copies(settings.home, prefix)
+        flows: Any = None  # the registry as it is, or the copies kept: none written here
+        if kafka.bootstrap:
+            flows = RegistryCatalog(kafka, prefix, settings.keys.load)
+        elif copies.is_dir():
+            flows = copied_catalog(copies)
         async with shadows(settings, tuple(REPLAYABLE), prefix=prefix, flows=flows) as wired:
             report = await shadow(
                 recording, wired, sessions=found.sessions, policy=ProtocolPolicy(),

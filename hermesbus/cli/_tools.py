@@ -313,23 +313,37 @@ async def _list(settings: Settings) -> tuple[str, list[ToolSpec]]:
 @app.command("approve")
 def approve_command(
     name: Annotated[str, typer.Argument(help="The MCP tool whose changed definition to admit.")],
+    pin: Annotated[
+        str | None,
+        typer.Option(
+            help="Approve only this offer (its sha256: pin, as shown): for scripts, no prompt."
+        ),
+    ] = None,
     home: HomeOption = None,
 ) -> None:
-    """Show how an MCP tool's server changed the tool since it was pinned, and re-admit it
-    with that definition (its description and schemas then reach models and checks).
+    """Show how an MCP tool's server changed the tool since it was pinned and, once you
+    confirm (or --pin names exactly that offer), re-admit it with that definition: its
+    description and schemas then reach models and checks, and it is probed at once.
 
-    Until this runs, a tool whose server offers another definition is unhealthy and its
-    fallback answers (one alert was raised). Exits 1 when there is nothing to approve.
+    Until then a tool whose server offers another definition is unhealthy and its
+    fallback answers (one alert was raised). Exits 1 when there is nothing to approve or
+    the offer is not the one --pin names.
     """
     with errors():
         settings = _settings(home)
         if (nothing := _no_state(settings)) is not None:
             raise fail(nothing, 1)
-        diff, approved = asyncio.run(_approve(settings, name))
+        spec, offered_pin, diff = asyncio.run(_offer(settings, name))
     console.print(diff, markup=False, highlight=False, soft_wrap=True)
-    console.print(
-        f"[green]approved[/green] {name} (pinned {approved.mcp.pin if approved.mcp else ''})"
-    )
+    console.print(f"offered now: {offered_pin}", highlight=False)
+    if pin is None and not typer.confirm(f"approve this definition of {name}?", default=False):
+        raise fail(f"{name} not approved: its fallback goes on answering", 1)
+    if pin is not None and pin != offered_pin:
+        raise fail(f"{name}'s server offers {offered_pin}, not {pin}: nothing approved", 1)
+    with errors():
+        probe = asyncio.run(_approve(settings, spec))
+    said = "probe ok" if not probe else f"probe failed: {probe}"
+    console.print(f"[green]approved[/green] {name} (pinned {offered_pin}; {said})")
 
 
 def _diff(pinned: dict[str, Any], offered: dict[str, Any]) -> str:
@@ -341,38 +355,52 @@ def _diff(pinned: dict[str, Any], offered: dict[str, Any]) -> str:
     )
 
 
-async def _approve(settings: Settings, name: str) -> tuple[str, ToolSpec]:
+async def _offer(settings: Settings, name: str) -> tuple[ToolSpec, str, str]:
+    """The tool as stored, the pin of what its server offers now, and the diff."""
     async with tool_store(settings) as store:
         spec = await store.get_spec(name)
         if spec is None:
             raise fail(f"tool {name!r} is not registered in {store.where}", 1)
-        binding = spec.mcp
-        if binding is None:
-            raise fail(f"tool {name!r} is a {spec.kind} tool: only MCP tools are pinned", 1)
-        if binding.offered_pin is None:
-            raise fail(f"nothing to approve: {name}'s server offers the pinned definition", 1)
-        if binding.offered is None:
+    binding = spec.mcp
+    if binding is None:
+        raise fail(f"tool {name!r} is a {spec.kind} tool: only MCP tools are pinned", 1)
+    if binding.offered is None or binding.offered_pin is None:
+        raise fail(f"nothing to approve: {name}'s server offers the pinned definition", 1)
+    return spec, binding.offered_pin, _diff(binding.definition, binding.offered)
+
+
+async def _approve(settings: Settings, spec: ToolSpec) -> str:
+    """Admit the offer ``spec`` records, if the stored spec is still ``spec`` (else the
+    server or another approval changed it meanwhile: nothing is approved); probe it and
+    say what its probe found wrong ("" when nothing)."""
+    binding = spec.mcp
+    if binding is None or binding.offered is None or binding.offered_pin is None:
+        raise fail(f"nothing to approve for {spec.name}", 1)
+    offered = binding.offered
+    approved = spec.model_copy(
+        update={
+            "description": str(offered.get("description") or ""),
+            "input_schema": offered.get("inputSchema"),
+            "output_schema": offered.get("outputSchema") or spec.output_schema,
+            "mcp": binding.model_copy(
+                update={
+                    "definition": offered, "pin": binding.offered_pin, "offered": None,
+                    "offered_pin": None, "alerted": False,
+                }
+            ),
+        }
+    )  # fmt: skip
+    environ = settings.tool_env.revealed()
+    async with ToolService(tool_store(settings), settings.tool, environ=environ) as tools:
+        admitted = await tools.registry.admit(approved)
+        if not await tools.store.replace_spec(spec, admitted):
             raise fail(
-                f"{name}'s server {binding.server.name} no longer offers the tool: nothing to "
-                "approve (register the server again to see what it offers)",
+                f"{spec.name} changed while it was being approved (its server offered "
+                "another definition, or it was approved already): run approve again",
                 1,
             )
-        offered = binding.offered
-        approved = spec.model_copy(
-            update={
-                "description": str(offered.get("description") or ""),
-                "input_schema": offered.get("inputSchema"),
-                "output_schema": offered.get("outputSchema") or spec.output_schema,
-                "mcp": binding.model_copy(
-                    update={
-                        "definition": offered, "pin": binding.offered_pin, "offered": None,
-                        "offered_pin": None, "alerted": False,
-                    }
-                ),
-            }
-        )  # fmt: skip
-        registry = ToolRegistry(store, settings.tool)
-        return _diff(binding.definition, offered), await registry.register(approved)
+        probe = await tools.probe(admitted)
+    return probe.error
 
 
 @app.command("health")

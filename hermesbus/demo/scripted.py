@@ -18,7 +18,7 @@ from typing import Any
 
 from hermesbus.contract.payloads import ToolCall, ToolResult
 from hermesbus.processors.protocol import NOT_REGISTERED, OK
-from hermesbus.processors.tool import CallReport
+from hermesbus.processors.tool import CallReport, Progress
 
 __all__ = ["Script", "ScriptedTools"]
 
@@ -38,7 +38,13 @@ class ScriptedTools:
     calls: list[tuple[ToolCall, bool]] = field(default_factory=list)
 
     async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+        self,
+        call: ToolCall,
+        *,
+        now: datetime,
+        fallback: bool = False,
+        timeout_ms: int = 0,
+        progress: Progress | None = None,
     ) -> CallReport:
         self.calls.append((call, fallback))
         answer = self.script.get(call.tool)

@@ -19,6 +19,7 @@ __all__ = [
     "Handler",
     "HandlerInput",
     "ModelState",
+    "News",
     "Outcome",
     "Pause",
     "PauseNotice",
@@ -139,6 +140,10 @@ class HandlerInput:
     appended_ms: int = -1
     """The record's Kafka timestamp (its producer's clock when it was sent), -1 where there
     is no record; recorded in the log, so a replay gives the handler the same value."""
+    news: News | None = None
+    """Sends news about the work under way at once (a tool's progress), signed, on its
+    target's topic; best effort, not an output: never replayed (None where nothing runs
+    live: a replay, the harness)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +244,9 @@ class Pause:
     every_ms: int
     number: int
 
+
+News = Callable[[Envelope], Awaitable[None]]
+"""What a handler sends at once, before its outcome (:attr:`HandlerInput.news`)."""
 
 PauseNotice = Callable[[Envelope, Pause], Envelope | None]
 """What a processor tells the sender of an envelope held by an outage (None: nothing).

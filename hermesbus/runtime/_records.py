@@ -186,6 +186,14 @@ class Records:
         except Exception as exc:
             log.debug("processor=%s pause notice not sent: %s", self.name, exc)
 
+    async def _news(self, envelope: Envelope) -> None:
+        """Send a handler's news at once (:attr:`HandlerInput.news`). Best effort like a
+        pause notice: its receiver admits it by the write policy, as any record."""
+        try:
+            await self.produce((fx.notice(self.codec, self.guard.sign, envelope, self.prefix),))
+        except Exception as exc:
+            log.debug("processor=%s news not sent: %s", self.name, exc)
+
     async def _alert_lost(self, record: Record, lost: StoreLost) -> None:
         """Raise the store's loss on ``hermes.alerts``, once per loss however many processors
         it holds (:meth:`StoreLost.claim_alert`). Best effort like a pause notice: one
@@ -369,6 +377,7 @@ class Records:
                 record.partition,
                 record.offset,
                 record.timestamp,
+                news=self._news,
             )
         )
         if outcome.state is not None:

@@ -19,12 +19,14 @@ from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryContext,
     MemoryTier,
+    Reply,
     TimerFired,
     ToolCall,
     ToolResult,
 )
 from hermesbus.processors.dispatcher._dispatch import (
     answer,
+    cycle_context,
     deadline_purpose,
     dispatch,
     fail,
@@ -61,6 +63,7 @@ from hermesbus.processors.protocol import (
     SYMBOLS_HELD,
     TOOLS,
     UNAVAILABLE,
+    USER,
     cycle_of,
     is_failure,
     memory_at,
@@ -504,6 +507,31 @@ def on_paused(fx: Effects, state: DispatcherState, envelope: Envelope, report: E
         report.component,
         cycle.downtime_ms,
     )
+
+
+def on_progress(
+    fx: Effects, state: DispatcherState, envelope: Envelope, report: ErrorReport
+) -> None:
+    """A tool's call is under way and its server reports progress: the user is told the
+    tool is processing, once per tool and round (a slow tool's notice counts as that)."""
+    cid = cycle_of(envelope)
+    cycle = state.cycles.get(cid)
+    tool = report.component.partition(":")[2]
+    if (
+        cycle is None
+        or not cycle.is_open
+        or report.component != envelope.source  # each tells only of itself
+        or envelope.payload.context.get("round", cycle.round) != cycle.round
+        or not cycle.waits_on(report.component)
+        or tool in cycle.notified
+    ):
+        log.debug("dispatcher: progress of %s in cycle %s: nothing to tell", tool, cid)
+        return
+    notice = bilingual(f"{tool} 处理中", f"{tool} is processing")  # nothing of its words
+    cycle.notified.append(tool)
+    cycle.notices.append(notice)
+    reply = Reply(text=notice, degraded=True)
+    fx.send(USER, reply, task=cycle.task, context=cycle_context(cid, cycle))
 
 
 def on_memory_error(

@@ -28,6 +28,7 @@ from hermesbus.processors.dispatcher._cycle import (
     on_memory,
     on_memory_error,
     on_paused,
+    on_progress,
     on_result,
     on_timer,
 )
@@ -44,6 +45,7 @@ from hermesbus.processors.protocol import (
     DISPATCHER,
     DISPATCHER_ADDRESS,
     PAUSED,
+    PROGRESS,
     FlowMachine,
     component_of,
     cycle_of,
@@ -109,6 +111,8 @@ async def _route(
             forward_write(fx, envelope, body)
         case ErrorReport() if body.code == PAUSED:
             on_paused(fx, state, envelope, body)
+        case ErrorReport() if body.code == PROGRESS:
+            on_progress(fx, state, envelope, body)
         case ErrorReport():
             on_memory_error(fx, state, envelope, body, ports)
         case _:  # the body rule lets nothing else through

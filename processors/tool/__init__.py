@@ -24,7 +24,7 @@ from hermesbus.processors.tool._mcp import McpConnection, McpExecutor, definitio
 from hermesbus.processors.tool._mcp_specs import McpDocument, ProbeCall, mcp_specs
 from hermesbus.processors.tool._registry import ToolRegistry
 from hermesbus.processors.tool._release import arguments_digest
-from hermesbus.processors.tool._service import CallReport, ToolPort, ToolService
+from hermesbus.processors.tool._service import CallReport, Progress, ToolPort, ToolService
 from hermesbus.processors.tool._settings import (
     DEMO_MODULES,
     ToolEnvironment,
@@ -72,6 +72,7 @@ __all__ = [
     "McpServer",
     "Probe",
     "ProbeCall",
+    "Progress",
     "PythonWorker",
     "RegistryHealth",
     "SignatureConfig",

@@ -16,11 +16,13 @@ from hermesbus.processors.protocol import (
     TOOL,
     answer,
     component_of,
+    progress_notice,
 )
 from hermesbus.processors.tool._service import (
     DEFINITION_ALERT,
     VERIFICATION_ALERT,
     CallReport,
+    Progress,
     ToolPort,
 )
 from hermesbus.runtime import HandlerInput, Outcome
@@ -54,6 +56,7 @@ async def handle(inp: HandlerInput) -> Outcome:
         now=envelope.timestamp,
         fallback=envelope.payload.context.get(FALLBACK) is True,
         timeout_ms=envelope.metadata.timeout_ms,
+        progress=_progress(inp),
     )
     emit = [_answer(envelope, report, DISPATCHER_ADDRESS, report.result, 0)]
     if report.alert is not None:
@@ -65,6 +68,25 @@ async def handle(inp: HandlerInput) -> Outcome:
         )
         emit.append(_answer(envelope, report, ALERTS, alert, 1))
     return Outcome(emit=tuple(emit))
+
+
+def _progress(inp: HandlerInput) -> Progress | None:
+    """Tells the dispatcher, at once, the first time the call's tool reports progress (it
+    then tells the user the tool is processing); None where no news can be sent."""
+    news = inp.news
+    if news is None:
+        return None
+    told: list[int] = []
+
+    async def heard(done: float, total: float | None) -> None:
+        if told:
+            return
+        told.append(1)
+        notice = progress_notice(inp.envelope, done, total, 0)
+        if notice is not None:
+            await news(notice)
+
+    return heard
 
 
 def _answer(

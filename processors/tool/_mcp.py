@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -75,6 +75,12 @@ _DEFINITION_KEYS: Final = (
 _BACKOFF_FIRST_S: Final = 0.5
 _BACKOFF_MAX_S: Final = 30.0
 _PAGES: Final = 100
+_FINISH_S: Final = 10.0
+"""How long closing a session may take before its task is cancelled."""
+_PING_GRACE_S: Final = 2.0
+"""How long a server has to answer a ping after a call timed out, before it is closed."""
+_LOG_KEEP_BYTES: Final = 8 * 1024 * 1024
+"""A stderr log past this is moved to ``.1`` when a session opens (one old log is kept)."""
 _TOOL_ERROR: Final = 500
 _T = TypeVar("_T")
 
@@ -101,8 +107,47 @@ class McpUnavailable(Exception):
     """The server cannot be reached now (not started, dropped, backing off)."""
 
 
+class _Live:
+    """One open session of a server: what a call uses from its listing to its answer."""
+
+    def __init__(self, generation: int, pidfile: Path) -> None:
+        self.generation = generation
+        self.pidfile = pidfile
+        self.session: ClientSession | None = None
+        self.pid: int | None = None
+        self.runner: asyncio.Task[None] | None = None
+        self.stop = asyncio.Event()
+        self.dead = False
+        self.listing: dict[str, types.Tool] | None = None
+        self.listed_at = 0.0
+
+    async def message(self, message: Any) -> None:
+        """A server notification: a changed tool list is listed again before the next call."""
+        if isinstance(message, types.ToolListChangedNotification):
+            self.listing = None
+
+    async def finish(self) -> None:
+        """Close the session and the transport (the SDK stops a stdio server: stdin closed,
+        then SIGTERM and SIGKILL to its group); the runner is cancelled if it hangs."""
+        self.dead = True
+        self.stop.set()
+        runner = self.runner
+        if runner is None:
+            return
+        await asyncio.wait({runner}, timeout=_FINISH_S)
+        if not runner.done():
+            runner.cancel()
+            await asyncio.wait({runner}, timeout=_FINISH_S)
+
+
 class McpConnection:
-    """The one client session of an MCP server, opened when needed and shared by its tools."""
+    """The one client session of an MCP server, opened when needed and shared by its tools.
+
+    A session is opened in a task of its own under ``connect_timeout_s``: a caller waits for
+    it with its own timeout, and giving up does not stop the attempt (the next caller gets
+    the session, or the failure and its back-off). A session that died is replaced; one
+    whose server did not answer a ping after a call timed out is closed (a stdio server
+    killed, its whole process group)."""
 
     def __init__(
         self,
@@ -112,79 +157,83 @@ class McpConnection:
         env_names: tuple[str, ...],
         state: Path,
         hosts: frozenset[str],
+        connect_timeout_s: float = 60.0,
     ) -> None:
         self.server = server
         self._env = dict(env)
         self.env_names = env_names
         self._state = state
         self._hosts = hosts
+        self._connect_timeout_s = connect_timeout_s
         self._lock = asyncio.Lock()
-        self._session: ClientSession | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-        self._dead = False
+        self._current: _Live | None = None
+        self._connecting: asyncio.Task[_Live] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
-        self._listing: dict[str, types.Tool] | None = None
-        self._listed_at = 0.0
-        self._pid: int | None = None
+        self._attempts = 0
         self.connects = 0
         """Sessions opened so far (a test sees a reconnection)."""
 
     @property
     def stderr_log(self) -> Path:
-        """Where a stdio server's stderr is appended."""
+        """Where a stdio server's stderr is appended (the previous one kept as ``.1``)."""
         return self._state / f"{self.server.name}.stderr.log"
-
-    @property
-    def _pidfile(self) -> Path:
-        return self._state / f"{self.server.name}.pid"
 
     @property
     def pid(self) -> int | None:
         """The stdio server's pid while a session is open (None otherwise)."""
-        return None if self._session is None else self._pid
+        live = self._current
+        return None if live is None or live.dead else live.pid
 
-    def _read_pid(self) -> int | None:
-        """The pid the launcher wrote (it is the server's: the launcher became it)."""
-        if self.server.transport != "stdio":
-            return None
-        try:
-            return int(self._pidfile.read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            return None
-
-    async def session(self, timeout_s: float) -> ClientSession:
+    async def live(self) -> _Live:
         """The open session, or a new one; McpUnavailable when it cannot be had now."""
         async with self._lock:
-            if self._session is not None and not self._dead and self._alive():
-                return self._session
-            await self._teardown()
-            wait = self._retry_at - time.monotonic()
-            if wait > 0:
-                raise McpUnavailable(
-                    f"MCP server {self.server.name} is retried in {wait:.1f} s "
-                    f"({self._failures} failed attempts; last: {self._last_error})"
-                )
-            ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-            self._stop = asyncio.Event()
-            self._runner = asyncio.get_running_loop().create_task(self._run(ready))
-            try:
-                async with asyncio.timeout(timeout_s):
-                    session = await asyncio.shield(ready)
-            except (Exception, TimeoutError) as exc:
-                self._failed(exc)
-                await self._teardown()
-                raise McpUnavailable(
-                    f"MCP server {self.server.name} did not connect: {self._last_error}"
-                ) from exc
-            self._session, self._dead, self._failures = session, False, 0
-            self._pid = self._read_pid()
-            self._listing = None
-            self.connects += 1
-            log.info("MCP server %s: session open (%s)", self.server.name, self.server.where)
-            return session
+            live = self._current
+            if live is not None and not live.dead and _alive(live.pid):
+                return live
+            if self._connecting is None:
+                if live is not None:
+                    self._current = None
+                    self._retire(live)
+                wait = self._retry_at - time.monotonic()
+                if wait > 0:
+                    raise McpUnavailable(
+                        f"MCP server {self.server.name} is retried in {wait:.1f} s "
+                        f"({self._failures} failed attempts; last: {self._last_error})"
+                    )
+                connecting = asyncio.get_running_loop().create_task(self._connect())
+                connecting.add_done_callback(_retrieved)
+                self._connecting = connecting
+            connecting = self._connecting
+        return await asyncio.shield(connecting)  # a caller's timeout ends its wait only
+
+    async def _connect(self) -> _Live:
+        self._attempts += 1  # a pid file per attempt: other processes start the server too
+        live = _Live(
+            self.connects + 1,
+            self._state / f"{self.server.name}.{os.getpid()}.{self._attempts}.pid",
+        )
+        ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+        live.runner = asyncio.get_running_loop().create_task(self._run(live, ready))
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                live.session = await asyncio.shield(ready)
+        except Exception as exc:
+            self._failed(exc)
+            await live.finish()
+            raise McpUnavailable(
+                f"MCP server {self.server.name} did not connect: {self._last_error}"
+            ) from exc
+        finally:
+            self._connecting = None
+        live.pid = _pid_in(live.pidfile)
+        live.runner.add_done_callback(lambda _: setattr(live, "dead", True))
+        self._current, self._failures = live, 0
+        self.connects += 1
+        log.info("MCP server %s: session open (%s)", self.server.name, self.server.where)
+        return live
 
     def _failed(self, exc: BaseException) -> None:
         self._failures += 1
@@ -195,40 +244,37 @@ class McpConnection:
             "MCP server %s: %s (retry in %.1f s)", self.server.name, self._last_error, delay
         )
 
-    def _alive(self) -> bool:
-        """A stdio server's process is still there (not gone, not a zombie)."""
-        pid = self.pid
-        if self.server.transport != "stdio" or pid is None:
-            return True
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-        except OSError:
-            return _exists(pid)
-        return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    def _retire(self, live: _Live) -> None:
+        task = asyncio.get_running_loop().create_task(live.finish())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
-    async def _run(self, ready: asyncio.Future[ClientSession]) -> None:
+    async def _run(self, live: _Live, ready: asyncio.Future[ClientSession]) -> None:
         """Hold the transport and the session open until stopped (one task: anyio's
         scopes are left where they were entered)."""
         try:
             async with AsyncExitStack() as stack:
-                read, write = await self._transport(stack)
+                read, write = await self._transport(stack, live)
                 session = await stack.enter_async_context(
-                    ClientSession(read, write, message_handler=self._message)
+                    ClientSession(read, write, message_handler=live.message)
                 )
                 await session.initialize()
-                ready.set_result(session)
-                await self._stop.wait()
+                if not ready.done():
+                    ready.set_result(session)
+                await live.stop.wait()
         except BaseException as exc:  # the session ended: say it to who waits, or log it
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpUnavailable(str(exc)))
-            elif not self._stop.is_set():
+            elif not live.stop.is_set():
                 log.warning("MCP server %s: connection lost: %s", self.server.name, _said(exc))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._dead = True
+            live.dead = True
+            with contextlib.suppress(OSError):
+                live.pidfile.unlink()
 
-    async def _transport(self, stack: AsyncExitStack) -> Any:
+    async def _transport(self, stack: AsyncExitStack, live: _Live) -> Any:
         if self.server.transport == "http":
             url = str(self.server.url)
             host = _host(url)
@@ -236,11 +282,12 @@ class McpConnection:
                 raise McpUnavailable(f"host {host!r} is not on HERMES_TOOL_HOSTS")
             return await stack.enter_async_context(streamable_http_client(url))
         self._state.mkdir(parents=True, exist_ok=True)
+        _rotate(self.stderr_log)
         config = {
             "command": list(self.server.command),
             "env": [*_BASE_ENV, *self.env_names],
             "memory_mb": self.server.memory_limit_mb,
-            "pidfile": str(self._pidfile),
+            "pidfile": str(live.pidfile),
         }
         params = StdioServerParameters(
             command=sys.executable, args=[str(_LAUNCH), json.dumps(config)], env=self._env
@@ -248,89 +295,107 @@ class McpConnection:
         errlog = stack.enter_context(self.stderr_log.open("a", encoding="utf-8"))
         return await stack.enter_async_context(stdio_client(params, errlog=errlog))
 
-    async def _message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self._listing = None  # listed again before the next call
-
-    async def listing(self, timeout_s: float, max_age_s: float) -> dict[str, types.Tool]:
-        """The server's tools by name, listed again when older than ``max_age_s``."""
-        listing = self._listing
-        if listing is not None and time.monotonic() - self._listed_at <= max_age_s:
+    async def listing(self, live: _Live, max_age_s: float) -> dict[str, types.Tool]:
+        """The server's tools by name as ``live`` lists them, listed again when older than
+        ``max_age_s`` (a new session lists afresh: a listing is never carried over)."""
+        listing = live.listing
+        if listing is not None and time.monotonic() - live.listed_at <= max_age_s:
             return listing
-        session = await self.session(timeout_s)
+        session = _session_of(live)
         tools: dict[str, types.Tool] = {}
         cursor: str | None = None
         for _ in range(_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await self._guarded(session.list_tools(params=params))
+            page = await _guarded(live, session.list_tools(params=params))
             tools.update((tool.name, tool) for tool in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
-        self._listing, self._listed_at = tools, time.monotonic()
+        live.listing, live.listed_at = tools, time.monotonic()
         return tools
 
-    async def ping(self, timeout_s: float) -> None:
-        session = await self.session(timeout_s)
-        await self._guarded(session.send_ping())
+    async def ping(self, live: _Live) -> None:
+        await _guarded(live, _session_of(live).send_ping())
 
     async def call(
-        self, tool: str, arguments: Any, timeout_s: float, key: str
+        self,
+        live: _Live,
+        tool: str,
+        arguments: Any,
+        *,
+        timeout_s: float,
+        key: str,
+        on_progress: Callable[[float, float | None], Awaitable[None]] | None = None,
     ) -> types.CallToolResult:
-        session = await self.session(timeout_s)
+        """Call ``tool`` in ``live``; ``on_progress`` hears what the server reports while
+        it runs (the figures only: its message is the server's own words, not passed on)."""
+
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            del message  # the server's own words: not passed on
+            if on_progress is not None:
+                await on_progress(progress, total)
+
         meta = types.RequestParamsMeta(**{IDEMPOTENCY_META: key}) if key else None  # type: ignore[typeddict-unknown-key]
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)
         )
         # send_request, not call_tool: call_tool checks the structured content against the
         # schema the server lists now; the tool service checks it against the pinned one
-        return await self._guarded(
-            session.send_request(
-                request, types.CallToolResult, request_read_timeout_seconds=timeout_s
-            )
+        return await _guarded(
+            live,
+            _session_of(live).send_request(
+                request,
+                types.CallToolResult,
+                request_read_timeout_seconds=timeout_s,
+                progress_callback=heard if on_progress is not None else None,
+            ),
         )
 
-    async def _guarded(self, request: Awaitable[_T]) -> _T:
-        """``request``; a connection found closed marks the session dead (the next call
-        opens a new one)."""
+    def timed_out(self, live: _Live) -> None:
+        """A call in ``live`` went past its timeout (the SDK sent its cancellation): the
+        server must still answer a ping within a grace, or the session is closed and a
+        stdio server killed (its whole process group)."""
+        task = asyncio.get_running_loop().create_task(self._check(live))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _check(self, live: _Live) -> None:
         try:
-            return await request
-        except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
-                self._dead = True
-            raise
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            self._dead = True
-            raise McpUnavailable(f"MCP server {self.server.name}: connection closed") from exc
+            async with asyncio.timeout(_PING_GRACE_S):
+                await self.ping(live)
+        except (TimeoutError, McpUnavailable, MCPError, OSError) as exc:
+            log.warning(
+                "MCP server %s: no answer to a ping after a call timed out (%s): closed",
+                self.server.name, _said(exc),
+            )  # fmt: skip
+            self.kill(live)
 
-    def kill(self) -> None:
-        """Kill a stdio server's whole process group (a call went past its timeout)."""
-        pid = self.pid
-        self._dead = True
-        if pid is not None:
+    def kill(self, live: _Live) -> None:
+        """Close ``live``; a stdio server's whole process group is killed."""
+        live.dead = True
+        if live.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-
-    async def _teardown(self) -> None:
-        runner, self._runner = self._runner, None
-        self._session, self._pid = None, None
-        if runner is None:
-            return
-        self._stop.set()
-        with contextlib.suppress(TimeoutError, Exception, asyncio.CancelledError):
-            async with asyncio.timeout(10):
-                await runner
-        if not runner.done():
-            runner.cancel()
+                os.killpg(live.pid, signal.SIGKILL)
+        self._retire(live)
 
     async def close(self) -> None:
         async with self._lock:
-            await self._teardown()
+            connecting, self._connecting = self._connecting, None
+            if connecting is not None:
+                connecting.cancel()
+                await asyncio.wait({connecting}, timeout=_FINISH_S)
+            live, self._current = self._current, None
+            if live is not None:
+                self._retire(live)
+            retiring = set(self._retiring)
+        if retiring:
+            await asyncio.wait(retiring, timeout=2 * _FINISH_S + _PING_GRACE_S)
 
 
 class McpExecutor:
     """One MCP tool as an ``Executor``: ``call`` runs it, ``probe`` pings the server and
-    makes the declared probe call; both first check the tool's definition against the pin."""
+    makes the declared probe call; both first check the tool's definition against the pin,
+    in the session the call then uses."""
 
     def __init__(
         self,
@@ -348,52 +413,77 @@ class McpExecutor:
         self._relist_s = relist_s
         self._max_bytes = max_bytes
 
-    async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
+    async def run(
+        self,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str = "",
+        *,
+        progress: Callable[[float, float | None], Awaitable[None]] | None = None,
+    ) -> Execution:
         start = time.perf_counter()
+        calling: _Live | None = None  # the session a request of this call is out in
         try:
             async with asyncio.timeout(timeout_s):
-                drift = await self._drift(timeout_s)
+                live = await self._connection.live()
+                relist = 0.0 if role == "probe" else self._relist_s
+                drift = self._drift(await self._connection.listing(live, relist))
                 if drift is not None:
                     return drift
+                tool = self._binding.tool
                 if role == "probe":
-                    await self._connection.ping(timeout_s)
+                    await self._connection.ping(live)
                     tool, arguments = self._binding.probe_tool, self._binding.probe_arguments
-                else:
-                    tool = self._binding.tool
-                result = await self._connection.call(tool, arguments, timeout_s, key)
+                calling = live
+                result = await self._connection.call(
+                    live, tool, arguments, timeout_s=timeout_s, key=key, on_progress=progress
+                )
         except (TimeoutError, McpUnavailable, MCPError, RuntimeError, OSError, ValueError) as exc:
-            return self._failed(exc, timeout_s)
+            return self._failed(exc, timeout_s, calling)
         latency = (time.perf_counter() - start) * 1000
         return self._execution(result, latency)
 
-    def _failed(self, exc: Exception, timeout_s: float) -> Execution:
-        """What a call or probe that raised answers; past the timeout a stdio server is
-        killed (the SDK has sent the cancellation)."""
-        timed_out = isinstance(exc, TimeoutError) or (
-            isinstance(exc, MCPError) and exc.error.code == types.REQUEST_TIMEOUT
-        )
-        if timed_out:
-            self._connection.kill()
+    def _failed(self, exc: Exception, timeout_s: float, calling: _Live | None) -> Execution:
+        """What a call or probe that raised answers. A call that timed out while its
+        request was out has its server checked (:meth:`McpConnection.timed_out`); one whose
+        connection closed under it has an unknown outcome (504, as a timeout)."""
+        code = exc.error.code if isinstance(exc, MCPError) else None
+        if isinstance(exc, TimeoutError) or code == types.REQUEST_TIMEOUT:
+            if calling is not None:
+                self._connection.timed_out(calling)
             return Execution(TIMEOUT, error=f"{self.name} timed out after {timeout_s:g} s")
+        if calling is not None and (
+            code == types.CONNECTION_CLOSED or isinstance(exc, McpUnavailable)
+        ):
+            error = f"{self.name}: the connection closed while the call ran (outcome unknown)"
+            return Execution(TIMEOUT, error=error)
         if isinstance(exc, McpUnavailable):
             return Execution(UNAVAILABLE, error=f"{self.name}: {exc}")
         if isinstance(exc, MCPError):
-            return Execution(UNAVAILABLE, error=f"{self.name}: MCP error {exc.error.code}: {exc}")
-        if isinstance(exc, RuntimeError):  # the SDK's own check of structured content
-            return Execution(VERIFICATION_FAILED, error=f"{self.name}: {exc}")
+            return Execution(UNAVAILABLE, error=f"{self.name}: MCP error {code}: {exc}")
+        if isinstance(exc, RuntimeError):
+            return Execution(UNAVAILABLE, error=f"{self.name}: {exc}")
         return Execution(UNAVAILABLE, error=f"{self.name}: {type(exc).__name__}: {exc}")
 
-    async def _drift(self, timeout_s: float) -> Execution | None:
-        """None while the server offers the pinned definition; else the 503 with the offer."""
-        listing = await self._connection.listing(timeout_s, self._relist_s)
+    def _drift(self, listing: Mapping[str, types.Tool]) -> Execution | None:
+        """None while the server offers the pinned definition; a 503 otherwise: with the
+        offer attached when it offers another one (recorded: the tool awaits approval),
+        without when it does not list the tool now (this call fails, nothing is recorded)."""
         offered = listing.get(self._binding.tool)
-        definition = None if offered is None else definition_of(offered)
-        if definition is not None and pin_of(definition) == self._binding.pin:
+        if offered is None:
+            error = (
+                f"{self.name}: the MCP server {self._binding.server.name} does not offer "
+                f"{self._binding.tool!r} now"
+            )
+            return Execution(UNAVAILABLE, error=error)
+        definition = definition_of(offered)
+        if pin_of(definition) == self._binding.pin:
             return None
-        said = "no longer offers it" if definition is None else "offers another definition"
         error = (
-            f"{self.name}: the MCP server {self._binding.server.name} {said} than the one "
-            f"approved ({self._binding.pin[:19]}…): `hermesbus tools approve {self.name}`"
+            f"{self.name}: the MCP server {self._binding.server.name} offers another "
+            f"definition than the one approved ({self._binding.pin[:19]}…): "
+            f"`hermesbus tools approve {self.name}`"
         )
         return Execution(UNAVAILABLE, error=error, drift={"offered": definition})
 
@@ -447,3 +537,55 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _session_of(live: _Live) -> ClientSession:
+    if live.session is None or live.dead:
+        raise McpUnavailable("the session is closed")
+    return live.session
+
+
+async def _guarded(live: _Live, request: Awaitable[_T]) -> _T:
+    """``request``; a connection found closed marks the session dead (the next call opens
+    a new one)."""
+    try:
+        return await request
+    except MCPError as exc:
+        if exc.error.code == types.CONNECTION_CLOSED:
+            live.dead = True
+        raise
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+        live.dead = True
+        raise McpUnavailable("connection closed") from exc
+
+
+def _alive(pid: int | None) -> bool:
+    """A stdio server's process is still there (not gone, not a zombie); True without one."""
+    if pid is None:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return _exists(pid)
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _pid_in(pidfile: Path) -> int | None:
+    """The pid the launcher wrote (the server's: the launcher became it)."""
+    try:
+        return int(pidfile.read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
+
+
+def _rotate(log_file: Path) -> None:
+    """Keep a stderr log bounded: past the limit it becomes ``.1`` (the older one goes)."""
+    with contextlib.suppress(OSError):
+        if log_file.stat().st_size > _LOG_KEEP_BYTES:
+            log_file.replace(log_file.with_name(log_file.name + ".1"))
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Retrieve a connection attempt's failure (its waiters may all have given up)."""
+    if not task.cancelled():
+        task.exception()

@@ -129,12 +129,9 @@ def _spec(
     name = str(entry.get("name") or tool_name_for(tool.name))
     if (problem := tool_name_problem(name)) is not None:
         return f"tools.{tool.name}: {problem}; give it a name: in tools:"
-    if "probe" not in document.model_fields_set and "probe" not in entry:
-        return (
-            f"tools.{tool.name}: no probe call declared (probe: {{tool: NAME, arguments: "
-            "{...}}, for the server or per tool)"
-        )
-    probe = ProbeCall.model_validate({**document.probe.model_dump(), **entry.get("probe", {})})
+    probe = _probe_of(document, tool, entry)
+    if isinstance(probe, str):
+        return probe
     definition = definition_of(tool)
     output_schema = tool.output_schema
     if output_schema is not None and "output_schema" in entry:
@@ -168,3 +165,24 @@ def _spec(
             for e in exc.errors(include_url=False)
         )
         return f"tools.{tool.name}: {said}"
+
+
+def _probe_of(document: McpDocument, tool: types.Tool, entry: dict[str, Any]) -> ProbeCall | str:
+    """The tool's declared probe call (the server's, with the tool's own over it), or why
+    there is none."""
+    if "probe" not in document.model_fields_set and "probe" not in entry:
+        return (
+            f"tools.{tool.name}: no probe call declared (probe: {{tool: NAME, arguments: "
+            "{...}}, for the server or per tool)"
+        )
+    own = entry.get("probe", {})
+    if not isinstance(own, dict):
+        return f"tools.{tool.name}.probe: a mapping (tool:, arguments:), not {own!r}"
+    try:
+        return ProbeCall.model_validate({**document.probe.model_dump(), **own})
+    except ValidationError as exc:
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        return f"tools.{tool.name}.probe: {said}"

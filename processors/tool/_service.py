@@ -55,7 +55,7 @@ from hermesbus.processors.tool._store import Probe, StoredResult, ToolStore
 from hermesbus.processors.tool._verify import json_depth, schema_error
 from hermesbus.runtime import outage
 
-__all__ = ["CallReport", "ToolPort", "ToolService"]
+__all__ = ["CallReport", "Progress", "ToolPort", "ToolService"]
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,21 @@ class CallReport:
     alert_code: str = VERIFICATION_ALERT
 
 
+Progress = Callable[[float, float | None], Awaitable[None]]
+"""Told while a call runs, each time its tool reports how far it is (done, total)."""
+
+
 class ToolPort(Protocol):
     """What the handler needs (``ports["tools"]``)."""
 
     async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+        self,
+        call: ToolCall,
+        *,
+        now: datetime,
+        fallback: bool = False,
+        timeout_ms: int = 0,
+        progress: Progress | None = None,
     ) -> CallReport: ...
 
 
@@ -172,23 +182,18 @@ class ToolService(Service):
         """List the server's tools, admit each (its definition pinned now, the spec file
         giving what admission needs), run each one's probe, then store them all; nothing is
         stored when any is refused (AdmissionError naming every problem)."""
+        timeout = self.settings.tool_spawn_timeout_s
         connection = McpConnection(
             server,
             env=server_env(document.env, self._environ),
             env_names=document.env,
             state=self.settings.mcp_state,
             hosts=self.settings.hosts,
+            connect_timeout_s=timeout,
         )
-        timeout = self.settings.tool_spawn_timeout_s
         try:
-            try:
-                listing = await connection.listing(timeout, 0.0)
-            except (McpUnavailable, MCPError, OSError) as exc:
-                raise AdmissionError(
-                    f"MCP server {server.name} ({server.where}) could not be listed: {exc}"
-                ) from exc
-            specs = mcp_specs(document, server, list(listing.values()))
-            problems: list[str] = []
+            specs = mcp_specs(document, server, await self._offered(connection, timeout))
+            problems = await self._taken(server, specs)
             admitted: list[ToolSpec] = []
             for spec in specs:
                 try:
@@ -200,22 +205,63 @@ class ToolService(Service):
                 probe = McpExecutor(spec, connection, relist_s=0.0, max_bytes=cap)
                 execution = await probe.run("probe", None, max(spec.timeout_s, timeout))
                 if not execution.ok:
-                    problems.append(
-                        f"tool {spec.name!r} refused: its probe failed: {execution.error}"
-                    )
+                    said = f"tool {spec.name!r} refused: its probe failed: {execution.error}"
+                    problems.append(said)
         finally:
             await connection.close()
         if problems:
             raise AdmissionError("; ".join(problems))
+        await self._store_server(server, admitted)
+        return admitted
+
+    @staticmethod
+    async def _offered(connection: McpConnection, within_s: float) -> list[Any]:
+        """The server's tools, listed within ``within_s`` (else AdmissionError)."""
+        server = connection.server
+        try:
+            async with asyncio.timeout(within_s):
+                listing = await connection.listing(await connection.live(), 0.0)
+        except (McpUnavailable, MCPError, OSError, TimeoutError) as exc:
+            said = str(exc) or f"no answer within {within_s:g} s"
+            raise AdmissionError(
+                f"MCP server {server.name} ({server.where}) could not be listed: {said}"
+            ) from exc
+        return list(listing.values())
+
+    async def _store_server(self, server: McpServer, admitted: list[ToolSpec]) -> None:
+        """Store a server's admitted tools; those of its tools it offers no longer are
+        rebound to it as it is now (their calls answer that it does not offer them)."""
         old = self._connections.pop(server.name, None)
         if old is not None:
             await old.close()
+        offered = {spec.name for spec in admitted}
+        for stale in await self.store.list_specs():
+            binding = stale.mcp
+            if binding is None or binding.server.name != server.name:
+                continue
+            if stale.name not in offered and binding.server != server:
+                rebound = binding.model_copy(update={"server": server})
+                await self.store.save_spec(stale.model_copy(update={"mcp": rebound}))
         for spec in admitted:
             await self.store.save_spec(spec)
             entry = self._executors.pop((spec.name, "main"), None)
             if entry is not None:
                 await entry[1].close()
-        return admitted
+
+    async def _taken(self, server: McpServer, specs: list[ToolSpec]) -> list[str]:
+        """Names the server's tools would take from another tool (a python or http one, or
+        another server's): refused, so no server replaces what it does not own."""
+        problems = []
+        for spec in specs:
+            held = await self.store.get_spec(spec.name)
+            if held is None or (held.mcp is not None and held.mcp.server.name == server.name):
+                continue
+            owner = f"server {held.mcp.server.name}'s" if held.mcp else f"a {held.kind}"
+            problems.append(
+                f"tool {spec.name!r} is already {owner} tool: give the offered "
+                f"{spec.mcp.tool if spec.mcp else spec.name!r} another name: in tools:"
+            )
+        return problems
 
     async def health(self, tool: str) -> ToolHealth | None:
         """:class:`~hermesbus.processors.protocol.HealthView` of the registered tools (once
@@ -244,11 +290,18 @@ class ToolService(Service):
     # -- calls --------------------------------------------------------------------------
 
     async def call(
-        self, call: ToolCall, *, now: datetime, fallback: bool = False, timeout_ms: int = 0
+        self,
+        call: ToolCall,
+        *,
+        now: datetime,
+        fallback: bool = False,
+        timeout_ms: int = 0,
+        progress: Progress | None = None,
     ) -> CallReport:
-        """Answer one call; ``now`` is the envelope's time (the cache's clock). Raises only
-        for an outage of a store (the runtime holds the call in place until it is back); any
-        other unexpected error is a 500 result (raising would make the runtime run it again).
+        """Answer one call; ``now`` is the envelope's time (the cache's clock); ``progress``
+        hears what an MCP tool reports while it runs. Raises only for an outage of a store
+        (the runtime holds the call in place until it is back); any other unexpected error
+        is a 500 result (raising would make the runtime run it again).
 
         Only successes are stored under the idempotency key: a call whose outcome is
         unknown (504) may run again on a retry, so a tool with side effects must honour
@@ -257,7 +310,9 @@ class ToolService(Service):
         start = time.perf_counter()
         meter = _Meter()
         try:
-            result, alert = await self._answer(call, epoch_ms(now), fallback, timeout_ms, meter)
+            result, alert = await self._answer(
+                call, epoch_ms(now), fallback, timeout_ms, meter, progress=progress
+            )
         except Exception as exc:  # the boundary: a result, never an exception ...
             if outage(exc):
                 raise  # ... but a store that is away: the runtime holds the call in place
@@ -271,7 +326,14 @@ class ToolService(Service):
         return CallReport(result, alert, elapsed, count, average, code)
 
     async def _answer(
-        self, call: ToolCall, now_ms: int, fallback: bool, timeout_ms: int, meter: _Meter
+        self,
+        call: ToolCall,
+        now_ms: int,
+        fallback: bool,
+        timeout_ms: int,
+        meter: _Meter,
+        *,
+        progress: Progress | None = None,
     ) -> tuple[ToolResult, str | None]:
         checked = await self._check(call)
         if isinstance(checked, ToolResult):
@@ -294,7 +356,9 @@ class ToolService(Service):
             answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             if answer is not None:
                 return answer, None
-        result, alert = await self._primary(spec, arguments, timeout_ms, meter, key)
+        result, alert = await self._primary(
+            spec, arguments, timeout_ms, meter, key, progress=progress
+        )
         if result.status_code == OK:
             await self._keep(key, digest, StoredResult(result, now_ms))
         elif is_failure(result.status_code) and (alert is None or meter.drifted) and allowed:
@@ -349,11 +413,22 @@ class ToolService(Service):
         return None, arguments
 
     async def _primary(
-        self, spec: ToolSpec, arguments: Any, timeout_ms: int, meter: _Meter, key: str
+        self,
+        spec: ToolSpec,
+        arguments: Any,
+        timeout_ms: int,
+        meter: _Meter,
+        key: str,
+        *,
+        progress: Progress | None = None,
     ) -> tuple[ToolResult, str | None]:
         timeout = spec.timeout_s if timeout_ms <= 0 else min(spec.timeout_s, timeout_ms / 1000)
         executor = self._executor(spec, "main")
-        execution = meter.add(await executor.run("call", arguments, timeout, key))
+        if isinstance(executor, McpExecutor):  # only MCP servers report progress
+            running = executor.run("call", arguments, timeout, key, progress=progress)
+        else:
+            running = executor.run("call", arguments, timeout, key)
+        execution = meter.add(await running)
         if execution.drift is not None:
             await self._drifted(spec, execution.drift.get("offered"))
             stored = await self.store.get_spec(spec.name)
@@ -372,21 +447,26 @@ class ToolService(Service):
         return result, alert
 
     async def _drifted(self, spec: ToolSpec, offered: Any) -> None:
-        """Record that an MCP tool's server offers ``offered`` (None: nothing) instead of
-        its pinned definition: the tool is unhealthy until approved."""
-        if spec.mcp is None:
+        """Record that an MCP tool's server offers ``offered`` instead of its pinned
+        definition: the tool is unhealthy until approved. A tool awaiting approval already
+        keeps its alert state (one alert however often the server changes it again); the
+        newest offer is what ``tools approve`` shows."""
+        if spec.mcp is None or not isinstance(offered, dict):
             return
         async with self._drift_lock:
             current = await self.store.get_spec(spec.name)
             if current is None or current.mcp is None or current.mcp.pin != spec.mcp.pin:
                 return  # removed or approved meanwhile
-            offered_pin = pin_of(offered) if isinstance(offered, dict) else "removed"
+            offered_pin = pin_of(offered)
             if current.mcp.offered_pin == offered_pin:
                 return
+            alerted = current.mcp.alerted and current.mcp.offered_pin is not None
             binding = current.mcp.model_copy(
-                update={"offered": offered, "offered_pin": offered_pin, "alerted": False}
+                update={"offered": offered, "offered_pin": offered_pin, "alerted": alerted}
             )
-            await self.store.save_spec(current.model_copy(update={"mcp": binding}))
+            changed = current.model_copy(update={"mcp": binding})
+            if not await self.store.replace_spec(current, changed):
+                return  # approved or recorded by another writer meanwhile
         log.warning(
             "tool %s: its MCP server offers another definition (%s) than the approved %s; "
             "its fallback answers until `hermesbus tools approve %s`",
@@ -413,8 +493,9 @@ class ToolService(Service):
                 and not current.mcp.alerted
             ):
                 done = current.mcp.model_copy(update={"alerted": True})
-                await self.store.save_spec(current.model_copy(update={"mcp": done}))
-                alert, meter.drifted = error, True
+                marked = current.model_copy(update={"mcp": done})
+                if await self.store.replace_spec(current, marked):  # one writer alerts
+                    alert, meter.drifted = error, True
         return failure(spec.name, UNAVAILABLE, error), alert
 
     @property
@@ -539,6 +620,7 @@ class ToolService(Service):
             env_names=spec.env,
             state=self.settings.mcp_state,
             hosts=self.settings.hosts,
+            connect_timeout_s=self.settings.tool_spawn_timeout_s,
         )
         self._connections[server.name] = connection
         return connection

@@ -63,8 +63,8 @@ class ToolSettings(BaseSettings):
     is 502."""
     mcp_relist_s: float = Field(default=2.0, ge=0)
     """An MCP server's tool list is listed again before a call when older than this (and
-    whenever the server says it changed, and at every probe): a changed definition stops
-    the tool's calls at most this long after it appears (0: before every call)."""
+    whenever the server says it changed; a probe always lists it): a changed definition
+    stops the tool's calls at most this long after it appears (0: before every call)."""
     demo_tools: Literal["python", "mcp"] = "python"
     """``HERMES_DEMO_TOOLS``: the demo tools run as python tools, or served by the demo
     MCP server (over stdio) with the same answers."""

@@ -48,6 +48,12 @@ class ToolStore(Protocol):
         """Insert or replace the spec of ``spec.name``."""
         ...
 
+    async def replace_spec(self, expected: ToolSpec, spec: ToolSpec) -> bool:
+        """Store ``spec`` only if the stored spec of its name is still ``expected`` (as read
+        before): False, and nothing changed, when another writer changed it meanwhile (an
+        approval and a processor recording what a server offers never undo each other)."""
+        ...
+
     async def get_spec(self, name: str) -> ToolSpec | None: ...
 
     async def list_specs(self) -> list[ToolSpec]:

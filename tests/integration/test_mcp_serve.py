@@ -16,12 +16,14 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from hermesbus.identity import KEYS_FILE_ENV
 
 pytestmark = pytest.mark.kafka
 
 TOOLS = {"trace", "session", "search", "tail", "replay_shadow", "flows_show"}
+TOKEN = "test-token-for-mcp-serve"  # noqa: S105 - a test's own, for its own server
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +108,9 @@ def http_port(bus: dict[str, str], tmp_path: Path) -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     log = tmp_path / "serve.log"
+    env = _env(bus) | {"HERMES_MCP_SERVE_TOKEN": TOKEN}
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            _serve(bus, "--port", str(port)), env=_env(bus), stdout=out, stderr=out
-        )
+        proc = subprocess.Popen(_serve(bus, "--port", str(port)), env=env, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -131,5 +132,27 @@ def http_port(bus: dict[str, str], tmp_path: Path) -> Iterator[int]:
 
 async def test_every_tool_over_streamable_http(http_port: int) -> None:
     url = f"http://127.0.0.1:{http_port}/mcp"
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
+    async with (
+        client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         await _exercise(session)
+
+
+async def test_http_needs_the_token(http_port: int) -> None:
+    url = f"http://127.0.0.1:{http_port}/mcp"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        async with create_mcp_http_client(headers=headers) as client:
+            answer = await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert answer.status_code == 401
+
+
+def test_port_refuses_to_serve_without_a_token(bus: dict[str, str]) -> None:
+    ran = subprocess.run(
+        _serve(bus, "--port", "1"), env=_env(bus), capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2 and "HERMES_MCP_SERVE_TOKEN" in ran.stderr
+    assert "Traceback" not in ran.stderr

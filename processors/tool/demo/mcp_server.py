@@ -8,7 +8,8 @@ the result's ``_meta`` under :data:`SIGNATURE_META`, so the tool processor verif
 exactly what it verifies of the python tools. A ``probe`` tool answers each tool's probe
 (``{"tool": NAME}``), the declared probe call of the demo's MCP spec.
 
-``--descriptions FILE`` (a JSON object, tool name to description) is read at every
+The OCR reports progress when it begins (``notifications/progress``, when the caller
+asked for it). ``--descriptions FILE`` (a JSON object, tool name to description) is read at every
 listing: a test changes a description there to play a server that changes what it offers.
 """
 
@@ -103,10 +104,14 @@ def build(descriptions: Path | None = None) -> Server[Any]:
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=_listing(descriptions))
 
-    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name, arguments = params.name, dict(params.arguments or {})
         if name not in DEMO_TOOLS and name != PROBE_TOOL:
             return _error(f"unknown tool {name!r}")
+        if name == "ocr_tool":  # the slow one says it has begun (a no-op unless asked)
+            files = arguments.get("files")
+            total = len(files) if isinstance(files, list) else None
+            await ctx.session.report_progress(0, total, "reading the uploads")
         try:  # the demo OCR sleeps: in a thread, so other calls go on meanwhile
             body, signature = await anyio.to_thread.run_sync(_run, name, arguments)
         except tools.DemoToolError as exc:

@@ -14,6 +14,7 @@ from tests.unit.processors.tool.test_tool_store import (  # the shared suite
     stored,
     test_a_key_stored_again_is_replaced,
     test_a_result_is_found_by_its_idempotency_key_with_its_digest,
+    test_a_spec_is_replaced_only_if_it_is_still_as_read,
     test_call_stats_cover_the_latest_calls,
     test_old_results_are_pruned_by_envelope_time,
     test_specs_are_kept_by_name_and_listed_in_order,
@@ -24,6 +25,7 @@ from tests.unit.processors.tool.test_tool_store import (  # the shared suite
 __all__ = [
     "test_a_key_stored_again_is_replaced",
     "test_a_result_is_found_by_its_idempotency_key_with_its_digest",
+    "test_a_spec_is_replaced_only_if_it_is_still_as_read",
     "test_call_stats_cover_the_latest_calls",
     "test_old_results_are_pruned_by_envelope_time",
     "test_specs_are_kept_by_name_and_listed_in_order",

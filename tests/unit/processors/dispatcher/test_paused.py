@@ -150,7 +150,7 @@ async def test_a_notice_speaks_only_for_its_sender() -> None:
     await d.send(forged)
     assert d.data["cycles"][CYCLE] == before
     refusal = ProtocolPolicy().refusal("hermes.dispatcher", "tool", forged)
-    assert refusal is not None and "pause notice of its own" in refusal
+    assert refusal is not None and "pause or progress notice of its own" in refusal
     own = notice(
         tool_calls(await d.send(answer_query(query), appended_ms=SENT_MS + 50))[0],
         SENT_MS + 100,

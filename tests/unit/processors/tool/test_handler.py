@@ -8,7 +8,7 @@ from pathlib import Path
 from hermesbus import Envelope, Payload
 from hermesbus.contract.envelope import Metadata
 from hermesbus.contract.payloads import ErrorReport, ToolCall, ToolResult, UserTurn
-from hermesbus.processors.tool import NAME, TOPIC, ToolService, handle
+from hermesbus.processors.tool import NAME, TOPIC, CallReport, ToolService, handle
 from hermesbus.runtime import HandlerInput, SessionState, derive_id
 
 from .conftest import python_spec
@@ -122,3 +122,45 @@ async def test_other_bodies_are_left_alone(tools: ToolService) -> None:
     )
     assert await handle(run(turn, tools)) == (await handle(run(turn, tools)))
     assert (await handle(run(turn, tools))).emit == ()
+
+
+class _Reporting:
+    """A tool port whose tool reports progress twice, then answers."""
+
+    async def call(self, call: ToolCall, **given: object) -> CallReport:
+        progress = given.get("progress")
+        assert callable(progress)
+        await progress(0, 2)
+        await progress(1, 2)
+        return CallReport(ToolResult(tool=call.tool, status_code=200, result_json="{}"))
+
+
+async def test_progress_is_news_to_the_dispatcher_once_before_the_result() -> None:
+    sent: list[Envelope] = []
+
+    async def news(envelope: Envelope) -> None:
+        sent.append(envelope)
+
+    call = dispatched("ocr_tool", {"files": []})
+    given = HandlerInput(
+        call, SessionState(), NAME, {"tools": _Reporting()}, topic=TOPIC, news=news
+    )
+    outcome = await handle(given)
+    (notice,) = sent  # the first report only: the user is told once anyway
+    report = notice.payload.body
+    assert isinstance(report, ErrorReport)
+    assert (report.code, report.component, notice.target) == (
+        "progress",
+        "tool:ocr_tool",
+        "mcp:dispatcher",
+    )
+    assert "0/2" in report.message and notice.causation_id == call.message_id
+    (answer,) = outcome.emit
+    assert isinstance(answer.payload.body, ToolResult)
+
+
+async def test_without_news_a_call_runs_as_before(tools: ToolService) -> None:
+    await tools.register(python_spec("echo_tool", "echo"))
+    outcome = await handle(run(dispatched("echo_tool", {"text": "x"}), tools))  # news None
+    (answer,) = outcome.emit
+    assert isinstance(answer.payload.body, ToolResult)

@@ -47,6 +47,19 @@ async def test_a_result_is_found_by_its_idempotency_key_with_its_digest(
     assert await tool_store.get_result("k2") is None
 
 
+async def test_a_spec_is_replaced_only_if_it_is_still_as_read(tool_store: ToolStore) -> None:
+    read = python_spec("cas_tool", "echo")
+    await tool_store.save_spec(read)
+    theirs = read.model_copy(update={"timeout_s": 7.0})
+    ours = read.model_copy(update={"timeout_s": 9.0})
+    assert await tool_store.replace_spec(read, theirs)
+    assert not await tool_store.replace_spec(read, ours)  # changed since it was read
+    assert await tool_store.get_spec("cas_tool") == theirs
+    missing = python_spec("no_tool", "echo")
+    assert not await tool_store.replace_spec(missing, missing)  # nothing stored: no insert
+    assert await tool_store.get_spec("no_tool") is None
+
+
 async def test_the_newest_result_for_the_arguments_is_the_cache(tool_store: ToolStore) -> None:
     await tool_store.put_result("k1", "d1", stored("org_tool", 100, "old"))
     await tool_store.put_result("k2", "d1", stored("org_tool", 300, "new"))

@@ -1,0 +1,57 @@
+"""A small MCP server (the SDK's ``Server``) that misbehaves on request, for the tests.
+
+``echo`` answers its text (``{"echo": text}``); ``stall`` sleeps in a thread for
+``seconds`` (the server stays responsive); ``wedge`` blocks the server's own event loop
+for ``seconds`` (it answers nothing, pings included). Run: ``python mcp_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+_TEXT_IN = {"type": "object", "properties": {"text": {"type": "string"}}}
+_TEXT_OUT = {"type": "object", "required": ["echo"], "properties": {"echo": {"type": "string"}}}
+_WAIT_IN = {"type": "object", "properties": {"seconds": {"type": "number"}}}
+_TOOLS = [
+    types.Tool(name="echo", input_schema=_TEXT_IN, output_schema=_TEXT_OUT),
+    types.Tool(name="stall", input_schema=_WAIT_IN, output_schema=_TEXT_OUT),
+    types.Tool(name="wedge", input_schema=_WAIT_IN, output_schema=_TEXT_OUT),
+]
+
+
+def build() -> Server[Any]:
+    async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=_TOOLS)
+
+    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = dict(params.arguments or {})
+        seconds = float(arguments.get("seconds", 0))
+        if params.name == "stall":
+            await anyio.to_thread.run_sync(time.sleep, seconds)
+        elif params.name == "wedge":
+            time.sleep(seconds)  # noqa: ASYNC251 - on purpose: the whole server stops
+        value = {"echo": str(arguments.get("text", params.name))}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(value))],
+            structured_content=value,
+        )
+
+    return Server("hostile", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _main() -> None:
+    server = build()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(_main)
