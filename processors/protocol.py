@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
@@ -402,6 +403,30 @@ def answer(
     )
 
 
+def _news(
+    held: Envelope,
+    report: ErrorReport,
+    number: int,
+    at: datetime,
+    context: Mapping[str, ContextValue],
+) -> Envelope:
+    """The ``number``-th notice ``report`` of the component ``held`` went to, back to the
+    dispatcher in ``held``'s cycle: ids derived from ``held``'s id and the report's code."""
+    return Envelope(
+        message_id=derive_id(held.message_id, report.code, number),
+        timestamp=at,
+        source=report.component,
+        target=DISPATCHER_ADDRESS,
+        session_id=held.session_id,
+        user_id=held.user_id,
+        trace_id=held.trace_id,
+        span_id=derive_id(held.message_id, report.code, "span", number)[:16],
+        parent_span_id=held.span_id or None,
+        causation_id=held.message_id,
+        payload=Payload(task=held.payload.task, context=dict(context), body=report),
+    )
+
+
 def _tool_report_refusal(envelope: Envelope, report: ErrorReport) -> str | None:
     """A tool writes an error report only as its own pause or progress notice."""
     if report.code in (PAUSED, PROGRESS) and report.component == envelope.source:
@@ -434,21 +459,7 @@ def progress_notice(
         advice=f"处理中（{done}）",
         retryable=True,
     )
-    return Envelope(
-        message_id=derive_id(envelope.message_id, PROGRESS, number),
-        timestamp=envelope.timestamp,
-        source=component,
-        target=DISPATCHER_ADDRESS,
-        session_id=envelope.session_id,
-        user_id=envelope.user_id,
-        trace_id=envelope.trace_id,
-        span_id=derive_id(envelope.message_id, PROGRESS, "span", number)[:16],
-        parent_span_id=envelope.span_id or None,
-        causation_id=envelope.message_id,
-        payload=Payload(
-            task=envelope.payload.task, context=dict(envelope.payload.context), body=report
-        ),
-    )
+    return _news(envelope, report, number, envelope.timestamp, envelope.payload.context)
 
 
 def pause_notice(envelope: Envelope, pause: Pause) -> Envelope | None:
@@ -471,16 +482,4 @@ def pause_notice(envelope: Envelope, pause: Pause) -> Envelope | None:
     context = dict(envelope.payload.context)
     context[PAUSED_SINCE] = pause.since_ms
     context[PAUSE_EVERY] = pause.every_ms
-    return Envelope(
-        message_id=derive_id(envelope.message_id, PAUSED, pause.number),
-        timestamp=from_epoch_ms(pause.now_ms),
-        source=component,
-        target=DISPATCHER_ADDRESS,
-        session_id=envelope.session_id,
-        user_id=envelope.user_id,
-        trace_id=envelope.trace_id,
-        span_id=derive_id(envelope.message_id, PAUSED, "span", pause.number)[:16],
-        parent_span_id=envelope.span_id or None,
-        causation_id=envelope.message_id,
-        payload=Payload(task=envelope.payload.task, context=context, body=report),
-    )
+    return _news(envelope, report, pause.number, from_epoch_ms(pause.now_ms), context)

@@ -4,7 +4,6 @@ over streamable HTTP, against a bus the demo ran on the embedded broker."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from hermesbus.identity import KEYS_FILE_ENV
+from tests.listening import listening
 
 pytestmark = pytest.mark.kafka
 
@@ -104,30 +104,11 @@ async def test_every_tool_over_stdio(bus: dict[str, str]) -> None:
 
 @pytest.fixture
 def http_port(bus: dict[str, str], tmp_path: Path) -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    log = tmp_path / "serve.log"
     env = _env(bus) | {"HERMES_MCP_SERVE_TOKEN": TOKEN}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(_serve(bus, "--port", str(port)), env=env, stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None:
-                pytest.fail(f"mcp serve exited: {log.read_text()}")
-            time.sleep(0.1)
+    with listening(
+        lambda port: _serve(bus, "--port", str(port)), env, tmp_path / "serve.log"
+    ) as port:
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def test_every_tool_over_streamable_http(http_port: int) -> None:

@@ -7,8 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +40,7 @@ from hermesbus.processors.tool.demo import (
     register_demo,
 )
 from hermesbus.processors.tool.demo.fixtures import DEMO_USER_ID
+from tests.listening import listening
 
 from .conftest import MODULES, SAMPLES
 from .test_executor import NOW, call
@@ -361,39 +360,9 @@ def test_register_from_the_command_line(
 def http_server(environ: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The demo MCP server over streamable HTTP on a free port, as its own process."""
     log = tmp_path_factory.mktemp("http-mcp") / "stderr.log"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with log.open("wb") as stderr:  # the child keeps its own copy
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hermesbus.processors.tool.demo.mcp_server",
-                "--port",
-                str(port),
-            ],
-            env=environ,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None:
-                pytest.fail(f"the demo MCP server exited: {log.read_text()}")
-            time.sleep(0.1)
+    server = [sys.executable, "-m", "hermesbus.processors.tool.demo.mcp_server", "--port"]
+    with listening(lambda port: [*server, str(port)], environ, log) as port:
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _proc(pid: int, name: str) -> str:
