@@ -369,15 +369,13 @@ async def _offer(settings: Settings, name: str) -> tuple[ToolSpec, str, str]:
     return spec, binding.offered_pin, _diff(binding.definition, binding.offered)
 
 
-async def _approve(settings: Settings, spec: ToolSpec) -> str:
-    """Admit the offer ``spec`` records, if the stored spec is still ``spec`` (else the
-    server or another approval changed it meanwhile: nothing is approved); probe it and
-    say what its probe found wrong ("" when nothing)."""
+def _approved(spec: ToolSpec) -> ToolSpec:
+    """``spec`` re-admitted with the offer it records, pinned to it."""
     binding = spec.mcp
     if binding is None or binding.offered is None or binding.offered_pin is None:
         raise fail(f"nothing to approve for {spec.name}", 1)
     offered = binding.offered
-    approved = spec.model_copy(
+    return spec.model_copy(
         update={
             "description": str(offered.get("description") or ""),
             "input_schema": offered.get("inputSchema"),
@@ -390,17 +388,36 @@ async def _approve(settings: Settings, spec: ToolSpec) -> str:
             ),
         }
     )  # fmt: skip
+
+
+async def _approve(settings: Settings, shown: ToolSpec) -> str:
+    """Admit the offer that was shown (``shown``), as long as the stored spec still holds
+    that offer under that pin: a compare-and-set, read again when only the processor's
+    bookkeeping changed meanwhile (its alert flag); probe it and say what its probe found
+    wrong ("" when nothing)."""
     environ = settings.tool_env.revealed()
     async with ToolService(tool_store(settings), settings.tool, environ=environ) as tools:
-        admitted = await tools.registry.admit(approved)
-        if not await tools.store.replace_spec(spec, admitted):
-            raise fail(
-                f"{spec.name} changed while it was being approved (its server offered "
-                "another definition, or it was approved already): run approve again",
-                1,
-            )
-        probe = await tools.probe(admitted)
-    return probe.error
+        current = shown
+        for _ in range(_APPROVE_TRIES):
+            admitted = await tools.registry.admit(_approved(current))
+            if await tools.store.replace_spec(current, admitted):
+                return (await tools.probe(admitted)).error
+            stored = await tools.store.get_spec(shown.name)
+            if stored is None or _offer_of(stored) != _offer_of(shown):
+                break
+            current = stored
+        raise fail(
+            f"{shown.name} changed while it was being approved (its server offered another "
+            "definition, or it was approved already): nothing approved; run approve again",
+            1,
+        )
+
+
+def _offer_of(spec: ToolSpec) -> tuple[str | None, str | None]:
+    return (spec.mcp.pin, spec.mcp.offered_pin) if spec.mcp else (None, None)
+
+
+_APPROVE_TRIES = 3
 
 
 @app.command("health")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -79,6 +80,11 @@ _FINISH_S: Final = 10.0
 """How long closing a session may take before its task is cancelled."""
 _PING_GRACE_S: Final = 2.0
 """How long a server has to answer a ping after a call timed out, before it is closed."""
+_SHORT_LIVED_S: Final = 5.0
+"""A session that closes this soon after it opened, having answered nothing, counts as a
+failed attempt (a server that crashes at its first request is not respawned per call)."""
+_ATTEMPTS: Final = itertools.count(1)
+"""Numbers connection attempts in this process (each has its own pid file)."""
 _LOG_KEEP_BYTES: Final = 8 * 1024 * 1024
 """A stderr log past this is moved to ``.1`` when a session opens (one old log is kept)."""
 _TOOL_ERROR: Final = 500
@@ -104,7 +110,11 @@ def server_env(names: tuple[str, ...], source: Mapping[str, str]) -> dict[str, s
 
 
 class McpUnavailable(Exception):
-    """The server cannot be reached now (not started, dropped, backing off)."""
+    """The server cannot be reached now (not started, dropped, backing off, closed)."""
+
+
+class McpClosed(McpUnavailable):
+    """The connection closed under a request that was sent: it may have run."""
 
 
 class _Live:
@@ -118,6 +128,9 @@ class _Live:
         self.runner: asyncio.Task[None] | None = None
         self.stop = asyncio.Event()
         self.dead = False
+        self.answered = False
+        """It answered a request after ``initialize`` (a server that dies at once did not)."""
+        self.opened_at = 0.0
         self.listing: dict[str, types.Tool] | None = None
         self.listed_at = 0.0
 
@@ -172,7 +185,7 @@ class McpConnection:
         self._failures = 0
         self._retry_at = 0.0
         self._last_error = ""
-        self._attempts = 0
+        self._closed = False
         self.connects = 0
         """Sessions opened so far (a test sees a reconnection)."""
 
@@ -190,12 +203,16 @@ class McpConnection:
     async def live(self) -> _Live:
         """The open session, or a new one; McpUnavailable when it cannot be had now."""
         async with self._lock:
+            if self._closed:
+                raise McpUnavailable(f"the connection to MCP server {self.server.name} is closed")
             live = self._current
             if live is not None and not live.dead and _alive(live.pid):
                 return live
             if self._connecting is None:
                 if live is not None:
                     self._current = None
+                    if not live.answered and time.monotonic() - live.opened_at < _SHORT_LIVED_S:
+                        self._failed(McpUnavailable("it closed before answering a request"))
                     self._retire(live)
                 wait = self._retry_at - time.monotonic()
                 if wait > 0:
@@ -207,13 +224,18 @@ class McpConnection:
                 connecting.add_done_callback(_retrieved)
                 self._connecting = connecting
             connecting = self._connecting
-        return await asyncio.shield(connecting)  # a caller's timeout ends its wait only
+        try:
+            return await asyncio.shield(connecting)  # a caller's timeout ends its wait only
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the caller itself is cancelled
+            raise McpUnavailable(f"MCP server {self.server.name}: connecting was stopped") from None
 
     async def _connect(self) -> _Live:
-        self._attempts += 1  # a pid file per attempt: other processes start the server too
+        attempt = next(_ATTEMPTS)  # a pid file per attempt: others start the server too
         live = _Live(
-            self.connects + 1,
-            self._state / f"{self.server.name}.{os.getpid()}.{self._attempts}.pid",
+            self.connects + 1, self._state / f"{self.server.name}.{os.getpid()}.{attempt}.pid"
         )
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         live.runner = asyncio.get_running_loop().create_task(self._run(live, ready))
@@ -226,11 +248,15 @@ class McpConnection:
             raise McpUnavailable(
                 f"MCP server {self.server.name} did not connect: {self._last_error}"
             ) from exc
+        except BaseException:  # cancelled (the connection is closing): no server left behind
+            await asyncio.shield(live.finish())
+            raise
         finally:
             self._connecting = None
         live.pid = _pid_in(live.pidfile)
+        live.opened_at = time.monotonic()
         live.runner.add_done_callback(lambda _: setattr(live, "dead", True))
-        self._current, self._failures = live, 0
+        self._current = live  # its back-off is forgiven once it answers a request
         self.connects += 1
         log.info("MCP server %s: session open (%s)", self.server.name, self.server.where)
         return live
@@ -243,6 +269,12 @@ class McpConnection:
         log.warning(
             "MCP server %s: %s (retry in %.1f s)", self.server.name, self._last_error, delay
         )
+
+    def answered(self, live: _Live) -> None:
+        """``live`` answered a request: a server that works, its failures forgiven."""
+        if not live.answered:
+            live.answered = True
+            self._failures = 0
 
     def _retire(self, live: _Live) -> None:
         task = asyncio.get_running_loop().create_task(live.finish())
@@ -312,6 +344,7 @@ class McpConnection:
             if not cursor:
                 break
         live.listing, live.listed_at = tools, time.monotonic()
+        self.answered(live)
         return tools
 
     async def ping(self, live: _Live) -> None:
@@ -352,9 +385,11 @@ class McpConnection:
         )
 
     def timed_out(self, live: _Live) -> None:
-        """A call in ``live`` went past its timeout (the SDK sent its cancellation): the
-        server must still answer a ping within a grace, or the session is closed and a
-        stdio server killed (its whole process group)."""
+        """A request in ``live`` went past its caller's timeout (the SDK sent its
+        cancellation): the server must still answer a ping within a grace, or the session
+        is closed and a stdio server killed (its whole process group)."""
+        if self._closed or live.dead:
+            return
         task = asyncio.get_running_loop().create_task(self._check(live))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
@@ -372,6 +407,8 @@ class McpConnection:
 
     def kill(self, live: _Live) -> None:
         """Close ``live``; a stdio server's whole process group is killed."""
+        if live.dead and live.runner is not None and live.runner.done():
+            return
         live.dead = True
         if live.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -379,7 +416,9 @@ class McpConnection:
         self._retire(live)
 
     async def close(self) -> None:
+        """Close the session for good (a later call answers that it is closed)."""
         async with self._lock:
+            self._closed = True
             connecting, self._connecting = self._connecting, None
             if connecting is not None:
                 connecting.cancel()
@@ -387,9 +426,9 @@ class McpConnection:
             live, self._current = self._current, None
             if live is not None:
                 self._retire(live)
-            retiring = set(self._retiring)
-        if retiring:
-            await asyncio.wait(retiring, timeout=2 * _FINISH_S + _PING_GRACE_S)
+        deadline = time.monotonic() + 2 * _FINISH_S + _PING_GRACE_S
+        while self._retiring and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait(set(self._retiring), timeout=left)  # a check may kill on
 
 
 class McpExecutor:
@@ -400,16 +439,18 @@ class McpExecutor:
     def __init__(
         self,
         spec: ToolSpec,
-        connection: McpConnection,
+        connection: McpConnection | Callable[[], McpConnection],
         *,
         relist_s: float,
         max_bytes: int,
     ) -> None:
+        """``connection``: the server's, or what gives the one to use now (the service's
+        current one, which replaces a connection whose server was registered anew)."""
         if spec.mcp is None:
             raise ValueError(f"tool {spec.name!r} is not an MCP tool")
         self.name = spec.name
         self._binding = spec.mcp
-        self._connection = connection
+        self._connection_of = connection if callable(connection) else lambda: connection
         self._relist_s = relist_s
         self._max_bytes = max_bytes
 
@@ -423,39 +464,49 @@ class McpExecutor:
         progress: Callable[[float, float | None], Awaitable[None]] | None = None,
     ) -> Execution:
         start = time.perf_counter()
-        calling: _Live | None = None  # the session a request of this call is out in
+        connection = self._connection_of()
+        live: _Live | None = None  # the session this call uses, once it has one
+        calling = False  # its tools/call request is out
         try:
             async with asyncio.timeout(timeout_s):
-                live = await self._connection.live()
+                live = await connection.live()
                 relist = 0.0 if role == "probe" else self._relist_s
-                drift = self._drift(await self._connection.listing(live, relist))
+                drift = self._drift(await connection.listing(live, relist))
                 if drift is not None:
                     return drift
                 tool = self._binding.tool
                 if role == "probe":
-                    await self._connection.ping(live)
+                    await connection.ping(live)
                     tool, arguments = self._binding.probe_tool, self._binding.probe_arguments
-                calling = live
-                result = await self._connection.call(
+                calling = True
+                result = await connection.call(
                     live, tool, arguments, timeout_s=timeout_s, key=key, on_progress=progress
                 )
         except (TimeoutError, McpUnavailable, MCPError, RuntimeError, OSError, ValueError) as exc:
-            return self._failed(exc, timeout_s, calling)
+            return self._failed(exc, timeout_s, connection, live, calling=calling)
+        connection.answered(live)
         latency = (time.perf_counter() - start) * 1000
         return self._execution(result, latency)
 
-    def _failed(self, exc: Exception, timeout_s: float, calling: _Live | None) -> Execution:
-        """What a call or probe that raised answers. A call that timed out while its
-        request was out has its server checked (:meth:`McpConnection.timed_out`); one whose
-        connection closed under it has an unknown outcome (504, as a timeout)."""
+    def _failed(
+        self,
+        exc: Exception,
+        timeout_s: float,
+        connection: McpConnection,
+        live: _Live | None,
+        *,
+        calling: bool,
+    ) -> Execution:
+        """What a call or probe that raised answers. Past its timeout, the session it used
+        (a request of it out: a listing, a ping or the call) has its server checked
+        (:meth:`McpConnection.timed_out`); a connection that closed under the call leaves
+        its outcome unknown (504, as a timeout)."""
         code = exc.error.code if isinstance(exc, MCPError) else None
         if isinstance(exc, TimeoutError) or code == types.REQUEST_TIMEOUT:
-            if calling is not None:
-                self._connection.timed_out(calling)
+            if live is not None:
+                connection.timed_out(live)
             return Execution(TIMEOUT, error=f"{self.name} timed out after {timeout_s:g} s")
-        if calling is not None and (
-            code == types.CONNECTION_CLOSED or isinstance(exc, McpUnavailable)
-        ):
+        if calling and (code == types.CONNECTION_CLOSED or isinstance(exc, McpClosed)):
             error = f"{self.name}: the connection closed while the call ran (outcome unknown)"
             return Execution(TIMEOUT, error=error)
         if isinstance(exc, McpUnavailable):
@@ -556,7 +607,7 @@ async def _guarded(live: _Live, request: Awaitable[_T]) -> _T:
         raise
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
         live.dead = True
-        raise McpUnavailable("connection closed") from exc
+        raise McpClosed("connection closed") from exc
 
 
 def _alive(pid: int | None) -> bool:

@@ -239,9 +239,10 @@ class ToolService(Service):
             binding = stale.mcp
             if binding is None or binding.server.name != server.name:
                 continue
-            if stale.name not in offered and binding.server != server:
+            env = admitted[0].env if admitted else stale.env
+            if stale.name not in offered and (binding.server, stale.env) != (server, env):
                 rebound = binding.model_copy(update={"server": server})
-                await self.store.save_spec(stale.model_copy(update={"mcp": rebound}))
+                await self.store.save_spec(stale.model_copy(update={"mcp": rebound, "env": env}))
         for spec in admitted:
             await self.store.save_spec(spec)
             entry = self._executors.pop((spec.name, "main"), None)
@@ -574,7 +575,10 @@ class ToolService(Service):
         if spec.mcp is not None and role != "verify":
             cap = spec.max_result_bytes * self.settings.tool_response_factor
             return McpExecutor(
-                spec, self.connection(spec), relist_s=self.settings.mcp_relist_s, max_bytes=cap
+                spec,
+                lambda: self.connection(spec),
+                relist_s=self.settings.mcp_relist_s,
+                max_bytes=cap,
             )
         if spec.kind == "http" and role != "verify":
             if self._client is None:

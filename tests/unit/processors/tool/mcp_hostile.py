@@ -2,12 +2,16 @@
 
 ``echo`` answers its text (``{"echo": text}``); ``stall`` sleeps in a thread for
 ``seconds`` (the server stays responsive); ``wedge`` blocks the server's own event loop
-for ``seconds`` (it answers nothing, pings included). Run: ``python mcp_hostile.py``.
+for ``seconds`` (it answers nothing, pings included). Run: ``python mcp_hostile.py``;
+``--die-on-list``: it exits when asked for its tools (a server that crashes at once);
+``--slow-start S``: it sleeps S seconds before it serves.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from typing import Any
 
@@ -27,8 +31,10 @@ _TOOLS = [
 ]
 
 
-def build() -> Server[Any]:
+def build(*, die_on_list: bool = False) -> Server[Any]:
     async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+        if die_on_list:
+            os._exit(3)
         return types.ListToolsResult(tools=_TOOLS)
 
     async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -48,10 +54,12 @@ def build() -> Server[Any]:
 
 
 async def _main() -> None:
-    server = build()
+    server = build(die_on_list="--die-on-list" in sys.argv)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
 if __name__ == "__main__":
+    if "--slow-start" in sys.argv:
+        time.sleep(float(sys.argv[sys.argv.index("--slow-start") + 1]))
     anyio.run(_main)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
 from hermesbus.base.storemark import MarkBook
@@ -24,6 +25,7 @@ from hermesbus.compose.settings import Settings
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
 from hermesbus.processors.tool import (
+    McpConnection,
     McpDocument,
     McpServer,
     ProbeCall,
@@ -31,6 +33,7 @@ from hermesbus.processors.tool import (
     ToolService,
     ToolSettings,
 )
+from hermesbus.processors.tool._mcp import McpUnavailable
 from hermesbus.processors.tool.demo import (
     DEMO_SIGNING_ENV,
     DEMO_TOOLS,
@@ -276,6 +279,50 @@ async def test_a_wedged_server_is_killed_after_a_timeout_and_the_next_call_recon
         assert after.result.status_code == 200
         assert json.loads(after.result.result_json) == {"echo": "back"}
         assert connection.connects == 2
+
+
+def hostile_connection(tmp_path: Path, *flags: str, connect_s: float = 30.0) -> McpConnection:
+    server = McpServer(
+        name="hostile", transport="stdio", command=(sys.executable, str(HOSTILE), *flags)
+    )
+    return McpConnection(
+        server,
+        env=dict(os.environ),
+        env_names=(),
+        state=tmp_path / "mcp",
+        hosts=frozenset({"127.0.0.1"}),
+        connect_timeout_s=connect_s,
+    )
+
+
+async def test_a_server_that_dies_at_its_first_request_is_backed_off(tmp_path: Path) -> None:
+    connection = hostile_connection(tmp_path, "--die-on-list")
+    try:
+        live = await connection.live()
+        with pytest.raises((McpUnavailable, MCPError)):
+            await connection.listing(live, 0.0)
+        await asyncio.sleep(0.5)  # its process is gone
+        with pytest.raises(McpUnavailable, match="retried in"):
+            await connection.live()  # not spawned again at once: it answered nothing
+        assert connection.connects == 1
+    finally:
+        await connection.close()
+
+
+async def test_closing_while_connecting_tells_the_waiters_and_leaves_no_server(
+    tmp_path: Path,
+) -> None:
+    connection = hostile_connection(tmp_path, "--slow-start", "2")
+    waiting = asyncio.create_task(connection.live())
+    await asyncio.sleep(0.5)
+    started = {p.name for p in (tmp_path / "mcp").glob("hostile.*.pid")}
+    pids = [int((tmp_path / "mcp" / name).read_text()) for name in started]
+    await connection.close()
+    with pytest.raises(McpUnavailable):
+        await waiting  # an answer, not a CancelledError
+    assert pids and all(not _alive(pid) for pid in pids)
+    with pytest.raises(McpUnavailable, match="closed"):
+        await connection.live()  # closed for good
 
 
 async def test_a_stdio_server_runs_isolated(served: tuple[ToolService, Path]) -> None:
