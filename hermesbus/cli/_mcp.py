@@ -126,7 +126,7 @@ def serve_command(
     ] = False,
     port: Annotated[
         int | None,
-        typer.Option(help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead.", min=1),
+        typer.Option(help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead.", min=1, max=65535),
     ] = None,
     bootstrap: BootstrapOption = None,
     prefix: PrefixOption = "",

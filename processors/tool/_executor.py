@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +32,7 @@ __all__ = [
     "SIGNATURE_HEADER",
     "Execution",
     "Executor",
+    "Progress",
     "PythonWorker",
     "worker_env",
 ]
@@ -77,21 +78,32 @@ class Execution:
     latency_ms: float = 0.0
     queued_ms: float = 0.0
     """How long the call waited for a free worker of its tool's pool."""
-    drift: Mapping[str, Any] | None = None
-    """MCP: the server offers another definition than the pinned one (``{"offered":
-    definition or None}``: None when it no longer offers the tool); nothing was called."""
+    offered: dict[str, Any] | None = None
+    """MCP: the definition the server offers instead of the pinned one (nothing was
+    called; the tool awaits approval)."""
 
     @property
     def ok(self) -> bool:
         return self.status == OK
 
 
+Progress = Callable[[float, float | None], Awaitable[None]]
+"""Told while a call runs, each time its tool reports how far it is (done, total)."""
+
+
 class Executor(Protocol):
     """Runs a tool's ``call`` (with arguments and the idempotency ``key``), ``probe``
-    (without) or ``verify`` (the result's JSON value)."""
+    (without) or ``verify`` (the result's JSON value); ``progress`` hears what the tool
+    reports while a call runs (only MCP servers report any)."""
 
     async def run(
-        self, role: str, arguments: Any, timeout_s: float, key: str = ""
+        self,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str = "",
+        *,
+        progress: Progress | None = None,
     ) -> Execution: ...
 
     async def close(self) -> None: ...
@@ -129,7 +141,16 @@ class PythonWorker:
         async with self._lock:
             await self._ensure()
 
-    async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
+    async def run(
+        self,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str = "",
+        *,
+        progress: Progress | None = None,
+    ) -> Execution:
+        del progress  # a python tool reports none
         async with self._lock:
             try:
                 proc = await self._ensure()

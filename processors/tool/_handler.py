@@ -76,12 +76,13 @@ def _progress(inp: HandlerInput) -> Progress | None:
     news = inp.news
     if news is None:
         return None
-    told: list[int] = []
+    told = False
 
     async def heard(done: float, total: float | None) -> None:
+        nonlocal told
         if told:
             return
-        told.append(1)
+        told = True
         notice = progress_notice(inp.envelope, done, total, 0)
         if notice is not None:
             await news(notice)

@@ -18,7 +18,7 @@ import httpx
 
 from hermesbus.errors import ToolError
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE, VERIFICATION_FAILED
-from hermesbus.processors.tool._executor import SIGNATURE_HEADER, Execution
+from hermesbus.processors.tool._executor import SIGNATURE_HEADER, Execution, Progress
 from hermesbus.processors.tool._spec import DEFAULT_MAX_RESULT_BYTES
 
 __all__ = ["IDEMPOTENCY_HEADER", "HttpExecutor", "join_url", "path_problem"]
@@ -117,7 +117,16 @@ class HttpExecutor:
             return f"{self.name}: refused: host {url.host!r} is not on HERMES_TOOL_HOSTS"
         return url
 
-    async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
+    async def run(
+        self,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str = "",
+        *,
+        progress: Progress | None = None,
+    ) -> Execution:
+        del progress  # an HTTP tool reports none
         url = self._url(role)
         if isinstance(url, str):
             return Execution(UNAVAILABLE, error=url)

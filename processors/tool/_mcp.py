@@ -14,7 +14,7 @@ and a stdio server is killed (its whole process group), as a python tool's worke
 Before a call the tool's definition, as the server lists it now (re-listed when the
 listing is older than ``relist_s`` or the server said its list changed), is compared with
 the pinned one: a different definition answers 503 with the offered definition attached
-(:attr:`Execution.drift`) and nothing is called.
+(:attr:`Execution.offered`) and nothing is called.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE, VERIFICATION_FAILED
-from hermesbus.processors.tool._executor import Execution
+from hermesbus.processors.tool._executor import Execution, Progress
 from hermesbus.processors.tool._spec import McpServer, ToolSpec
 
 __all__ = [
@@ -78,8 +78,6 @@ _BACKOFF_MAX_S: Final = 30.0
 _PAGES: Final = 100
 _FINISH_S: Final = 10.0
 """How long closing a session may take before its task is cancelled."""
-_PING_GRACE_S: Final = 2.0
-"""How long a server has to answer a ping after a call timed out, before it is closed."""
 _SHORT_LIVED_S: Final = 5.0
 """A session that closes this soon after it opened, having answered nothing, counts as a
 failed attempt (a server that crashes at its first request is not respawned per call)."""
@@ -120,8 +118,7 @@ class McpClosed(McpUnavailable):
 class _Live:
     """One open session of a server: what a call uses from its listing to its answer."""
 
-    def __init__(self, generation: int, pidfile: Path) -> None:
-        self.generation = generation
+    def __init__(self, pidfile: Path) -> None:
         self.pidfile = pidfile
         self.session: ClientSession | None = None
         self.pid: int | None = None
@@ -171,13 +168,17 @@ class McpConnection:
         state: Path,
         hosts: frozenset[str],
         connect_timeout_s: float = 60.0,
+        ping_grace_s: float = 2.0,
     ) -> None:
+        """``ping_grace_s``: how long the server has to answer a ping after a call timed
+        out, before its session is closed."""
         self.server = server
         self._env = dict(env)
         self.env_names = env_names
         self._state = state
         self._hosts = hosts
         self._connect_timeout_s = connect_timeout_s
+        self._ping_grace_s = ping_grace_s
         self._lock = asyncio.Lock()
         self._current: _Live | None = None
         self._connecting: asyncio.Task[_Live] | None = None
@@ -234,9 +235,7 @@ class McpConnection:
 
     async def _connect(self) -> _Live:
         attempt = next(_ATTEMPTS)  # a pid file per attempt: others start the server too
-        live = _Live(
-            self.connects + 1, self._state / f"{self.server.name}.{os.getpid()}.{attempt}.pid"
-        )
+        live = _Live(self._state / f"{self.server.name}.{os.getpid()}.{attempt}.pid")
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         live.runner = asyncio.get_running_loop().create_task(self._run(live, ready))
         try:
@@ -358,7 +357,7 @@ class McpConnection:
         *,
         timeout_s: float,
         key: str,
-        on_progress: Callable[[float, float | None], Awaitable[None]] | None = None,
+        on_progress: Progress | None = None,
     ) -> types.CallToolResult:
         """Call ``tool`` in ``live``; ``on_progress`` hears what the server reports while
         it runs (the figures only: its message is the server's own words, not passed on)."""
@@ -396,7 +395,7 @@ class McpConnection:
 
     async def _check(self, live: _Live) -> None:
         try:
-            async with asyncio.timeout(_PING_GRACE_S):
+            async with asyncio.timeout(self._ping_grace_s):
                 await self.ping(live)
         except (TimeoutError, McpUnavailable, MCPError, OSError) as exc:
             log.warning(
@@ -426,7 +425,11 @@ class McpConnection:
             live, self._current = self._current, None
             if live is not None:
                 self._retire(live)
-        deadline = time.monotonic() + 2 * _FINISH_S + _PING_GRACE_S
+        await self.settled(2 * _FINISH_S + self._ping_grace_s)
+
+    async def settled(self, within_s: float) -> None:
+        """Wait (at most ``within_s``) until no session is being closed or checked."""
+        deadline = time.monotonic() + within_s
         while self._retiring and (left := deadline - time.monotonic()) > 0:
             await asyncio.wait(set(self._retiring), timeout=left)  # a check may kill on
 
@@ -461,7 +464,7 @@ class McpExecutor:
         timeout_s: float,
         key: str = "",
         *,
-        progress: Callable[[float, float | None], Awaitable[None]] | None = None,
+        progress: Progress | None = None,
     ) -> Execution:
         start = time.perf_counter()
         connection = self._connection_of()
@@ -536,7 +539,7 @@ class McpExecutor:
             f"definition than the one approved ({self._binding.pin[:19]}…): "
             f"`hermesbus tools approve {self.name}`"
         )
-        return Execution(UNAVAILABLE, error=error, drift={"offered": definition})
+        return Execution(UNAVAILABLE, error=error, offered=definition)
 
     def _execution(self, result: types.CallToolResult, latency: float) -> Execution:
         meta = result.meta or {}

@@ -72,11 +72,8 @@ class McpDocument(BaseModel):
         try:
             return cls.model_validate(dict(document))
         except ValidationError as exc:
-            lines = [
-                f"{'.'.join(str(p) for p in e['loc']) or '(the whole file)'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            ]
-            raise ConfigError(f"{where}: not an MCP spec file:\n  " + "\n  ".join(lines)) from exc
+            lines = _said(exc, sep="\n  ")
+            raise ConfigError(f"{where}: not an MCP spec file:\n  {lines}") from exc
 
 
 def tool_name_for(offered: str) -> str:
@@ -160,11 +157,7 @@ def _spec(
             }
         )
     except ValidationError as exc:
-        said = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        return f"tools.{tool.name}: {said}"
+        return f"tools.{tool.name}: {_said(exc)}"
 
 
 def _probe_of(document: McpDocument, tool: types.Tool, entry: dict[str, Any]) -> ProbeCall | str:
@@ -181,8 +174,12 @@ def _probe_of(document: McpDocument, tool: types.Tool, entry: dict[str, Any]) ->
     try:
         return ProbeCall.model_validate({**document.probe.model_dump(), **own})
     except ValidationError as exc:
-        said = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        return f"tools.{tool.name}.probe: {said}"
+        return f"tools.{tool.name}.probe: {_said(exc)}"
+
+
+def _said(exc: ValidationError, sep: str = "; ") -> str:
+    """Each invalid field as ``where: what is wrong``."""
+    return sep.join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(the whole file)'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )

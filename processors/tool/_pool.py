@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hermesbus.processors.protocol import BUSY_PREFIX, UNAVAILABLE
-from hermesbus.processors.tool._executor import Execution, PythonWorker
+from hermesbus.processors.tool._executor import Execution, Progress, PythonWorker
 
 __all__ = ["BUSY_PREFIX", "WorkerPool"]
 
@@ -54,7 +54,16 @@ class WorkerPool:
         """The pid of the first live worker (None: none is running)."""
         return next((w.pid for w in self._workers if w.pid is not None), None)
 
-    async def run(self, role: str, arguments: Any, timeout_s: float, key: str = "") -> Execution:
+    async def run(
+        self,
+        role: str,
+        arguments: Any,
+        timeout_s: float,
+        key: str = "",
+        *,
+        progress: Progress | None = None,
+    ) -> Execution:
+        del progress  # a python tool reports none
         start = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s):

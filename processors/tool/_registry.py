@@ -23,7 +23,13 @@ from hermesbus.errors import AdmissionError, ToolError
 from hermesbus.processors.tool._http import join_url, path_problem
 from hermesbus.processors.tool._mcp import pin_of
 from hermesbus.processors.tool._settings import ToolSettings, module_allowed, private_part
-from hermesbus.processors.tool._spec import MAX_RESULT_CAP, Fallback, ToolSpec, tool_name_problem
+from hermesbus.processors.tool._spec import (
+    MAX_RESULT_CAP,
+    Fallback,
+    McpServer,
+    ToolSpec,
+    tool_name_problem,
+)
 from hermesbus.processors.tool._store import ToolStore
 from hermesbus.processors.tool._verify import schema_error
 
@@ -79,24 +85,27 @@ class ToolRegistry:
         binding = spec.mcp
         if binding is None:
             return ["an mcp tool needs its server, tool name and pinned definition (mcp:)"]
-        server, problems = binding.server, []
-        if server.transport == "stdio":
-            if not server.command:
-                problems.append("MCP server command is empty")
-            elif shutil.which(server.command[0]) is None:
-                problems.append(
-                    f"MCP server command {server.command[0]!r} is not an executable "
-                    "(nor found on PATH)"
-                )
-        elif server.url is None:
-            problems.append("MCP server over http needs its URL")
-        else:
-            problems += self._url_problems("MCP server URL", server.url)
+        problems = self.server_problems(binding.server)
         if pin_of(binding.definition) != binding.pin:
             problems.append("the pin is not the digest of the pinned definition")
         if spec.fallback is not None and spec.fallback.strategy == "proxy":
             problems.append("fallback 'proxy' is not offered for MCP tools (cache or mock)")
         return problems
+
+    def server_problems(self, server: McpServer) -> list[str]:
+        """Why an MCP server cannot be started (stdio) or may not be reached (http)."""
+        if server.transport == "stdio":
+            if not server.command:
+                return ["MCP server command is empty"]
+            if shutil.which(server.command[0]) is None:
+                return [
+                    f"MCP server command {server.command[0]!r} is not an executable "
+                    "(nor found on PATH)"
+                ]
+            return []
+        if server.url is None:
+            return ["MCP server over http needs its URL"]
+        return self._url_problems("MCP server URL", server.url)
 
     def runnable_problems(self, spec: ToolSpec) -> list[str]:
         """Why ``spec`` may not run: its name is no tool name, or a callable it names

@@ -35,7 +35,13 @@ from hermesbus.processors.protocol import (
     ToolHealth,
     is_failure,
 )
-from hermesbus.processors.tool._executor import Execution, Executor, PythonWorker, worker_env
+from hermesbus.processors.tool._executor import (
+    Execution,
+    Executor,
+    Progress,
+    PythonWorker,
+    worker_env,
+)
 from hermesbus.processors.tool._health import RegistryHealth, parse_probe
 from hermesbus.processors.tool._http import HttpExecutor
 from hermesbus.processors.tool._mcp import (
@@ -84,10 +90,6 @@ class CallReport:
     external_calls: int = 0
     avg_latency_ms: float = 0.0
     alert_code: str = VERIFICATION_ALERT
-
-
-Progress = Callable[[float, float | None], Awaitable[None]]
-"""Told while a call runs, each time its tool reports how far it is (done, total)."""
 
 
 class ToolPort(Protocol):
@@ -182,15 +184,10 @@ class ToolService(Service):
         """List the server's tools, admit each (its definition pinned now, the spec file
         giving what admission needs), run each one's probe, then store them all; nothing is
         stored when any is refused (AdmissionError naming every problem)."""
+        if refused := self.registry.server_problems(server):
+            raise AdmissionError(f"MCP server {server.name} refused: " + "; ".join(refused))
         timeout = self.settings.tool_spawn_timeout_s
-        connection = McpConnection(
-            server,
-            env=server_env(document.env, self._environ),
-            env_names=document.env,
-            state=self.settings.mcp_state,
-            hosts=self.settings.hosts,
-            connect_timeout_s=timeout,
-        )
+        connection = self._new_connection(server, document.env)
         try:
             specs = mcp_specs(document, server, await self._offered(connection, timeout))
             problems = await self._taken(server, specs)
@@ -425,13 +422,11 @@ class ToolService(Service):
     ) -> tuple[ToolResult, str | None]:
         timeout = spec.timeout_s if timeout_ms <= 0 else min(spec.timeout_s, timeout_ms / 1000)
         executor = self._executor(spec, "main")
-        if isinstance(executor, McpExecutor):  # only MCP servers report progress
-            running = executor.run("call", arguments, timeout, key, progress=progress)
-        else:
-            running = executor.run("call", arguments, timeout, key)
-        execution = meter.add(await running)
-        if execution.drift is not None:
-            await self._drifted(spec, execution.drift.get("offered"))
+        execution = meter.add(
+            await executor.run("call", arguments, timeout, key, progress=progress)
+        )
+        if execution.offered is not None:
+            await self._drifted(spec, execution.offered)
             stored = await self.store.get_spec(spec.name)
             return await self._unapproved(stored or spec, meter)
         if execution.ok:
@@ -618,16 +613,21 @@ class ToolService(Service):
             task = asyncio.get_running_loop().create_task(connection.close())
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
-        connection = McpConnection(
+        connection = self._new_connection(server, spec.env)
+        self._connections[server.name] = connection
+        return connection
+
+    def _new_connection(self, server: McpServer, env_names: tuple[str, ...]) -> McpConnection:
+        """A connection to ``server`` whose process (stdio) sees ``env_names``."""
+        return McpConnection(
             server,
-            env=server_env(spec.env, self._environ),
-            env_names=spec.env,
+            env=server_env(env_names, self._environ),
+            env_names=env_names,
             state=self.settings.mcp_state,
             hosts=self.settings.hosts,
             connect_timeout_s=self.settings.tool_spawn_timeout_s,
+            ping_grace_s=self.settings.mcp_ping_grace_s,
         )
-        self._connections[server.name] = connection
-        return connection
 
     # -- probes -------------------------------------------------------------------------
 
@@ -647,8 +647,8 @@ class ToolService(Service):
             execution = await executor.run("probe", None, spec.timeout_s)
             if running and isinstance(executor, WorkerPool):  # not at start-up, not in a burst
                 await executor.warm()
-            if execution.drift is not None and save:
-                await self._drifted(spec, execution.drift.get("offered"))
+            if execution.offered is not None and save:
+                await self._drifted(spec, execution.offered)
         probe = parse_probe(execution, _wall_ms(), spec.timeout_s)
         if probe.error:
             log.warning("tool %s: probe failed: %s", spec.name, probe.error)

@@ -65,6 +65,9 @@ class ToolSettings(BaseSettings):
     """An MCP server's tool list is listed again before a call when older than this (and
     whenever the server says it changed; a probe always lists it): a changed definition
     stops the tool's calls at most this long after it appears (0: before every call)."""
+    mcp_ping_grace_s: float = Field(default=2.0, gt=0)
+    """After a call to an MCP server timed out, how long the server has to answer a ping
+    before its session is closed (a stdio server killed)."""
     demo_tools: Literal["python", "mcp"] = "python"
     """``HERMES_DEMO_TOOLS``: the demo tools run as python tools, or served by the demo
     MCP server (over stdio) with the same answers."""

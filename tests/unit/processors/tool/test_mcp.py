@@ -58,6 +58,36 @@ def environ() -> dict[str, str]:
     return {**os.environ, **demo_keys(), HIDDEN: "do-not-pass"}
 
 
+GENEROUS_S = 60.0
+"""Every call's timeout where the test is not about timing: a busy machine starts and
+answers slowly, and no product timeout may decide these tests."""
+
+
+def generous(document: McpDocument, **timeouts: float) -> McpDocument:
+    """``document`` with every tool's timeout generous, but those ``timeouts`` names."""
+    tools = {
+        name: {**entry, "timeout_s": timeouts.get(name, GENEROUS_S)}
+        for name, entry in document.tools.items()
+    }
+    defaults = {**document.defaults, "timeout_s": GENEROUS_S}
+    return document.model_copy(update={"tools": tools, "defaults": defaults})
+
+
+async def warm(tools: ToolService) -> None:
+    """Open each MCP server's session now, however long starting it takes here."""
+    for spec in await tools.store.list_specs():
+        if spec.mcp is not None:
+            await tools.connection(spec).live()
+
+
+async def eventually(done: Any, what: str, within_s: float = GENEROUS_S) -> None:
+    """Poll ``done()`` until it is true; fail naming ``what`` past ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {within_s:g} s"
+        await asyncio.sleep(0.05)
+
+
 def service(home: Path, environ: dict[str, str], **settings: Any) -> ToolService:
     tool_settings = ToolSettings(home=home, **settings)
     store = SqliteToolStore(settings=tool_settings, book=MarkBook(tool_settings.home))
@@ -72,8 +102,10 @@ async def served(
     every call), and the file its changed descriptions are read from."""
     descriptions = tmp_path / "descriptions.json"
     async with service(tmp_path / "home", environ, mcp_relist_s=0.0) as tools:
-        specs = await tools.register_mcp(demo_mcp_document(), demo_mcp_server(descriptions))
+        document, server = generous(demo_mcp_document()), demo_mcp_server(descriptions)
+        specs = await tools.register_mcp(document, server)
         assert [spec.name for spec in specs] == list(DEMO_TOOLS)
+        await warm(tools)
         yield tools, descriptions
 
 
@@ -88,6 +120,7 @@ async def test_the_demo_tools_answer_over_mcp_as_their_python_twins_do(
     for mcp in (False, True):
         async with service(tmp_path / f"home-{mcp}", environ) as tools:
             await register_demo(tools, mcp=mcp)
+            await warm(tools)
             for tool, given in arguments.items():
                 report = await tools.call(call(tool, f"k-{tool}", **given), now=NOW)
                 result = report.result
@@ -164,7 +197,8 @@ async def test_a_new_session_lists_afresh_before_its_first_call(
     came back changed is listed again before the call runs in it."""
     descriptions = tmp_path / "descriptions.json"
     async with service(tmp_path / "home", environ, mcp_relist_s=60.0) as tools:
-        await tools.register_mcp(demo_mcp_document(), demo_mcp_server(descriptions))
+        await tools.register_mcp(generous(demo_mcp_document()), demo_mcp_server(descriptions))
+        await warm(tools)
         first = await tools.call(call("org_tool", "a", user_id=DEMO_USER_ID), now=NOW)
         assert first.result.status_code == 200 and first.result.fallback is None
         spec = await tools.store.get_spec("org_tool")
@@ -173,7 +207,8 @@ async def test_a_new_session_lists_afresh_before_its_first_call(
         assert pid is not None
         descriptions.write_text(json.dumps({"org_tool": "a directory that lies"}))
         os.killpg(pid, signal.SIGKILL)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: not _alive(pid), "the killed server gone")
+        await warm(tools)  # its new session, however long starting it takes
         after = await tools.call(call("org_tool", "b", user_id=DEMO_USER_ID), now=NOW)
         assert after.alert_code == "tool_definition_changed"  # not called: held
         assert after.result.fallback == "cache"  # the first call's answer, from the cache
@@ -200,17 +235,27 @@ async def test_a_server_killed_mid_call_answers_clearly_and_the_next_call_reconn
     spec = await tools.store.get_spec("ocr_tool")
     assert spec is not None
     connection = tools.connection(spec)
-    warm = await tools.call(call("org_tool", "w", user_id=DEMO_USER_ID), now=NOW)
-    assert warm.result.status_code == 200
+    warmed = await tools.call(call("org_tool", "w", user_id=DEMO_USER_ID), now=NOW)
+    assert warmed.result.status_code == 200
     pid = connection.pid
     assert pid is not None
-    running = asyncio.create_task(tools.call(call("ocr_tool", "ocr-1", files=FILES), now=NOW))
-    await asyncio.sleep(0.3)  # inside the OCR's second
+    begun = asyncio.Event()
+
+    async def progress(_done: float, _total: float | None) -> None:
+        begun.set()  # the OCR said it has begun: the call is out, inside its second
+
+    running = asyncio.create_task(
+        tools.call(call("ocr_tool", "ocr-1", files=FILES), now=NOW, progress=progress)
+    )
+    async with asyncio.timeout(GENEROUS_S):
+        await begun.wait()
     os.killpg(pid, signal.SIGKILL)
     report = await running
     assert report.result.status_code == 504  # it may have run: the outcome is unknown
     assert "outcome unknown" in (report.result.error or "")
     assert "no fallback answered" in (report.result.error or "")  # no cached answer yet
+    await eventually(lambda: not _alive(pid), "the killed server gone")
+    await warm(tools)
     after = await tools.call(call("ocr_tool", "ocr-2", files=FILES), now=NOW)
     assert after.result.status_code == 200, after.result.error
     assert connection.connects == 2 and connection.pid not in (None, pid)
@@ -221,14 +266,12 @@ async def test_a_call_past_its_timeout_leaves_a_responsive_server_and_its_other_
 ) -> None:
     """The OCR runs past its 0.4 s: the call answers 504; the server still answers a ping
     (the SDK sent the cancellation), so it is not killed and a call beside it goes on."""
-    document = demo_mcp_document()
-    tools_given = dict(document.tools)
-    tools_given["ocr_tool"] = {**tools_given["ocr_tool"], "timeout_s": 0.4}
-    document = document.model_copy(update={"tools": tools_given})
-    async with service(tmp_path, environ) as tools:
+    document = generous(demo_mcp_document(), ocr_tool=0.4)
+    async with service(tmp_path, environ, mcp_ping_grace_s=GENEROUS_S) as tools:
         await tools.register_mcp(document, demo_mcp_server())
-        warm = await tools.call(call("org_tool", "w", user_id=DEMO_USER_ID), now=NOW)
-        assert warm.result.status_code == 200
+        await warm(tools)
+        warmed = await tools.call(call("org_tool", "w", user_id=DEMO_USER_ID), now=NOW)
+        assert warmed.result.status_code == 200
         spec = await tools.store.get_spec("ocr_tool")
         assert spec is not None
         connection = tools.connection(spec)
@@ -239,7 +282,7 @@ async def test_a_call_past_its_timeout_leaves_a_responsive_server_and_its_other_
         assert report.result.status_code == 504, report.result.error
         assert "timed out after 0.4 s" in (report.result.error or "")
         assert beside.result.status_code == 200
-        await asyncio.sleep(3)  # past the ping's grace
+        await connection.settled(GENEROUS_S)  # the ping after the timeout was answered
         after = await tools.call(call("org_tool", "again", user_id=DEMO_USER_ID), now=NOW)
         assert after.result.status_code == 200
         assert connection.connects == 1 and connection.pid == pid and pid is not None
@@ -248,14 +291,15 @@ async def test_a_call_past_its_timeout_leaves_a_responsive_server_and_its_other_
 HOSTILE = Path(__file__).with_name("mcp_hostile.py")
 
 
-def hostile_document(timeout_s: float = 1.0) -> McpDocument:
+def hostile_document() -> McpDocument:
+    """The hostile server's tools: ``wedge`` times out after 1 s, the others never here."""
     entry = {
         "verifier": f"{SAMPLES}:verify",
         "fallback": {"strategy": "mock", "mock_result": {"echo": "fallback"}},
-        "timeout_s": timeout_s,
+        "timeout_s": GENEROUS_S,
         "probe": {"tool": "echo", "arguments": {"text": "probe"}},
     }
-    return McpDocument(server="hostile", defaults=entry)
+    return McpDocument(server="hostile", defaults=entry, tools={"wedge": {"timeout_s": 1.0}})
 
 
 async def test_a_wedged_server_is_killed_after_a_timeout_and_the_next_call_reconnects(
@@ -271,10 +315,9 @@ async def test_a_wedged_server_is_killed_after_a_timeout_and_the_next_call_recon
         assert report.result.status_code == 200 and report.result.fallback == "mock"
         pid = connection.pid
         assert pid is not None
-        deadline = time.monotonic() + 20
-        while _alive(pid) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not _alive(pid)  # no answer to the ping: its whole process group was killed
+        # no answer to the ping within its grace: its whole process group is killed
+        await eventually(lambda: not _alive(pid), "the wedged server killed")
+        await warm(tools)
         after = await tools.call(call("echo", "e-1", text="back"), now=NOW)
         assert after.result.status_code == 200
         assert json.loads(after.result.result_json) == {"echo": "back"}
@@ -301,7 +344,9 @@ async def test_a_server_that_dies_at_its_first_request_is_backed_off(tmp_path: P
         live = await connection.live()
         with pytest.raises((McpUnavailable, MCPError)):
             await connection.listing(live, 0.0)
-        await asyncio.sleep(0.5)  # its process is gone
+        assert live.pid is not None
+        pid = live.pid
+        await eventually(lambda: not _alive(pid), "the crashed server gone")
         with pytest.raises(McpUnavailable, match="retried in"):
             await connection.live()  # not spawned again at once: it answered nothing
         assert connection.connects == 1
@@ -312,11 +357,10 @@ async def test_a_server_that_dies_at_its_first_request_is_backed_off(tmp_path: P
 async def test_closing_while_connecting_tells_the_waiters_and_leaves_no_server(
     tmp_path: Path,
 ) -> None:
-    connection = hostile_connection(tmp_path, "--slow-start", "2")
+    connection = hostile_connection(tmp_path, "--slow-start", "10")
     waiting = asyncio.create_task(connection.live())
-    await asyncio.sleep(0.5)
-    started = {p.name for p in (tmp_path / "mcp").glob("hostile.*.pid")}
-    pids = [int((tmp_path / "mcp" / name).read_text()) for name in started]
+    await eventually(lambda: _pidfiles(tmp_path), "the launcher's pid file")
+    pids = _pidfiles(tmp_path)
     await connection.close()
     with pytest.raises(McpUnavailable):
         await waiting  # an answer, not a CancelledError
@@ -349,7 +393,8 @@ async def test_the_demo_tools_over_streamable_http(
 ) -> None:
     server = McpServer(name="demo_http", transport="http", url=http_server)
     async with service(tmp_path, environ) as tools:
-        await tools.register_mcp(demo_mcp_document(), server)
+        await tools.register_mcp(generous(demo_mcp_document()), server)
+        await warm(tools)
         report = await tools.call(call("org_tool", "h", user_id=DEMO_USER_ID), now=NOW)
         assert report.result.status_code == 200 and report.result.verified
         probes = await tools.probe_all()
@@ -375,8 +420,15 @@ async def test_admission_names_every_problem_and_stores_nothing(
             await tools.register_mcp(missing, demo_mcp_server())
         assert "no verifier" in str(refused.value) and "no fallback" in str(refused.value)
         gone = McpServer(name="gone", transport="stdio", command=("/no/such/server",))
-        with pytest.raises(AdmissionError, match="could not be listed"):
+        with pytest.raises(AdmissionError, match="is not an executable"):
             await tools.register_mcp(demo_mcp_document(), gone)
+        crashing = McpServer(
+            name="crashing",
+            transport="stdio",
+            command=(sys.executable, str(HOSTILE), "--die-on-list"),
+        )
+        with pytest.raises(AdmissionError, match="could not be listed"):
+            await tools.register_mcp(hostile_document(), crashing)
         assert await tools.store.list_specs() == []
 
 
@@ -410,6 +462,16 @@ def http_server(environ: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     server = [sys.executable, "-m", "hermesbus.processors.tool.demo.mcp_server", "--port"]
     with listening(lambda port: [*server, str(port)], environ, log) as port:
         yield f"http://127.0.0.1:{port}/mcp"
+
+
+def _pidfiles(tmp_path: Path) -> list[int]:
+    """The pids the hostile server's launchers wrote (none yet: [])."""
+    found = []
+    for pidfile in (tmp_path / "mcp").glob("hostile.*.pid"):
+        text = pidfile.read_text().strip()
+        if text:
+            found.append(int(text))
+    return found
 
 
 def _proc(pid: int, name: str) -> str:
@@ -451,7 +513,7 @@ async def test_doctor_points_to_the_servers_stderr_log_and_to_approve(
     settings = settings.model_copy(update={"tool_env": ToolEnvironment.of(environ)})
     descriptions = tmp_path / "descriptions.json"
     async with service(tmp_path / "home", environ) as tools:
-        await tools.register_mcp(demo_mcp_document(), demo_mcp_server(descriptions))
+        await tools.register_mcp(generous(demo_mcp_document()), demo_mcp_server(descriptions))
     log = tmp_path / "home" / "mcp" / "demo.stderr.log"
     checks = {check.name: check for check in await doctor_tools(settings)}
     assert checks["tool org_tool"].status == "ok"
