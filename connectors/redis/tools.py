@@ -23,7 +23,7 @@ from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.contract.payloads import ToolResult
-from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec
+from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec, spec_from_json
 
 __all__ = ["RedisToolStore"]
 
@@ -110,7 +110,7 @@ class RedisToolStore(RedisService):
     async def get_spec(self, name: str) -> ToolSpec | None:
         async with self.doing("get_spec"):
             found: Any = await self.redis.hget(self._key("specs"), name)
-        return None if found is None else ToolSpec.model_validate_json(found)
+        return None if found is None else spec_from_json(found)
 
     async def list_specs(self) -> list[ToolSpec]:
         async with self.doing("list_specs"):

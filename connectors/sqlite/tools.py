@@ -12,7 +12,14 @@ from typing import Any
 from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.contract.payloads import ToolResult
-from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSettings, ToolSpec
+from hermesbus.processors.tool import (
+    CallStats,
+    Probe,
+    StoredResult,
+    ToolSettings,
+    ToolSpec,
+    spec_from_json,
+)
 
 __all__ = ["SqliteToolStore"]
 
@@ -32,7 +39,10 @@ CREATE TABLE IF NOT EXISTS probes (
     quota_remaining INTEGER, checked_at_ms INTEGER NOT NULL, error TEXT NOT NULL);
 """
 _KEEP_CALLS = 1000
-"""Call samples kept per tool; older ones are pruned on write."""
+"""Call samples kept per tool; older ones are pruned on write: the first and then every
+``_PRUNE_EVERY``-th sample this store writes for a tool (the samples read are the newest
+ones, so a few more kept a while change nothing)."""
+_PRUNE_EVERY = 32
 
 
 class SqliteToolStore(SqliteFile):
@@ -59,6 +69,7 @@ class SqliteToolStore(SqliteFile):
             home=settings.home if settings else None,
             book=book,
         )
+        self._samples_written: dict[str, int] = {}
 
     @property
     def where(self) -> str:
@@ -80,7 +91,7 @@ class SqliteToolStore(SqliteFile):
 
     async def get_spec(self, name: str) -> ToolSpec | None:
         rows = self._rows("SELECT spec FROM specs WHERE name=?", (name,))
-        return ToolSpec.model_validate_json(rows[0][0]) if rows else None
+        return spec_from_json(rows[0][0]) if rows else None
 
     async def list_specs(self) -> list[ToolSpec]:
         rows = self._rows("SELECT spec FROM specs ORDER BY name", ())
@@ -115,6 +126,9 @@ class SqliteToolStore(SqliteFile):
                 "INSERT INTO calls (tool, at_ms, latency_ms, ok) VALUES (?, ?, ?, ?)",
                 (tool, at_ms, latency_ms, int(ok)),
             )
+            written = self._samples_written[tool] = self._samples_written.get(tool, 0) + 1
+            if written % _PRUNE_EVERY != 1:  # the first, then every _PRUNE_EVERY-th
+                return
             db.execute(
                 "DELETE FROM calls WHERE tool=? AND seq <= "
                 "(SELECT seq FROM calls WHERE tool=? ORDER BY seq DESC LIMIT 1 OFFSET ?)",

@@ -43,6 +43,7 @@ from hermesbus.processors.tool._spec import (
     SignedResult,
     ToolKind,
     ToolSpec,
+    spec_from_json,
     tool_name_problem,
 )
 from hermesbus.processors.tool._store import CallStats, Probe, StoredResult, ToolStore
@@ -98,5 +99,6 @@ __all__ = [
     "pin_of",
     "private_part",
     "serving",
+    "spec_from_json",
     "tool_name_problem",
 ]

@@ -453,6 +453,9 @@ class McpExecutor:
             raise ValueError(f"tool {spec.name!r} is not an MCP tool")
         self.name = spec.name
         self._binding = spec.mcp
+        self._seen: tuple[types.Tool, bool] | None = None
+        """The last offered definition compared with the pin, and whether it matched (a
+        listing is read again only every ``relist_s``: the same objects until then)."""
         self._connection_of = connection if callable(connection) else lambda: connection
         self._relist_s = relist_s
         self._max_bytes = max_bytes
@@ -531,8 +534,13 @@ class McpExecutor:
                 f"{self._binding.tool!r} now"
             )
             return Execution(UNAVAILABLE, error=error)
+        seen = self._seen
+        if seen is not None and seen[0] is offered and seen[1]:
+            return None
         definition = definition_of(offered)
-        if pin_of(definition) == self._binding.pin:
+        matches = pin_of(definition) == self._binding.pin
+        self._seen = (offered, matches)
+        if matches:
             return None
         error = (
             f"{self.name}: the MCP server {self._binding.server.name} offers another "
@@ -614,14 +622,23 @@ async def _guarded(live: _Live, request: Awaitable[_T]) -> _T:
 
 
 def _alive(pid: int | None) -> bool:
-    """A stdio server's process is still there (not gone, not a zombie); True without one."""
+    """A stdio server's process is still there (not gone, not a zombie); True without one.
+    Read for every call: its ``/proc`` status, with no more than the system calls it takes
+    (a zombie's status says so while its other threads still exit, before it can be
+    waited for)."""
     if pid is None:
         return True
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return _exists(pid)
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return _exists(pid)
+    finally:
+        os.close(fd)
+    return stat.rpartition(b")")[2].split()[:1] != [b"Z"]
 
 
 def _pid_in(pidfile: Path) -> int | None:

@@ -552,7 +552,7 @@ class ToolService(Service):
     def _executor(self, spec: ToolSpec, role: str) -> Executor:
         key = (spec.name, role)
         entry = self._executors.get(key)
-        if entry is not None and entry[0] == spec:
+        if entry is not None and (entry[0] is spec or entry[0] == spec):
             return entry[1]
         if entry is not None:  # re-registered elsewhere (the CLI): retire the old executor
             task = asyncio.get_running_loop().create_task(entry[1].close())

@@ -7,6 +7,7 @@ what is missing.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from typing import Annotated, Any, Final, Literal, NamedTuple
@@ -27,6 +28,7 @@ __all__ = [
     "SignedResult",
     "ToolKind",
     "ToolSpec",
+    "spec_from_json",
     "tool_name_problem",
 ]
 
@@ -201,3 +203,12 @@ class SignedResult(NamedTuple):
 
     body: bytes
     signature: str
+
+
+@functools.lru_cache(maxsize=512)
+def spec_from_json(text: str | bytes) -> ToolSpec:
+    """A stored spec parsed once per distinct text: the tool processor reads a tool's spec
+    for every call (a spec re-registered elsewhere takes effect at the next call), and the
+    same text gives the same frozen object, so what is derived from it (a compiled schema,
+    an executor) is found again by identity instead of being rebuilt."""
+    return ToolSpec.model_validate_json(text)

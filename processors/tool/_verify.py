@@ -16,6 +16,8 @@ import functools
 import hashlib
 import hmac
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +67,10 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-@functools.lru_cache(maxsize=256)
+_HELD_VALIDATORS = 256
+
+
+@functools.lru_cache(maxsize=_HELD_VALIDATORS)
 def _validator(canonical: str) -> Any:
     """A compiled validator of the schema whose canonical JSON is ``canonical`` (specs are
     read from the store for each call: the same schema, new objects)."""
@@ -73,9 +78,31 @@ def _validator(canonical: str) -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
+_BY_OBJECT: OrderedDict[int, tuple[Mapping[str, Any], Any]] = OrderedDict()
+"""Validators by the schema object they were compiled for (held, so its id stays its own):
+a spec read again with the same text is the same object (``spec_from_json``)."""
+
+
+_HELD_LOCK = threading.Lock()
+
+
+def _validator_of(schema: Mapping[str, Any]) -> Any:
+    with _HELD_LOCK:
+        held = _BY_OBJECT.get(id(schema))
+        if held is not None and held[0] is schema:
+            _BY_OBJECT.move_to_end(id(schema))
+            return held[1]
+    validator = _validator(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+    with _HELD_LOCK:
+        _BY_OBJECT[id(schema)] = (schema, validator)
+        if len(_BY_OBJECT) > _HELD_VALIDATORS:
+            _BY_OBJECT.popitem(last=False)
+    return validator
+
+
 def schema_error(schema: Mapping[str, Any], value: Any) -> str | None:
     """The first validation error as ``path: message``; None when ``value`` is valid."""
-    validator = _validator(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+    validator = _validator_of(schema)
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except RecursionError:
@@ -108,7 +135,9 @@ def check_signature(
         raise VerificationError("signature: Ed25519 signature does not match the body") from exc
 
 
+@functools.lru_cache(maxsize=64)
 def _ed25519_key(text: str) -> Ed25519PublicKey:
+    """The public key in ``text`` (PEM or base64 raw bytes), loaded once per text."""
     try:
         if text.lstrip().startswith("-----BEGIN"):
             key = load_pem_public_key(text.encode())

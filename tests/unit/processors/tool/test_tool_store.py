@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from hermesbus.base.storemark import MarkBook
+from hermesbus.connectors.sqlite import tools as sqlite_tools
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.contract.payloads import ToolResult
-from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore
+from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore, spec_from_json
 
 from .conftest import python_spec
 
@@ -104,3 +105,30 @@ async def test_the_latest_probe_per_tool(tool_store: ToolStore) -> None:
     await tool_store.save_probe("org_tool", Probe(20.0, 1.0, None, 5))
     await tool_store.save_probe("org_tool", Probe(30.0, 0.5, 7, 9, "slow"))
     assert await tool_store.get_probe("org_tool") == Probe(30.0, 0.5, 7, 9, "slow")
+
+
+async def test_sqlite_prunes_call_samples_in_batches_and_keeps_the_newest(tmp_path: Path) -> None:
+    """Samples past the kept number are pruned on write, a batch at a time: the table stays
+    bounded and the stats read the newest samples."""
+    keep, every = sqlite_tools._KEEP_CALLS, sqlite_tools._PRUNE_EVERY
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        for n in range(keep + 3 * every):
+            await store.record_call("org_tool", n, latency_ms=float(n), ok=True)
+        await store.record_call("trip_tool", 0, latency_ms=1.0, ok=True)
+        rows = store.db.execute("SELECT COUNT(*), MIN(at_ms) FROM calls WHERE tool='org_tool'")
+        count, oldest = rows.fetchone()
+        assert keep < count <= keep + every  # pruned, at most a batch over
+        assert oldest == keep + 3 * every - count  # the oldest went, none in between
+        newest = await store.call_stats("org_tool", 2)
+        assert newest == CallStats(2, 1.0, keep + 3 * every - 1.5)
+        assert await store.call_stats("trip_tool", 10) == CallStats(1, 1.0, 1.0)
+
+
+def test_a_spec_read_again_with_the_same_text_is_the_same_object() -> None:
+    """What the store reads for every call is parsed once: validators and executors keyed
+    by the spec (or its schema) are found again instead of being rebuilt."""
+    text = python_spec("org_tool", "echo").model_dump_json()
+    first, again = spec_from_json(text), spec_from_json(text[:1] + text[1:])  # an equal string
+    assert first is again and first == python_spec("org_tool", "echo")
+    changed = spec_from_json(python_spec("org_tool", "other").model_dump_json())
+    assert changed is not first and changed.target != first.target
