@@ -1,12 +1,10 @@
 """``hermesbus mcp serve`` listed and called through the SDK's own client, over stdio and
-over streamable HTTP, against a bus the demo ran on the embedded broker."""
+over streamable HTTP, against a bus the demo ran on the embedded broker (``mcp_demo``)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from hermesbus.identity import KEYS_FILE_ENV
+from tests.integration.demo_run import DemoRun
 from tests.listening import listening
 
 pytestmark = pytest.mark.kafka
@@ -27,21 +25,13 @@ TOKEN = "test-token-for-mcp-serve"  # noqa: S105 - a test's own, for its own ser
 
 
 @pytest.fixture(scope="module")
-def bus(embedded_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The demo run once on the embedded broker under a prefix of its own: its home, the
-    broker, the prefix, and the environment the server is started with."""
-    home = tmp_path_factory.mktemp("mcp-serve")
-    prefix = f"mcp-{os.getpid()}-{int(time.time())}."
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
-    env |= {"HERMES_HOME": str(home), KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}
-    env["HERMES_CONVERSATION_BUDGET_SCALE"] = "6"  # not about timing: a busy machine
-    ran = subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", "up", "--demo", "--once",
-         "--bootstrap", embedded_bootstrap, "--prefix", prefix],
-        capture_output=True, text=True, env=env, cwd=home, timeout=300, check=False,
-    )  # fmt: skip
+def bus(mcp_demo: DemoRun) -> dict[str, str]:
+    """The bus the demo left on the embedded broker (its tools served over MCP): its home,
+    the broker, the prefix, and the environment the server is started with."""
+    ran = mcp_demo.ran
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    return {"home": str(home), "bootstrap": embedded_bootstrap, "prefix": prefix, **env}
+    where = {"home": str(mcp_demo.home), "bootstrap": mcp_demo.bootstrap}
+    return {**where, "prefix": mcp_demo.prefix, **mcp_demo.env}
 
 
 def _serve(bus: dict[str, str], *transport: str) -> list[str]:

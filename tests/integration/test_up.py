@@ -22,6 +22,7 @@ from hermesbus.contract.payloads import TrustLevel
 from hermesbus.demo.expense import FIGURES
 from hermesbus.identity import KEYS_FILE_ENV
 from tests.cli_process import Background
+from tests.integration.demo_run import DemoRun
 
 pytestmark = pytest.mark.kafka
 
@@ -50,8 +51,20 @@ def _up(
     )
 
 
-def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) -> None:
-    result = _up(tmp_path / "home", tmp_path)
+@pytest.fixture(scope="module")
+def python_demo(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One ``up --demo --once`` on the embedded broker with the python tools (its home and
+    what it printed), read by each test about that run: a run takes half a minute here."""
+    where = tmp_path_factory.mktemp("python-demo")
+    return where / "home", _up(where / "home", where)
+
+
+def test_up_runs_both_demo_conversations_on_the_embedded_broker(
+    python_demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    home, result = python_demo
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     for figure in FIGURES:
@@ -69,7 +82,7 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
     said = result.stderr  # each start-up step, as it completes
     assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
     assert "topics ready: 9 created" in said
-    assert f"state: {tmp_path / 'home'}\n" in said
+    assert f"state: {home}\n" in said
     assert (
         "tools ready: finance_tool, ocr_tool, org_tool, rule_engine_tool, table_tool, trip_tool"
         in said
@@ -79,8 +92,8 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(tmp_path: Path) 
         assert f"{name} joined" in said
     assert said.index("topics ready") < said.index("conversation joined") < said.index("ready\n")
     for store in ("state", "memory", "tools"):
-        assert (tmp_path / "home" / f"{store}.sqlite3").exists()
-    keys = tmp_path / "home" / "keys.json"  # made on the embedded broker, private
+        assert (home / f"{store}.sqlite3").exists()
+    keys = home / "keys.json"  # made on the embedded broker, private
     assert keys.stat().st_mode & 0o777 == 0o600
     assert f"signing keys: {keys}" in result.stderr
 
@@ -298,17 +311,21 @@ def _replies(out: str) -> list[str]:
     return [re.sub(r"EXP-[0-9a-f]{8}", "EXP-…", line) for line in said]
 
 
-def test_up_runs_the_demo_through_its_mcp_server_with_the_same_replies(tmp_path: Path) -> None:
-    python = _up(tmp_path / "python", tmp_path)
+def test_up_runs_the_demo_through_its_mcp_server_with_the_same_replies(
+    python_demo: tuple[Path, subprocess.CompletedProcess[str]], mcp_demo: DemoRun
+) -> None:
+    """The same demo with its tools served by the demo MCP server over stdio (on the shared
+    embedded broker, under a prefix of its own) tells its users the same."""
+    _, python = python_demo
     assert python.returncode == 0, python.stdout + python.stderr
-    served = _up(tmp_path / "mcp", tmp_path, HERMES_DEMO_TOOLS="mcp")
+    served = mcp_demo.ran
     assert served.returncode == 0, served.stdout + served.stderr
     assert "demo: all three conversations finished" in served.stdout
     assert len(_replies(python.stdout)) >= 8
     assert _replies(served.stdout) == _replies(python.stdout)
-    assert (tmp_path / "mcp" / "mcp" / "demo.stderr.log").exists()  # the server ran over stdio
+    assert (mcp_demo.home / "mcp" / "demo.stderr.log").exists()  # the server ran over stdio
     listed = subprocess.run(
-        [sys.executable, "-m", "hermesbus.cli", "tools", "list", "--home", str(tmp_path / "mcp")],
+        [sys.executable, "-m", "hermesbus.cli", "tools", "list", "--home", str(mcp_demo.home)],
         env={**os.environ, "COLUMNS": "250"},
         capture_output=True,
         text=True,

@@ -299,7 +299,34 @@ def hostile_document() -> McpDocument:
         "timeout_s": GENEROUS_S,
         "probe": {"tool": "echo", "arguments": {"text": "probe"}},
     }
-    return McpDocument(server="hostile", defaults=entry, tools={"wedge": {"timeout_s": 1.0}})
+    timed = {"wedge": {"timeout_s": 1.0}, "linger": {"timeout_s": 1.0}}
+    return McpDocument(server="hostile", defaults=entry, tools=timed)
+
+
+async def test_a_call_past_its_timeout_is_cancelled_at_the_server(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    """The call gives up after its 1 s: the server hears ``notifications/cancelled`` (its
+    handler is interrupted and says so), keeps its session, and serves the next call."""
+    heard = tmp_path / "cancelled.log"
+    command = (sys.executable, str(HOSTILE), "--cancelled-log", str(heard))
+    server = McpServer(name="hostile", transport="stdio", command=command)
+    async with service(tmp_path / "home", environ, tool_modules=MODULES) as tools:
+        await tools.register_mcp(hostile_document(), server)
+        await warm(tools)
+        spec = await tools.store.get_spec("linger")
+        assert spec is not None
+        connection = tools.connection(spec)
+        lingering = call("linger", "l-1", seconds=GENEROUS_S * 10)
+        report = await tools.call(lingering.model_copy(update={"fallback_allowed": False}), now=NOW)
+        assert report.result.status_code == 504, report.result.error
+        assert "timed out after 1 s" in (report.result.error or "")
+        await eventually(heard.exists, "the server told of the cancellation")
+        assert heard.read_text(encoding="utf-8") == "cancelled linger\n"
+        await connection.settled(GENEROUS_S)  # the ping after the timeout was answered
+        after = await tools.call(call("echo", "e-1", text="still here"), now=NOW)
+        assert json.loads(after.result.result_json) == {"echo": "still here"}
+        assert connection.connects == 1
 
 
 async def test_a_wedged_server_is_killed_after_a_timeout_and_the_next_call_reconnects(
