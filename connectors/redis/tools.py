@@ -115,7 +115,7 @@ class RedisToolStore(RedisService):
     async def list_specs(self) -> list[ToolSpec]:
         async with self.doing("list_specs"):
             found: dict[Any, Any] = await self.redis.hgetall(self._key("specs"))
-        return [ToolSpec.model_validate_json(found[name]) for name in sorted(found)]
+        return [spec_from_json(found[name]) for name in sorted(found)]
 
     # -- results ------------------------------------------------------------------------
 

@@ -95,7 +95,7 @@ class SqliteToolStore(SqliteFile):
 
     async def list_specs(self) -> list[ToolSpec]:
         rows = self._rows("SELECT spec FROM specs ORDER BY name", ())
-        return [ToolSpec.model_validate_json(row[0]) for row in rows]
+        return [spec_from_json(row[0]) for row in rows]
 
     async def put_result(
         self, key: str, digest: str, stored: StoredResult, prune_before_ms: int | None = None

@@ -58,7 +58,7 @@ from hermesbus.processors.tool._release import arguments_digest, failure, releas
 from hermesbus.processors.tool._settings import ToolSettings
 from hermesbus.processors.tool._spec import McpServer, ToolSpec, tool_name_problem
 from hermesbus.processors.tool._store import Probe, StoredResult, ToolStore
-from hermesbus.processors.tool._verify import json_depth, schema_error
+from hermesbus.processors.tool._verify import ANY_VALUE, json_depth, schema_error
 from hermesbus.runtime import outage
 
 __all__ = ["CallReport", "Progress", "ToolPort", "ToolService"]
@@ -393,7 +393,7 @@ class ToolService(Service):
             return failure(spec.name, FORBIDDEN, refusal(spec, refused))
         problem, arguments = self._arguments(call.arguments_json)
         if problem is None:
-            problem = schema_error(spec.input_schema or {}, arguments)
+            problem = schema_error(spec.input_schema or ANY_VALUE, arguments)
             problem = None if problem is None else f"arguments: {problem}"
         return (spec, arguments) if problem is None else failure(spec.name, BAD_ARGUMENTS, problem)
 

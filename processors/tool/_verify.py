@@ -31,6 +31,7 @@ from hermesbus.errors import VerificationError
 from hermesbus.processors.tool._spec import SignatureConfig, ToolSpec
 
 __all__ = [
+    "ANY_VALUE",
     "DEFAULT_MAX_DEPTH",
     "Verified",
     "check_result",
@@ -84,6 +85,9 @@ a spec read again with the same text is the same object (``spec_from_json``)."""
 
 
 _HELD_LOCK = threading.Lock()
+ANY_VALUE: Mapping[str, Any] = {}
+"""The schema of a tool that declares none (every value is valid): one object, so that its
+validator is found again by identity."""
 
 
 def _validator_of(schema: Mapping[str, Any]) -> Any:
@@ -167,7 +171,7 @@ def check_result(
         raise VerificationError(f"json: the result is not JSON: {exc}") from exc
     if json_depth(value) > max_depth:
         raise VerificationError(f"json: the result is nested deeper than {max_depth}")
-    problem = schema_error(spec.output_schema or {}, value)
+    problem = schema_error(spec.output_schema or ANY_VALUE, value)
     if problem is not None:
         raise VerificationError(f"output_schema: {problem}")
     return value

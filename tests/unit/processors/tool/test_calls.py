@@ -45,6 +45,19 @@ async def test_arguments_are_validated_before_the_call(tools: ToolService, tmp_p
     assert json.loads(ok.result.result_json)["echo"] == "hi"
 
 
+async def test_a_spec_shared_by_every_call_is_left_as_stored(tools: ToolService) -> None:
+    """The store's reads give every call the same parsed spec: nothing a call does may
+    change it (or every later call would see the change)."""
+    spec = python_spec("strict", "echo", input_schema=STRICT_IN)
+    await tools.register(spec)
+    for key, arguments in (("k1", {"text": "hi"}), ("k2", {"text": "hi", "n": 9}), ("k3", {})):
+        await tools.call(call("strict", key, **arguments), now=NOW)
+    shared = await tools.store.get_spec("strict")
+    assert shared is not None and shared.model_dump_json() == spec.model_dump_json()
+    assert shared is await tools.store.get_spec("strict")
+    assert [s for s in await tools.store.list_specs() if s.name == "strict"] == [shared]
+
+
 async def test_an_unknown_tool_is_404(tools: ToolService) -> None:
     report = await tools.call(call("ghost_tool", "k"), now=NOW)
     assert (report.result.status_code, report.result.tool) == (404, "ghost_tool")
