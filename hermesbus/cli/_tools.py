@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import json
 import shlex
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,11 +17,23 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
+from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.backends import tool_store, tool_store_exists
 from hermesbus.compose.settings import Settings
-from hermesbus.errors import ConfigError
-from hermesbus.processors.tool import McpDocument, McpServer, ToolRegistry, ToolService, ToolSpec
-from hermesbus.processors.tool.demo import register_demo
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.errors import AdmissionError, ConfigError
+from hermesbus.processors.dispatcher import result_notices
+from hermesbus.processors.tool import (
+    FAULTS,
+    ChaosReport,
+    McpDocument,
+    McpServer,
+    ToolRegistry,
+    ToolService,
+    ToolSpec,
+    chaos,
+)
+from hermesbus.processors.tool.demo import demo_specs, register_demo
 
 from ._common import console, errors, fail, problems, program_settings
 
@@ -107,7 +122,51 @@ def _spec(data: dict[str, Any], schema_file: Path | None) -> ToolSpec:
         raise ConfigError("invalid tool spec:" + "".join(f"\n  {line}" for line in lines)) from exc
 
 
-async def _register(settings: Settings, debug: bool, spec: ToolSpec | None) -> list[str]:
+@contextlib.asynccontextmanager
+async def _scratch(settings: Settings, debug: bool) -> AsyncIterator[ToolService]:
+    """A tool service of its own over a scratch SQLite store, for chaos: the faults'
+    failures never count in the bus's health, and nothing it stores or starts is kept."""
+    with tempfile.TemporaryDirectory(prefix="hermes-chaos-") as scratch:
+        home = Path(scratch)
+        tool_settings = settings.tool.model_copy(update={"home": home})
+        store = SqliteToolStore(settings=tool_settings, book=MarkBook(home))
+        environ = settings.tool_env.revealed()
+        async with ToolService(store, tool_settings, environ=environ, debug=debug or None) as tools:
+            yield tools
+
+
+async def _proven(tools: ToolService, names: list[str], budget_s: float) -> list[ChaosReport]:
+    """Each tool of ``tools`` run through every fault; a tool that cannot be is refused."""
+    reports = []
+    for name in names:
+        try:
+            reports.append(await chaos(tools, name, budget_s=budget_s))
+        except ValueError as exc:
+            raise AdmissionError(f"tool {name!r} cannot be checked with --chaos: {exc}") from exc
+    return reports
+
+
+def _refuse_unproven(reports: list[ChaosReport]) -> None:
+    """Show each report; refuse (nothing stored) when a tool's fallback missed a fault."""
+    for report in reports:
+        _show(report)
+    failed = [report.tool for report in reports if not report.passed]
+    if failed:
+        raise AdmissionError(
+            f"refused: the fallback of {', '.join(failed)} did not answer every injected "
+            "fault (above); nothing was registered"
+        )
+
+
+async def _register(
+    settings: Settings, debug: bool, spec: ToolSpec | None, *, proven: bool = False
+) -> list[str]:
+    if proven:
+        specs = demo_specs() if spec is None else [spec]
+        async with _scratch(settings, debug) as scratch:
+            for candidate in specs:
+                await scratch.register(candidate)
+            _refuse_unproven(await _proven(scratch, [s.name for s in specs], _BUDGET_S))
     async with tool_store(settings) as store:
         registry = ToolRegistry(store, settings.tool, debug=debug or None)
         if spec is None:
@@ -140,8 +199,17 @@ def _mcp_server(document: McpDocument, stdio: str | None, url: str | None) -> Mc
 
 
 async def _register_mcp(
-    settings: Settings, debug: bool, document: McpDocument, server: McpServer
+    settings: Settings,
+    debug: bool,
+    document: McpDocument,
+    server: McpServer,
+    *,
+    proven: bool = False,
 ) -> list[str]:
+    if proven:
+        async with _scratch(settings, debug) as scratch:
+            names = [spec.name for spec in await scratch.register_mcp(document, server)]
+            _refuse_unproven(await _proven(scratch, names, _BUDGET_S))
     environ = settings.tool_env.revealed()
     async with ToolService(
         tool_store(settings), settings.tool, environ=environ, debug=debug or None
@@ -200,6 +268,14 @@ def register_command(
     ] = None,
     demo: Annotated[bool, typer.Option(help="Register the six demo tools.")] = False,
     debug: Annotated[bool, typer.Option(help="Debug mode: admit fallback 'none'.")] = False,
+    chaos_first: Annotated[
+        bool,
+        typer.Option(
+            "--chaos",
+            help="First run each tool through injected faults (`tools chaos`, with its "
+            "sample_arguments): refused unless its fallback answers every one.",
+        ),
+    ] = False,
     home: HomeOption = None,
 ) -> None:
     """Admit a tool (spec file and/or flags); exits 1 with the reason when it is refused.
@@ -216,7 +292,7 @@ def register_command(
     """
     if mcp_stdio is not None or mcp_url is not None:
         with errors():
-            names = _mcp_register(spec_file, mcp_stdio, mcp_url, home, debug)
+            names = _mcp_register(spec_file, mcp_stdio, mcp_url, home, debug, chaos_first)
         for registered in names:
             console.print(f"[green]registered[/green] {registered} (pinned)")
         return
@@ -243,13 +319,18 @@ def register_command(
             if spec_file is None and schema_file is None and not any(data.values()):
                 raise fail(_NOTHING, 2)
             spec = _spec(data, schema_file)
-        names = asyncio.run(_register(_settings(home), debug, spec))
+        names = asyncio.run(_register(_settings(home), debug, spec, proven=chaos_first))
     for registered in names:
         console.print(f"[green]registered[/green] {registered}")
 
 
 def _mcp_register(
-    spec_file: Path | None, stdio: str | None, url: str | None, home: Path | None, debug: bool
+    spec_file: Path | None,
+    stdio: str | None,
+    url: str | None,
+    home: Path | None,
+    debug: bool,
+    proven: bool,
 ) -> list[str]:
     if stdio is not None and url is not None:
         raise fail("give --mcp-stdio or --mcp-url, not both", 2)
@@ -261,7 +342,8 @@ def _mcp_register(
         )
     document = McpDocument.of(_document(spec_file), str(spec_file))
     server = _mcp_server(document, stdio, url)
-    return asyncio.run(_register_mcp(_settings(home), debug, document, server))
+    settings = _settings(home)
+    return asyncio.run(_register_mcp(settings, debug, document, server, proven=proven))
 
 
 def _no_state(settings: Settings) -> str | None:
@@ -418,6 +500,108 @@ def _offer_of(spec: ToolSpec) -> tuple[str | None, str | None]:
 
 
 _APPROVE_TRIES = 3
+
+
+_BUDGET_S = 1.0
+"""What a call that waits out a fault gets, at most (seconds)."""
+
+
+@app.command("chaos")
+def chaos_command(
+    name: Annotated[str, typer.Argument(help="The registered tool to run through faults.")],
+    arguments: Annotated[
+        str | None,
+        typer.Option(help="A JSON object to call it with (default: its sample_arguments)."),
+    ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(help=f"Only this fault ({', '.join(FAULTS)}); repeat for more."),
+    ] = None,
+    budget: Annotated[
+        float, typer.Option(help="Seconds a call that waits out a fault gets (at most).")
+    ] = _BUDGET_S,
+    home: HomeOption = None,
+) -> None:
+    """Run a tool through injected faults and say, per fault, whether its fallback answered
+    with the right notice and the tool recovered; exits 1 when one did not.
+
+    The faults: latency past the call's deadline, 503 answers, its process killed while a
+    call waits on it, a hang, a result that fails verification. They run in a scratch tool
+    service of its own (its own worker or server, its own store): the bus's tools, health
+    and cache are not touched.
+    """
+    given: dict[str, Any] | None = None
+    if arguments is not None:
+        try:
+            given = json.loads(arguments)
+        except ValueError as exc:
+            raise fail(f"--arguments is not JSON: {exc}", 2) from exc
+        if not isinstance(given, dict):
+            raise fail("--arguments must be a JSON object (the tool's arguments)", 2)
+    unknown = [f for f in fault or [] if f not in FAULTS]
+    if unknown:
+        raise fail(f"unknown --fault {', '.join(unknown)}: the faults are {', '.join(FAULTS)}", 2)
+    if budget <= 0:
+        raise fail(f"--budget must be above 0 seconds (got {budget:g})", 2)
+    with errors():
+        settings = _settings(home)
+        nothing = _no_state(settings)
+        if nothing is not None:
+            raise fail(nothing, 1)
+        faults = tuple(fault) if fault else FAULTS
+        report = asyncio.run(_chaos(settings, name, given, faults, budget))
+    _show(report)
+    if not report.passed:
+        raise fail(f"{name}: its fallback did not answer every injected fault (above)", 1)
+    console.print(f"[green]ok[/green]: every fault was answered by {name}'s fallback")
+
+
+async def _chaos(
+    settings: Settings,
+    name: str,
+    arguments: dict[str, Any] | None,
+    faults: tuple[str, ...],
+    budget_s: float,
+) -> ChaosReport:
+    async with tool_store(settings) as store:
+        spec = await store.get_spec(name)
+    if spec is None:
+        raise ConfigError(f"tool {name!r} is not registered (`hermesbus tools list`)")
+    if arguments is None and spec.sample_arguments is None:
+        raise fail(
+            f"tool {name!r} has no sample_arguments: give --arguments '{{...}}' (a call it "
+            "answers), or add sample_arguments to its spec",
+            2,
+        )
+    async with _scratch(settings, settings.tool.debug) as scratch:
+        await scratch.store.save_spec(spec)  # admitted already: run as registered
+        return await chaos(scratch, name, arguments, faults=faults, budget_s=budget_s)
+
+
+def _show(report: ChaosReport) -> None:
+    if report.baseline is not None:
+        console.print(f"[red]{report.tool}[/red]: {report.baseline}", soft_wrap=True)
+        return
+    table = Table(title=f"chaos: {report.tool} (fallback: {report.strategy})")
+    for column in ("fault", "injected", "answered", "the user is told", "recovered", "verdict"):
+        table.add_column(column)
+    for outcome in report.outcomes:
+        result = outcome.result
+        if not outcome.applies:
+            table.add_row(outcome.fault, outcome.how, "-", "-", "-", "n/a")
+            continue
+        answered = "-" if result is None else f"{result.status_code} {result.fallback or 'itself'}"
+        if outcome.alerted:
+            answered += ", alerted"
+        told = "\n".join(result_notices(result)) if result is not None else "-"
+        verdict = (
+            "[green]ok[/green]"
+            if outcome.passed
+            else "[red]FAIL[/red]: " + "; ".join(outcome.problems)
+        )
+        recovered = "yes" if outcome.recovered else "no"
+        table.add_row(outcome.fault, outcome.how, answered, told, recovered, verdict)
+    console.print(table)
 
 
 @app.command("health")

@@ -23,7 +23,7 @@ from hermesbus.processors.dispatcher._cycle import CAPPED_WRITES, REFUSED_WRITE
 from hermesbus.processors.dispatcher._dispatch import RETRYABLE
 from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS
 from hermesbus.processors.dispatcher._handler import NAME, TOPIC, handle
-from hermesbus.processors.dispatcher._health import HealthChoice, Verdict, choose
+from hermesbus.processors.dispatcher._health import HealthChoice, Verdict, choose, result_notices
 from hermesbus.processors.dispatcher._memory import MAX_FACTS, MAX_SYMBOLS
 from hermesbus.processors.dispatcher._ports import (
     BACKLOG_PORT,
@@ -81,4 +81,5 @@ __all__ = [
     "dispatcher_ports",
     "first_violation",
     "handle",
+    "result_notices",
 ]

@@ -9,6 +9,7 @@ records health (with the calls queued for a worker); :func:`handle` is the handl
 ``tool`` processor (topic ``hermes.tool``).
 """
 
+from hermesbus.processors.tool._chaos import FAULTS, ChaosReport, FaultOutcome, chaos
 from hermesbus.processors.tool._executor import (
     IDEMPOTENCY_ENV,
     SIGNATURE_HEADER,
@@ -52,6 +53,7 @@ from hermesbus.processors.tool._verify import Verified, check_signature, json_de
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEMO_MODULES",
+    "FAULTS",
     "IDEMPOTENCY_ENV",
     "IDEMPOTENCY_HEADER",
     "MAX_RESULT_CAP",
@@ -62,9 +64,11 @@ __all__ = [
     "TOPIC",
     "CallReport",
     "CallStats",
+    "ChaosReport",
     "Execution",
     "Executor",
     "Fallback",
+    "FaultOutcome",
     "HttpExecutor",
     "McpBinding",
     "McpConnection",
@@ -89,6 +93,7 @@ __all__ = [
     "ToolStore",
     "Verified",
     "arguments_digest",
+    "chaos",
     "check_signature",
     "definition_of",
     "group_name",

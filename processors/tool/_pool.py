@@ -54,6 +54,11 @@ class WorkerPool:
         """The pid of the first live worker (None: none is running)."""
         return next((w.pid for w in self._workers if w.pid is not None), None)
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The pids of every live worker."""
+        return tuple(w.pid for w in self._workers if w.pid is not None)
+
     async def run(
         self,
         role: str,

@@ -72,7 +72,7 @@ class ToolRegistry:
                 problems += fetch_problem
         else:
             problems += _target_problems("python target", spec.target, self.settings.modules)
-        problems += _schema_problems(spec) + _limit_problems(spec)
+        problems += _schema_problems(spec) + _limit_problems(spec) + _sample_problems(spec)
         problems += self._probe_problems(spec)
         problems += _verifier_problems(spec, self.settings.modules)
         problems += self._fallback_problems(spec)
@@ -253,6 +253,16 @@ def _verifier_problems(spec: ToolSpec, prefixes: tuple[str, ...]) -> list[str]:
     if not spec.verifier:
         return ["no verifier (a module:function taking the result, returning a bool)"]
     return _target_problems("verifier", spec.verifier, prefixes)
+
+
+def _sample_problems(spec: ToolSpec) -> list[str]:
+    if spec.sample_arguments is None or spec.input_schema is None:
+        return []  # none given, or reported as a missing input schema
+    try:
+        problem = schema_error(spec.input_schema, spec.sample_arguments)
+    except jsonschema.exceptions.SchemaError:
+        return []  # reported as an invalid input schema
+    return [] if problem is None else [f"sample_arguments break the input schema ({problem})"]
 
 
 def _mock_problems(spec: ToolSpec, fallback: Fallback) -> list[str]:

@@ -10,11 +10,12 @@ the handler, and ``tools.health_view`` (or ``tools`` itself) is the dispatcher's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -301,6 +302,11 @@ class ToolService(Service):
         (the runtime holds the call in place until it is back); any other unexpected error
         is a 500 result (raising would make the runtime run it again).
 
+        A failed call is answered by the tool's fallback when the call allows one (marked
+        ``fallback``; a cached answer ``stale``). A result that fails verification is
+        discarded whatever answers instead: its alert is raised all the same, and the
+        fallback's answer never feeds memory (only a fresh, verified result does).
+
         Only successes are stored under the idempotency key: a call whose outcome is
         unknown (504) may run again on a retry, so a tool with side effects must honour
         the key itself (HTTP: the ``Idempotency-Key`` header; python: the
@@ -359,7 +365,7 @@ class ToolService(Service):
         )
         if result.status_code == OK:
             await self._keep(key, digest, StoredResult(result, now_ms))
-        elif is_failure(result.status_code) and (alert is None or meter.drifted) and allowed:
+        elif is_failure(result.status_code) and allowed:  # verification failures too
             answer = await self._fallback(spec, arguments, digest, now_ms, meter=meter, key=key)
             failed = result.model_copy(update={"error": f"{result.error}; no fallback answered"})
             result = answer or failed
@@ -548,6 +554,25 @@ class ToolService(Service):
                 raise VerificationError(f"verifier: {spec.verifier} rejected the result")
 
         return run
+
+    @contextlib.asynccontextmanager
+    async def injected(
+        self, tool: str, front: Callable[[Executor], Executor]
+    ) -> AsyncIterator[None]:
+        """Inside the block the tool's calls run through ``front(its executor)`` (``tools
+        chaos``: a fault injected in front of the tool's own executor, in this service
+        only); after it, through its own executor again."""
+        spec = await self.store.get_spec(tool)
+        if spec is None:
+            raise ToolError(f"tool {tool!r} is not registered")
+        key = (tool, "main")
+        own = self._executor(spec, "main")
+        self._executors[key] = (spec, front(own))
+        try:
+            yield
+        finally:
+            if key in self._executors:
+                self._executors[key] = (spec, own)
 
     def _executor(self, spec: ToolSpec, role: str) -> Executor:
         key = (spec.name, role)

@@ -163,6 +163,9 @@ class ToolSpec(_Frozen):
     signature: SignatureConfig | None = None
     mcp: McpBinding | None = None
     """mcp: the server, the tool's name there, its pinned definition and its probe call."""
+    sample_arguments: dict[str, Any] | None = None
+    """Arguments a call may be made with to check the tool: ``hermesbus tools chaos`` calls
+    it with them under injected faults (checked against the input schema at admission)."""
     sensitive_words: tuple[str, ...] = ()
     env: tuple[Annotated[str, Field(pattern=_ENV_NAME)], ...] = ()
     """python (and a stdio MCP server): the variables (names) passed to the worker besides

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from hermesbus.processors.tool._mcp_specs import McpDocument, ProbeCall
 from hermesbus.processors.tool._spec import Fallback, McpServer, SignatureConfig, ToolSpec
+from hermesbus.processors.tool.demo.fixtures import DEMO_USER_ID
 from hermesbus.processors.tool.demo.tools import DEMO_SIGNING_ENV, DEMO_VERIFY_ENV
 
 __all__ = [
@@ -225,6 +226,22 @@ _FALLBACKS = {
     "rule_engine_tool": Fallback(strategy="mock", mock_result=_RULES_MOCK),
     "table_tool": Fallback(strategy="cache", stale_after_s=600),
 }
+_SHENZHEN = {"city": "深圳", "from": "2024-05-12", "to": "2024-05-15"}
+_INVOICE_IDS = ["inv-001", "inv-002", "inv-003"]
+_SAMPLES: dict[str, dict[str, Any]] = {
+    "org_tool": {"user_id": DEMO_USER_ID},
+    "finance_tool": {"action": "budget", "user_id": DEMO_USER_ID},
+    "ocr_tool": {
+        "files": [
+            {"name": "photo-1.jpg", "uri": "demo://expense/photo-1.jpg"},
+            {"name": "photo-2.jpg", "uri": "demo://expense/photo-2.jpg"},
+        ]
+    },
+    "trip_tool": {"user_id": DEMO_USER_ID, **_SHENZHEN, "invoices": _INVOICE_IDS},
+    "rule_engine_tool": {"dept": "采购部", "invoices": _INVOICE_IDS, "itinerary": _SHENZHEN},
+    "table_tool": {"action": "export", "table": "A"},
+}
+"""A call of each demo tool that it answers (``tools chaos`` makes it under faults)."""
 _DESCRIPTIONS = {
     "org_tool": "demo directory: department, manager, approval chain",
     "finance_tool": "demo ledger: department budget, expense submission",
@@ -263,6 +280,7 @@ def demo_specs() -> list[ToolSpec]:
                 health=f"{_MODULE}:{stem}_probe",
                 verifier=f"{_MODULE}:{stem}_verify",
                 fallback=_FALLBACKS[name],
+                sample_arguments=_SAMPLES[name],
                 signature=signature,
                 env=(DEMO_SIGNING_ENV,),
                 timeout_s=10.0 if name == "ocr_tool" else 5.0,
@@ -303,6 +321,7 @@ def demo_mcp_document() -> McpDocument:
             "fallback": _FALLBACKS[name].model_dump(exclude_none=True),
             "timeout_s": 10.0 if name == "ocr_tool" else 5.0,
             "probe": {"arguments": {"tool": name}},
+            "sample_arguments": _SAMPLES[name],
         }
         for name in DEMO_TOOLS
     }

@@ -20,7 +20,7 @@ from hermesbus.processors.tool import SignatureConfig, ToolService
 
 from . import sample_tools
 from .conftest import SAMPLES, python_spec
-from .test_executor import NOW, call
+from .test_executor import NOW, alone, call
 
 STRICT_IN = {
     "type": "object",
@@ -105,7 +105,7 @@ async def test_results_over_the_cap_are_truncated_with_a_marker(tools: ToolServi
 
 async def test_output_schema_failure_discards_the_result(tools: ToolService) -> None:
     await tools.register(python_spec("shape", "wrong_shape"))
-    report = await tools.call(call("shape", "k"), now=NOW)
+    report = await tools.call(alone(call("shape", "k")), now=NOW)
     assert report.result.status_code == 502
     assert (report.result.verified, report.result.result_json) == (False, "null")
     assert report.result.error == (
@@ -116,7 +116,7 @@ async def test_output_schema_failure_discards_the_result(tools: ToolService) -> 
 
 async def test_sensitive_words_discard_the_result(tools: ToolService) -> None:
     await tools.register(python_spec("leaky", "leaky", sensitive_words=("HUNTER2",)))
-    report = await tools.call(call("leaky", "k"), now=NOW)
+    report = await tools.call(alone(call("leaky", "k")), now=NOW)
     assert report.result.status_code == 502
     assert "sensitive_words" in (report.result.error or "")
     assert "hunter2" not in (report.result.error or "").lower()  # the word is not repeated
@@ -124,7 +124,7 @@ async def test_sensitive_words_discard_the_result(tools: ToolService) -> None:
 
 async def test_a_verifier_that_raises_discards_the_result(tools: ToolService) -> None:
     await tools.register(python_spec("veto", "echo", verifier=f"{SAMPLES}:verify_not_backup"))
-    report = await tools.call(call("veto", "k", text="veto"), now=NOW)
+    report = await tools.call(alone(call("veto", "k", text="veto")), now=NOW)
     assert report.result.status_code == 502
     assert "verifier:" in (report.result.error or "") and "vetoed" in (report.result.error or "")
 
@@ -139,7 +139,7 @@ async def test_hmac_signatures_are_checked_over_the_exact_body(
     await tools.register(python_spec("mac", "hmac_signed", signature=signature, env=env))
     good = await tools.call(call("mac", "g", text="ok"), now=NOW)
     assert good.result.status_code == 200 and good.alert is None
-    bad = await tools.call(call("mac", "b", text="ok", tamper=True), now=NOW)
+    bad = await tools.call(alone(call("mac", "b", text="ok", tamper=True)), now=NOW)
     assert bad.result.status_code == 502
     assert bad.alert == "verification failed: signature: HMAC-SHA256 does not match the body"
     unsigned = python_spec("mac2", "echo", signature=signature)
@@ -161,12 +161,12 @@ async def test_ed25519_signatures_are_checked_with_the_public_key(
     await tools.register(python_spec("ed", "ed25519_signed", signature=signature, env=env))
     good = await tools.call(call("ed", "g", text="好"), now=NOW)
     assert good.result.status_code == 200 and good.result.verified
-    bad = await tools.call(call("ed", "b", text="好", tamper=True), now=NOW)
+    bad = await tools.call(alone(call("ed", "b", text="好", tamper=True)), now=NOW)
     assert bad.result.status_code == 502
     assert bad.alert == "verification failed: signature: Ed25519 signature does not match the body"
     other = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     environ["HERMES_TEST_TOOL_ED25519_PUBLIC"] = base64.b64encode(other).decode()
-    wrong_key = await tools.call(call("ed", "w", text="好"), now=NOW)
+    wrong_key = await tools.call(alone(call("ed", "w", text="好")), now=NOW)
     assert wrong_key.result.status_code == 502
 
 

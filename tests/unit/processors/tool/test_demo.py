@@ -21,7 +21,7 @@ from hermesbus.processors.tool.demo import (
 )
 from hermesbus.processors.tool.demo.fixtures import DEMO_USER_ID
 
-from .test_executor import NOW, call
+from .test_executor import NOW, alone, call
 
 FILES = [
     {"name": "photo-1.jpg", "uri": "demo://expense/photo-1.jpg"},
@@ -154,7 +154,7 @@ async def test_a_result_signed_with_another_key_is_discarded(
     demo: ToolService, demo_environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(demo_environ, DEMO_VERIFY_ENV, demo_keys()[DEMO_VERIFY_ENV])
-    report = await demo.call(call("org_tool", "k", user_id=DEMO_USER_ID), now=NOW)
+    report = await demo.call(alone(call("org_tool", "k", user_id=DEMO_USER_ID)), now=NOW)
     assert report.result.status_code == 502
     assert "Ed25519 signature does not match" in (report.alert or "")
 

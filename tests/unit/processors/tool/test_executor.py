@@ -25,6 +25,11 @@ def call(tool: str, key: str, **arguments: object) -> ToolCall:
     return ToolCall(tool=tool, arguments_json=json.dumps(arguments), idempotency_key=key)
 
 
+def alone(tool_call: ToolCall) -> ToolCall:
+    """The call with no fallback allowed: what the tool itself answered is the result."""
+    return tool_call.model_copy(update={"fallback_allowed": False})
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

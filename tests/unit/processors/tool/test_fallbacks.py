@@ -118,11 +118,17 @@ async def test_none_returns_the_failure(tmp_path: Path, environ: dict[str, str])
         assert report.result.error == "RuntimeError: the backend is down"
 
 
-async def test_a_verification_failure_is_not_hidden_by_a_fallback(tools: ToolService) -> None:
+async def test_a_verification_failure_is_alerted_and_answered_by_the_fallback(
+    tools: ToolService,
+) -> None:
+    """The result that failed verification is discarded and alerted all the same; the
+    fallback answers, marked as such (the user is told; memory never takes it)."""
     await tools.register(python_spec("shape", "wrong_shape"))  # mock fallback
     report = await tools.call(call("shape", "k"), now=NOW)
-    assert report.result.status_code == 502 and report.result.fallback is None
-    assert report.alert is not None
+    assert report.result.status_code == 200 and report.result.fallback == "mock"
+    assert json.loads(report.result.result_json) == {"echo": "mocked"}
+    assert (report.alert or "").startswith("verification failed: output_schema: echo")
+    assert report.alert_code == "verification_failed"
 
 
 async def test_a_cache_entry_from_the_future_is_not_fresh(

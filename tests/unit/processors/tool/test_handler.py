@@ -86,12 +86,14 @@ async def test_a_redelivered_envelope_gets_the_same_answer(
 
 
 async def test_a_failed_verification_also_raises_an_alert(tools: ToolService) -> None:
-    await tools.register(python_spec("shape", "wrong_shape"))
+    """The discarded result is alerted; its fallback answers the dispatcher, marked."""
+    await tools.register(python_spec("shape", "wrong_shape"))  # mock fallback
     outcome = await handle(run(dispatched("shape", {}), tools))
     answer, alert = outcome.emit
     result = answer.payload.body
     assert isinstance(result, ToolResult)
-    assert (result.status_code, result.verified, result.result_json) == (502, False, "null")
+    assert (result.status_code, result.fallback) == (200, "mock")
+    assert json.loads(result.result_json) == {"echo": "mocked"}
     assert (alert.source, alert.target) == ("tool:shape", "alerts:tool")
     report = alert.payload.body
     assert isinstance(report, ErrorReport)

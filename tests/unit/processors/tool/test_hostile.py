@@ -21,7 +21,7 @@ from hermesbus.processors.tool import (
 )
 
 from .conftest import MODULES, python_spec
-from .test_executor import NO_FALLBACK, NOW, call
+from .test_executor import NO_FALLBACK, NOW, alone, call
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -57,7 +57,7 @@ async def test_arguments_over_the_cap_are_a_400(tmp_path: Path, environ: dict[st
 
 async def test_a_deeply_nested_result_is_a_json_verification_failure(tools: ToolService) -> None:
     await tools.register(python_spec("deep", "deep_result", output_schema={}))
-    report = await tools.call(call("deep", "k"), now=NOW)
+    report = await tools.call(alone(call("deep", "k")), now=NOW)
     assert report.result.status_code == 502 and report.result.result_json == "null"
     assert (report.alert or "").startswith("verification failed: json: ")
 

@@ -17,7 +17,7 @@ from hermesbus.errors import AdmissionError
 from hermesbus.processors.tool import Fallback, SignatureConfig, ToolService, ToolSpec
 
 from .conftest import ECHO_IN, ECHO_OUT, SAMPLES
-from .test_executor import NOW, call
+from .test_executor import NOW, alone, call
 
 SECRET = "http-tool-secret"  # noqa: S105 - a test key
 KEY_ENV = "HERMES_TEST_HTTP_TOOL_KEY"
@@ -122,7 +122,7 @@ async def test_a_signed_call_is_verified_and_released(tools: ToolService, server
 
 async def test_a_bad_signature_header_discards_the_result(tools: ToolService, server: str) -> None:
     await tools.register(http_spec(server))
-    report = await tools.call(call("web_echo", "k", text="tamper"), now=NOW)
+    report = await tools.call(alone(call("web_echo", "k", text="tamper")), now=NOW)
     assert report.result.status_code == 502 and report.result.result_json == "null"
     assert report.alert == "verification failed: signature: HMAC-SHA256 does not match the body"
 

@@ -18,7 +18,7 @@ from hermesbus.processors.tool import Fallback, HttpExecutor, ToolService, ToolS
 from hermesbus.processors.tool._http import join_url
 
 from .conftest import ECHO_IN, ECHO_OUT, SAMPLES
-from .test_executor import NOW, call
+from .test_executor import NOW, alone, call
 
 EMPTY_CACHE = Fallback(strategy="cache", stale_after_s=5)
 
@@ -157,7 +157,7 @@ async def test_a_dripping_server_meets_the_overall_deadline(
 
 async def test_a_body_over_the_cap_is_a_502(tools: ToolService, server: str) -> None:
     await tools.register(spec(server, "/big", max_result_bytes=1024))
-    report = await tools.call(call("web", "k"), now=NOW)
+    report = await tools.call(alone(call("web", "k")), now=NOW)
     assert report.result.status_code == 502
     assert "the response is over 4096 bytes" in (report.result.error or "")
 

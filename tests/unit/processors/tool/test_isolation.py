@@ -17,7 +17,7 @@ from hermesbus.errors import AdmissionError
 from hermesbus.processors.tool import Fallback, ToolService, ToolSettings
 
 from .conftest import SAMPLES, python_spec
-from .test_executor import NO_FALLBACK, NOW, PATH_IN_ANY, call
+from .test_executor import NO_FALLBACK, NOW, PATH_IN_ANY, alone, call
 
 
 def gone(pid: int) -> bool:
@@ -150,7 +150,9 @@ async def test_a_slow_verifier_neither_stalls_the_loop_nor_passes(tools: ToolSer
             stalls.append(now - last)
             last = now
 
-    _, report = await asyncio.gather(ticker(), tools.call(call("slowver", "k", text="x"), now=NOW))
+    _, report = await asyncio.gather(
+        ticker(), tools.call(alone(call("slowver", "k", text="x")), now=NOW)
+    )
     assert max(stalls) < 0.5
     assert report.result.status_code == 502 and report.result.result_json == "null"
     assert report.alert is not None and "timed out after 1 s" in report.alert
