@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import difflib
 import json
+import math
 import shlex
 import tempfile
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from rich.table import Table
 from hermesbus.base.storemark import MarkBook
 from hermesbus.compose.backends import tool_store, tool_store_exists
 from hermesbus.compose.settings import Settings
+from hermesbus.compose.stack import tool_environ
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError, ConfigError
 from hermesbus.processors.dispatcher import result_notices
@@ -130,7 +132,7 @@ async def _scratch(settings: Settings, debug: bool) -> AsyncIterator[ToolService
         home = Path(scratch)
         tool_settings = settings.tool.model_copy(update={"home": home})
         store = SqliteToolStore(settings=tool_settings, book=MarkBook(home))
-        environ = settings.tool_env.revealed()
+        environ = tool_environ(settings, fresh=False, copying=True)  # the demo's keys too
         async with ToolService(store, tool_settings, environ=environ, debug=debug or None) as tools:
             yield tools
 
@@ -140,7 +142,7 @@ async def _proven(tools: ToolService, names: list[str], budget_s: float) -> list
     reports = []
     for name in names:
         try:
-            reports.append(await chaos(tools, name, budget_s=budget_s))
+            reports.append(await chaos(tools, name, budget_s=budget_s, recover_s=_RECOVER_S))
         except ValueError as exc:
             raise AdmissionError(f"tool {name!r} cannot be checked with --chaos: {exc}") from exc
     return reports
@@ -504,6 +506,8 @@ _APPROVE_TRIES = 3
 
 _BUDGET_S = 1.0
 """What a call that waits out a fault gets, at most (seconds)."""
+_RECOVER_S = 60.0
+"""How long a tool has to answer itself again after a fault (seconds)."""
 
 
 @app.command("chaos")
@@ -520,6 +524,9 @@ def chaos_command(
     budget: Annotated[
         float, typer.Option(help="Seconds a call that waits out a fault gets (at most).")
     ] = _BUDGET_S,
+    recover: Annotated[
+        float, typer.Option(help="Seconds the tool has to answer itself again after a fault.")
+    ] = _RECOVER_S,
     home: HomeOption = None,
 ) -> None:
     """Run a tool through injected faults and say, per fault, whether its fallback answered
@@ -541,16 +548,19 @@ def chaos_command(
     unknown = [f for f in fault or [] if f not in FAULTS]
     if unknown:
         raise fail(f"unknown --fault {', '.join(unknown)}: the faults are {', '.join(FAULTS)}", 2)
-    if budget <= 0:
-        raise fail(f"--budget must be above 0 seconds (got {budget:g})", 2)
+    for flag, seconds in (("--budget", budget), ("--recover", recover)):
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise fail(f"{flag} must be a number of seconds above 0 (got {seconds:g})", 2)
     with errors():
         settings = _settings(home)
         nothing = _no_state(settings)
         if nothing is not None:
             raise fail(nothing, 1)
         faults = tuple(fault) if fault else FAULTS
-        report = asyncio.run(_chaos(settings, name, given, faults, budget))
+        report = asyncio.run(_chaos(settings, name, given, faults, (budget, recover)))
     _show(report)
+    if report.baseline is None and not any(outcome.applies for outcome in report.outcomes):
+        raise fail(f"{name}: none of these faults applies to it: nothing was injected", 1)
     if not report.passed:
         raise fail(f"{name}: its fallback did not answer every injected fault (above)", 1)
     console.print(f"[green]ok[/green]: every fault was answered by {name}'s fallback")
@@ -561,7 +571,7 @@ async def _chaos(
     name: str,
     arguments: dict[str, Any] | None,
     faults: tuple[str, ...],
-    budget_s: float,
+    seconds: tuple[float, float],
 ) -> ChaosReport:
     async with tool_store(settings) as store:
         spec = await store.get_spec(name)
@@ -575,7 +585,10 @@ async def _chaos(
         )
     async with _scratch(settings, settings.tool.debug) as scratch:
         await scratch.store.save_spec(spec)  # admitted already: run as registered
-        return await chaos(scratch, name, arguments, faults=faults, budget_s=budget_s)
+        budget_s, recover_s = seconds
+        return await chaos(
+            scratch, name, arguments, faults=faults, budget_s=budget_s, recover_s=recover_s
+        )
 
 
 def _show(report: ChaosReport) -> None:
@@ -591,6 +604,7 @@ def _show(report: ChaosReport) -> None:
             table.add_row(outcome.fault, outcome.how, "-", "-", "-", "n/a")
             continue
         answered = "-" if result is None else f"{result.status_code} {result.fallback or 'itself'}"
+        answered = f"{outcome.primary} → {answered}"
         if outcome.alerted:
             answered += ", alerted"
         told = "\n".join(result_notices(result)) if result is not None else "-"

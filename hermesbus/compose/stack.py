@@ -60,6 +60,7 @@ __all__ = [
     "memory_in",
     "shadows",
     "stack",
+    "tool_environ",
     "wiring",
 ]
 
@@ -188,7 +189,7 @@ async def stack(
         say(f"signing keys: {keys.source}")
         enter = exits.enter_async_context
         states = store if store is not None else await _state(exits, say, settings)
-        environ = _tool_environ(settings, fresh=demo, copying=copy_tools_from is not None)
+        environ = tool_environ(settings, fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory_stores(settings))
         tools = await enter(tool.ToolService(tool_store(settings), settings.tool, environ=environ))
         violations = dispatcher.Violations()
@@ -332,11 +333,12 @@ def _quiet(_step: str) -> None:
     return None
 
 
-def _tool_environ(settings: Settings, *, fresh: bool, copying: bool) -> dict[str, str]:
+def tool_environ(settings: Settings, *, fresh: bool, copying: bool) -> dict[str, str]:
     """The environment the tools are given: the program's (``settings.tool_env``), with the
     demo tools' signing keys (the workers get the private one, the service verifies with
-    the public one): new for a demo run; for copied tools (they may be the demo's) only
-    when none are set. The process's own environment is left as it is."""
+    the public one): new for a demo run; for copied tools (they may be the demo's, as in a
+    sandbox or a chaos run) only when none are set. The process's own environment is left
+    as it is."""
     environ = settings.tool_env.revealed()
     if fresh or (copying and demo_tools.DEMO_SIGNING_ENV not in environ):
         environ |= demo_tools.demo_keys()

@@ -21,7 +21,12 @@ the tool's own, for this service only):
   timeout and its clean-up (a worker killed; an MCP server that fails its ping killed)
   are what runs; elsewhere the call is held in front of the executor.
 * ``unverified``: the tool's real answer, cut in half (as a damaged transfer would leave
-  it), must fail verification (signature, JSON, schema or verifier) and raise an alert.
+  it, with a stray byte so that it is never JSON), must fail verification (signature,
+  JSON, schema or verifier) and raise an alert.
+
+Each faulted call must also have failed the way its fault makes it fail (past its
+deadline; not by a deadline but by the kill; ...), and raised no alert but the one an
+unverified answer raises.
 
 The faulted calls that wait out a deadline (``latency``, ``hang``) get the budget
 (``budget_s``, at most the tool's timeout), so a run takes seconds, not timeouts; every
@@ -46,6 +51,7 @@ from typing import Any, Final
 from hermesbus.contract.payloads import ToolCall, ToolResult
 from hermesbus.processors.protocol import OK, TIMEOUT, UNAVAILABLE
 from hermesbus.processors.tool._executor import Execution, Executor, Progress
+from hermesbus.processors.tool._mcp import McpUnavailable
 from hermesbus.processors.tool._service import CallReport, ToolService
 from hermesbus.processors.tool._spec import ToolSpec
 
@@ -72,6 +78,9 @@ class FaultOutcome:
     recovered: bool = False
     problems: tuple[str, ...] = ()
     applies: bool = True
+    primary: str = "-"
+    """What the tool's executor answered the faulted call (status: error), before any
+    fallback."""
 
     @property
     def passed(self) -> bool:
@@ -90,7 +99,9 @@ class ChaosReport:
 
     @property
     def passed(self) -> bool:
-        return self.baseline is None and all(o.passed or not o.applies for o in self.outcomes)
+        """The tool answered cleanly, at least one fault applied, and each that did passed."""
+        applied = [outcome for outcome in self.outcomes if outcome.applies]
+        return self.baseline is None and bool(applied) and all(o.passed for o in applied)
 
 
 async def chaos(
@@ -106,6 +117,8 @@ async def chaos(
     its spec's ``sample_arguments``). ``tools`` should be a service of its own over a
     scratch store: the faults' failures count in the tool's health there."""
     unknown = [fault for fault in faults if fault not in FAULTS]
+    if not faults:
+        raise ValueError(f"no fault to inject: the faults are {', '.join(FAULTS)}")
     if unknown:
         raise ValueError(f"unknown faults {unknown}: the faults are {', '.join(FAULTS)}")
     spec = await tools.store.get_spec(name)
@@ -141,46 +154,39 @@ class _Run:
         self.budget_s, self.recover_s = budget_s, recover_s
         self.strategy = spec.fallback.strategy if spec.fallback is not None else "none"
 
-    async def call(self, *, budget: bool = False) -> CallReport:
-        key = f"chaos-{self.spec.name}-{uuid.uuid4().hex}"  # every call new: none replayed
-        request = ToolCall(
-            tool=self.spec.name, arguments_json=_json(self.arguments), idempotency_key=key
-        )
-        timeout_ms = int(self.budget_s * 1000) if budget else 0
-        return await self.tools.call(request, now=datetime.now(UTC), timeout_ms=timeout_ms)
-
     async def fault(self, fault: str) -> FaultOutcome:
-        pids = await self._processes()
+        try:
+            pids = await self._processes()
+        except McpUnavailable as exc:
+            return FaultOutcome(fault, "not injected", problems=(f"its server is away: {exc}",))
+        watch: _Front
         if fault == "error":
-            how = "the tool answers 503 (in front of its executor)"
-            report = await self._through(_Answers503(), budget=True)
+            how, watch = "the tool answers 503 (in front of its executor)", _Answers503()
+            report = await self.call(budget=True, front=watch)
         elif fault == "unverified":
-            how = "the tool's answer cut in half (in front of its executor)"
-            report = await self._through(_Cut(), budget=False)  # a real answer, in full time
+            how, watch = "the tool's answer cut in half (in front of its executor)", _Cut()
+            report = await self.call(front=watch)  # a real answer, in the tool's own time
         elif not pids and fault == "killed":
             why = "no process of its own here to kill (an HTTP tool or MCP server)"
             return FaultOutcome(fault, why, applies=False)
         elif not pids:
             held = "until past its deadline" if fault == "latency" else "for good"
             how = f"the answer held back {held} (in front of its executor: no process here)"
-            report = await self._through(
-                _Held(_PAST_S if fault == "latency" else None), budget=True
-            )
+            watch = _Held(_PAST_S if fault == "latency" else None)
+            report = await self.call(budget=True, front=watch)
         elif fault == "killed":
-            how, report = await self._killed()
+            watch = _Front()
+            how, report = await self._killed(watch)
         else:
+            watch = _Front()
             resumed = self.budget_s + _PAST_S if fault == "latency" else None
             how = (
                 f"its process stopped for {resumed:g} s, past the call's {self.budget_s:g} s"
                 if resumed is not None
                 else "its process stopped for good"
             )
-            report = await self._stopped(resumed, budget=True)
-        return await self._outcome(fault, how, report)
-
-    async def _through(self, front: _Front, *, budget: bool) -> CallReport:
-        async with self.tools.injected(self.spec.name, front.wrap):
-            return await self.call(budget=budget)
+            report = await self._stopped(pids, resumed, watch)
+        return await self._outcome(fault, how, report, watch.seen)
 
     async def _processes(self) -> tuple[int, ...]:
         """The pids of the processes the tool's next call may run in (started now: every
@@ -197,43 +203,72 @@ class _Run:
             return () if connection.pid is None else (connection.pid,)
         return ()
 
-    async def _stopped(self, resume_after_s: float | None, *, budget: bool) -> CallReport:
-        """The call, its process stopped first (resumed after ``resume_after_s``, or left
-        stopped: the executor's clean-up is what ends it)."""
-        pids = await self._processes()
+    async def _stopped(
+        self, pids: tuple[int, ...], resume_after_s: float | None, watch: _Front
+    ) -> CallReport:
+        """The call under the budget, its processes stopped first: resumed after
+        ``resume_after_s``, or left stopped (``hang``) until the executor's clean-up is
+        done (a worker killed at once; an MCP server once its ping had its grace), then
+        resumed, so that a worker the call did not use is not left stopped."""
         _signal(pids, signal.SIGSTOP)
+        call = asyncio.ensure_future(self.call(budget=True, front=watch))
         try:
-            call = asyncio.ensure_future(self.call(budget=budget))
             if resume_after_s is not None:
                 await asyncio.sleep(resume_after_s)
                 _signal(pids, signal.SIGCONT)
-            return await call
-        finally:
-            if resume_after_s is not None:
-                _signal(pids, signal.SIGCONT)
+            report = await call
+            if resume_after_s is None and self.spec.mcp is not None:
+                await self.tools.connection(self.spec).settled(self.recover_s)
+        finally:  # never leave a process stopped behind
+            _signal(pids, signal.SIGCONT)
+            call.cancel()
+        return report
 
-    async def _killed(self) -> tuple[str, CallReport]:
+    async def _killed(self, watch: _Front) -> tuple[str, CallReport]:
+        """The call in the tool's own time, its processes stopped first and killed while it
+        waits on them; tried again later into the call when it did not wait on them yet."""
         report: CallReport | None = None
-        after = _KILL_AFTER_S[0]
-        for after in _KILL_AFTER_S:
+        after = 0.0
+        for delay in _KILL_AFTER_S:
+            after = min(delay, self.spec.timeout_s / 4)  # well before its own deadline
             pids = await self._processes()
             _signal(pids, signal.SIGSTOP)
-            call = asyncio.ensure_future(self.call())
-            await asyncio.sleep(after)
-            _signal(pids, signal.SIGKILL)
+            call = asyncio.ensure_future(self.call(front=watch))
+            try:
+                await asyncio.sleep(after)
+            finally:  # killed whatever happens: never left stopped
+                _signal(pids, signal.SIGKILL)
             report = await call
             if not _itself(report.result):
                 break  # the call was under way: the kill reached it
             await self._recovered()
         assert report is not None  # noqa: S101 - at least one attempt
-        how = f"its process stopped, then killed {after:g} s into the call"
-        return how, report
+        return f"its process stopped, then killed {after:g} s into the call", report
 
-    async def _outcome(self, fault: str, how: str, report: CallReport) -> FaultOutcome:
+    async def call(self, *, budget: bool = False, front: _Front | None = None) -> CallReport:
+        """One call with the sample arguments (a new idempotency key each time: never a
+        replay); ``budget``: under the budget, not the tool's own timeout; ``front``: in
+        front of the tool's executor."""
+        key = f"chaos-{self.spec.name}-{uuid.uuid4().hex}"
+        request = ToolCall(
+            tool=self.spec.name, arguments_json=_json(self.arguments), idempotency_key=key
+        )
+        timeout_ms = int(self.budget_s * 1000) if budget else 0
+        if front is None:
+            return await self.tools.call(request, now=datetime.now(UTC), timeout_ms=timeout_ms)
+        async with self.tools.injected(self.spec.name, front.wrap):
+            return await self.tools.call(request, now=datetime.now(UTC), timeout_ms=timeout_ms)
+
+    async def _outcome(
+        self, fault: str, how: str, report: CallReport, seen: Execution | None
+    ) -> FaultOutcome:
         result = report.result
         problems = []
+        cause = _cause_problem(fault, seen)
         if _itself(result):
             problems.append("the fault did not reach the call: the tool answered itself")
+        elif cause is not None:
+            problems.append(cause)
         elif result.status_code != OK or result.fallback is None:
             problems.append(
                 f"no fallback answered ({result.status_code}: {result.error or 'no error'})"
@@ -244,14 +279,19 @@ class _Run:
             problems.append("the cached answer is not marked stale")
         if fault == "unverified" and report.alert is None:
             problems.append("the answer that failed verification raised no alert")
+        elif fault != "unverified" and report.alert is not None:
+            problems.append(f"an alert was raised: {report.alert}")
         recovered, why = await self._recovered()
         if not recovered:
-            problems.append(
-                f"the tool did not answer itself again within {self.recover_s:g} s ({why})"
-            )
-        return FaultOutcome(
-            fault, how, result, report.alert is not None, recovered, tuple(problems)
+            within = f"within {self.recover_s:g} s"
+            problems.append(f"the tool did not answer itself again {within} ({why})")
+        primary = (
+            "-" if seen is None else f"{seen.status}" + (f": {seen.error}" if seen.error else "")
         )
+        return FaultOutcome(
+            fault, how, result, report.alert is not None, recovered, tuple(problems),
+            primary=primary,
+        )  # fmt: skip
 
     async def _recovered(self) -> tuple[bool, str]:
         """Whether the tool answers itself again (a worker restarted, a session reopened)
@@ -265,6 +305,20 @@ class _Run:
             if time.monotonic() >= deadline:
                 return False, why
             await asyncio.sleep(_RECOVER_EVERY_S)
+
+
+def _cause_problem(fault: str, seen: Execution | None) -> str | None:
+    """Why the executor's answer is not the one the fault should cause (None: it is)."""
+    if seen is None:
+        return "the fault did not reach the tool's executor"
+    said = f"{seen.status}: {seen.error or 'no error'}"
+    if fault in ("latency", "hang") and seen.status != TIMEOUT:
+        return f"the call failed otherwise than past its deadline ({said})"
+    if fault == "killed" and (seen.ok or "timed out" in seen.error):
+        return f"the call did not fail by its process being killed ({said})"
+    if fault == "unverified" and not seen.ok:
+        return f"the tool did not answer, so nothing was cut ({said})"
+    return None
 
 
 def _itself(result: ToolResult) -> bool:
@@ -289,6 +343,8 @@ class _Front:
 
     def __init__(self) -> None:
         self.real: Executor | None = None
+        self.seen: Execution | None = None
+        """What the executor (or this front in its place) answered the last call."""
 
     def wrap(self, real: Executor) -> Executor:
         self.real = real
@@ -306,7 +362,8 @@ class _Front:
         assert self.real is not None  # noqa: S101 - wrapped before use
         if role != "call":
             return await self.real.run(role, arguments, timeout_s, key, progress=progress)
-        return await self._call(self.real, arguments, timeout_s, key, progress)
+        self.seen = await self._call(self.real, arguments, timeout_s, key, progress)
+        return self.seen
 
     async def _call(
         self,
@@ -336,7 +393,8 @@ class _Cut(_Front):
         execution = await real.run("call", arguments, timeout_s, key, progress=progress)
         if not execution.ok:
             return execution
-        return dataclasses.replace(execution, body=execution.body[: len(execution.body) // 2])
+        cut = execution.body[: len(execution.body) // 2] + b"\x00"  # never JSON, whatever it was
+        return dataclasses.replace(execution, body=cut)
 
 
 class _Held(_Front):

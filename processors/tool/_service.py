@@ -567,12 +567,15 @@ class ToolService(Service):
             raise ToolError(f"tool {tool!r} is not registered")
         key = (tool, "main")
         own = self._executor(spec, "main")
-        self._executors[key] = (spec, front(own))
+        placed = (spec, front(own))
+        self._executors[key] = placed
         try:
             yield
         finally:
-            if key in self._executors:
+            if self._executors.get(key) is placed:
                 self._executors[key] = (spec, own)
+            else:  # the tool was registered anew meanwhile: its own executor is retired
+                await own.close()
 
     def _executor(self, spec: ToolSpec, role: str) -> Executor:
         key = (spec.name, role)

@@ -77,6 +77,12 @@ async def test_every_demo_tool_answers_each_fault_with_its_fallback(demo: ToolSe
             assert outcome.applies and outcome.recovered and outcome.result is not None
             assert outcome.result.fallback == report.strategy
             assert outcome.alerted == (outcome.fault == "unverified")
+        primary = {outcome.fault: outcome.primary for outcome in report.outcomes}
+        assert primary["latency"].startswith(f"504: {report.tool} timed out after 1 s")
+        assert primary["hang"].startswith(f"504: {report.tool} timed out after 1 s")
+        assert primary["killed"].startswith(f"503: {report.tool}: worker exited"), said(report)
+        assert primary["error"] == "503: injected: the tool answered 503 Service Unavailable"
+        assert primary["unverified"] == "200"  # cut after it answered
         if report.strategy == "cache":
             assert all(o.result is not None and o.result.stale for o in report.outcomes)
 
@@ -158,9 +164,23 @@ def test_chaos_refuses_bad_arguments_with_exit_2(home: Path) -> None:
         (["--fault", "meteor"], "unknown --fault meteor"),
         (["--arguments", "[1]"], "--arguments must be a JSON object"),
         (["--arguments", "{"], "--arguments is not JSON"),
-        (["--budget", "0"], "--budget must be above 0"),
+        (["--budget", "0"], "--budget must be a number of seconds above 0"),
+        (["--recover", "nan"], "--recover must be a number of seconds above 0"),
     ):
         code, out = run("tools", "chaos", "sound", *args)
         assert (code, said in out) == (2, True), out
     code, out = run("tools", "chaos", "ghost_tool")
     assert code == 1 and "tool 'ghost_tool' is not registered" in out
+
+
+def test_chaos_on_the_demo_tools_from_the_command_line_needs_no_keys(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scratch service makes the demo's signing keys when none are set, as `up` does."""
+    for variable in ("HERMES_DEMO_SIGNING_KEY", "HERMES_DEMO_VERIFY_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    assert run("tools", "register", "--demo")[0] == 0
+    code, out = run("tools", "chaos", "rule_engine_tool", "--fault", "killed", "--fault", "error")
+    assert code == 0, out
+    assert "ok: every fault was answered by rule_engine_tool's fallback" in out
+    assert "exited" in out and "降级数据" in out  # the kill, what the user is told (wrapped)

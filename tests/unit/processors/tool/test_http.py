@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 from hermesbus.errors import AdmissionError
-from hermesbus.processors.tool import Fallback, SignatureConfig, ToolService, ToolSpec
+from hermesbus.processors.tool import Fallback, SignatureConfig, ToolService, ToolSpec, chaos
 
 from .conftest import ECHO_IN, ECHO_OUT, SAMPLES
 from .test_executor import NOW, alone, call
@@ -152,3 +152,22 @@ async def test_the_health_endpoint_is_probed(tools: ToolService, server: str) ->
     assert health is not None
     assert (health.latency_ms, health.success_rate, health.quota_remaining) == (5.0, 0.97, 99)
     assert health.healthy and not health.slow
+
+
+async def test_chaos_on_an_http_tool_holds_answers_in_front_and_kills_nothing(
+    tools: ToolService, server: str
+) -> None:
+    """No process of its own here: latency and a hang are held in front of the executor,
+    and there is nothing to kill; the rest reach the real tool."""
+    mock = Fallback(strategy="mock", mock_result={"echo": "mocked"})
+    await tools.register(http_spec(server, fallback=mock, sample_arguments={"text": "hi"}))
+    report = await chaos(tools, "web_echo", recover_s=60.0)
+    assert report.passed, report
+    outcomes = {outcome.fault: outcome for outcome in report.outcomes}
+    assert not outcomes["killed"].applies and "no process of its own" in outcomes["killed"].how
+    for fault in ("latency", "hang"):
+        assert "held back" in outcomes[fault].how
+        assert outcomes[fault].primary.startswith("504: web_echo timed out after 1 s")
+    assert outcomes["unverified"].alerted
+    assert outcomes["unverified"].result is not None
+    assert outcomes["unverified"].result.fallback == "mock"
