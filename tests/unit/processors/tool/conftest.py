@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from hermesbus.base.storemark import MarkBook
+from hermesbus.cli import app
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.processors.tool import Fallback, ToolService, ToolSettings, ToolSpec
 
@@ -65,3 +67,17 @@ async def tools(settings: ToolSettings, environ: dict[str, str]) -> AsyncIterato
     store = SqliteToolStore(settings=settings, book=MarkBook(settings.home))
     async with ToolService(store, settings, environ=environ) as service:
         yield service
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``HERMES_HOME`` for the CLI's commands: a tmp folder (``HERMES_DEBUG`` unset)."""
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    monkeypatch.delenv("HERMES_DEBUG", raising=False)
+    return tmp_path
+
+
+def run(*args: str) -> tuple[int, str]:
+    """``hermesbus ARGS`` in this process: its exit code and what it printed."""
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from hermesbus.base.storemark import MarkBook
-from hermesbus.cli import app
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.processors.tool import (
     FAULTS,
@@ -30,7 +28,7 @@ from hermesbus.processors.tool.demo import (
     register_demo,
 )
 
-from .conftest import ECHO_IN, ECHO_OUT, MODULES, SAMPLES, python_spec
+from .conftest import MODULES, SAMPLES, python_spec, run
 
 GENEROUS_S = 60.0
 """Not about timing: how long a tool may take to answer itself again after a fault."""
@@ -43,18 +41,6 @@ def said(report: ChaosReport) -> str:
         answered = f"{result.status_code} {result.fallback} {result.error}" if result else "-"
         lines.append(f"  {outcome.fault}: {outcome.how} -> {answered}; {outcome.problems}")
     return "\n".join(lines)
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    monkeypatch.delenv("HERMES_DEBUG", raising=False)
-    return tmp_path
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
 
 
 @pytest.fixture
@@ -120,19 +106,10 @@ async def test_a_tool_without_sample_arguments_is_refused(demo: ToolService) -> 
 
 
 def _spec_file(home: Path, name: str, fallback: dict[str, object]) -> Path:
-    spec = {
-        "name": name,
-        "kind": "python",
-        "target": f"{SAMPLES}:echo",
-        "input_schema": ECHO_IN,
-        "output_schema": ECHO_OUT,
-        "health": f"{SAMPLES}:probe",
-        "verifier": f"{SAMPLES}:verify",
-        "fallback": fallback,
-        "sample_arguments": {"text": "hi"},
-    }
+    """The sample echo tool's spec as a YAML file, with ``fallback`` and sample arguments."""
+    spec = python_spec(name, "echo", fallback=fallback, sample_arguments={"text": "hi"})
     path = home / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
     return path
 
 

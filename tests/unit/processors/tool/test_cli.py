@@ -5,27 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
-from typer.testing import CliRunner
 
-from hermesbus.cli import app
-
-from .conftest import ECHO_IN, ECHO_OUT, SAMPLES
-
-runner = CliRunner()
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    monkeypatch.delenv("HERMES_DEBUG", raising=False)
-    return tmp_path
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
+from .conftest import ECHO_IN, ECHO_OUT, SAMPLES, run
 
 
 def test_register_from_a_yaml_spec_then_list(home: Path) -> None:
