@@ -43,7 +43,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -172,7 +172,7 @@ class _Run:
         elif not pids:
             held = "until past its deadline" if fault == "latency" else "for good"
             how = f"the answer held back {held} (in front of its executor: no process here)"
-            watch = _Held(_PAST_S if fault == "latency" else None)
+            watch = _Held(self.spec.name)
             report = await self.call(budget=True, front=watch)
         elif fault == "killed":
             watch = _Front()
@@ -251,7 +251,9 @@ class _Run:
         front of the tool's executor."""
         key = f"chaos-{self.spec.name}-{uuid.uuid4().hex}"
         request = ToolCall(
-            tool=self.spec.name, arguments_json=_json(self.arguments), idempotency_key=key
+            tool=self.spec.name,
+            arguments_json=json.dumps(self.arguments, ensure_ascii=False),
+            idempotency_key=key,
         )
         timeout_ms = int(self.budget_s * 1000) if budget else 0
         if front is None:
@@ -326,10 +328,6 @@ def _itself(result: ToolResult) -> bool:
     return result.status_code == OK and result.fallback is None
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
 def _signal(pids: tuple[int, ...], signum: signal.Signals) -> None:
     """Signal each process group (a worker or a server runs in one of its own); one that
     is gone already is fine."""
@@ -398,26 +396,15 @@ class _Cut(_Front):
 
 
 class _Held(_Front):
-    """The answer held back ``past_s`` beyond the deadline (None: for good)."""
+    """No answer within the deadline (late or never: the caller cannot tell them apart),
+    so the call ends at its deadline as a 504, the tool's executor never reached."""
 
-    def __init__(self, past_s: float | None) -> None:
+    def __init__(self, tool: str) -> None:
         super().__init__()
-        self._past_s = past_s
+        self._tool = tool
 
     async def _call(
         self, real: Executor, arguments: Any, timeout_s: float, key: str, progress: Progress | None
     ) -> Execution:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await (asyncio.sleep(timeout_s + self._past_s) if self._past_s else _forever())
-                return await real.run("call", arguments, timeout_s, key, progress=progress)
-        except TimeoutError:
-            return Execution(TIMEOUT, error=f"{self.real_name} timed out after {timeout_s:g} s")
-
-    @property
-    def real_name(self) -> str:
-        return str(getattr(self.real, "name", "the tool"))
-
-
-def _forever() -> Awaitable[None]:
-    return asyncio.get_running_loop().create_future()
+        await asyncio.sleep(timeout_s)  # what comes later (or never) is past the deadline
+        return Execution(TIMEOUT, error=f"{self._tool} timed out after {timeout_s:g} s")

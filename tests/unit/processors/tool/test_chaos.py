@@ -25,10 +25,11 @@ from hermesbus.processors.tool.demo import (
     demo_keys,
     demo_mcp_document,
     demo_mcp_server,
-    register_demo,
+    demo_specs,
 )
 
 from .conftest import MODULES, SAMPLES, python_spec, run
+from .test_mcp import generous
 
 GENEROUS_S = 60.0
 """Not about timing: how long a tool may take to answer itself again after a fault."""
@@ -52,7 +53,8 @@ async def demo(tmp_path: Path) -> AsyncIterator[ToolService]:
 
 
 async def test_every_demo_tool_answers_each_fault_with_its_fallback(demo: ToolService) -> None:
-    await register_demo(demo)
+    for spec in demo_specs():  # not about timing: only the faults' budget (1 s) is tight
+        await demo.register(spec.model_copy(update={"timeout_s": GENEROUS_S}))
     reports = await asyncio.gather(
         *(chaos(demo, name, recover_s=GENEROUS_S) for name in DEMO_TOOLS)
     )
@@ -76,7 +78,7 @@ async def test_every_demo_tool_answers_each_fault_with_its_fallback(demo: ToolSe
 async def test_a_demo_tool_served_over_mcp_answers_each_fault_with_its_fallback(
     demo: ToolService,
 ) -> None:
-    await demo.register_mcp(demo_mcp_document(), demo_mcp_server())
+    await demo.register_mcp(generous(demo_mcp_document()), demo_mcp_server())
     report = await chaos(demo, "org_tool", recover_s=GENEROUS_S)
     assert report.passed, said(report)
     assert all(outcome.applies for outcome in report.outcomes)  # a stdio server: a process
@@ -85,7 +87,7 @@ async def test_a_demo_tool_served_over_mcp_answers_each_fault_with_its_fallback(
 async def test_a_fallback_that_cannot_answer_fails_and_says_why(demo: ToolService) -> None:
     """A proxy whose backup fails too: every fault is a failure, named."""
     backup = Fallback(strategy="proxy", backup=f"{SAMPLES}:crash")
-    await demo.register(python_spec("fragile", "echo", fallback=backup))
+    await demo.register(python_spec("fragile", "echo", fallback=backup, timeout_s=GENEROUS_S))
     report = await chaos(demo, "fragile", {"text": "hi"}, recover_s=GENEROUS_S)
     assert not report.passed and report.baseline is None
     for outcome in report.outcomes:
@@ -107,7 +109,9 @@ async def test_a_tool_without_sample_arguments_is_refused(demo: ToolService) -> 
 
 def _spec_file(home: Path, name: str, fallback: dict[str, object]) -> Path:
     """The sample echo tool's spec as a YAML file, with ``fallback`` and sample arguments."""
-    spec = python_spec(name, "echo", fallback=fallback, sample_arguments={"text": "hi"})
+    spec = python_spec(
+        name, "echo", fallback=fallback, sample_arguments={"text": "hi"}, timeout_s=GENEROUS_S
+    )
     path = home / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
     return path

@@ -160,7 +160,8 @@ async def test_chaos_on_an_http_tool_holds_answers_in_front_and_kills_nothing(
     """No process of its own here: latency and a hang are held in front of the executor,
     and there is nothing to kill; the rest reach the real tool."""
     mock = Fallback(strategy="mock", mock_result={"echo": "mocked"})
-    await tools.register(http_spec(server, fallback=mock, sample_arguments={"text": "hi"}))
+    spec = http_spec(server, fallback=mock, sample_arguments={"text": "hi"}, timeout_s=60.0)
+    await tools.register(spec)  # not about timing: only the faults' budget (1 s) is tight
     report = await chaos(tools, "web_echo", recover_s=60.0)
     assert report.passed, report
     outcomes = {outcome.fault: outcome for outcome in report.outcomes}
