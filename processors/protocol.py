@@ -24,6 +24,11 @@ A **cycle** is one request of the conversation for tool work, answered exactly o
    fast, one ``ErrorReport`` (a 5xx or a timeout cancels the cycle's pending calls).
    A second answer in the same cycle needs a ``Continue`` from the conversation.
 
+A **model round** of a flow's agent state is answered the same way, once: the conversation
+sends a ``ModelRequest`` (``context[CYCLE]``) to the dispatcher, which forwards it to
+``model:chat`` (the tool processor) and the ``ModelAnswer`` back to the requester; the
+tool calls the model chooses then go out as an ordinary cycle.
+
 Outside cycles: the conversation sends ``StateSnapshot`` on every transition and
 ``MemoryWrite`` for mid-term items to the dispatcher, which validates and forwards them
 to ``memory:<tier>``; verified tool results that carry ``RESULT_FACTS`` /
@@ -52,6 +57,8 @@ from hermesbus.contract.payloads import (
     MemoryQuery,
     MemoryTier,
     MemoryWrite,
+    ModelAnswer,
+    ModelRequest,
     Payload,
     Reply,
     StateSnapshot,
@@ -88,6 +95,7 @@ __all__ = [
     "MEMORY",
     "MEMORY_CONTEXT",
     "MEMORY_TOPIC",
+    "MODEL_ADDRESS",
     "MORE",
     "NOT_REGISTERED",
     "OK",
@@ -143,6 +151,9 @@ DISPATCHER_ADDRESS: Final = "mcp:dispatcher"
 USER: Final = "user:app"
 MEMORY_CONTEXT: Final = "memory:context"
 """Where query_context goes; writes go to ``memory:<tier>``."""
+MODEL_ADDRESS: Final = "model:chat"
+"""Where a flow's agent state asks the model (``ModelRequest``): the tool processor, which
+alone speaks to the world outside, calls ``HERMES_LLM_URL`` and answers ``ModelAnswer``."""
 AUDIT: Final = "audit:graph"
 ALERTS: Final = "alerts:tool"
 
@@ -270,7 +281,7 @@ Bodies = tuple[type[BaseModel], ...]
 WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
     CONVERSATION_IN: {
         APP: (UserTurn,),  # apps speak only here, and only as the user
-        DISPATCHER: (ToolResults, ErrorReport),  # one answer per cycle, or a refusal
+        DISPATCHER: (ToolResults, ErrorReport, ModelAnswer),  # one answer per cycle, or a refusal
         CONVERSATION: (TimerFired,),  # its own durable timers
     },
     CONVERSATION_OUT: {
@@ -278,12 +289,12 @@ WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
         DISPATCHER: (Reply,),  # notices ("ocr_tool is slow, about 30 s")
     },
     DISPATCHER_TOPIC: {
-        CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue),
-        TOOL: (ToolResult, ErrorReport),  # an error report only as a pause notice
+        CONVERSATION: (ToolCall, StateSnapshot, MemoryWrite, Continue, ModelRequest),
+        TOOL: (ToolResult, ErrorReport, ModelAnswer),  # an error report only as a pause notice
         MEMORY: (MemoryContext, ErrorReport),
         DISPATCHER: (TimerFired,),
     },
-    TOOL_TOPIC: {DISPATCHER: (ToolCall,)},  # only the dispatcher calls tools
+    TOOL_TOPIC: {DISPATCHER: (ToolCall, ModelRequest)},  # only the dispatcher calls tools
     MEMORY_TOPIC: {DISPATCHER: (MemoryQuery, MemoryWrite, StateSnapshot)},  # memory trusts it
     AUDIT_TOPIC: {MEMORY: (MemoryWrite,)},
     ALERTS_TOPIC: {who: (ErrorReport,) for who in (CONVERSATION, DISPATCHER, TOOL, MEMORY)},

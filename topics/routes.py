@@ -36,6 +36,7 @@ ROUTES: dict[str, str] = {
     "mcp": "hermes.dispatcher",
     "dispatcher": "hermes.dispatcher",
     "tool": "hermes.tool",
+    "model": "hermes.tool",
     "memory": "hermes.memory",
     "user": CONVERSATION_OUT,
     "app": CONVERSATION_OUT,
@@ -54,9 +55,10 @@ def topic_for(target: str, prefix: str = "") -> str:
     return prefix + topic
 
 
-IDENTITY_ALIASES: dict[str, str] = {"mcp": "dispatcher"}
+IDENTITY_ALIASES: dict[str, str] = {"mcp": "dispatcher", "model": "tool"}
 """Components whose address names differ from the identity that signs for them: the
-dispatcher speaks as ``mcp:dispatcher`` (the design's name for it)."""
+dispatcher speaks as ``mcp:dispatcher`` (the design's name for it), the tool processor
+answers for the model as ``model:chat``."""
 
 
 def identity_of(address: str) -> str:

@@ -20,8 +20,8 @@ from hermesbus.codec import codec_for
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stack import Stack
 from hermesbus.contract.envelope import Envelope
+from hermesbus.demo import agent, tables
 from hermesbus.demo import expense as demo
-from hermesbus.demo import tables
 from hermesbus.processors.flow import expense_hooks as expense
 from hermesbus.processors.memory import Edge, MidTermItem
 from hermesbus.processors.protocol import FLOW_SNAPSHOT
@@ -40,7 +40,8 @@ APPROVER = "person:张主管"
 async def run(running: Stack, settings: Settings) -> bool:
     """Both expense conversations, each reply as it arrives, then each trace and what memory
     holds (read with the program's ``settings``: its keys, its broker's security, its
-    registry); then the table export, a flow that is only a spec."""
+    registry); then the table export, a flow that is only a spec, and the budget assistant,
+    whose model chooses its tools."""
     said = await demo.run(running.bootstrap, running.prefix, _show, settings)
     finished = True
     kafka = settings.kafka.model_copy(update={"bootstrap": running.bootstrap})
@@ -67,11 +68,14 @@ async def run(running: Stack, settings: Settings) -> bool:
         problems = tables.missing(exported) + await _snapshot_lacks(running, exported)
         finished = _report(problems) and finished
         played.append(exported)
+        asked = await _budget(running, settings)
+        finished = _report(agent.missing(asked)) and finished
+        played.append(asked)
     else:
-        finished = _report(["the table-export flow is not registered (see above)"]) and False
+        finished = _report(["the demo's flows are not registered (see above)"]) and False
     finished = _report(running.problems()) and finished
     console.print(
-        "demo: all three conversations finished" if finished else "demo: NOT finished",
+        "demo: all four conversations finished" if finished else "demo: NOT finished",
         soft_wrap=True,
     )
     sessions = " ".join(f"--session {s.conversation.session_id}" for s in played)
@@ -86,6 +90,16 @@ async def _tables(running: Stack, settings: Settings) -> demo.Said:
         settings=settings, bootstrap=running.bootstrap, topic_prefix=running.prefix, name="demo"
     ) as app:
         return await demo.talk(app, tables.conversation(), _show, clock=_now)
+
+
+async def _budget(running: Stack, settings: Settings) -> demo.Said:
+    """The budget assistant: a model chooses the tools (the scripted one, unless
+    ``HERMES_LLM_URL`` names another)."""
+    console.rule("D: 预算助手 (flow budget_agent, an agent state registered by `up --demo`)")
+    async with Client(
+        settings=settings, bootstrap=running.bootstrap, topic_prefix=running.prefix, name="demo"
+    ) as app:
+        return await demo.talk(app, agent.conversation(), _show, clock=_now)
 
 
 async def _snapshot_lacks(running: Stack, said: demo.Said, within_s: float = 15.0) -> list[str]:

@@ -134,6 +134,14 @@ def replay_command(
             "against recorded traffic; the version numbers themselves are not compared.",
         ),
     ] = None,
+    live_model: Annotated[
+        bool,
+        typer.Option(
+            help="With --shadow: ask the model behind HERMES_LLM_URL again for every agent "
+            "state's round (not its recorded answer), to compare a new model against "
+            "recorded traffic: where it answers otherwise, the replay diverges.",
+        ),
+    ] = False,
     source: Annotated[
         str,
         typer.Option(
@@ -164,8 +172,16 @@ def replay_command(
     """
     redriving = redrive_mode or fork is not None
     _check_modes(shadow_mode, redriving, into, fork, set_)
-    if flow_version is not None and redriving:
-        raise fail("--flow-version replays in the shadow (--shadow), not in a redrive", 2)
+    shadow_only = [
+        name
+        for name, given in (
+            ("--flow-version", flow_version is not None),
+            ("--live-model", live_model),
+        )
+        if given
+    ]
+    if shadow_only and redriving:
+        raise fail(f"{shadow_only[0]} replays in the shadow (--shadow), not in a redrive", 2)
     changes = Fork(fork, dict(_assignment(text) for text in set_ or ())) if fork else None
     if source not in ("auto", "broker", "archive"):
         raise fail(f"--source {source!r}: use broker, archive or auto", 2)
@@ -185,6 +201,8 @@ def replay_command(
     names = tuple(processor or REPLAYABLE)
     with errors():
         settings = program_settings(bootstrap)
+        if live_model and not settings.conversation.llm_url:
+            raise fail("--live-model asks the model behind HERMES_LLM_URL, which is not set", 2)
         carried: list[FlowCopy] = []  # a bundle's flow versions
         if bundle is not None:
             opened = read_bundle(bundle)
@@ -232,7 +250,17 @@ def replay_command(
         if flow_version is not None:
             asyncio.run(_has_version(flows, recording, sessions, flow_version))
         report = asyncio.run(
-            _shadow(settings, recording, sessions, names, chosen, prefix, flows, flow_version)
+            _shadow(
+                settings,
+                recording,
+                sessions,
+                names,
+                chosen,
+                prefix,
+                flows,
+                flow_version,
+                live_model=live_model,
+            )
         )
     _print(report, recording, sessions, as_json)
     if report.diverged or not sum(report.compared.values()):
@@ -429,8 +457,17 @@ async def _shadow(
     prefix: str,
     flows: FlowCatalog | None = None,
     flow_version: int | None = None,
+    *,
+    live_model: bool = False,
 ) -> ShadowReport:
-    wiring = shadows(settings, names, prefix=prefix, flows=flows, flow_version=flow_version)
+    wiring = shadows(
+        settings,
+        names,
+        prefix=prefix,
+        flows=flows,
+        flow_version=flow_version,
+        live_model=live_model,
+    )
     async with wiring as wired:
         with _progress() as tick:
             return await shadow(

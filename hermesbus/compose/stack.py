@@ -39,12 +39,14 @@ from hermesbus.compose.settings import Settings
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.kafka.groups import hand_over_to_each
 from hermesbus.contract.envelope import Envelope
-from hermesbus.demo import tables
+from hermesbus.demo import agent, tables
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
+from hermesbus.processors.chat import ChatEndpoint
 from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
 from hermesbus.processors.tool import demo as demo_tools
+from hermesbus.processors.tool.demo.model_server import DEMO_SCRIPT, ScriptedModel
 from hermesbus.replay.shadow import Shadow
 from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
 from hermesbus.testing import Harness
@@ -205,7 +207,7 @@ async def stack(
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
         await _copy_flows(copy_flows, kafka, prefix, keys)
         probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
-        intent = await _conversation_ports(enter, settings.conversation)
+        intent, model = await _model_ports(exits, settings.conversation, tools, demo=demo)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
         await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
@@ -228,7 +230,13 @@ async def stack(
         running.flows = await _flow_catalog(kafka, prefix, settings, say)
         running.paths = running.paths or flow.StorePaths(states)  # the paths' counts, kept there
         for name, handler, topic, ports in _handlers(
-            running, intent, own, tool_port=tool_port, health=health, settings=settings
+            running,
+            intent,
+            own,
+            tool_port=tool_port,
+            health=health,
+            settings=settings,
+            model=model,
         ):
             processor = Processor(
                 name,
@@ -283,20 +291,24 @@ async def _copy_flows(
 async def _demo_flow(
     running: Stack, tools: tool.ToolService, kafka: KafkaConfig, keys: Keyring, say: Progress
 ) -> None:
-    """Register the demo tools, then the demo's table-export flow (a spec, nothing else);
-    a registry that cannot take it (it holds other text for its version, or cannot be
-    reached) is said, and the demo goes on without it (``running.demo_flow`` False)."""
+    """Register the demo tools, then the demo's table-export flow (a spec, nothing else)
+    and its budget assistant (an agent state); a registry that cannot take them (it holds
+    other text for a version, or cannot be reached) is said, and the demo goes on without
+    them (``running.demo_flow`` False)."""
     served = tools.settings.demo_tools == "mcp"
     running.tool_names = await demo_tools.register_demo(tools, mcp=served)
     try:
-        done = await register_flow(
-            kafka, running.prefix, keys, tables.flow_text(), tables.FLOW_FILE
-        )
+        done = [
+            await register_flow(kafka, running.prefix, keys, shipped.flow_text(), shipped.FLOW_FILE)
+            for shipped in (tables, agent)
+        ]
     except (ConfigError, BrokerError) as exc:
-        say(f"demo flow table_export not registered: {exc}")
+        say(f"demo flows table_export and budget_agent not registered: {exc}")
         return
     running.demo_flow = True
-    say(f"demo flow: table_export v{done.version.spec.version} ({done.outcome})")
+    for registered in done:
+        spec = registered.version.spec
+        say(f"demo flow: {spec.flow} v{spec.version} ({registered.outcome})")
 
 
 async def _flow_catalog(
@@ -449,9 +461,12 @@ def wiring(
     flows: flow.FlowCatalog | None = None,
     hooks: flow.Hooks | None = None,
     paths: flow.PathCounts | None = None,
+    model: tool.ModelPort | None = None,
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
     answering every tool): one table for the stack, shadow replay and the in-memory bus.
+    ``model``: what answers an agent state's model requests (None: each is answered that
+    no model is configured).
     ``backlog``: what waits for a free worker of memory, a tool or the dispatcher, so the
     dispatcher tells a deadline passed behind it as a busy bus (None: a timeout).
     ``flows``: the registered flows (None: only the expense report); ``hooks``: what runs
@@ -471,7 +486,11 @@ def wiring(
             dispatcher.TOPIC,
             dispatcher.dispatcher_ports(health, violations, backlog, flows),
         ),
-        tool.NAME: (tool.handle, tool.TOPIC, {tool.PORT: tools}),
+        tool.NAME: (
+            tool.handle,
+            tool.TOPIC,
+            {tool.PORT: tools, **({tool.MODEL_PORT: model} if model is not None else {})},
+        ),
         memory.NAME: (memory.handle, memory.TOPIC, {memory.NAME: stores}),
     }
 
@@ -488,6 +507,43 @@ async def _conversation_ports(
     return ports
 
 
+async def _model_ports(
+    exits: contextlib.AsyncExitStack,
+    settings: conversation.ConversationSettings,
+    tools: tool.ToolService,
+    *,
+    demo: bool = False,
+) -> tuple[dict[str, Any], tool.ChatModel | None]:
+    """The conversation's ports, and what answers agent states: the model behind
+    ``HERMES_LLM_URL``, offered the registered tools' pinned specs (None: no model is
+    configured; a demo without one runs the scripted model, for its agent states only);
+    each started until ``exits`` closes."""
+    ports = await _conversation_ports(exits.enter_async_context, settings)
+    url = settings.llm_url
+    if not url and demo:
+        url = exits.enter_context(ScriptedModel(DEMO_SCRIPT)).url
+    if not url:
+        return ports, None
+    return ports, await _chat_model(exits, settings, url, tools.store)
+
+
+async def _chat_model(
+    exits: contextlib.AsyncExitStack,
+    settings: conversation.ConversationSettings,
+    url: str,
+    specs: tool.SpecSource,
+) -> tool.ChatModel:
+    """The model at ``url`` (``HERMES_LLM_*``'s name, key and agent timeout), offered the
+    tools ``specs`` holds; started until ``exits`` closes."""
+    endpoint = ChatEndpoint(
+        url,
+        model=settings.llm_model,
+        api_key=settings.llm_api_key,
+        timeout_s=settings.llm_agent_timeout_s,
+    )
+    return await exits.enter_async_context(tool.ChatModel(endpoint, specs))
+
+
 def _handlers(
     running: Stack,
     intent: dict[str, Any],
@@ -496,6 +552,7 @@ def _handlers(
     tool_port: tool.ToolPort | None = None,
     health: protocol.HealthView | None = None,
     settings: Settings | None = None,
+    model: tool.ModelPort | None = None,
 ) -> list[tuple[str, Handler, str, dict[str, Any]]]:
     """Name, handler, topic and ports of every processor; each tool in ``own`` gets its own."""
     tools = tool_port if tool_port is not None else running.tools
@@ -509,6 +566,7 @@ def _handlers(
         flows=running.flows,
         hooks=flow.Hooks(settings.tool.modules) if settings is not None else None,  # as tools
         paths=running.paths,
+        model=model,
     )
     _, topic, ports = table[tool.NAME]
     table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
@@ -559,6 +617,7 @@ async def shadows(
     prefix: str = "",
     flows: flow.FlowCatalog | None = None,
     flow_version: int | None = None,
+    live_model: bool = False,
 ) -> AsyncIterator[list[Shadow]]:
     """The processors ``names`` wired for a shadow replay: nothing live, nothing kept.
 
@@ -569,15 +628,30 @@ async def shadows(
     ``flows``: the registered flows the sessions ran (None: the expense report only);
     ``flow_version``: the conversation runs that version of each flow instead (the
     dispatcher still checks what was recorded against the recorded versions).
+    An agent state's model answers as recorded (its requests reach no model), unless
+    ``live_model``: then the tool processor asks the model behind ``HERMES_LLM_URL``
+    (offered the state folder's registered tools), and where it answers otherwise than
+    the recorded one the replay reports the divergence (ConfigError: no model is set).
     """
     unknown = [name for name in names if name not in REPLAYABLE]
     if unknown:
         raise ConfigError(
             f"no processor {', '.join(unknown)} to replay (processors: {', '.join(REPLAYABLE)})"
         )
+    if live_model and not settings.conversation.llm_url:
+        raise ConfigError("--live-model asks the model behind HERMES_LLM_URL, which is not set")
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as folder:
-        async with memory_in(Path(folder), settings, in_ram=True) as stores:
+        async with (
+            memory_in(Path(folder), settings, in_ram=True) as stores,
+            contextlib.AsyncExitStack() as exits,
+        ):
+            live: tool.ModelPort | None = None
+            if live_model and settings.conversation.llm_url:
+                store = await exits.enter_async_context(tool_store(settings))
+                url = settings.conversation.llm_url
+                live = await _chat_model(exits, settings.conversation, url, store)
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
+            recorded_model = tool.RecordedModel()
             paths = flow.RecordedPaths()
             parser = conversation.RuleIntentParser(settings.conversation.zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
@@ -593,12 +667,13 @@ async def shadows(
                 flows=spoken,
                 hooks=flow.Hooks(settings.tool.modules),
                 paths=paths,
+                model=live if live is not None else recorded_model,
             )
             if flows is not None:  # the dispatcher checks the recorded moves as recorded
                 table[dispatcher.NAME][2][flow.FLOWS_PORT] = flows
             cues = {
                 dispatcher.NAME: health.cue,
-                tool.NAME: tools.cue,
+                tool.NAME: _both(tools.cue, recorded_model.cue),
                 conversation.NAME: _both(budgets.cue, paths.cue),
             }
             yield [
@@ -650,13 +725,15 @@ async def in_memory(
     settings: Settings | None = None,
     flows: flow.FlowCatalog | None = None,
     paths: flow.PathCounts | None = None,
+    model: tool.ModelPort | None = None,
 ) -> AsyncIterator[Harness]:
     """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
     ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
     ``conversation_handler`` replaces the conversation's (a variant under test).
     ``settings``: default, every part's defaults with ``folder`` as the state folder.
     ``flows``: the registered flows (e.g. a ``StaticCatalog``; None: the expense report only);
-    ``paths``: their path counts (default: in memory, from none)."""
+    ``paths``: their path counts (default: in memory, from none); ``model``: what answers
+    agent states (None: that no model is configured)."""
     settings = settings if settings is not None else Settings.of(folder)
     async with memory_in(folder, settings) as stores:
         parser = conversation.RuleIntentParser(settings.conversation.zone)
@@ -668,6 +745,7 @@ async def in_memory(
             flows=flows,
             hooks=flow.Hooks(settings.tool.modules),
             paths=paths if paths is not None else flow.MemoryPaths(),
+            model=model,
         )
         bus = Harness(policy=policy, applied_window=settings.runtime.applied_window)
         for name, (handler, topic, ports) in table.items():

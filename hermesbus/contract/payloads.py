@@ -39,6 +39,9 @@ __all__ = [
     "MemoryQuery",
     "MemoryTier",
     "MemoryWrite",
+    "ModelAnswer",
+    "ModelChoice",
+    "ModelRequest",
     "Payload",
     "Reply",
     "Role",
@@ -219,6 +222,43 @@ class ToolResults(Record):
     notice: str = ""
 
 
+class ModelRequest(Record):
+    """A flow's agent state asks the model for its next step: which of ``tools`` to call
+    (the tool processor offers their pinned input schemas and approved descriptions), or
+    its answer. ``messages_json`` is the conversation so far as chat-completions messages."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.ModelRequest"
+    agent: NonEmpty
+    tools: tuple[str, ...] = ()
+    messages_json: str
+    max_tokens: Annotated[Int32, Field(gt=0)]
+    round: Annotated[Int32, Field(ge=1)] = 1
+
+
+class ModelChoice(Record):
+    """One tool call the model chose, as it named it; ``refusal`` says why it does not run
+    (a tool outside the allow-list, arguments the schema refuses), empty when it may."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.ModelChoice"
+    call_id: NonEmpty
+    tool: str
+    arguments_json: str
+    refusal: str = ""
+
+
+class ModelAnswer(Record):
+    """The model's answer to a ``ModelRequest``: tool calls to make, or its final text.
+    The log holds it, so a replay reads what the model said instead of asking it again."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.ModelAnswer"
+    content: str = ""
+    choices: tuple[ModelChoice, ...] = ()
+    tokens: Annotated[Int32, Field(ge=0)] = 0
+    model: str = ""
+    error: str = ""
+    """Why the model gave no answer (unreachable, timed out, nonsense); empty when it did."""
+
+
 Body = (
     UserTurn
     | Reply
@@ -232,6 +272,8 @@ Body = (
     | ErrorReport
     | Continue
     | ToolResults
+    | ModelRequest
+    | ModelAnswer
 )
 BODY_TYPES: dict[str, type[Record]] = {cls.avro_name: cls for cls in typing.get_args(Body)}
 """Body model by Avro full name, in the order of the ``Payload.body`` union."""

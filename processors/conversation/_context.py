@@ -23,6 +23,7 @@ from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryTier,
     MemoryWrite,
+    ModelRequest,
     Reply,
     Role,
     StateSnapshot,
@@ -288,6 +289,25 @@ class Step:
                 metadata=metadata,
                 snapshot=snapshot,
             )
+
+    def ask_model(self, task: str, request: ModelRequest, budget_ms: int | None = None) -> None:
+        """Ask the model (through the dispatcher) for an agent state's next step: a round
+        answered once, by the ``ModelAnswer`` of the same cycle."""
+        state, source_id = self.session.state or NEW, self.env.message_id
+        cycle = derive_id(source_id, "model")
+        pending = Pending(cycle=cycle, task=task, tools=(), turn_id=self.session.turn_id)
+        self.cycled = True
+        self.update(pending=pending)
+        budgets: CycleBudgets = self.inp.ports.get(BUDGETS_PORT, DOCUMENTS)
+        metadata = Metadata(timeout_ms=budgets.timeout_ms(state, budget_ms), retry_policy=RETRY)
+        self._envelope(
+            protocol.DISPATCHER_ADDRESS,
+            request,
+            task,
+            context={**self.session.context, protocol.CYCLE: cycle},
+            metadata=metadata,
+            snapshot=self.snapshot(),
+        )
 
     def remember(self, key: str, value: Any, **fields: Any) -> None:
         """A mid-term ``MemoryWrite`` (forwarded by the dispatcher to ``memory:mid_term``)."""

@@ -32,6 +32,8 @@ from hermesbus.contract.payloads import (
     MemoryContext,
     MemoryTier,
     MemoryWrite,
+    ModelAnswer,
+    ModelRequest,
     Reply,
     TimerFired,
     ToolResult,
@@ -40,6 +42,7 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.errors import HermesError, HookError, IntentError, StoreError
 from hermesbus.processors import protocol
+from hermesbus.processors.conversation import _agent as agents
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._confirm import is_confirmation
 from hermesbus.processors.conversation._context import Step
@@ -112,7 +115,9 @@ __all__ = [
     "flow_of",
     "lost",
     "not_registered",
+    "on_flow_answer",
     "on_flow_error",
+    "on_flow_model",
     "on_flow_results",
     "on_flow_timer",
     "on_flow_turn",
@@ -703,7 +708,152 @@ def _run(step: Step, spec: FlowSpec) -> None:
     if step.session.acting >= 0:  # a stay's actions are done: the state waits as it did
         step.update(acting=-1, next_action=len(state.on_enter))
         return
+    if state.agent is not None:  # its model chooses what comes next, round by round
+        _agent_begin(step, spec, state)
+    else:
+        _done(step, spec, state)
+
+
+# -- agent states: a model chooses the tools ----------------------------------------------
+
+_AGENT_ASK: Final = "%s@agent#%d"
+"""The task of an agent state's model request (state, round)."""
+_AGENT_TOOLS: Final = "%s@tools#"
+"""The task of the cycle of the tools the model chose (state, then the round)."""
+_MODEL: Final = protocol.MODEL_ADDRESS
+
+
+def _agent_begin(step: Step, spec: FlowSpec, state: State) -> None:
+    """The state's actions are done: its model's first round, with the prompt and the
+    user's words."""
+    agent = state.agent
+    if agent is None:
+        return
+    prompt = render(agent.prompt, _values(step))
+    text = agents.user_text(step.env.payload.body, step.session.history.recent)
+    record = agents.opening(state.id, prompt, text)
+    _agent_ask(step, spec, state, record)
+
+
+def _agent_ask(step: Step, spec: FlowSpec, state: State, record: dict[str, Any]) -> None:
+    """The model's next round, within the state's rounds and tokens (past them, the state
+    fails: its exit)."""
+    agent = state.agent
+    if agent is None:
+        return
+    left = agent.max_tokens - record["tokens"]
+    if record["round"] >= agent.max_rounds or left <= 0:
+        spent = "rounds" if left > 0 else "tokens"
+        why = (
+            f"the model of {state.id} used its {agent.max_rounds} rounds without answering"
+            if left > 0
+            else f"the model of {state.id} used its {agent.max_tokens} tokens without answering"
+        )
+        step.update(values={**step.session.values, agents.AGENT_KEY: record})
+        _fail(step, spec, _MODEL, spent, why)
+        return
+    record = {**record, "round": record["round"] + 1}
+    step.update(values={**step.session.values, agents.AGENT_KEY: record})
+    request = ModelRequest(
+        agent=f"{spec.flow}/{state.id}",
+        tools=tuple(agent.tools),
+        messages_json=canonical_json(record["messages"]),
+        max_tokens=left,
+        round=record["round"],
+    )
+    step.ask_model(_AGENT_ASK % (state.id, record["round"]), request, spec.budget_of(state.id))
+
+
+def on_flow_model(step: Step, spec: FlowSpec, answer: ModelAnswer) -> None:
+    """The model's answer to the pending round: the tools it chose as one ordinary cycle
+    (refused ones told why, never run), or its text as the state's answer and its ``done``
+    move; a model that failed fails the state (its exit)."""
+    attach(step, spec)
+    if step.session.pending is None:
+        return
+    step.update(pending=None)
+    state = _state(step, spec)
+    record = step.session.values.get(agents.AGENT_KEY)
+    agent = state.agent
+    if agent is None or not isinstance(record, dict) or record.get("state") != state.id:
+        step.problem(_MODEL, "stale", f"a model answer for {state.id}, which asked none")
+        return
+    if answer.error:
+        _fail(step, spec, _MODEL, "model", answer.error)
+        return
+    record = agents.answered(record, answer)
+    for choice in answer.choices:
+        if choice.refusal:  # counted in the record and kept among the problems
+            step.problem(_MODEL, "refused", f"{choice.tool or '?'}: {choice.refusal}")
+    step.update(values={**step.session.values, agents.AGENT_KEY: record})
+    runs = [choice for choice in answer.choices if not choice.refusal]
+    if runs:
+        step.cycle(
+            f"{_AGENT_TOOLS % state.id}{record['round']}",
+            [(choice.tool, json.loads(choice.arguments_json)) for choice in runs],
+            budget_ms=spec.budget_of(state.id),
+        )
+    elif answer.choices:  # every call refused: the model hears why in its next round
+        _agent_ask(step, spec, state, record)
+    else:
+        _agent_done(step, spec, state, record, answer.content.strip())
+
+
+def _agent_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
+    """The results of the tools the model chose: kept (as a flow's calls keep theirs) and
+    told to the model, whose next round follows."""
+    state = _state(step, spec)
+    record = step.session.values.get(agents.AGENT_KEY)
+    if state.agent is None or not isinstance(record, dict):
+        return
+    values = step.session.values
+    results = dict(values.get("results", {}))
+    cycle = protocol.cycle_of(step.env)
+    for result in answer.results:
+        step.record_result(result, cycle)
+        if result.status_code == protocol.OK:
+            results[result.tool] = _content(result)
+        if result.fallback and not result.stale:
+            step.update(
+                notes=(*step.session.notes, texts.degraded_note(result.tool, result.fallback))
+            )
+    if answer.context is not None:
+        _absorb(step, answer.context)
+    step.update(
+        values={**values, "results": results},
+        degraded=step.session.degraded or any(r.fallback for r in answer.results),
+    )
+    _agent_ask(step, spec, state, agents.result_messages(record, answer.results))
+
+
+def _agent_done(
+    step: Step, spec: FlowSpec, state: State, record: dict[str, Any], text: str
+) -> None:
+    """The model answered in text: the state's answer (said, when it replies), its
+    ``done`` move."""
+    agent = state.agent
+    if agent is None:
+        return
+    values = step.session.values
+    results = {**values.get("results", {}), agent.into: text}
+    done = {k: v for k, v in record.items() if k not in ("messages", "calls")}
+    step.update(values={**values, "results": results, agents.AGENT_KEY: done})
+    if agent.reply and text:
+        step.reply(text)  # the model's words as text: never a template, never run
     _done(step, spec, state)
+
+
+def on_flow_answer(step: Step, spec: FlowSpec, answer: ToolResults | ModelAnswer) -> None:
+    """The dispatcher's answer to the pending cycle or model round."""
+    pending = step.session.pending
+    if isinstance(answer, ModelAnswer):
+        on_flow_model(step, spec, answer)
+    elif pending is not None and pending.task.startswith(_AGENT_TOOLS % _state(step, spec).id):
+        attach(step, spec)
+        step.update(pending=None)
+        _agent_results(step, spec, answer)
+    else:
+        on_flow_results(step, spec, answer)
 
 
 def _declared(step: Step, spec: FlowSpec, action: FailAction) -> None:

@@ -4,9 +4,9 @@ Every session runs a flow on the engine (``_engine``): a registered one, or the 
 expense report (``processors/flow/expense.yaml``, named by no snapshot: the dispatcher
 knows it). Consumes ``hermes.conversation.in``: ``UserTurn`` (``conversation:in``),
 ``ToolResults`` and ``ErrorReport`` from ``mcp:dispatcher`` (``conversation:<state>``) and
-``TimerFired`` from ``conversation:timer``. Stale answers (not the pending cycle) and stale
-timers are ignored; an error report outside the pending cycle is kept among the session's
-problems.
+``TimerFired`` from ``conversation:timer``; an agent state's ``ModelAnswer`` from the
+dispatcher too. Stale answers (not the pending cycle) and stale timers are ignored; an
+error report outside the pending cycle is kept among the session's problems.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 from typing import Final
 
 from hermesbus.contract.envelope import Envelope
-from hermesbus.contract.payloads import ErrorReport, TimerFired, ToolResults, UserTurn
+from hermesbus.contract.payloads import ErrorReport, ModelAnswer, TimerFired, ToolResults, UserTurn
 from hermesbus.processors import protocol
 from hermesbus.processors.conversation._context import Step
 from hermesbus.processors.conversation._engine import (
@@ -27,8 +27,8 @@ from hermesbus.processors.conversation._engine import (
     flow_of,
     lost,
     not_registered,
+    on_flow_answer,
     on_flow_error,
-    on_flow_results,
     on_flow_timer,
     on_flow_turn,
     prepare,
@@ -63,9 +63,11 @@ async def handle(inp: HandlerInput) -> Outcome:
     from_dispatcher = envelope.source == protocol.DISPATCHER_ADDRESS
     if isinstance(body, UserTurn):
         await _on_turn(step, body, spec)
-    elif isinstance(body, ToolResults) and from_dispatcher and _current(step, envelope):
+    elif isinstance(body, ToolResults | ModelAnswer) and from_dispatcher:
+        if not _current(step, envelope):
+            return Outcome()  # a stale answer: nothing of the session changes
         if spec is not None:
-            on_flow_results(step, spec, body)
+            on_flow_answer(step, spec, body)
     elif isinstance(body, ErrorReport) and from_dispatcher:
         if spec is None or not _current(step, envelope):  # e.g. memory refused a write
             step.problem(body.component, body.code, body.message)  # kept, never dropped

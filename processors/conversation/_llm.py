@@ -13,8 +13,6 @@ errors name it without userinfo or query (where keys often hide).
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import json
 import logging
 from collections.abc import Sequence
@@ -22,78 +20,17 @@ from datetime import datetime, tzinfo
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-import httpx
 from pydantic import SecretStr
 
 from hermesbus.base.lifecycle import Service
-from hermesbus.errors import ConfigError, IntentError
+from hermesbus.errors import IntentError
+from hermesbus.processors.chat import URL_SETTING, ChatEndpoint, redact_url
 from hermesbus.processors.conversation._intent import DEFAULT_TIMEZONE
 from hermesbus.processors.flow import Intent as FlowIntent
 
-__all__ = ["HttpIntentParser", "redact_url"]
-
-URL_SETTING: Final = "HERMES_LLM_URL"
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
+__all__ = ["URL_SETTING", "HttpIntentParser", "redact_url"]
 
 log = logging.getLogger(__name__)
-
-
-def redact_url(url: str | httpx.URL) -> str:
-    """``url`` as logs may show it: scheme, host, port and path; no userinfo, no query."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "<invalid url>"
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    port = f":{parsed.port}" if parsed.port is not None else ""
-    hidden = "?<redacted>" if parsed.query else ""
-    return f"{parsed.scheme}://{host}{port}{parsed.path}{hidden}"
-
-
-class _RedactEndpoints(logging.Filter):
-    """On httpx's logger: its request lines show our endpoints redacted (httpx logs the
-    full URL, userinfo and query included). Other URLs pass unchanged."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.urls: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and self.urls:
-            record.args = tuple(
-                redact_url(arg) if isinstance(arg, httpx.URL) and str(arg) in self.urls else arg
-                for arg in record.args
-            )
-        return True
-
-
-_REDACTION: Final = _RedactEndpoints()
-logging.getLogger("httpx").addFilter(_REDACTION)
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _endpoint(base_url: str) -> httpx.URL:
-    """``{base_url}/chat/completions`` (query kept); only https, or http to loopback."""
-    try:
-        base = httpx.URL(base_url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise ConfigError(f"{URL_SETTING} is not a URL: {redact_url(base_url)}") from exc
-    if base.scheme == "https" and base.host:
-        return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
-    if base.scheme == "http" and _is_loopback(base.host):
-        return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
-    raise ConfigError(
-        f"{URL_SETTING} = {redact_url(base_url)}: must be https:// "
-        "(plain http:// only to a loopback host: localhost, 127.0.0.0/8, ::1)"
-    )
 
 
 class HttpIntentParser(Service):
@@ -108,26 +45,20 @@ class HttpIntentParser(Service):
         timeout_s: float = 3.0,
         zone: tzinfo | None = None,
     ) -> None:
-        endpoint = _endpoint(base_url)
-        self.url = str(endpoint)
-        self.safe_url = redact_url(endpoint)
+        self.endpoint = ChatEndpoint(
+            base_url, model=model, api_key=api_key, timeout_s=timeout_s, what="intent endpoint"
+        )
+        self.url = self.endpoint.url
+        self.safe_url = self.endpoint.safe_url
         """The endpoint as logs and errors name it (no userinfo, no query)."""
-        if endpoint.userinfo or endpoint.query:
-            _REDACTION.urls.add(self.url)
         self.zone: tzinfo = zone if zone is not None else ZoneInfo(DEFAULT_TIMEZONE)
         self.model = model
-        self._api_key = api_key
-        self._timeout = timeout_s
-        self._client: httpx.AsyncClient | None = None
 
     async def start(self) -> None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+        await self.endpoint.start()
 
     async def stop(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self.endpoint.stop()
 
     async def classify(
         self, text: str, *, now: datetime, flow: str, state: str, intents: Sequence[FlowIntent]
@@ -139,7 +70,6 @@ class HttpIntentParser(Service):
         listed = "\n".join(_described(intent) for intent in intents)
         system = _FLOW_SYSTEM % (flow, state, today, listed)
         request = {
-            "model": self.model,
             "temperature": 0,
             "response_format": {"type": "json_object"},
             "messages": [
@@ -147,35 +77,7 @@ class HttpIntentParser(Service):
                 {"role": "user", "content": text},
             ],
         }
-        return _classified(await self._post(request), intents)
-
-    async def _post(self, request: dict[str, Any]) -> Any:
-        """The endpoint's JSON answer; the whole exchange is bounded by ``timeout_s``."""
-        headers = {"Content-Type": "application/json"}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
-        try:
-            async with asyncio.timeout(self._timeout):
-                if self._client is not None:
-                    return await self._exchange(self._client, request, headers)
-                async with httpx.AsyncClient(timeout=self._timeout) as client:
-                    return await self._exchange(client, request, headers)
-        except TimeoutError as exc:
-            log.warning("intent endpoint %s took over %s s", self.safe_url, self._timeout)
-            raise IntentError(
-                f"intent endpoint {self.safe_url} failed: no answer within {self._timeout} s"
-            ) from exc
-        except (httpx.HTTPError, ValueError) as exc:
-            detail = _detail(exc)
-            log.warning("intent endpoint %s failed: %s", self.safe_url, detail)
-            raise IntentError(f"intent endpoint {self.safe_url} failed: {detail}") from exc
-
-    async def _exchange(
-        self, client: httpx.AsyncClient, request: dict[str, Any], headers: dict[str, str]
-    ) -> Any:
-        response = await client.post(self.url, json=request, headers=headers)
-        response.raise_for_status()
-        return response.json()
+        return _classified(await self.endpoint.post(request), intents)
 
 
 _FLOW_SYSTEM: Final = (
@@ -224,15 +126,6 @@ def _classified(answer: Any, intents: Sequence[FlowIntent]) -> tuple[str | None,
         if key in declared and isinstance(value, str) and 0 < len(value.strip()) <= _ENTITY_CHARS
     }
     return chosen.name, entities
-
-
-def _detail(exc: Exception) -> str:
-    """What went wrong, without the URL httpx puts in some messages."""
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"status {exc.response.status_code}"
-    if isinstance(exc, httpx.HTTPError):
-        return type(exc).__name__
-    return "the answer is not JSON"
 
 
 def _content(answer: Any) -> str:

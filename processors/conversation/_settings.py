@@ -61,6 +61,9 @@ class ConversationSettings(BaseSettings):
     llm_api_key: SecretStr | None = None
     llm_timeout_s: Annotated[float, Field(gt=0, le=120)] = 3.0
     """The bound on one whole request to the endpoint (not per read), in seconds."""
+    llm_agent_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    """``HERMES_LLM_AGENT_TIMEOUT_S``: the bound on one round of an agent state's model
+    (which reads tool schemas and results: longer than classifying a turn)."""
     conversation_timezone: str = DEFAULT_TIMEZONE
     """``HERMES_CONVERSATION_TIMEZONE``: the IANA zone relative dates ("上个月") count in."""
     conversation_budget_scale: Annotated[float, Field(ge=0.1, le=10)] = 1.0

@@ -17,6 +17,8 @@ from hermesbus.contract.payloads import (
     ErrorReport,
     MemoryContext,
     MemoryWrite,
+    ModelAnswer,
+    ModelRequest,
     StateSnapshot,
     TimerFired,
     ToolCall,
@@ -35,6 +37,7 @@ from hermesbus.processors.dispatcher._cycle import (
 from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS, Effects
 from hermesbus.processors.dispatcher._health import bilingual
 from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_write
+from hermesbus.processors.dispatcher._model import on_model
 from hermesbus.processors.dispatcher._ports import Ports
 from hermesbus.processors.dispatcher._rules import Violation, first_violation, flow_snapshot
 from hermesbus.processors.dispatcher._state import DispatcherState
@@ -88,7 +91,7 @@ def _refuse(fx: Effects, state: DispatcherState, violation: Violation, ports: Po
         ports.counter.count(violation.rule)
 
 
-async def _route(
+async def _route(  # noqa: PLR0912 - one case per body of the protocol
     fx: Effects, state: DispatcherState, envelope: Envelope, ports: Ports, appended_ms: int
 ) -> None:
     body = envelope.payload.body
@@ -109,6 +112,8 @@ async def _route(
             forward_snapshot(fx, envelope, body)
         case MemoryWrite():
             forward_write(fx, envelope, body)
+        case ModelRequest() | ModelAnswer():
+            on_model(fx, state, envelope, body)
         case ErrorReport() if body.code == PAUSED:
             on_paused(fx, state, envelope, body)
         case ErrorReport() if body.code == PROGRESS:

@@ -20,6 +20,8 @@ from hermesbus.contract.payloads import (
     MemoryContext,
     MemoryTier,
     MemoryWrite,
+    ModelAnswer,
+    ModelRequest,
     StateSnapshot,
     ToolCall,
     ToolResult,
@@ -34,6 +36,7 @@ from hermesbus.processors.protocol import (
     DISPATCHER_ADDRESS,
     DISPATCHER_TOPIC,
     MEMORY,
+    MODEL_ADDRESS,
     TOOL,
     TOOLS,
     WRITERS,
@@ -41,6 +44,7 @@ from hermesbus.processors.protocol import (
     component_of,
     cycle_of,
 )
+from hermesbus.topics import identity_of
 
 __all__ = [
     "ALLOWED_BODIES",
@@ -75,7 +79,7 @@ ALLOWED_BODIES: Final[dict[str, tuple[type[BaseModel], ...]]] = {
 """Which bodies each source component may send to the dispatcher: its row of ``WRITERS``
 (which every runtime also checks against the proven signer)."""
 
-_IN_CYCLE = (ToolCall, ToolResult, MemoryContext, Continue)
+_IN_CYCLE = (ToolCall, ToolResult, MemoryContext, Continue, ModelRequest, ModelAnswer)
 
 Flow = FlowMachine | None
 """The machine of the flow the envelope's snapshot names (None: a flow not registered)."""
@@ -118,15 +122,18 @@ def _source(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
             f"source = {envelope.source!r}: the conversation speaks as one of the states of "
             f"{flow.name} {states}"
         )
-    if component in (CONVERSATION, TOOL, MEMORY) or envelope.source == TIMER_SOURCE:
+    if component in (CONVERSATION, TOOL, MEMORY) or envelope.source in (
+        TIMER_SOURCE,
+        MODEL_ADDRESS,
+    ):
         return None
-    allowed = f"conversation:<state>, tool:*, memory:* or {TIMER_SOURCE!r}"
+    allowed = f"conversation:<state>, tool:*, memory:*, {MODEL_ADDRESS!r} or {TIMER_SOURCE!r}"
     return f"source = {envelope.source!r}: must be {allowed}"
 
 
 def _body(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
-    allowed = ALLOWED_BODIES.get(component_of(envelope.source), ())
+    allowed = ALLOWED_BODIES.get(identity_of(envelope.source), ())
     if isinstance(body, allowed):
         return None
     name = type(body).__name__ if body is not None else None
@@ -136,6 +143,8 @@ def _body(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
 
 def _tool_source(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
     body = envelope.payload.body
+    if isinstance(body, ModelAnswer) and envelope.source != MODEL_ADDRESS:
+        return f"payload.body = 'ModelAnswer' from {envelope.source!r}: only {MODEL_ADDRESS!r}"
     if not isinstance(body, ToolResult) or envelope.source == f"{TOOL}:{body.tool}":
         return None
     return (
@@ -302,9 +311,17 @@ def _continue(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | 
 
 RULES: Final[tuple[Rule, ...]] = (
     Rule("target", _target, "addressed to mcp:dispatcher or dispatcher:*"),
-    Rule("source", _source, "from conversation:<state>, tool:*, memory:* or dispatcher:timer"),
+    Rule(
+        "source",
+        _source,
+        "from conversation:<state>, tool:*, memory:*, model:chat or dispatcher:timer",
+    ),
     Rule("body", _body, "a body that source may send"),
-    Rule("tool_source", _tool_source, "a ToolResult from tool:<x> has body.tool == x"),
+    Rule(
+        "tool_source",
+        _tool_source,
+        "a ToolResult from tool:<x> has body.tool == x; a ModelAnswer comes from model:chat",
+    ),
     Rule("memory_tier", _memory_tier, "the conversation writes short- and mid-term only"),
     Rule("flow", _flow_known, "an attached snapshot names a registered flow version"),
     Rule("snapshot", _snapshot, "an attached snapshot names a state of its flow"),

@@ -151,6 +151,8 @@ class DispatcherState(_Model):
     """Facts and symbols of results dropped over the per-result caps (never written)."""
     last_speaker: str | None = None
     """The conversation address that last spoke: where memory's error reports go."""
+    models: dict[str, str] = Field(default_factory=dict)
+    """Open model rounds: cycle -> the agent state that asked (its answer goes there)."""
 
     @classmethod
     def load(cls, data: Mapping[str, Any]) -> DispatcherState:

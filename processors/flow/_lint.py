@@ -82,6 +82,10 @@ def tools_of(spec: FlowSpec) -> list[tuple[tuple[str | int, ...], str]]:
             fact = getattr(remember, "fact", None)
             if fact is not None:
                 found.append(((*at, "remember", "fact", "verified_by"), fact.verified_by))
+        if state.agent is not None:
+            found += [
+                (("states", s, "agent", "tools", t), n) for t, n in enumerate(state.agent.tools)
+            ]
     return found
 
 
@@ -220,6 +224,7 @@ class _Check:
             self.say((*at, "exit"), f"exit {state.exit!r} is not a state")
         if state.confirm is not None and state.confirm.trigger in _RESERVED:
             self.say((*at, "confirm", "trigger"), _reserved(state.confirm.trigger))
+        self._agent(at, state)
         if state.kind == "confirmation" and state.confirm is None:
             self.say(at, "a confirmation state says what passes it (confirm:)")
         if state.kind != "confirmation" and state.confirm is not None:
@@ -227,6 +232,20 @@ class _Check:
         if state.summary is not None and len(literal_text(state.summary)) > SUMMARY_MAX:
             self.say((*at, "summary"), f"its fixed text is over {SUMMARY_MAX} characters")
         self._groups(at, state)
+
+    def _agent(self, at: tuple[str | int, ...], state: State) -> None:
+        """An agent state says its model (and only it does), lists each tool once and
+        moves on the model's answer (``done``)."""
+        if state.kind == "agent" and state.agent is None:
+            self.say(at, "an agent state says which model chooses its tools (agent:)")
+        if state.agent is None:
+            return
+        if state.kind != "agent":
+            self.say((*at, "agent"), "agent: is for states of kind agent")
+        if len(set(state.agent.tools)) != len(state.agent.tools):
+            self.say((*at, "agent", "tools"), "each tool is listed once")
+        if not any(t.source == state.id and t.on == "done" for t in self.spec.transitions):
+            self.say(at, "an agent state moves on its answer: it needs a move on done")
 
     def _groups(self, at: tuple[str | int, ...], state: State) -> None:
         """A parallel group calls each tool once (one dispatch per tool a cycle), within the

@@ -31,6 +31,7 @@ __all__ = [
     "STATE_PATTERN",
     "SUMMARY_MAX",
     "Action",
+    "Agent",
     "ArmAction",
     "Call",
     "CallAction",
@@ -561,10 +562,32 @@ class Preload(_Spec):
     context: Values = Field(min_length=1)
 
 
+class Agent(_Spec):
+    """A model chooses the state's tools (an agent state): given the prompt, the user's turn
+    and the allow-listed tools' input schemas, it calls tools round by round, each round's
+    calls an ordinary cycle, until it answers in text; that text goes into ``results.<into>``
+    (and to the user with ``reply``) and the state's ``done`` move is taken. Past
+    ``max_rounds`` model requests or ``max_tokens`` the state fails (its exit)."""
+
+    prompt: Template = Field(description="The system prompt, a template over the session's values.")
+    tools: list[ToolName] = Field(
+        min_length=1, max_length=16, description="The only tools the model is offered and may run."
+    )
+    max_rounds: int = Field(default=4, ge=1, le=16, description="Model requests at most.")
+    max_tokens: int = Field(
+        default=4_000, ge=100, le=200_000, description="Tokens all its requests may use."
+    )
+    into: Name = Field(default="agent", description="The results key of the model's answer.")
+    reply: bool = Field(default=True, description="Say the model's answer to the user.")
+
+
 class State(_Spec):
     id: StateId
     name: str = Field(min_length=1, max_length=60)
-    kind: Literal["step", "confirmation", "terminal"] = "step"
+    kind: Literal["step", "confirmation", "terminal", "agent"] = "step"
+    agent: Agent | None = Field(
+        default=None, description="Kind agent: the model that chooses the state's tools."
+    )
     timeout_ms: int | None = Field(
         default=None, gt=0, le=600_000, description="The dispatcher's budget for its calls."
     )

@@ -23,6 +23,16 @@ from hermesbus.processors.tool._health import RegistryHealth
 from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
 from hermesbus.processors.tool._mcp import McpConnection, McpExecutor, definition_of, pin_of
 from hermesbus.processors.tool._mcp_specs import McpDocument, ProbeCall, mcp_specs
+from hermesbus.processors.tool._model import (
+    MAX_CHOICES,
+    MODEL_PORT,
+    ChatModel,
+    ModelPort,
+    RecordedModel,
+    SpecSource,
+    checked_answer,
+    functions_of,
+)
 from hermesbus.processors.tool._registry import ToolRegistry
 from hermesbus.processors.tool._release import arguments_digest
 from hermesbus.processors.tool._service import CallReport, Progress, ToolPort, ToolService
@@ -56,7 +66,9 @@ __all__ = [
     "FAULTS",
     "IDEMPOTENCY_ENV",
     "IDEMPOTENCY_HEADER",
+    "MAX_CHOICES",
     "MAX_RESULT_CAP",
+    "MODEL_PORT",
     "NAME",
     "PORT",
     "SIGNATURE_HEADER",
@@ -65,6 +77,7 @@ __all__ = [
     "CallReport",
     "CallStats",
     "ChaosReport",
+    "ChatModel",
     "Execution",
     "Executor",
     "Fallback",
@@ -75,13 +88,16 @@ __all__ = [
     "McpDocument",
     "McpExecutor",
     "McpServer",
+    "ModelPort",
     "Probe",
     "ProbeCall",
     "Progress",
     "PythonWorker",
+    "RecordedModel",
     "RegistryHealth",
     "SignatureConfig",
     "SignedResult",
+    "SpecSource",
     "StoredResult",
     "ToolEnvironment",
     "ToolKind",
@@ -95,7 +111,9 @@ __all__ = [
     "arguments_digest",
     "chaos",
     "check_signature",
+    "checked_answer",
     "definition_of",
+    "functions_of",
     "group_name",
     "handle",
     "json_depth",

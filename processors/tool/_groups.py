@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from hermesbus.processors.protocol import TOOL
 from hermesbus.processors.tool._handler import NAME, handle
 from hermesbus.runtime import Handler, HandlerInput, Outcome
 
@@ -38,7 +39,9 @@ def serving(tools: Collection[str], *, others: bool = False) -> Handler:
     chosen = frozenset(tools)
 
     async def handle_some(inp: HandlerInput) -> Outcome:
-        tool = inp.envelope.target.partition(":")[2]
+        component, _, tool = inp.envelope.target.partition(":")
+        if component != TOOL:  # the model's requests: the group of the others answers them
+            return await handle(inp) if others else Outcome()
         if (tool in chosen) == others:
             return Outcome()  # another group's call: that group answers it
         return await handle(inp)

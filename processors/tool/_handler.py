@@ -8,16 +8,18 @@ through ``inp.ports["tools"]`` (a :class:`ToolPort`, e.g. :class:`ToolService`).
 from __future__ import annotations
 
 from hermesbus.contract.envelope import Diagnostics, Envelope, ExternalCalls
-from hermesbus.contract.payloads import Body, ErrorReport, ToolCall
+from hermesbus.contract.payloads import Body, ErrorReport, ModelAnswer, ModelRequest, ToolCall
 from hermesbus.processors.protocol import (
     ALERTS,
     DISPATCHER_ADDRESS,
     FALLBACK,
+    MODEL_ADDRESS,
     TOOL,
     answer,
     component_of,
     progress_notice,
 )
+from hermesbus.processors.tool._model import MODEL_PORT, ModelPort
 from hermesbus.processors.tool._service import (
     DEFINITION_ALERT,
     VERIFICATION_ALERT,
@@ -48,6 +50,8 @@ async def handle(inp: HandlerInput) -> Outcome:
     """Run the call addressed to ``tool:<name>``; other bodies are left alone."""
     envelope = inp.envelope
     body = envelope.payload.body
+    if isinstance(body, ModelRequest) and envelope.target == MODEL_ADDRESS:
+        return await _ask_model(inp, body)
     if not isinstance(body, ToolCall) or component_of(envelope.target) != TOOL:
         return Outcome()
     tools: ToolPort = inp.ports[PORT]
@@ -68,6 +72,31 @@ async def handle(inp: HandlerInput) -> Outcome:
         )
         emit.append(_answer(envelope, report, ALERTS, alert, 1))
     return Outcome(emit=tuple(emit))
+
+
+async def _ask_model(inp: HandlerInput, request: ModelRequest) -> Outcome:
+    """A flow's agent state asks the model: its answer (checked, or why there is none)
+    goes back to the dispatcher as a ``ModelAnswer``, the log's record of what it said."""
+    envelope = inp.envelope
+    model: ModelPort | None = inp.ports.get(MODEL_PORT)
+    if model is None:
+        answered = ModelAnswer(error="no model is configured here (HERMES_LLM_URL is not set)")
+    else:
+        answered = await model.answer(request, envelope)
+    calls = 1 if model is not None and not answered.error else 0
+    diagnostics = Diagnostics(external_calls=ExternalCalls(count=calls, avg_latency_ms=0.0))
+    reply = answer(
+        envelope,
+        0,
+        source=MODEL_ADDRESS,
+        target=DISPATCHER_ADDRESS,
+        body=answered,
+        task=envelope.payload.task,
+        context=envelope.payload.context,
+        metadata=envelope.metadata,
+        diagnostics=diagnostics,
+    )
+    return Outcome(emit=(reply,))
 
 
 def _progress(inp: HandlerInput) -> Progress | None:

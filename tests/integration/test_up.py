@@ -72,7 +72,7 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(
     assert "已提交报销单 EXP-" in out  # A, submitted
     assert "当前进度已保存为未完成报销流程" in out  # B, held
     assert out.count("(conversation:S5)") == 2
-    assert "demo: all three conversations finished" in out
+    assert "demo: all four conversations finished" in out
     waterfalls = out.split("trace trace_")[1:]
     assert len(waterfalls) == 2
     for drawn in waterfalls:
@@ -114,7 +114,7 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
         HERMES_NEO4J_NAMESPACE=f"up{unique}",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "demo: all three conversations finished" in result.stdout
+    assert "demo: all four conversations finished" in result.stdout
     assert f"session state: Redis at {redis_url} (keys up{unique}:*)" in result.stderr
     assert not (tmp_path / "home" / "state.sqlite3").exists()  # nothing went to SQLite
     book = MarkBook(tmp_path / "home")  # up's: the stores' marks as up recorded them
@@ -161,7 +161,7 @@ def test_up_runs_the_demo_in_exactly_once_mode_on_apache_kafka(
     keys = Path(os.environ[KEYS_FILE_ENV])  # a configured broker: the processes share keys
     result = _up(tmp_path / "home", tmp_path, *options, keys=keys)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "demo: all three conversations finished" in result.stdout
+    assert "demo: all four conversations finished" in result.stdout
     assert "dead_letters=0" in result.stderr and "dead_letters=1" not in result.stderr
 
 
@@ -320,7 +320,7 @@ def test_up_runs_the_demo_through_its_mcp_server_with_the_same_replies(
     assert python.returncode == 0, python.stdout + python.stderr
     served = mcp_demo.ran
     assert served.returncode == 0, served.stdout + served.stderr
-    assert "demo: all three conversations finished" in served.stdout
+    assert "demo: all four conversations finished" in served.stdout
     assert len(_replies(python.stdout)) >= 8
     assert _replies(served.stdout) == _replies(python.stdout)
     assert (mcp_demo.home / "mcp" / "demo.stderr.log").exists()  # the server ran over stdio

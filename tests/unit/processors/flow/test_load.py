@@ -55,7 +55,7 @@ def test_every_problem_is_named_by_its_line_and_field() -> None:
         "f.yaml:2: version: 0 is less than the minimum of 1",
         f"f.yaml:{line_of(bad, 'after: 5')}: states[0].waits[0].after: '5 minutes' does not "
         "match ^[1-9][0-9]{0,8}(ms|s|m|h)$ (A number and ms, s, m or h: 30s, 5m.)",
-        f"f.yaml:{line_of(bad, 'colour')}: states[1].colour: unknown field (known: confirm, "
+        f"f.yaml:{line_of(bad, 'colour')}: states[1].colour: unknown field (known: agent, confirm, "
         "exit, failure, id, kind, name, on_enter, on_timeout, on_turn, preload, snapshot, summary, "
         "timeout_ms, waits)",
     ]
