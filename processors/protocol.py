@@ -75,6 +75,9 @@ from hermesbus.topics import AUDIT as AUDIT_TOPIC
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of
 
 __all__ = [
+    "ACCESS",
+    "ADMIT",
+    "ADMITTED",
     "ALERTS",
     "APP",
     "AUDIT",
@@ -89,6 +92,8 @@ __all__ = [
     "ENDS",
     "FALLBACK",
     "FLOW_SNAPSHOT",
+    "FORBIDDEN",
+    "HAS_ROLE",
     "IDENTITIES",
     "INVALID_SYMBOLS",
     "MAX_BUDGET_FACTOR",
@@ -99,10 +104,13 @@ __all__ = [
     "MORE",
     "NOT_REGISTERED",
     "OK",
+    "OVER_QUOTA",
     "PAUSED",
     "PAUSED_SINCE",
     "PAUSE_EVERY",
     "PROGRESS",
+    "RATE_LIMITED",
+    "REFUSALS",
     "RESULT_FACTS",
     "RESULT_SYMBOLS",
     "SYMBOLS_HELD",
@@ -116,6 +124,8 @@ __all__ = [
     "USER",
     "VERIFICATION_FAILED",
     "WRITERS",
+    "AccessView",
+    "Admission",
     "BacklogView",
     "FlowMachine",
     "HealthView",
@@ -366,6 +376,52 @@ class HealthView(Protocol):
 
     async def health(self, tool: str) -> ToolHealth | None:
         """The tool's latest health; None when the tool is not registered."""
+        ...
+
+
+# -- who may call what, how often: read by the dispatcher before a call goes out ----------
+
+FORBIDDEN: Final = "forbidden"
+"""``ErrorReport.code`` of a round refused because the user holds none of a tool's roles."""
+RATE_LIMITED: Final = "rate_limited"
+"""... because the user called the tool too often lately (its ``rate``)."""
+OVER_QUOTA: Final = "over_quota"
+"""... because the user used the tool's ``quota`` for the day or month."""
+REFUSALS: Final = (FORBIDDEN, RATE_LIMITED, OVER_QUOTA)
+ACCESS: Final = "access"
+"""Context key of the dispatcher's access decision, recorded on what it emits (``admitted``
+on a dispatched call, the refusal's code on the refusal) so a replay decides the same."""
+ADMITTED: Final = "admitted"
+HAS_ROLE: Final = "has_role"
+"""The long-term relation of a user's role: ``user:<id> -has_role-> role:<name>``, written
+by a verified tool's result like any fact; only verified or certified facts count."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The access decision on one call: ``refusal`` is None when it may go out (``checked``:
+    the tool has rules and the call was counted), else one of :data:`REFUSALS` with the
+    one sentence the user is told (``reason``)."""
+
+    refusal: str | None = None
+    reason: str = ""
+    checked: bool = False
+
+
+ADMIT: Final = Admission()
+"""A call to a tool without access rules."""
+
+
+class AccessView(Protocol):
+    """The dispatcher's port onto the tools' access rules and per-user usage
+    (``ports["access"]``)."""
+
+    async def admit(
+        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+    ) -> Admission:
+        """Whether ``user`` (holding ``roles``) may call ``tool`` at ``at_ms`` (the
+        envelope's time); an admitted call is counted against its limits once per ``key``
+        (the call's idempotency key: a redelivered round is not counted again)."""
         ...
 
 

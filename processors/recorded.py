@@ -4,7 +4,8 @@ For shadow replay (``hermesbus replay --shadow``) and redrive, where no tool may
 nothing may be asked of the world:
 
 * :class:`RecordedTools` (a ``ToolPort``) and :class:`RecordedHealth` (a ``HealthView``):
-  answer what the log says was answered for the envelope being replayed;
+  answer what the log says was answered for the envelope being replayed, and
+  :class:`RecordedAccess` decides who may call what as the dispatcher decided then;
   :class:`RecordedBudgets` gives the conversation the cycle budget it used then. Before each
   envelope, :meth:`cue` them with what the processor emitted for it then; a call or a
   health question the recording has no answer for gets a clear "not recorded" answer,
@@ -28,9 +29,14 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.processors.flow import EXPENSE_SPEC
 from hermesbus.processors.protocol import (
+    ACCESS,
+    ADMIT,
+    ADMITTED,
     ALERTS,
     BUSY_BEHIND,
     FLOW_SNAPSHOT,
+    REFUSALS,
+    Admission,
     ToolHealth,
     component_of,
     tool_at,
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArgumentTools",
+    "RecordedAccess",
     "RecordedBudgets",
     "RecordedHealth",
     "RecordedTools",
@@ -115,6 +122,33 @@ class RecordedHealth:
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         return self._backlogs.get(component, 0)
+
+
+class RecordedAccess:
+    """The dispatcher's access port in a replay: each call is admitted or refused as the
+    dispatcher decided for the envelope being replayed (its dispatched calls carry
+    ``context["access"]``, its refusal the code and the sentence); a tool it decided
+    nothing about has no rules (every user, without limit), as then."""
+
+    def __init__(self) -> None:
+        self._decided: dict[str, Admission] = {}
+
+    def cue(self, recorded: Iterable[Envelope]) -> None:
+        self._decided = {}
+        for envelope in recorded:
+            body, context = envelope.payload.body, envelope.payload.context
+            decided = context.get(ACCESS)
+            if isinstance(body, ToolCall) and decided == ADMITTED:
+                self._decided[body.tool] = Admission(checked=True)
+            elif isinstance(body, ErrorReport) and decided in REFUSALS:
+                tool = context.get("tool")
+                if isinstance(tool, str) and component_of(envelope.target) != "alerts":
+                    self._decided[tool] = Admission(str(decided), body.message, checked=True)
+
+    async def admit(
+        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+    ) -> Admission:
+        return self._decided.get(tool, ADMIT)
 
 
 class RecordedBudgets:

@@ -9,12 +9,14 @@ sessions), so the scripts work on Redis Cluster:
 - ``results`` a hash, idempotency key -> ``{tool, digest, at, result}``, with
   ``results-by-time`` (key scored by envelope time, for pruning) and ``args:TOOL:DIGEST``
   (keys scored by time: the newest is the cache's answer);
-- ``calls:TOOL`` a list of the latest call samples, newest first.
+- ``calls:TOOL`` a list of the latest call samples, newest first;
+- ``admitted:TOOL:USER`` a sorted set of the calls admitted for a user (idempotency key
+  scored by envelope time), for the tool's rate limit and quota.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import orjson
@@ -23,7 +25,15 @@ from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.redis.client import RedisService
 from hermesbus.connectors.redis.config import RedisConfig
 from hermesbus.contract.payloads import ToolResult
-from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolSpec, spec_from_json
+from hermesbus.processors.tool import (
+    KEEP_ADMITTED_MS,
+    CallStats,
+    Probe,
+    StoredResult,
+    ToolSpec,
+    Window,
+    spec_from_json,
+)
 
 __all__ = ["RedisToolStore"]
 
@@ -67,12 +77,32 @@ return 0
 """Compare-and-set of one spec: KEYS[1] the specs hash; ARGV name, expected, new."""
 
 
+_ADMIT_CALL = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return '' end
+local count = tonumber(ARGV[4])
+for i = 0, count - 1 do
+  local base = 5 + i * 4
+  local held = redis.call('ZCOUNT', KEYS[1], ARGV[base + 1], '(' .. ARGV[base + 2])
+  if held >= tonumber(ARGV[base + 3]) then return ARGV[base] end
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[5 + count * 4])
+return ''
+"""
+"""Count one call at once: KEYS[1] the user's admitted calls of the tool (key scored by
+envelope time). ARGV: key, at ms, forget before ms, the number of windows, then per
+window its name, since ms, until ms (excluded) and limit; last, the set's lifetime in
+ms. Returns the first full window's name, '' when admitted (or admitted before)."""
+
+
 class RedisToolStore(RedisService):
     """The :class:`~hermesbus.processors.tool.ToolStore` on Redis (``HERMES_REDIS_URL``)."""
 
     scripts: ClassVar[Mapping[str, str]] = {
         "put_result": _PUT_RESULT,
         "replace_spec": _REPLACE_SPEC,
+        "admit_call": _ADMIT_CALL,
     }
     what = "tool store"
     mark_name = "tools"
@@ -116,6 +146,22 @@ class RedisToolStore(RedisService):
         async with self.doing("list_specs"):
             found: dict[Any, Any] = await self.redis.hgetall(self._key("specs"))
         return [spec_from_json(found[name]) for name in sorted(found)]
+
+    # -- calls admitted per user (rate limits and quotas) --------------------------------
+
+    async def admit_call(
+        self, tool: str, user: str, key: str, at_ms: int, windows: Sequence[Window]
+    ) -> str | None:
+        limits = [str(value) for window in windows for value in window]
+        args = [key, str(at_ms), str(at_ms - KEEP_ADMITTED_MS), str(len(windows)), *limits]
+        async with self.doing("admit_call"):
+            full = await self.script(
+                "admit_call",
+                keys=[self._key(f"admitted:{tool}:{user}")],
+                args=[*args, str(KEEP_ADMITTED_MS)],
+            )
+        name = full.decode() if isinstance(full, bytes) else str(full or "")
+        return name or None
 
     # -- results ------------------------------------------------------------------------
 

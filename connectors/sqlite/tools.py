@@ -1,4 +1,5 @@
-"""SQLite tool store (``$HERMES_HOME/tools.sqlite3``): specs, results, call samples, probes.
+"""SQLite tool store (``$HERMES_HOME/tools.sqlite3``): specs, results, call samples, probes,
+and the calls admitted per user (rate limits and quotas).
 
 Implements :class:`hermesbus.processors.tool.ToolStore`. WAL mode, short inline calls,
 parameterised SQL only; as :mod:`.store`, a local file needs no thread pool.
@@ -6,6 +7,7 @@ parameterised SQL only; as :mod:`.store`, a local file needs no thread pool.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,13 @@ from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite.client import SqliteFile
 from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool import (
+    KEEP_ADMITTED_MS,
     CallStats,
     Probe,
     StoredResult,
     ToolSettings,
     ToolSpec,
+    Window,
     spec_from_json,
 )
 
@@ -34,6 +38,10 @@ CREATE TABLE IF NOT EXISTS calls (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, tool TEXT NOT NULL, at_ms INTEGER NOT NULL,
     latency_ms REAL NOT NULL, ok INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS calls_by_tool ON calls (tool, seq);
+CREATE TABLE IF NOT EXISTS admitted (
+    tool TEXT NOT NULL, key TEXT NOT NULL, user TEXT NOT NULL, at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tool, key));
+CREATE INDEX IF NOT EXISTS admitted_by_user ON admitted (tool, user, at_ms);
 CREATE TABLE IF NOT EXISTS probes (
     tool TEXT PRIMARY KEY, latency_ms REAL NOT NULL, success_rate REAL NOT NULL,
     quota_remaining INTEGER, checked_at_ms INTEGER NOT NULL, error TEXT NOT NULL);
@@ -143,6 +151,27 @@ class SqliteToolStore(SqliteFile):
         )
         count, success, latency = rows[0]
         return CallStats(count, float(success), float(latency)) if count else None
+
+    async def admit_call(
+        self, tool: str, user: str, key: str, at_ms: int, windows: Sequence[Window]
+    ) -> str | None:
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM admitted WHERE tool=? AND key=?", (tool, key)).fetchone():
+                return None
+            for window in windows:
+                (count,) = db.execute(
+                    "SELECT COUNT(*) FROM admitted WHERE tool=? AND user=? AND at_ms>=? "
+                    "AND at_ms<?",
+                    (tool, user, window.since_ms, window.until_ms),
+                ).fetchone()
+                if count >= window.limit:
+                    return window.name
+            db.execute("INSERT INTO admitted VALUES (?, ?, ?, ?)", (tool, key, user, at_ms))
+            db.execute(
+                "DELETE FROM admitted WHERE tool=? AND user=? AND at_ms<?",
+                (tool, user, at_ms - KEEP_ADMITTED_MS),
+            )
+        return None
 
     async def save_probe(self, tool: str, probe: Probe) -> None:
         with self._write() as db:

@@ -44,7 +44,12 @@ from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
 from hermesbus.processors.chat import ChatEndpoint
-from hermesbus.processors.recorded import RecordedBudgets, RecordedHealth, RecordedTools
+from hermesbus.processors.recorded import (
+    RecordedAccess,
+    RecordedBudgets,
+    RecordedHealth,
+    RecordedTools,
+)
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.processors.tool.demo.model_server import DEMO_SCRIPT, ScriptedModel
 from hermesbus.replay.shadow import Shadow
@@ -462,11 +467,13 @@ def wiring(
     hooks: flow.Hooks | None = None,
     paths: flow.PathCounts | None = None,
     model: tool.ModelPort | None = None,
+    access: protocol.AccessView | None = None,
 ) -> Wired:
     """The four processors with their ports, as ``up`` runs them (the tool processor
     answering every tool): one table for the stack, shadow replay and the in-memory bus.
     ``model``: what answers an agent state's model requests (None: each is answered that
-    no model is configured).
+    no model is configured); ``access``: who may call which tool, how often (None: every
+    user may call every tool).
     ``backlog``: what waits for a free worker of memory, a tool or the dispatcher, so the
     dispatcher tells a deadline passed behind it as a busy bus (None: a timeout).
     ``flows``: the registered flows (None: only the expense report); ``hooks``: what runs
@@ -484,7 +491,7 @@ def wiring(
         dispatcher.NAME: (
             dispatcher.handle,
             dispatcher.TOPIC,
-            dispatcher.dispatcher_ports(health, violations, backlog, flows),
+            dispatcher.dispatcher_ports(health, violations, backlog, flows, access),
         ),
         tool.NAME: (
             tool.handle,
@@ -567,6 +574,7 @@ def _handlers(
         hooks=flow.Hooks(settings.tool.modules) if settings is not None else None,  # as tools
         paths=running.paths,
         model=model,
+        access=tool.ToolAccess(running.tools.store),
     )
     _, topic, ports = table[tool.NAME]
     table[tool.NAME] = (tool.serving(own, others=True), topic, ports)  # the others' calls
@@ -651,7 +659,7 @@ async def shadows(
                 url = settings.conversation.llm_url
                 live = await _chat_model(exits, settings.conversation, url, store)
             health, tools, budgets = RecordedHealth(), RecordedTools(), RecordedBudgets()
-            recorded_model = tool.RecordedModel()
+            recorded_model, access = tool.RecordedModel(), RecordedAccess()
             paths = flow.RecordedPaths()
             parser = conversation.RuleIntentParser(settings.conversation.zone)
             ports = {conversation.INTENT_PORT: parser, conversation.BUDGETS_PORT: budgets}
@@ -668,11 +676,12 @@ async def shadows(
                 hooks=flow.Hooks(settings.tool.modules),
                 paths=paths,
                 model=live if live is not None else recorded_model,
+                access=access,
             )
             if flows is not None:  # the dispatcher checks the recorded moves as recorded
                 table[dispatcher.NAME][2][flow.FLOWS_PORT] = flows
             cues = {
-                dispatcher.NAME: health.cue,
+                dispatcher.NAME: _both(health.cue, access.cue),
                 tool.NAME: _both(tools.cue, recorded_model.cue),
                 conversation.NAME: _both(budgets.cue, paths.cue),
             }
@@ -726,6 +735,7 @@ async def in_memory(
     flows: flow.FlowCatalog | None = None,
     paths: flow.PathCounts | None = None,
     model: tool.ModelPort | None = None,
+    access: protocol.AccessView | None = None,
 ) -> AsyncIterator[Harness]:
     """The four processors on the in-memory bus (:class:`hermesbus.testing.Harness`), as
     ``up`` wires them but for ``tools`` and ``health``; memory's stores in ``folder``.
@@ -733,7 +743,8 @@ async def in_memory(
     ``settings``: default, every part's defaults with ``folder`` as the state folder.
     ``flows``: the registered flows (e.g. a ``StaticCatalog``; None: the expense report only);
     ``paths``: their path counts (default: in memory, from none); ``model``: what answers
-    agent states (None: that no model is configured)."""
+    agent states (None: that no model is configured); ``access``: who may call which tool
+    (None: every user may call every tool)."""
     settings = settings if settings is not None else Settings.of(folder)
     async with memory_in(folder, settings) as stores:
         parser = conversation.RuleIntentParser(settings.conversation.zone)
@@ -746,6 +757,7 @@ async def in_memory(
             hooks=flow.Hooks(settings.tool.modules),
             paths=paths if paths is not None else flow.MemoryPaths(),
             model=model,
+            access=access,
         )
         bus = Harness(policy=policy, applied_window=settings.runtime.applied_window)
         for name, (handler, topic, ports) in table.items():

@@ -513,7 +513,8 @@ def _absorb(step: Step, memory: MemoryContext) -> None:
 def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
     """Fail fast from the dispatcher for the pending cycle: the state's exception exit; a
     cycle refused for symbols that no longer hold takes the state's ``invalid`` move (the
-    flow asks instead of guessing), its exit when it has none."""
+    flow asks instead of guessing), its exit when it has none. A call the user may not
+    make (its role, rate or quota) is told in the dispatcher's own sentence."""
     attach(step, spec)
     step.failed_call(report)
     step.update(pending=None)
@@ -522,6 +523,8 @@ def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
         if _take(step, spec, "invalid"):
             return
     text = texts.error_text(report.component, report.code, report.advice)
+    if report.code in protocol.REFUSALS:  # who may call it, how often: the sentence says
+        text = report.message
     _fail(step, spec, report.component, report.code, report.message, text=text)
 
 

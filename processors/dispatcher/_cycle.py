@@ -24,6 +24,7 @@ from hermesbus.contract.payloads import (
     ToolCall,
     ToolResult,
 )
+from hermesbus.processors.dispatcher._access import refused
 from hermesbus.processors.dispatcher._dispatch import (
     answer,
     cycle_context,
@@ -197,6 +198,8 @@ async def on_memory(
             retryable=False,
             context={"invalid": ",".join(doubted)},
         )
+        return
+    if await refused(fx, state, cid, cycle, ports):  # who may call what, how often
         return
     for tool in cycle.tools:
         call = cycle.calls.get(tool)

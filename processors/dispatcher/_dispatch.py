@@ -25,6 +25,7 @@ from hermesbus.processors.dispatcher._emit import Effects, diagnostics
 from hermesbus.processors.dispatcher._health import bilingual, choose
 from hermesbus.processors.dispatcher._state import CallStatus, Cycle, CycleStatus
 from hermesbus.processors.protocol import (
+    ACCESS,
     CYCLE,
     FALLBACK,
     MEMORY_CONTEXT,
@@ -118,6 +119,8 @@ async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: Healt
     }
     if choice.latency_ms is not None:
         context["health_latency_ms"] = choice.latency_ms
+    if call.access:
+        context[ACCESS] = call.access
     metadata = envelope.metadata.model_copy(update={"timeout_ms": left, "attempt": call.attempt})
     diag = diagnostics(len(cycle.tools), confidence=0.5 if choice.fallback else 1.0)
     fx.send(

@@ -15,9 +15,10 @@ from typing import Any, Final, Protocol
 
 from hermesbus.errors import ConfigError
 from hermesbus.processors.flow import FLOWS_PORT, FlowCatalog
-from hermesbus.processors.protocol import BacklogView, HealthView, ToolHealth
+from hermesbus.processors.protocol import AccessView, BacklogView, HealthView, ToolHealth
 
 __all__ = [
+    "ACCESS_PORT",
     "BACKLOG_PORT",
     "HEALTH_PORT",
     "VIOLATIONS_PORT",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 HEALTH_PORT: Final = "health"
+ACCESS_PORT: Final = "access"
 BACKLOG_PORT: Final = "backlog"
 VIOLATIONS_PORT: Final = "violations"
 
@@ -130,6 +132,8 @@ class Ports:
 
     flows: FlowCatalog | None = None
     """The registered flows (None: only the expense report is known)."""
+    access: AccessView | None = None
+    """The tools' access rules and per-user limits (None: every user may call every tool)."""
 
     @classmethod
     def of(cls, ports: Mapping[str, Any]) -> Ports:
@@ -138,6 +142,7 @@ class Ports:
             ports.get(VIOLATIONS_PORT),
             ports.get(BACKLOG_PORT),
             ports.get(FLOWS_PORT),
+            ports.get(ACCESS_PORT),
         )
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
@@ -160,11 +165,15 @@ def dispatcher_ports(
     violations: ViolationCounter | None = None,
     backlog: BacklogView | None = None,
     flows: FlowCatalog | None = None,
+    access: AccessView | None = None,
 ) -> dict[str, object]:
     """The dispatcher's ports: ``{"health": health, "violations": a counter}``, and
     ``"backlog"`` when given (what waits in the bus: a deadline passed behind it is busy),
-    ``"flows"`` when given (the registered flows whose sessions it checks)."""
+    ``"flows"`` when given (the registered flows whose sessions it checks), ``"access"``
+    when given (the tools' access rules: without it every user may call every tool)."""
     ports: dict[str, object] = {HEALTH_PORT: health, VIOLATIONS_PORT: violations or Violations()}
+    if access is not None:
+        ports[ACCESS_PORT] = access
     if backlog is not None:
         ports[BACKLOG_PORT] = backlog
     if flows is not None:

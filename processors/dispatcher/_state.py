@@ -58,6 +58,9 @@ class Call(_Model):
     expected_ms: float | None = None
     """The tool's usual latency by its live health when the call was sent (None unknown):
     whether a timed-out tool had a fair chance."""
+    access: str = ""
+    """``admitted`` when the tool's access rules were checked and counted this call: the
+    dispatched envelope records it, so a replay decides the same."""
 
 
 class Cycle(_Model):
@@ -151,6 +154,8 @@ class DispatcherState(_Model):
     """Facts and symbols of results dropped over the per-result caps (never written)."""
     last_speaker: str | None = None
     """The conversation address that last spoke: where memory's error reports go."""
+    refused_calls: dict[str, int] = Field(default_factory=dict)
+    """Calls refused before they went out, by refusal (forbidden, rate_limited, over_quota)."""
     models: dict[str, str] = Field(default_factory=dict)
     """Open model rounds: cycle -> the agent state that asked (its answer goes there)."""
 

@@ -9,6 +9,7 @@ records health (with the calls queued for a worker); :func:`handle` is the handl
 ``tool`` processor (topic ``hermes.tool``).
 """
 
+from hermesbus.processors.tool._access import ToolAccess, windows_of
 from hermesbus.processors.tool._chaos import FAULTS, ChaosReport, FaultOutcome, chaos
 from hermesbus.processors.tool._executor import (
     IDEMPOTENCY_ENV,
@@ -47,9 +48,12 @@ from hermesbus.processors.tool._spec import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_CAP,
     TOOL_NAME_PATTERN,
+    Access,
     Fallback,
     McpBinding,
     McpServer,
+    Quota,
+    RateLimit,
     SignatureConfig,
     SignedResult,
     ToolKind,
@@ -57,7 +61,14 @@ from hermesbus.processors.tool._spec import (
     spec_from_json,
     tool_name_problem,
 )
-from hermesbus.processors.tool._store import CallStats, Probe, StoredResult, ToolStore
+from hermesbus.processors.tool._store import (
+    KEEP_ADMITTED_MS,
+    CallStats,
+    Probe,
+    StoredResult,
+    ToolStore,
+    Window,
+)
 from hermesbus.processors.tool._verify import Verified, check_signature, json_depth
 
 __all__ = [
@@ -66,6 +77,7 @@ __all__ = [
     "FAULTS",
     "IDEMPOTENCY_ENV",
     "IDEMPOTENCY_HEADER",
+    "KEEP_ADMITTED_MS",
     "MAX_CHOICES",
     "MAX_RESULT_CAP",
     "MODEL_PORT",
@@ -74,6 +86,7 @@ __all__ = [
     "SIGNATURE_HEADER",
     "TOOL_NAME_PATTERN",
     "TOPIC",
+    "Access",
     "CallReport",
     "CallStats",
     "ChaosReport",
@@ -93,12 +106,15 @@ __all__ = [
     "ProbeCall",
     "Progress",
     "PythonWorker",
+    "Quota",
+    "RateLimit",
     "RecordedModel",
     "RegistryHealth",
     "SignatureConfig",
     "SignedResult",
     "SpecSource",
     "StoredResult",
+    "ToolAccess",
     "ToolEnvironment",
     "ToolKind",
     "ToolPort",
@@ -108,6 +124,7 @@ __all__ = [
     "ToolSpec",
     "ToolStore",
     "Verified",
+    "Window",
     "arguments_digest",
     "chaos",
     "check_signature",
@@ -124,4 +141,5 @@ __all__ = [
     "serving",
     "spec_from_json",
     "tool_name_problem",
+    "windows_of",
 ]

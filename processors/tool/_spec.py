@@ -20,10 +20,14 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "MAX_RESULT_CAP",
     "MAX_WORKERS",
+    "ROLE_PATTERN",
     "TOOL_NAME_PATTERN",
+    "Access",
     "Fallback",
     "McpBinding",
     "McpServer",
+    "Quota",
+    "RateLimit",
     "SignatureConfig",
     "SignedResult",
     "ToolKind",
@@ -88,6 +92,35 @@ class Fallback(_Frozen):
     """``mock``: the JSON returned; it must validate against the output schema."""
     backup: str | None = None
     """``proxy``: a URL (http tools) or ``module:function`` (python tools)."""
+
+
+ROLE_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,39}$"
+"""A role a user holds (``has_role`` -> ``role:<name>`` in long-term memory)."""
+
+
+class RateLimit(_Frozen):
+    """At most ``calls`` calls by one user within any ``per_s`` seconds (sliding)."""
+
+    calls: Annotated[int, Field(ge=1, le=1_000_000)]
+    per_s: Annotated[int, Field(ge=1, le=86_400)]
+
+
+class Quota(_Frozen):
+    """At most ``calls`` calls by one user in each calendar ``per`` (UTC)."""
+
+    calls: Annotated[int, Field(ge=1, le=100_000_000)]
+    per: Literal["day", "month"]
+
+
+class Access(_Frozen):
+    """Who may call a tool, and how often (checked by the dispatcher before the call goes
+    out). ``roles``: a user needs one of them among the roles memory holds for them as
+    verified facts (empty: everyone); ``rate`` and ``quota``: per user, counted by the
+    envelopes' times in the tool store, so a replay reads the decisions as recorded."""
+
+    roles: tuple[Annotated[str, Field(pattern=ROLE_PATTERN)], ...] = ()
+    rate: RateLimit | None = None
+    quota: Quota | None = None
 
 
 McpTransport = Literal["stdio", "http"]
@@ -166,6 +199,8 @@ class ToolSpec(_Frozen):
     sample_arguments: dict[str, Any] | None = None
     """Arguments a call may be made with to check the tool: ``hermesbus tools chaos`` calls
     it with them under injected faults (checked against the input schema at admission)."""
+    access: Access | None = None
+    """Who may call the tool and how often (None: every user, without limit)."""
     sensitive_words: tuple[str, ...] = ()
     env: tuple[Annotated[str, Field(pattern=_ENV_NAME)], ...] = ()
     """python (and a stdio MCP server): the variables (names) passed to the worker besides

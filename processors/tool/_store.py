@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, NamedTuple, Protocol
 
 from hermesbus.contract.payloads import ToolResult
 from hermesbus.processors.tool._spec import ToolSpec
 
-__all__ = ["CallStats", "Probe", "StoredResult", "ToolStore"]
+__all__ = ["KEEP_ADMITTED_MS", "CallStats", "Probe", "StoredResult", "ToolStore", "Window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,20 @@ class StoredResult:
     result: ToolResult
     at_ms: int
     digest: str = ""
+
+
+class Window(NamedTuple):
+    """A limit on one user's calls of a tool: at most ``limit`` admitted calls timed in
+    ``[since_ms, until_ms)``; ``name`` is the refusal when it is full."""
+
+    name: str
+    since_ms: int
+    until_ms: int
+    limit: int
+
+
+KEEP_ADMITTED_MS: Final = 32 * 24 * 3600 * 1000
+"""How long an admitted call is kept (the longest window is a calendar month)."""
 
 
 class ToolStore(Protocol):
@@ -80,6 +95,16 @@ class ToolStore(Protocol):
 
     async def call_stats(self, tool: str, window: int) -> CallStats | None:
         """Stats of the latest ``window`` calls; None when the tool was never called."""
+        ...
+
+    async def admit_call(
+        self, tool: str, user: str, key: str, at_ms: int, windows: Sequence[Window]
+    ) -> str | None:
+        """Count a call of ``tool`` by ``user`` at ``at_ms`` against ``windows``, at once
+        (one writer at a time): the name of the first window already full (nothing is
+        counted), else None, and the call is kept under ``key``. A key kept before is
+        admitted again without counting. Calls kept longer than :data:`KEEP_ADMITTED_MS`
+        before ``at_ms`` may be forgotten."""
         ...
 
     async def save_probe(self, tool: str, probe: Probe) -> None: ...

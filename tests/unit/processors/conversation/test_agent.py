@@ -68,7 +68,11 @@ def scripted() -> Iterator[ScriptedModel]:
 
 @asynccontextmanager
 async def agent_bus(
-    tmp_path: Path, model_url: str | None, flow: str = BUDGET, **endpoint: Any
+    tmp_path: Path,
+    model_url: str | None,
+    flow: str = BUDGET,
+    access: protocol.AccessView | None = None,
+    **endpoint: Any,
 ) -> AsyncIterator[tuple[Harness, ScriptedTools]]:
     tools = ScriptedTools({name: unsigned(name) for name in ("org_tool", "finance_tool")})
     health = StaticHealth(
@@ -86,6 +90,7 @@ async def agent_bus(
             policy=protocol.ProtocolPolicy(),
             flows=StaticCatalog.of([load_flow(flow, "agent.yaml")[0]]),
             model=chat,
+            access=access,
         ) as harness:
             yield harness, tools
     finally:
@@ -298,3 +303,30 @@ def test_an_agent_state_says_its_model_and_moves_on_done() -> None:
         f.problem.message for f in lint(spec, lines, modules=(DEMO_MODULES,), registered=REGISTERED)
     ]
     assert "agent: is for states of kind agent" in said
+
+
+class FinanceOnly:
+    """Access rules where finance_tool needs the role finance (nobody here holds it)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, frozenset[str]]] = []
+
+    async def admit(
+        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+    ) -> protocol.Admission:
+        self.asked.append((tool, roles))
+        if tool == "finance_tool" and "finance" not in roles:
+            return protocol.Admission(protocol.FORBIDDEN, "finance_tool 需要角色 finance。", True)
+        return protocol.Admission(checked=True)
+
+
+async def test_a_tool_the_model_chose_is_refused_like_any_call_the_user_may_not_make(
+    tmp_path: Path, scripted: ScriptedModel
+) -> None:
+    gate = FinanceOnly()
+    async with agent_bus(tmp_path, scripted.url, access=gate) as (harness, tools):
+        await harness.send(turn("我的部门还有多少预算？"))
+        assert [c.tool for c, _ in tools.calls] == ["org_tool"]  # finance_tool never ran
+        assert replies(harness) == ["finance_tool 需要角色 finance。"]
+        assert harness.state("conversation", SESSION).data["state"] == "failed"
+    assert [tool for tool, _ in gate.asked] == ["org_tool", "finance_tool"]

@@ -12,7 +12,15 @@ from hermesbus.base.storemark import MarkBook
 from hermesbus.connectors.sqlite import tools as sqlite_tools
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.contract.payloads import ToolResult
-from hermesbus.processors.tool import CallStats, Probe, StoredResult, ToolStore, spec_from_json
+from hermesbus.processors.tool import (
+    KEEP_ADMITTED_MS,
+    CallStats,
+    Probe,
+    StoredResult,
+    ToolStore,
+    Window,
+    spec_from_json,
+)
 
 from .conftest import python_spec
 
@@ -132,3 +140,37 @@ def test_a_spec_read_again_with_the_same_text_is_the_same_object() -> None:
     assert first is again and first == python_spec("org_tool", "echo")
     changed = spec_from_json(python_spec("org_tool", "other").model_dump_json())
     assert changed is not first and changed.target != first.target
+
+
+async def test_calls_are_admitted_per_user_until_a_window_is_full(tool_store: ToolStore) -> None:
+    """At most 2 calls by a user within [0, 1000): the third is refused by that window's
+    name and not kept; another user and another tool count apart; a key admitted before
+    is admitted again without counting (a redelivered round)."""
+    hour = [Window("over_quota", 0, 1000, 2)]
+    assert await tool_store.admit_call("t_tool", "u1", "k1", 10, hour) is None
+    assert await tool_store.admit_call("t_tool", "u1", "k2", 20, hour) is None
+    assert await tool_store.admit_call("t_tool", "u1", "k1", 30, hour) is None  # again
+    assert await tool_store.admit_call("t_tool", "u1", "k3", 40, hour) == "over_quota"
+    assert await tool_store.admit_call("t_tool", "u1", "k3", 50, hour) == "over_quota"
+    assert await tool_store.admit_call("t_tool", "u2", "k4", 40, hour) is None
+    assert await tool_store.admit_call("other_tool", "u1", "k5", 40, hour) is None
+    # the next window counts afresh; the first full window named wins
+    assert (
+        await tool_store.admit_call(
+            "t_tool", "u1", "k6", 1000, [Window("over_quota", 1000, 2000, 2)]
+        )
+        is None
+    )
+    both = [Window("rate_limited", 990, 1001, 1), Window("over_quota", 1000, 2000, 2)]
+    assert await tool_store.admit_call("t_tool", "u1", "k7", 1000, both) == "rate_limited"
+
+
+async def test_admitted_calls_are_forgotten_after_the_longest_window(tool_store: ToolStore) -> None:
+    """A call admitted longer than KEEP_ADMITTED_MS before another is forgotten then: a
+    window over both counts only the later ones."""
+    ever = [Window("x", 0, 10**13, 2)]
+    assert await tool_store.admit_call("t_tool", "u1", "k1", 5, ever) is None
+    later = 5 + KEEP_ADMITTED_MS + 1
+    assert await tool_store.admit_call("t_tool", "u1", "k2", later, ever) is None  # forgets k1
+    assert await tool_store.admit_call("t_tool", "u1", "k3", later + 1, ever) is None
+    assert await tool_store.admit_call("t_tool", "u1", "k4", later + 2, ever) == "x"

@@ -1,0 +1,194 @@
+"""Who may call what, how often: the dispatcher refuses before the tool runs, says why in one
+sentence, counts and alerts it, and the refusals replay identically.
+
+The four processors run on the in-memory bus as ``up`` wires them, with the real memory
+processor (roles are the ``has_role`` facts a directory tool verified) and the access
+rules and per-user counts in a real SQLite tool store. The session is then replayed in
+the shadow from the bus's log, the access decisions read from what was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hermesbus import Envelope, ErrorReport, Payload, Reply, ToolCall, UserTurn
+from hermesbus.base.storemark import MarkBook
+from hermesbus.compose.settings import Settings
+from hermesbus.compose.stack import in_memory, shadows
+from hermesbus.connectors.sqlite.tools import SqliteToolStore
+from hermesbus.demo.scripted import ScriptedTools
+from hermesbus.processors import protocol
+from hermesbus.processors.dispatcher import StaticHealth
+from hermesbus.processors.flow import StaticCatalog, load_flow
+from hermesbus.processors.tool import Access, Quota, RateLimit, ToolAccess, ToolSpec
+from hermesbus.replay.shadow import Recording, shadow
+from hermesbus.testing import Harness
+from hermesbus.trace.spans import Hop
+
+T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
+FLOW = """\
+flow: payroll
+version: 1
+start: asked
+timeout_ms: 5000
+intents:
+  - name: pay
+    phrases: ["工资"]
+states:
+  - id: asked
+    name: 查询工资
+    exit: refused
+    on_enter:
+      - call: {tool: dir_tool, args: {user_id: "{user.id}"}}
+      - call: {tool: ledger_tool, args: {user_id: "{user.id}"}}
+      - reply: {text: "工资：{results.ledger_tool.amount}"}
+  - id: paid
+    name: 已查询
+    kind: terminal
+  - id: refused
+    name: 未查询
+    kind: terminal
+transitions:
+  - {from: asked, on: done, to: paid}
+"""
+ROLES = {"u_fin": ["finance", "employee"], "u_emp": ["employee"]}
+FORBIDDEN_TEXT = (
+    "您没有调用 ledger_tool 的权限（需要以下角色之一：finance）"
+    "（you may not call ledger_tool: it needs one of the roles finance）。"
+)
+OVER_QUOTA_TEXT = (
+    "您今天调用 ledger_tool 的次数已用完（每天最多 1 次）"
+    "（your ledger_tool quota of 1 calls a day is used up）。"
+)
+
+
+def directory(call: ToolCall) -> dict[str, object]:
+    """The user's roles, as verified facts (the dispatcher writes them to long-term memory)."""
+    user = json.loads(call.arguments_json)["user_id"]
+    facts = [
+        {"subject": f"user:{user}", "relation": "has_role", "object": f"role:{role}"}
+        for role in ROLES.get(user, [])
+    ]
+    return {"user_id": user, "facts": facts}
+
+
+@dataclass
+class Bus:
+    harness: Harness
+    tools: ScriptedTools
+    store: SqliteToolStore
+
+
+@pytest.fixture
+async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
+    tools = ScriptedTools({"dir_tool": directory, "ledger_tool": {"amount": 100}})
+    health = StaticHealth(
+        [protocol.ToolHealth(name, 20.0, 1.0) for name in ("dir_tool", "ledger_tool")]
+    )
+    access = Access(roles=("finance",), quota=Quota(calls=1, per="day"))
+    ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        await store.save_spec(ledger)
+        async with in_memory(
+            tmp_path,
+            tools=tools,
+            health=health,
+            policy=protocol.ProtocolPolicy(),
+            flows=StaticCatalog.of([load_flow(FLOW, "payroll.yaml")[0]]),
+            access=ToolAccess(store),
+        ) as harness:
+            yield Bus(harness, tools, store)
+
+
+def turn(user: str, session: str, n: int) -> Envelope:
+    return Envelope(
+        message_id=f"m{n}",
+        timestamp=T0 + timedelta(minutes=n),
+        source="app:web",
+        target="conversation:in",
+        session_id=session,
+        user_id=user,
+        trace_id=f"t{n}",
+        payload=Payload(body=UserTurn(text="工资")),
+    )
+
+
+async def said(bus: Bus, user: str, session: str, n: int) -> list[str]:
+    before = len(bus.harness.sent)
+    await bus.harness.send(turn(user, session, n))
+    return [
+        s.envelope.payload.body.text
+        for s in bus.harness.sent[before:]
+        if isinstance(s.envelope.payload.body, Reply)
+    ]
+
+
+def ledger_calls(bus: Bus) -> int:
+    return sum(1 for call, _ in bus.tools.calls if call.tool == "ledger_tool")
+
+
+def alerts(bus: Bus) -> list[str]:
+    return [
+        s.envelope.payload.body.code
+        for s in bus.harness.log
+        if isinstance(s.envelope.payload.body, ErrorReport)
+        and s.envelope.target == "alerts:dispatcher"
+    ]
+
+
+async def test_without_the_role_and_over_quota_a_call_is_refused_before_the_tool_runs(
+    bus: Bus, tmp_path: Path
+) -> None:
+    assert await said(bus, "u_emp", "s-emp", 1) == [FORBIDDEN_TEXT]
+    assert ledger_calls(bus) == 0  # refused before it reached the tool
+    assert await said(bus, "u_fin", "s-fin-1", 2) == ["工资：100"]
+    assert ledger_calls(bus) == 1
+    assert await said(bus, "u_fin", "s-fin-2", 3) == [OVER_QUOTA_TEXT]
+    assert ledger_calls(bus) == 1
+    assert bus.harness.refused == []
+    # counted in each session's state, alerted once each
+    assert bus.harness.state("dispatcher", "s-emp").data["refused_calls"] == {"forbidden": 1}
+    assert bus.harness.state("dispatcher", "s-fin-2").data["refused_calls"] == {"over_quota": 1}
+    assert alerts(bus) == ["access.forbidden", "access.over_quota"]
+    # the next day the quota is there again (the envelope's day, not the clock's)
+    assert await said(bus, "u_fin", "s-fin-3", 24 * 60 + 5) == ["工资：100"]
+
+    # replayed in the shadow from the bus's log: the same decisions, with no store asked
+    hops = [  # in log order per topic; no append times, as the bus ran without them
+        Hop(sent.envelope, sent.topic, 0, offset, -1) for offset, sent in enumerate(bus.harness.log)
+    ]
+    recording = Recording.of(hops, "the in-memory bus")
+    catalog = StaticCatalog.of([load_flow(FLOW, "payroll.yaml")[0]])
+    async with shadows(Settings.of(tmp_path / "replay"), flows=catalog) as wired:
+        report = await shadow(recording, wired, policy=protocol.ProtocolPolicy())
+    assert not report.diverged, report.divergences
+    assert report.compared["dispatcher"] > 0 and report.compared["conversation"] > 0
+
+
+async def test_a_rate_limit_counts_the_envelopes_times_per_user(tmp_path: Path) -> None:
+    access = Access(rate=RateLimit(calls=2, per_s=60))
+    ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        await store.save_spec(ledger)
+        gate = ToolAccess(store)
+        no_roles: frozenset[str] = frozenset()
+        at = int(T0.timestamp() * 1000)
+        first = await gate.admit("ledger_tool", "u1", no_roles, at, "k1")
+        assert first == protocol.Admission(checked=True)
+        assert (await gate.admit("ledger_tool", "u1", no_roles, at + 1_000, "k2")).refusal is None
+        third = await gate.admit("ledger_tool", "u1", no_roles, at + 2_000, "k3")
+        assert third.refusal == protocol.RATE_LIMITED
+        assert third.reason == (
+            "您调用 ledger_tool 过于频繁（每 60 秒最多 2 次），请稍后再试"
+            "（ledger_tool allows 2 calls per 60 s: try again later）。"
+        )
+        assert (await gate.admit("ledger_tool", "u2", no_roles, at + 2_000, "k4")).refusal is None
+        later = await gate.admit("ledger_tool", "u1", no_roles, at + 60_000, "k5")
+        assert later.refusal is None  # the first call left the window
+        assert await gate.admit("dir_tool", "u1", no_roles, at, "k6") == protocol.ADMIT
