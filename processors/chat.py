@@ -23,9 +23,11 @@ from pydantic import SecretStr
 from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError, IntentError
 
-__all__ = ["URL_SETTING", "ChatEndpoint", "content_of", "redact_url"]
+__all__ = ["MAX_ANSWER_BYTES", "URL_SETTING", "ChatEndpoint", "content_of", "redact_url"]
 
 URL_SETTING: Final = "HERMES_LLM_URL"
+MAX_ANSWER_BYTES: Final = 1024 * 1024
+"""The largest answer read from the endpoint (a chat completion is far smaller)."""
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 log = logging.getLogger(__name__)
@@ -122,23 +124,24 @@ class ChatEndpoint(Service):
         if client is not None:
             await client.aclose()
 
-    async def post(self, request: dict[str, Any]) -> Any:
+    async def post(self, request: dict[str, Any], *, within_s: float | None = None) -> Any:
         """The endpoint's JSON answer to ``request`` (``model`` filled in); the whole
-        exchange is bounded by ``timeout_s``."""
+        exchange is bounded by ``timeout_s`` (``within_s`` when that is shorter)."""
         request = {"model": self.model, **request}
         headers = {"Content-Type": "application/json"}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        bound = min(self.timeout_s, within_s) if within_s is not None else self.timeout_s
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(bound):
                 if self._client is not None:
                     return await self._exchange(self._client, request, headers)
                 async with httpx.AsyncClient(timeout=self.timeout_s) as client:
                     return await self._exchange(client, request, headers)
         except TimeoutError as exc:
-            log.warning("%s %s took over %s s", self._what, self.safe_url, self.timeout_s)
+            log.warning("%s %s took over %s s", self._what, self.safe_url, bound)
             raise IntentError(
-                f"{self._what} {self.safe_url} failed: no answer within {self.timeout_s} s"
+                f"{self._what} {self.safe_url} failed: no answer within {bound:g} s"
             ) from exc
         except (httpx.HTTPError, ValueError) as exc:
             detail = _detail(exc)
@@ -150,6 +153,11 @@ class ChatEndpoint(Service):
     ) -> Any:
         response = await client.post(self.url, json=request, headers=headers)
         response.raise_for_status()
+        if len(response.content) > MAX_ANSWER_BYTES:
+            raise IntentError(
+                f"{self._what} {self.safe_url} answered {len(response.content)} bytes: "
+                f"more than {MAX_ANSWER_BYTES}"
+            )
         return response.json()
 
 

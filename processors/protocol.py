@@ -40,8 +40,9 @@ verification failures to ``alerts:tool`` as ``ErrorReport`` envelopes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel
@@ -78,6 +79,7 @@ __all__ = [
     "ACCESS",
     "ADMIT",
     "ADMITTED",
+    "AGENT_TOOLS_TASK",
     "ALERTS",
     "APP",
     "AUDIT",
@@ -281,6 +283,8 @@ class FlowMachine:
     states: frozenset[str]
     pairs: frozenset[tuple[str | None, str]]
     budgets: Mapping[str, int]
+    agents: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    """Each agent state's allow-list: the tools its model rounds may offer and run."""
 
     def budget_ms(self, state: str) -> int:
         return self.budgets.get(state, 0)
@@ -377,6 +381,11 @@ class HealthView(Protocol):
     async def health(self, tool: str) -> ToolHealth | None:
         """The tool's latest health; None when the tool is not registered."""
         ...
+
+
+AGENT_TOOLS_TASK: Final = "@tools#"
+"""What the task of an agent state's cycle holds: ``<state>@tools#<round>`` (its calls are
+the ones the model chose, each on the state's allow-list)."""
 
 
 # -- who may call what, how often: read by the dispatcher before a call goes out ----------

@@ -214,9 +214,9 @@ async def stack(
         probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
         intent, model = await _model_ports(exits, settings.conversation, tools, demo=demo)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
-        targets = [group_prefix + tool.group_name(name) for name in own]  # from where "tool" is
+        sharing = {tool.group_name(name) for name in own} | {tool.MODEL_GROUP}
+        targets = [group_prefix + group for group in sorted(sharing)]  # from where "tool" is
         await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
-        sharing = {tool.group_name(name) for name in own}
         codec = codec_for(settings.bus)  # the bus's schema registry, if it has one
         running.indexer = await _indexer(
             exits,
@@ -582,6 +582,7 @@ def _handlers(
         (name, *table[name])
         for name in (conversation.NAME, dispatcher.NAME, memory.NAME, tool.NAME)
     ]
+    handlers.append((tool.MODEL_GROUP, tool.modelling(), topic, ports))  # model rounds
     return handlers + [(tool.group_name(name), tool.serving([name]), topic, ports) for name in own]
 
 

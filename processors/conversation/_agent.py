@@ -10,6 +10,7 @@ shown to the user as text, never run or rendered as a template.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -20,6 +21,8 @@ __all__ = [
     "AGENT_KEY",
     "MAX_RESULT_CHARS",
     "answered",
+    "arguments_of",
+    "kept_to",
     "opening",
     "result_messages",
     "user_text",
@@ -45,10 +48,44 @@ def user_text(current: object, recent: Sequence[Any]) -> str:
     return ""
 
 
-def opening(state: str, prompt: str, text: str) -> dict[str, Any]:
-    """A new agent record: the system prompt and the user's words, no round asked yet."""
+def opening(state: str, prompt: str, text: str, turn: str, spent: object = None) -> dict[str, Any]:
+    """A new agent record: the system prompt and the user's words. Its rounds, tokens and
+    refusals start from ``spent`` (the record an agent state left) when that served the
+    same user ``turn``: a flow that comes back to an agent state without the user saying
+    more spends the same budget, so a loop of moves through it ends."""
     messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
-    return {"state": state, "round": 0, "tokens": 0, "refused": 0, "messages": messages}
+    used = spent if isinstance(spent, dict) and spent.get("turn") == turn else {}
+    return {
+        "state": state,
+        "turn": turn,
+        "round": int(used.get("round", 0)),
+        "tokens": int(used.get("tokens", 0)),
+        "refused": int(used.get("refused", 0)),
+        "messages": messages,
+    }
+
+
+def kept_to(answer: ModelAnswer, allowed: frozenset[str]) -> ModelAnswer:
+    """``answer`` with every call that may not run refused here too, whatever the answer
+    says: a tool off the state's allow-list, arguments that are not a JSON object (the
+    tool processor checks them against the schemas; this is what the cycle needs)."""
+    kept = []
+    for choice in answer.choices:
+        why = choice.refusal
+        if not why and choice.tool not in allowed:
+            why = f"{choice.tool} is not a tool of this step"
+        elif not why and not isinstance(arguments_of(choice), dict):
+            why = f"the arguments of {choice.tool} are not a JSON object"
+        kept.append(choice.model_copy(update={"refusal": why}) if why else choice)
+    return answer.model_copy(update={"choices": tuple(kept)})
+
+
+def arguments_of(choice: ModelChoice) -> object:
+    """A choice's arguments as JSON (None when they are not JSON)."""
+    try:
+        return json.loads(choice.arguments_json)
+    except ValueError:
+        return None
 
 
 def answered(record: Mapping[str, Any], answer: ModelAnswer) -> dict[str, Any]:

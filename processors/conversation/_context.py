@@ -155,7 +155,8 @@ class Step:
         pinned facts, what memory knows of the user, and what failed."""
         session = self.session
         return {
-            **session.values,
+            **{k: v for k, v in session.values.items() if k != "agent"},  # the transcript
+            # of an agent state is the model's business: no template or hook reads it
             "user": {"id": self.env.user_id},
             "session": {
                 "id": self.env.session_id,

@@ -721,7 +721,7 @@ def _run(step: Step, spec: FlowSpec) -> None:
 
 _AGENT_ASK: Final = "%s@agent#%d"
 """The task of an agent state's model request (state, round)."""
-_AGENT_TOOLS: Final = "%s@tools#"
+_AGENT_TOOLS: Final = "%s" + protocol.AGENT_TOOLS_TASK
 """The task of the cycle of the tools the model chose (state, then the round)."""
 _MODEL: Final = protocol.MODEL_ADDRESS
 
@@ -734,7 +734,9 @@ def _agent_begin(step: Step, spec: FlowSpec, state: State) -> None:
         return
     prompt = render(agent.prompt, _values(step))
     text = agents.user_text(step.env.payload.body, step.session.history.recent)
-    record = agents.opening(state.id, prompt, text)
+    spent = step.session.values.get(agents.AGENT_KEY)  # entered again for the same turn:
+    turn = step.session.turn_id  # its rounds and tokens count on (a loop ends)
+    record = agents.opening(state.id, prompt, text, turn, spent)
     _agent_ask(step, spec, state, record)
 
 
@@ -757,9 +759,10 @@ def _agent_ask(step: Step, spec: FlowSpec, state: State, record: dict[str, Any])
         return
     record = {**record, "round": record["round"] + 1}
     step.update(values={**step.session.values, agents.AGENT_KEY: record})
+    last = record["round"] >= agent.max_rounds  # the last round offers no tool: answer now
     request = ModelRequest(
         agent=f"{spec.flow}/{state.id}",
-        tools=tuple(agent.tools),
+        tools=() if last else tuple(agent.tools),
         messages_json=canonical_json(record["messages"]),
         max_tokens=left,
         round=record["round"],
@@ -784,18 +787,20 @@ def on_flow_model(step: Step, spec: FlowSpec, answer: ModelAnswer) -> None:
     if answer.error:
         _fail(step, spec, _MODEL, "model", answer.error)
         return
+    answer = agents.kept_to(answer, frozenset(agent.tools))  # checked again, here too
     record = agents.answered(record, answer)
     for choice in answer.choices:
         if choice.refusal:  # counted in the record and kept among the problems
             step.problem(_MODEL, "refused", f"{choice.tool or '?'}: {choice.refusal}")
     step.update(values={**step.session.values, agents.AGENT_KEY: record})
-    runs = [choice for choice in answer.choices if not choice.refusal]
+    runs = [
+        (choice.tool, arguments)
+        for choice in answer.choices
+        if not choice.refusal and isinstance(arguments := agents.arguments_of(choice), dict)
+    ]  # kept_to refused every other
     if runs:
-        step.cycle(
-            f"{_AGENT_TOOLS % state.id}{record['round']}",
-            [(choice.tool, json.loads(choice.arguments_json)) for choice in runs],
-            budget_ms=spec.budget_of(state.id),
-        )
+        task = f"{_AGENT_TOOLS % state.id}{record['round']}"
+        step.cycle(task, runs, budget_ms=spec.budget_of(state.id))
     elif answer.choices:  # every call refused: the model hears why in its next round
         _agent_ask(step, spec, state, record)
     else:
@@ -812,19 +817,26 @@ def _agent_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
     values = step.session.values
     results = dict(values.get("results", {}))
     cycle = protocol.cycle_of(step.env)
+    step.set_status(cycle, {r.tool: r.status_code for r in answer.results})
     for result in answer.results:
         step.record_result(result, cycle)
         if result.status_code == protocol.OK:
             results[result.tool] = _content(result)
-        if result.fallback and not result.stale:
-            step.update(
-                notes=(*step.session.notes, texts.degraded_note(result.tool, result.fallback))
-            )
+        if result.stale:
+            note = texts.stale_note(result.tool, result.stale_since)
+            step.update(notes=(*step.session.notes, note))
+        elif result.fallback:
+            note = texts.degraded_note(result.tool, result.fallback)
+            step.update(notes=(*step.session.notes, note))
+    ok = [r for r in answer.results if r.status_code == protocol.OK]
+    shown = (*step.session.unshown_steps, *(s for r in ok for s in r.verification_steps))
     if answer.context is not None:
         _absorb(step, answer.context)
     step.update(
         values={**values, "results": results},
-        degraded=step.session.degraded or any(r.fallback for r in answer.results),
+        unshown_steps=tuple(dict.fromkeys(shown)),
+        stale=step.session.stale or any(r.stale for r in answer.results),
+        degraded=step.session.degraded or any(r.fallback and not r.stale for r in answer.results),
     )
     _agent_ask(step, spec, state, agents.result_messages(record, answer.results))
 
@@ -841,8 +853,9 @@ def _agent_done(
     results = {**values.get("results", {}), agent.into: text}
     done = {k: v for k, v in record.items() if k not in ("messages", "calls")}
     step.update(values={**values, "results": results, agents.AGENT_KEY: done})
-    if agent.reply and text:
-        step.reply(text)  # the model's words as text: never a template, never run
+    if agent.reply and text:  # the model's words as text: never a template, never run
+        step.reply(text, steps=step.session.unshown_steps)
+        step.update(unshown_steps=())
     _done(step, spec, state)
 
 

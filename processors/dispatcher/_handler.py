@@ -37,7 +37,7 @@ from hermesbus.processors.dispatcher._cycle import (
 from hermesbus.processors.dispatcher._emit import ALERTS_ADDRESS, Effects
 from hermesbus.processors.dispatcher._health import bilingual
 from hermesbus.processors.dispatcher._memory import forward_snapshot, forward_write
-from hermesbus.processors.dispatcher._model import on_model
+from hermesbus.processors.dispatcher._model import is_model_timer, on_model, on_model_timer
 from hermesbus.processors.dispatcher._ports import Ports
 from hermesbus.processors.dispatcher._rules import Violation, first_violation, flow_snapshot
 from hermesbus.processors.dispatcher._state import DispatcherState
@@ -104,6 +104,8 @@ async def _route(  # noqa: PLR0912 - one case per body of the protocol
             await on_memory(fx, state, envelope, body, ports, appended_ms=appended_ms)
         case ToolResult():
             on_result(fx, state, envelope, body, ports)
+        case TimerFired() if is_model_timer(body):
+            on_model_timer(fx, state, body)
         case TimerFired():
             await on_timer(fx, state, body, ports, appended_ms=appended_ms)
         case Continue():

@@ -30,6 +30,7 @@ from hermesbus.contract.snapshot import ContextSnapshot
 from hermesbus.processors.dispatcher._state import CallStatus, DispatcherState
 from hermesbus.processors.flow import EXPENSE_MACHINE
 from hermesbus.processors.protocol import (
+    AGENT_TOOLS_TASK,
     CONVERSATION,
     CYCLE,
     DISPATCHER,
@@ -231,7 +232,7 @@ def _tools(envelope: Envelope, state: DispatcherState, _flow: Flow) -> str | Non
 
 def _timeout(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
     timeout_ms = envelope.metadata.timeout_ms
-    if not isinstance(envelope.payload.body, ToolCall):
+    if not isinstance(envelope.payload.body, ToolCall | ModelRequest):
         return None
     state = envelope.snapshot.state_id if envelope.snapshot is not None else ""
     most = flow.budget_ms(state) if flow is not None and state in flow.states else MAX_TIMEOUT_MS
@@ -241,6 +242,25 @@ def _timeout(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
         f"metadata.timeout_ms = {timeout_ms!r}: a tool call of state {state!r} needs a time "
         f"budget > 0 and <= {most}"
     )
+
+
+def _agent_tools(envelope: Envelope, _: DispatcherState, flow: Flow) -> str | None:
+    body = envelope.payload.body
+    agent_call = isinstance(body, ToolCall) and AGENT_TOOLS_TASK in envelope.payload.task
+    if flow is None or not (isinstance(body, ModelRequest) or agent_call):
+        return None
+    state = envelope.snapshot.state_id if envelope.snapshot is not None else ""
+    allowed = flow.agents.get(state)
+    if allowed is None:
+        what = "a model round" if isinstance(body, ModelRequest) else "a model-chosen call"
+        return f"snapshot.state_id = {state!r}: {what} comes from an agent state of {flow.name}"
+    if isinstance(body, ModelRequest):
+        beyond = sorted(set(body.tools) - allowed)
+        if beyond:
+            return f"payload.body.tools = {beyond}: not on the allow-list of agent state {state!r}"
+    elif isinstance(body, ToolCall) and body.tool not in allowed:
+        return f"payload.body.tool = {body.tool!r}: not on the allow-list of agent state {state!r}"
+    return None
 
 
 def _retry(envelope: Envelope, _: DispatcherState, _flow: Flow) -> str | None:
@@ -329,6 +349,11 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("cycle", _cycle, "cycle envelopes carry context['cycle']"),
     Rule("tools", _tools, f"context['tools'] lists <= {MAX_TOOLS} tools once, the call's too"),
     Rule("timeout", _timeout, f"tool calls carry 0 < metadata.timeout_ms <= {MAX_TIMEOUT_MS}"),
+    Rule(
+        "agent_tools",
+        _agent_tools,
+        "an agent state's model rounds and the calls they chose keep its allow-list",
+    ),
     Rule("retry", _retry, f"max_attempts <= {MAX_ATTEMPTS}, backoff_ms <= {MAX_TIMEOUT_MS}"),
     Rule("cycle_known", _cycle_known, "results, memory answers and continues name a known cycle"),
     Rule("dispatched", _dispatched, "a result answers a call that was dispatched"),

@@ -87,7 +87,8 @@ class PinnedCatalog:
 def machine_of(spec: FlowSpec) -> FlowMachine:
     """A spec's machine: a new session enters ``start``; transitions (but those that stay)
     and exception exits are the moves; a state's budget is its own ``timeout_ms`` (else
-    the flow's), or a parallel group's when larger, times :data:`MAX_BUDGET_FACTOR`."""
+    the flow's), or a parallel group's when larger, times :data:`MAX_BUDGET_FACTOR`; an
+    agent state's tools are the only ones its model rounds may offer and run."""
     pairs: set[tuple[str | None, str]] = {(None, spec.start)}
     pairs |= {(move.source, move.to) for move in spec.transitions if move.to is not None}
     pairs |= {(state.id, state.exit) for state in spec.states if state.exit}
@@ -95,9 +96,11 @@ def machine_of(spec: FlowSpec) -> FlowMachine:
     for state in spec.states:
         groups = [a.parallel.budget_ms for a in state.on_enter if isinstance(a, ParallelAction)]
         budgets[state.id] = MAX_BUDGET_FACTOR * max([spec.budget_of(state.id), *groups])
+    agents = {s.id: frozenset(s.agent.tools) for s in spec.states if s.agent is not None}
     return FlowMachine(
         f"flow {spec.flow} v{spec.version}",
         frozenset(s.id for s in spec.states),
         frozenset(pairs),
         MappingProxyType(budgets),
+        MappingProxyType(agents),
     )

@@ -18,7 +18,7 @@ from hermesbus.processors.tool._executor import (
     Executor,
     PythonWorker,
 )
-from hermesbus.processors.tool._groups import group_name, serving
+from hermesbus.processors.tool._groups import MODEL_GROUP, group_name, modelling, serving
 from hermesbus.processors.tool._handler import NAME, PORT, TOPIC, handle
 from hermesbus.processors.tool._health import RegistryHealth
 from hermesbus.processors.tool._http import IDEMPOTENCY_HEADER, HttpExecutor
@@ -80,6 +80,7 @@ __all__ = [
     "KEEP_ADMITTED_MS",
     "MAX_CHOICES",
     "MAX_RESULT_CAP",
+    "MODEL_GROUP",
     "MODEL_PORT",
     "NAME",
     "PORT",
@@ -135,6 +136,7 @@ __all__ = [
     "handle",
     "json_depth",
     "mcp_specs",
+    "modelling",
     "module_allowed",
     "pin_of",
     "private_part",

@@ -43,6 +43,10 @@ MODEL_PORT: Final = "model"
 """The key of the :class:`ModelPort` in the tool processor's ports."""
 MAX_CHOICES: Final = 8
 """Tool calls of one model answer that may run; the rest are refused."""
+MAX_KEPT: Final = 16
+"""Tool calls of one model answer kept at all (the rest are dropped, said in the log)."""
+MAX_COMPLETION_TOKENS: Final = 4_096
+"""The most tokens one round may ask the model to write (of what is left of the state's)."""
 MAX_CONTENT: Final = 4_000
 """Characters of the model's text kept (the rest is cut)."""
 _MAX_DESCRIPTION: Final = 1_000
@@ -107,17 +111,22 @@ class ChatModel(Service):
         body: dict[str, Any] = {
             "messages": messages,
             "temperature": 0,
-            "max_tokens": request.max_tokens,
+            "max_tokens": min(request.max_tokens, MAX_COMPLETION_TOKENS),
         }
         if offered:
             body["tools"] = functions_of(list(offered.values()))
         self.requests += 1
+        within_s = envelope.metadata.timeout_ms / 1000 if envelope.metadata.timeout_ms else None
         try:
-            raw = await self.endpoint.post(body)
-            return checked_answer(raw, request, offered, model=self.endpoint.model)
+            raw = await self.endpoint.post(body, within_s=within_s)
+            answer = checked_answer(raw, request, offered, model=self.endpoint.model)
         except IntentError as exc:
-            log.warning("agent %s: the model failed: %s", request.agent, exc)
+            log.warning("agent %r: the model failed: %s", request.agent, exc)
             return ModelAnswer(model=self.endpoint.model, error=str(exc)[:500])
+        if answer.tokens == 0:  # no usage said: counted by the text's size, never as free
+            told = len(json.dumps(body, ensure_ascii=False)) + len(json.dumps(raw, default=str))
+            answer = answer.model_copy(update={"tokens": max(1, told // 4)})
+        return answer
 
 
 def checked_answer(
@@ -132,15 +141,22 @@ def checked_answer(
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise IntentError("model endpoint answer's tool_calls is not a list")
+    if len(calls) > MAX_KEPT:
+        log.warning("agent %r: %d calls in one answer, the first %d kept", request.agent,
+                    len(calls), MAX_KEPT)  # fmt: skip
     choices: list[ModelChoice] = []
     taken: set[str] = set()
-    for index, call in enumerate(calls):
+    for index, call in enumerate(calls[:MAX_KEPT]):
         choice = _choice(call, index, request, offered, taken, runnable=len(taken) < MAX_CHOICES)
         if not choice.refusal:
             taken.add(choice.tool)
         else:
-            log.warning("agent %s: refused %s: %s", request.agent, choice.tool, choice.refusal)
+            log.warning("agent %r: refused %r: %s", request.agent, choice.tool, choice.refusal)
         choices.append(choice)
+    finish = raw.get("choices", [{}])[0].get("finish_reason") if isinstance(raw, dict) else None
+    if not choices and not text.strip():
+        cut = " (cut off at its token limit)" if finish == "length" else ""
+        raise IntentError(f"the model answered neither text nor a tool call{cut}")
     usage = raw.get("usage") if isinstance(raw, dict) else None
     tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
     named = raw.get("model") if isinstance(raw, dict) else None

@@ -18,11 +18,12 @@ import pytest
 
 from hermesbus import Envelope, Payload, Reply, ToolCall, UserTurn
 from hermesbus.compose.stack import in_memory
-from hermesbus.contract.payloads import ModelAnswer, ModelRequest
+from hermesbus.contract.payloads import ModelAnswer, ModelChoice, ModelRequest
 from hermesbus.demo import agent
 from hermesbus.demo.scripted import ScriptedTools
 from hermesbus.processors import protocol
 from hermesbus.processors.chat import ChatEndpoint
+from hermesbus.processors.conversation._agent import kept_to
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.flow import StaticCatalog, lint, load_flow
 from hermesbus.processors.tool import DEMO_MODULES, ChatModel, ToolSpec, demo
@@ -72,6 +73,7 @@ async def agent_bus(
     model_url: str | None,
     flow: str = BUDGET,
     access: protocol.AccessView | None = None,
+    policy: protocol.ProtocolPolicy | None = None,
     **endpoint: Any,
 ) -> AsyncIterator[tuple[Harness, ScriptedTools]]:
     tools = ScriptedTools({name: unsigned(name) for name in ("org_tool", "finance_tool")})
@@ -87,7 +89,7 @@ async def agent_bus(
             tmp_path,
             tools=tools,
             health=health,
-            policy=protocol.ProtocolPolicy(),
+            policy=policy or protocol.ProtocolPolicy(),
             flows=StaticCatalog.of([load_flow(flow, "agent.yaml")[0]]),
             model=chat,
             access=access,
@@ -232,7 +234,8 @@ async def test_past_its_rounds_the_state_fails_by_its_exit(tmp_path: Path) -> No
     with ScriptedModel(script_of(again, again, again)) as model:
         async with agent_bus(tmp_path, model.url, flow) as (harness, tools):
             await harness.send(turn("预算"))
-            assert len(tools.calls) == 2 and len(model.requests) == 2
+            assert len(tools.calls) == 1 and len(model.requests) == 2
+            assert "tools" not in model.requests[1]  # the last round: answer, call nothing
             assert harness.state("conversation", SESSION).data["state"] == "failed"
             assert replies(harness) == [
                 "model:chat 暂时无法完成请求（rounds）。建议：请稍后重试或联系管理员。"
@@ -330,3 +333,76 @@ async def test_a_tool_the_model_chose_is_refused_like_any_call_the_user_may_not_
         assert replies(harness) == ["finance_tool 需要角色 finance。"]
         assert harness.state("conversation", SESSION).data["state"] == "failed"
     assert [tool for tool, _ in gate.asked] == ["org_tool", "finance_tool"]
+
+
+class LosesModelAnswers(protocol.ProtocolPolicy):
+    """The protocol, but every model answer is lost on its way (as if never written)."""
+
+    def refusal(self, topic: str, identity: str, envelope: Envelope) -> str | None:
+        if isinstance(envelope.payload.body, ModelAnswer) and identity == protocol.TOOL:
+            return "lost by the test"
+        return super().refusal(topic, identity, envelope)
+
+
+async def test_a_model_round_that_gets_no_answer_ends_at_its_deadline(
+    tmp_path: Path, scripted: ScriptedModel
+) -> None:
+    async with agent_bus(tmp_path, scripted.url, policy=LosesModelAnswers()) as (harness, _):
+        await harness.send(turn("预算"))
+        assert replies(harness) == []
+        (deadline,) = harness.timers("dispatcher", SESSION)
+        assert deadline.purpose.startswith("model:")
+        assert deadline.due_at == T0 + timedelta(seconds=1) + timedelta(seconds=30)  # budget
+        await harness.fire(deadline.purpose, session_id=SESSION)
+        assert harness.state("conversation", SESSION).data["state"] == "failed"
+        assert replies(harness) == [
+            "model:chat 暂时无法完成请求（timeout）。建议：请稍后重试（try again later）。"
+        ]
+        assert harness.state("conversation", SESSION).data["pending"] is None
+
+
+async def test_a_loop_through_an_agent_state_spends_one_budget_per_turn(
+    tmp_path: Path,
+) -> None:
+    """ask -done-> again -done-> ask: each entry for the same turn counts on, so the loop
+    stops at max_rounds model requests (not one budget per entry)."""
+    back = "  - {from: answered, on: done, to: ask}\n"
+    looping = (
+        BUDGET.replace("max_rounds: 4", "max_rounds: 3")
+        .replace("  - id: answered\n    name: 已回答\n    kind: terminal\n",
+                 "  - id: answered\n    name: 已回答\n    exit: failed\n")
+        .replace("  - {from: ask, on: done, to: answered}\n",
+                 "  - {from: ask, on: done, to: answered}\n" + back)
+    )  # fmt: skip
+    with ScriptedModel(script_of({"content": "好的"})) as model:
+        async with agent_bus(tmp_path, model.url, looping) as (harness, _):
+            await harness.send(turn("预算"))
+            assert len(model.requests) == 3
+            assert replies(harness)[:3] == ["好的", "好的", "好的"]
+            assert problems(harness)[-1]["code"] == "rounds"
+
+
+def test_the_conversation_refuses_what_the_allow_list_lacks_whatever_the_answer_says() -> None:
+    """A ModelAnswer is checked again where it is used: a refusal left empty by mistake or
+    by a forger does not make a call off the list, or with no JSON object, run."""
+    choices = (
+        ModelChoice(call_id="a", tool="table_tool", arguments_json="{}"),
+        ModelChoice(call_id="b", tool="org_tool", arguments_json="not json"),
+        ModelChoice(call_id="c", tool="org_tool", arguments_json='{"user_id": "u"}'),
+    )
+    kept = kept_to(ModelAnswer(choices=choices), frozenset({"org_tool"}))
+    assert [c.refusal for c in kept.choices] == [
+        "table_tool is not a tool of this step",
+        "the arguments of org_tool are not a JSON object",
+        "",
+    ]
+
+
+async def test_an_empty_answer_is_a_failed_round_not_a_silent_one(tmp_path: Path) -> None:
+    with ScriptedModel(script_of({"content": ""})) as model:
+        async with agent_bus(tmp_path, model.url) as (harness, _):
+            await harness.send(turn("预算"))
+            (answer,) = bodies(harness, ModelAnswer)[:1]
+            assert answer.error == "the model answered neither text nor a tool call"
+            assert harness.state("conversation", SESSION).data["state"] == "failed"
+            assert len(replies(harness)) == 1

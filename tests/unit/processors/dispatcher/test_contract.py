@@ -16,6 +16,7 @@ from hermesbus import (
     ErrorReport,
     MemoryTier,
     MemoryWrite,
+    ModelRequest,
     StateSnapshot,
     ToolResult,
 )
@@ -48,6 +49,18 @@ def result(cycle: str = "cycle-1", tool: str = "org_tool", **fields: object) -> 
         source=f"tool:{tool}",
         message_id="res-x",
         context={"cycle": cycle, **fields},
+    )
+
+
+def model_round(state: str, tools: tuple[str, ...] = ("org_tool",)) -> Envelope:
+    """A model round asked from ``state`` of the expense report (which has no agent state)."""
+    body = ModelRequest(agent=f"expense/{state}", tools=tools, messages_json="[]", max_tokens=100)
+    return envelope(
+        body,
+        source=f"conversation:{state}",
+        message_id=f"model-{state}",
+        context={"cycle": f"model-{state}"},
+        snapshot=ContextSnapshot(state_id=state, entered_at=T0),
     )
 
 
@@ -151,6 +164,12 @@ CASES = [
         lambda: call("org_tool", ONE, timeout_ms=MAX_TIMEOUT_MS + 1),
         field=f"<= {MAX_TIMEOUT_MS}",
     ),
+    Case(
+        "agent_tools",
+        lambda: call("org_tool", ONE, task="S1@tools#1"),
+        field="a model-chosen call comes from an agent state",
+    ),
+    Case("agent_tools", lambda: model_round("S1"), field="a model round comes from an agent"),
     Case("retry", lambda: call("org_tool", ONE, max_attempts=2**31 - 1), field="max_attempts"),
     Case("retry", lambda: call("org_tool", ONE, backoff_ms=2**62), field="backoff_ms"),
     Case("tools", lambda: call("t0", [f"t{i}" for i in range(17)]), field="at most 16"),
