@@ -391,7 +391,8 @@ the ones the model chose, each on the state's allow-list)."""
 # -- who may call what, how often: read by the dispatcher before a call goes out ----------
 
 FORBIDDEN: Final = "forbidden"
-"""``ErrorReport.code`` of a round refused because the user holds none of a tool's roles."""
+"""``ErrorReport.code`` of a round refused because the user holds none of a tool's roles
+(or has no user id, for a tool limited per user)."""
 RATE_LIMITED: Final = "rate_limited"
 """... because the user called the tool too often lately (its ``rate``)."""
 OVER_QUOTA: Final = "over_quota"
@@ -426,11 +427,19 @@ class AccessView(Protocol):
     (``ports["access"]``)."""
 
     async def admit(
-        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+        self,
+        tool: str,
+        user: str,
+        roles: frozenset[tuple[str, str]],
+        at_ms: int,
+        key: str,
+        *,
+        count: bool = True,
     ) -> Admission:
-        """Whether ``user`` (holding ``roles``) may call ``tool`` at ``at_ms`` (the
-        envelope's time); an admitted call is counted against its limits once per ``key``
-        (the call's idempotency key: a redelivered round is not counted again)."""
+        """Whether ``user`` may call ``tool`` at ``at_ms`` (the envelope's time), holding
+        ``roles`` (each with the tool that verified it); with ``count``, an admitted call
+        is counted against its limits once per ``key`` (the call's idempotency key: a
+        redelivered round is not counted again), else only its roles are checked."""
         ...
 
 

@@ -146,7 +146,14 @@ class RecordedAccess:
                     self._decided[tool] = Admission(str(decided), body.message, checked=True)
 
     async def admit(
-        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+        self,
+        tool: str,
+        user: str,
+        roles: frozenset[tuple[str, str]],
+        at_ms: int,
+        key: str,
+        *,
+        count: bool = True,
     ) -> Admission:
         return self._decided.get(tool, ADMIT)
 

@@ -11,11 +11,13 @@ sessions), so the scripts work on Redis Cluster:
   (keys scored by time: the newest is the cache's answer);
 - ``calls:TOOL`` a list of the latest call samples, newest first;
 - ``admitted:TOOL:USER`` a sorted set of the calls admitted for a user (idempotency key
-  scored by envelope time), for the tool's rate limit and quota.
+  scored by envelope time), for the tool's rate limit and quota, and ``...:kept`` the
+  same keys scored by when they were kept (forgotten after ``KEEP_ADMITTED_MS``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -79,21 +81,30 @@ return 0
 
 _ADMIT_CALL = """
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return '' end
-local count = tonumber(ARGV[4])
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4])) do
+  redis.call('ZREM', KEYS[1], old)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[4])
+local count = tonumber(ARGV[5])
 for i = 0, count - 1 do
-  local base = 5 + i * 4
+  local base = 6 + i * 4
   local held = redis.call('ZCOUNT', KEYS[1], ARGV[base + 1], '(' .. ARGV[base + 2])
   if held >= tonumber(ARGV[base + 3]) then return ARGV[base] end
 end
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[5 + count * 4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local life = ARGV[6 + count * 4]
+redis.call('PEXPIRE', KEYS[1], life)
+redis.call('PEXPIRE', KEYS[2], life)
 return ''
 """
 """Count one call at once: KEYS[1] the user's admitted calls of the tool (key scored by
-envelope time). ARGV: key, at ms, forget before ms, the number of windows, then per
-window its name, since ms, until ms (excluded) and limit; last, the set's lifetime in
-ms. Returns the first full window's name, '' when admitted (or admitted before)."""
+envelope time), KEYS[2] the same keys scored by when this store kept them (what is
+forgotten goes by that clock, never by an envelope's). ARGV: key, at ms, now ms (the
+processor's clock), forget what was kept before this (ms), the number of windows, then
+per window its name, since ms, until ms (excluded) and limit; last, how long a call is
+kept, in ms. Returns the first full window's name, '' when admitted (or admitted
+before)."""
 
 
 class RedisToolStore(RedisService):
@@ -153,12 +164,13 @@ class RedisToolStore(RedisService):
         self, tool: str, user: str, key: str, at_ms: int, windows: Sequence[Window]
     ) -> str | None:
         limits = [str(value) for window in windows for value in window]
-        args = [key, str(at_ms), str(at_ms - KEEP_ADMITTED_MS), str(len(windows)), *limits]
+        now_ms = int(time.time() * 1000)  # what is forgotten goes by this clock
+        before = now_ms - KEEP_ADMITTED_MS
+        args = [key, str(at_ms), str(now_ms), str(before), str(len(windows)), *limits]
+        kept = self._key(f"admitted:{tool}:{user}")
         async with self.doing("admit_call"):
             full = await self.script(
-                "admit_call",
-                keys=[self._key(f"admitted:{tool}:{user}")],
-                args=[*args, str(KEEP_ADMITTED_MS)],
+                "admit_call", keys=[kept, kept + ":kept"], args=[*args, str(KEEP_ADMITTED_MS)]
             )
         name = full.decode() if isinstance(full, bytes) else str(full or "")
         return name or None

@@ -7,6 +7,7 @@ parameterised SQL only; as :mod:`.store`, a local file needs no thread pool.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,10 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_ms REAL NOT NULL, ok INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS calls_by_tool ON calls (tool, seq);
 CREATE TABLE IF NOT EXISTS admitted (
-    tool TEXT NOT NULL, key TEXT NOT NULL, user TEXT NOT NULL, at_ms INTEGER NOT NULL,
-    PRIMARY KEY (tool, key));
+    tool TEXT NOT NULL, user TEXT NOT NULL, key TEXT NOT NULL, at_ms INTEGER NOT NULL,
+    kept_ms INTEGER NOT NULL, PRIMARY KEY (tool, user, key));
 CREATE INDEX IF NOT EXISTS admitted_by_user ON admitted (tool, user, at_ms);
+CREATE INDEX IF NOT EXISTS admitted_by_keeping ON admitted (kept_ms);
 CREATE TABLE IF NOT EXISTS probes (
     tool TEXT PRIMARY KEY, latency_ms REAL NOT NULL, success_rate REAL NOT NULL,
     quota_remaining INTEGER, checked_at_ms INTEGER NOT NULL, error TEXT NOT NULL);
@@ -155,9 +157,12 @@ class SqliteToolStore(SqliteFile):
     async def admit_call(
         self, tool: str, user: str, key: str, at_ms: int, windows: Sequence[Window]
     ) -> str | None:
+        now_ms = int(time.time() * 1000)  # pruned by this store's clock, never an envelope's
         with self._write() as db:
-            if db.execute("SELECT 1 FROM admitted WHERE tool=? AND key=?", (tool, key)).fetchone():
+            known = "SELECT 1 FROM admitted WHERE tool=? AND user=? AND key=?"
+            if db.execute(known, (tool, user, key)).fetchone():
                 return None
+            db.execute("DELETE FROM admitted WHERE kept_ms<?", (now_ms - KEEP_ADMITTED_MS,))
             for window in windows:
                 (count,) = db.execute(
                     "SELECT COUNT(*) FROM admitted WHERE tool=? AND user=? AND at_ms>=? "
@@ -166,10 +171,8 @@ class SqliteToolStore(SqliteFile):
                 ).fetchone()
                 if count >= window.limit:
                     return window.name
-            db.execute("INSERT INTO admitted VALUES (?, ?, ?, ?)", (tool, key, user, at_ms))
             db.execute(
-                "DELETE FROM admitted WHERE tool=? AND user=? AND at_ms<?",
-                (tool, user, at_ms - KEEP_ADMITTED_MS),
+                "INSERT INTO admitted VALUES (?, ?, ?, ?, ?)", (tool, user, key, at_ms, now_ms)
             )
         return None
 

@@ -24,6 +24,7 @@ __all__ = [
     "arguments_of",
     "kept_to",
     "opening",
+    "refused_messages",
     "result_messages",
     "user_text",
 ]
@@ -119,6 +120,20 @@ def result_messages(record: Mapping[str, Any], results: Sequence[ToolResult]) ->
     by_tool = {result.tool: result for result in results}
     told = [_told(call_id, _shown(by_tool.get(tool))) for call_id, tool in record.get("calls", [])]
     return {**record, "messages": [*record["messages"], *told], "calls": []}
+
+
+def refused_messages(record: Mapping[str, Any], tool: str, sentence: str) -> dict[str, Any]:
+    """The record after the dispatcher refused ``tool`` of the calls it waited for (the
+    user may not make it): that call told ``sentence``, the others that they did not run."""
+    told = [
+        _told(
+            call_id,
+            f"refused: {sentence}" if name == tool else "not run: another call was refused",
+        )
+        for call_id, name in record.get("calls", [])
+    ]
+    refused = int(record.get("refused", 0)) + 1
+    return {**record, "messages": [*record["messages"], *told], "calls": [], "refused": refused}
 
 
 def _shown(result: ToolResult | None) -> str:

@@ -516,6 +516,15 @@ def on_flow_error(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
     flow asks instead of guessing), its exit when it has none. A call the user may not
     make (its role, rate or quota) is told in the dispatcher's own sentence."""
     attach(step, spec)
+    pending = step.session.pending
+    if (
+        pending is not None
+        and report.code in protocol.REFUSALS
+        and pending.task.startswith(_AGENT_TOOLS % _state(step, spec).id)
+    ):  # a call the model chose that the user may not make: the model hears why
+        step.update(pending=None)
+        _agent_refused(step, spec, report)
+        return
     step.failed_call(report)
     step.update(pending=None)
     if report.code == protocol.INVALID_SYMBOLS:
@@ -839,6 +848,21 @@ def _agent_results(step: Step, spec: FlowSpec, answer: ToolResults) -> None:
         degraded=step.session.degraded or any(r.fallback and not r.stale for r in answer.results),
     )
     _agent_ask(step, spec, state, agents.result_messages(record, answer.results))
+
+
+def _agent_refused(step: Step, spec: FlowSpec, report: ErrorReport) -> None:
+    """The dispatcher refused a call the model chose (the user's role, rate or quota):
+    nothing of the round ran; the model is told why, in the dispatcher's sentence, and
+    asked again (its rounds still bound it)."""
+    state = _state(step, spec)
+    record = step.session.values.get(agents.AGENT_KEY)
+    if state.agent is None or not isinstance(record, dict):
+        return
+    tool = step.env.payload.context.get("tool")
+    step.problem(report.component, report.code, report.message)
+    told = agents.refused_messages(record, tool if isinstance(tool, str) else "", report.message)
+    step.update(values={**step.session.values, agents.AGENT_KEY: told})
+    _agent_ask(step, spec, state, told)
 
 
 def _agent_done(

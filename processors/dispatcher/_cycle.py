@@ -149,7 +149,7 @@ async def on_call(
         cycle = _start_round(fx, state, cid, envelope, cycle, appended_ms=appended_ms)
     cycle.received.append(call.tool)
     cycle.calls[call.tool] = Call(envelope=envelope)
-    if cycle.memory is not None:
+    if cycle.memory is not None and not await refused(fx, state, cid, cycle, ports):
         await dispatch(fx, cid, cycle, call.tool, ports.need_health())
 
 

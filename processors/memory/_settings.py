@@ -46,7 +46,9 @@ class MemorySettings(BaseSettings):
     future_skew_s: Annotated[int, Field(ge=0, le=3600)] = 60
     """A long-term ``verified_by.verified_at`` later than the write's envelope time plus
     this is refused (``memory.future_verification``): no fact is verified in the future."""
-    multi_valued: frozenset[str] = frozenset({"related_to", "responsible_for", "member_of"})
+    multi_valued: frozenset[str] = frozenset(
+        {"related_to", "responsible_for", "member_of", "has_role"}
+    )
     """Relations a subject may hold to several objects; every other one is single-valued."""
     busy_timeout_ms: Annotated[int, Field(ge=0)] = 1_500
     """How long a write waits for another process's lock (it blocks the event loop: under

@@ -31,9 +31,9 @@ def windows_of(access: Access, at_ms: int) -> list[Window]:
     """The limits ``access`` puts on a call at ``at_ms``: the rate's window ending with
     it, the quota's calendar day or month (UTC) holding it."""
     windows = []
-    if access.rate is not None:
-        since = at_ms - access.rate.per_s * 1000 + 1
-        windows.append(Window(RATE_LIMITED, since, at_ms + 1, access.rate.calls))
+    if access.rate is not None:  # either side of it: a call stamped later, read first, counts
+        per_ms = access.rate.per_s * 1000
+        windows.append(Window(RATE_LIMITED, at_ms - per_ms + 1, at_ms + per_ms, access.rate.calls))
     if access.quota is not None:
         start, end = _period(at_ms, access.quota.per)
         windows.append(Window(OVER_QUOTA, start, end, access.quota.calls))
@@ -72,8 +72,15 @@ def _sentence(refusal: str, spec: ToolSpec, access: Access) -> str:
     daily = quota is not None and quota.per == "day"
     when, each, unit = ("今天", "天", "day") if daily else ("本月", "月", "month")
     return (
-        f"您{when}调用 {tool} 的次数已用完（每{each}最多 {limit} 次）"
-        f"（your {tool} quota of {limit} calls a {unit} is used up）。"
+        f"您{when}调用 {tool} 的次数已用完（每{each}最多 {limit} 次，按 UTC 计）"
+        f"（your {tool} quota of {limit} calls a UTC {unit} is used up）。"
+    )
+
+
+def _nobody(spec: ToolSpec) -> str:
+    return (
+        f"{spec.name} 按用户计数，调用需要用户身份（{spec.name} is limited per user: "
+        "a call needs a user id）。"
     )
 
 
@@ -84,16 +91,28 @@ class ToolAccess:
         self._store = store
 
     async def admit(
-        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+        self,
+        tool: str,
+        user: str,
+        roles: frozenset[tuple[str, str]],
+        at_ms: int,
+        key: str,
+        *,
+        count: bool = True,
     ) -> Admission:
         spec = await self._store.get_spec(tool)
         if spec is None or spec.access is None:
             return ADMIT
         access = spec.access
-        if access.roles and not roles & set(access.roles):
+        held = {role for role, by in roles if by in access.roles_from}
+        if access.roles and not held & set(access.roles):
             return Admission(FORBIDDEN, _sentence(FORBIDDEN, spec, access), checked=True)
         windows = windows_of(access, at_ms)
-        full = await self._store.admit_call(tool, user, key, at_ms, windows) if windows else None
+        if windows and not user:  # counted per user: a call nobody made cannot be counted
+            return Admission(FORBIDDEN, _nobody(spec), checked=True)
+        if not count or not windows:
+            return Admission(checked=True)
+        full = await self._store.admit_call(tool, user, key, at_ms, windows)
         if full is None:
             return Admission(checked=True)
         return Admission(full, _sentence(full, spec, access), checked=True)

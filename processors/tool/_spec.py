@@ -12,7 +12,7 @@ import re
 import shlex
 from typing import Annotated, Any, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hermesbus.processors.protocol import ToolHealth
 
@@ -115,12 +115,21 @@ class Quota(_Frozen):
 class Access(_Frozen):
     """Who may call a tool, and how often (checked by the dispatcher before the call goes
     out). ``roles``: a user needs one of them among the roles memory holds for them as
-    verified facts (empty: everyone); ``rate`` and ``quota``: per user, counted by the
-    envelopes' times in the tool store, so a replay reads the decisions as recorded."""
+    facts that one of the tools ``roles_from`` verified (a directory the operator trusts:
+    no other tool's word makes anyone anything); empty: everyone. ``rate`` and ``quota``:
+    per user, counted by the envelopes' times in the tool store, so a replay reads the
+    decisions as recorded."""
 
     roles: tuple[Annotated[str, Field(pattern=ROLE_PATTERN)], ...] = ()
+    roles_from: tuple[Annotated[str, Field(pattern=TOOL_NAME_PATTERN)], ...] = ()
     rate: RateLimit | None = None
     quota: Quota | None = None
+
+    @model_validator(mode="after")
+    def _roles_have_a_source(self) -> Access:
+        if self.roles and not self.roles_from:
+            raise ValueError("roles need roles_from: the tools whose verified facts grant them")
+        return self
 
 
 McpTransport = Literal["stdio", "http"]

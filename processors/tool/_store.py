@@ -102,9 +102,10 @@ class ToolStore(Protocol):
     ) -> str | None:
         """Count a call of ``tool`` by ``user`` at ``at_ms`` against ``windows``, at once
         (one writer at a time): the name of the first window already full (nothing is
-        counted), else None, and the call is kept under ``key``. A key kept before is
-        admitted again without counting. Calls kept longer than :data:`KEEP_ADMITTED_MS`
-        before ``at_ms`` may be forgotten."""
+        counted), else None, and the call is kept under ``key``. A key kept before (for
+        that tool and user) is admitted again without counting. Calls kept longer than
+        :data:`KEEP_ADMITTED_MS` by the store's own clock may be forgotten (never by an
+        envelope's time, which an app sets)."""
         ...
 
     async def save_probe(self, tool: str, probe: Probe) -> None: ...

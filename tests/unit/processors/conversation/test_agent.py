@@ -315,24 +315,52 @@ class FinanceOnly:
         self.asked: list[tuple[str, frozenset[str]]] = []
 
     async def admit(
-        self, tool: str, user: str, roles: frozenset[str], at_ms: int, key: str
+        self,
+        tool: str,
+        user: str,
+        roles: frozenset[tuple[str, str]],
+        at_ms: int,
+        key: str,
+        *,
+        count: bool = True,
     ) -> protocol.Admission:
-        self.asked.append((tool, roles))
-        if tool == "finance_tool" and "finance" not in roles:
+        if not count:  # every call's roles are asked first
+            self.asked.append((tool, frozenset(role for role, _ in roles)))
+        if tool == "finance_tool" and "finance" not in {role for role, _ in roles}:
             return protocol.Admission(protocol.FORBIDDEN, "finance_tool 需要角色 finance。", True)
         return protocol.Admission(checked=True)
 
 
 async def test_a_tool_the_model_chose_is_refused_like_any_call_the_user_may_not_make(
-    tmp_path: Path, scripted: ScriptedModel
+    tmp_path: Path,
 ) -> None:
+    """The dispatcher refuses finance_tool before it runs; the model hears the sentence as
+    that call's result and answers with it."""
+    script = script_of(
+        {
+            "tool_calls": [
+                {"name": "finance_tool", "arguments": {"action": "budget", "user_id": "u_xyz789"}}
+            ]
+        },
+        {"content": "抱歉，您无权查询预算。"},
+    )
     gate = FinanceOnly()
-    async with agent_bus(tmp_path, scripted.url, access=gate) as (harness, tools):
-        await harness.send(turn("我的部门还有多少预算？"))
-        assert [c.tool for c, _ in tools.calls] == ["org_tool"]  # finance_tool never ran
-        assert replies(harness) == ["finance_tool 需要角色 finance。"]
-        assert harness.state("conversation", SESSION).data["state"] == "failed"
-    assert [tool for tool, _ in gate.asked] == ["org_tool", "finance_tool"]
+    with ScriptedModel(script) as model:
+        async with agent_bus(tmp_path, model.url, access=gate) as (harness, tools):
+            await harness.send(turn("我的部门还有多少预算？"))
+            assert tools.calls == []  # finance_tool never ran
+            assert replies(harness) == ["抱歉，您无权查询预算。"]
+            assert harness.state("conversation", SESSION).data["state"] == "answered"
+            assert record(harness)["refused"] == 1
+        told = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+        assert told == [
+            {
+                "role": "tool",
+                "tool_call_id": "call_1_0",
+                "content": "refused: finance_tool 需要角色 finance。",
+            }
+        ]
+    assert [tool for tool, _ in gate.asked] == ["finance_tool"]
 
 
 class LosesModelAnswers(protocol.ProtocolPolicy):

@@ -26,7 +26,7 @@ from hermesbus.demo.scripted import ScriptedTools
 from hermesbus.processors import protocol
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.flow import StaticCatalog, load_flow
-from hermesbus.processors.tool import Access, Quota, RateLimit, ToolAccess, ToolSpec
+from hermesbus.processors.tool import Access, Quota, RateLimit, ToolAccess, ToolSpec, Window
 from hermesbus.replay.shadow import Recording, shadow
 from hermesbus.testing import Harness
 from hermesbus.trace.spans import Hop
@@ -57,14 +57,15 @@ states:
 transitions:
   - {from: asked, on: done, to: paid}
 """
-ROLES = {"u_fin": ["finance", "employee"], "u_emp": ["employee"]}
+ROLES = {"u_fin": ["employee", "finance"], "u_emp": ["employee"]}
+"""Several roles each (``has_role`` is many-valued in memory: the later does not replace)."""
 FORBIDDEN_TEXT = (
     "您没有调用 ledger_tool 的权限（需要以下角色之一：finance）"
     "（you may not call ledger_tool: it needs one of the roles finance）。"
 )
 OVER_QUOTA_TEXT = (
-    "您今天调用 ledger_tool 的次数已用完（每天最多 1 次）"
-    "（your ledger_tool quota of 1 calls a day is used up）。"
+    "您今天调用 ledger_tool 的次数已用完（每天最多 1 次，按 UTC 计）"
+    "（your ledger_tool quota of 1 calls a UTC day is used up）。"
 )
 
 
@@ -91,7 +92,7 @@ async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
     health = StaticHealth(
         [protocol.ToolHealth(name, 20.0, 1.0) for name in ("dir_tool", "ledger_tool")]
     )
-    access = Access(roles=("finance",), quota=Quota(calls=1, per="day"))
+    access = Access(roles=("finance",), roles_from=("dir_tool",), quota=Quota(calls=1, per="day"))
     ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
     async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
         await store.save_spec(ledger)
@@ -177,7 +178,7 @@ async def test_a_rate_limit_counts_the_envelopes_times_per_user(tmp_path: Path) 
     async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
         await store.save_spec(ledger)
         gate = ToolAccess(store)
-        no_roles: frozenset[str] = frozenset()
+        no_roles: frozenset[tuple[str, str]] = frozenset()
         at = int(T0.timestamp() * 1000)
         first = await gate.admit("ledger_tool", "u1", no_roles, at, "k1")
         assert first == protocol.Admission(checked=True)
@@ -192,3 +193,78 @@ async def test_a_rate_limit_counts_the_envelopes_times_per_user(tmp_path: Path) 
         later = await gate.admit("ledger_tool", "u1", no_roles, at + 60_000, "k5")
         assert later.refusal is None  # the first call left the window
         assert await gate.admit("dir_tool", "u1", no_roles, at, "k6") == protocol.ADMIT
+
+
+async def test_roles_count_only_from_the_tools_that_may_grant_them(tmp_path: Path) -> None:
+    access = Access(roles=("finance",), roles_from=("dir_tool",), quota=Quota(calls=5, per="month"))
+    ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        await store.save_spec(ledger)
+        gate = ToolAccess(store)
+        at = int(T0.timestamp() * 1000)
+        said_by_another = frozenset({("finance", "echo_tool")})  # any tool may write a fact
+        refused = await gate.admit("ledger_tool", "u1", said_by_another, at, "k1")
+        assert refused.refusal == protocol.FORBIDDEN
+        granted = frozenset({("finance", "dir_tool")})
+        assert (await gate.admit("ledger_tool", "u1", granted, at, "k2")).refusal is None
+        nobody = await gate.admit("ledger_tool", "", granted, at, "k3")  # counted per user
+        assert nobody.refusal == protocol.FORBIDDEN
+        assert "needs a user id" in nobody.reason
+    with pytest.raises(ValueError, match="roles need roles_from"):
+        Access(roles=("finance",))
+
+
+async def test_a_call_stamped_later_and_read_first_still_counts_against_the_rate(
+    tmp_path: Path,
+) -> None:
+    access = Access(rate=RateLimit(calls=2, per_s=60))
+    ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        await store.save_spec(ledger)
+        gate = ToolAccess(store)
+        none: frozenset[tuple[str, str]] = frozenset()
+        at = int(T0.timestamp() * 1000)
+        assert (await gate.admit("ledger_tool", "u1", none, at + 31_000, "k1")).refusal is None
+        assert (await gate.admit("ledger_tool", "u1", none, at + 30_000, "k2")).refusal is None
+        late = await gate.admit("ledger_tool", "u1", none, at, "k3")  # other partitions lag
+        assert late.refusal == protocol.RATE_LIMITED
+
+
+async def test_a_round_refused_for_a_role_uses_none_of_its_other_calls_quota(
+    tmp_path: Path,
+) -> None:
+    """Roles are checked for every call of the round before any is counted."""
+    both = FLOW.replace(
+        """      - call: {tool: ledger_tool, args: {user_id: "{user.id}"}}""",
+        """      - parallel:
+          budget_ms: 5000
+          calls:
+            - {tool: quota_tool, args: {user_id: "{user.id}"}}
+            - {tool: ledger_tool, args: {user_id: "{user.id}"}}""",
+    )
+    tools = ScriptedTools(
+        {"dir_tool": directory, "ledger_tool": {"amount": 100}, "quota_tool": {"ok": True}}
+    )
+    names = ("dir_tool", "ledger_tool", "quota_tool")
+    health = StaticHealth([protocol.ToolHealth(name, 20.0, 1.0) for name in names])
+    role = Access(roles=("finance",), roles_from=("dir_tool",))
+    quota = Access(quota=Quota(calls=1, per="month"))
+    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
+        await store.save_spec(
+            ToolSpec(name="ledger_tool", kind="python", target="p:l", access=role)
+        )
+        await store.save_spec(
+            ToolSpec(name="quota_tool", kind="python", target="p:q", access=quota)
+        )
+        async with in_memory(
+            tmp_path,
+            tools=tools,
+            health=health,
+            policy=protocol.ProtocolPolicy(),
+            flows=StaticCatalog.of([load_flow(both, "payroll.yaml")[0]]),
+            access=ToolAccess(store),
+        ) as harness:
+            await harness.send(turn("u_emp", "s-emp", 1))
+        assert [call.tool for call, _ in tools.calls] == ["dir_tool"]
+        month = [Window(protocol.OVER_QUOTA, 0, 10**13, 1)]
+        assert await store.admit_call("quota_tool", "u_emp", "fresh", 0, month) is None

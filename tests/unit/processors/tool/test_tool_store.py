@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -165,12 +166,17 @@ async def test_calls_are_admitted_per_user_until_a_window_is_full(tool_store: To
     assert await tool_store.admit_call("t_tool", "u1", "k7", 1000, both) == "rate_limited"
 
 
-async def test_admitted_calls_are_forgotten_after_the_longest_window(tool_store: ToolStore) -> None:
-    """A call admitted longer than KEEP_ADMITTED_MS before another is forgotten then: a
-    window over both counts only the later ones."""
+async def test_admitted_calls_are_forgotten_by_the_stores_clock_never_an_envelopes(
+    tool_store: ToolStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An envelope dated far ahead (an app sets its time) forgets nothing; calls the
+    store kept longer than KEEP_ADMITTED_MS ago by its own clock are forgotten."""
     ever = [Window("x", 0, 10**13, 2)]
     assert await tool_store.admit_call("t_tool", "u1", "k1", 5, ever) is None
-    later = 5 + KEEP_ADMITTED_MS + 1
-    assert await tool_store.admit_call("t_tool", "u1", "k2", later, ever) is None  # forgets k1
-    assert await tool_store.admit_call("t_tool", "u1", "k3", later + 1, ever) is None
-    assert await tool_store.admit_call("t_tool", "u1", "k4", later + 2, ever) == "x"
+    assert await tool_store.admit_call("t_tool", "u1", "k2", 5 + 2 * KEEP_ADMITTED_MS, ever) is None
+    assert await tool_store.admit_call("t_tool", "u1", "k3", 6, ever) == "x"  # both still count
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + KEEP_ADMITTED_MS / 1000 + 60)
+    assert await tool_store.admit_call("t_tool", "u1", "k4", 7, ever) is None  # both forgotten
+    assert await tool_store.admit_call("t_tool", "u1", "k5", 8, ever) is None
+    assert await tool_store.admit_call("t_tool", "u1", "k6", 9, ever) == "x"
