@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hermesbus import Envelope, Payload, Reply, UserTurn
 from hermesbus.compose.stack import in_memory
-from hermesbus.demo import tables
+from hermesbus.demo import agent, tables
 from hermesbus.demo.scripted import ScriptedTools
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.flow import StaticCatalog, lint, load_flow
@@ -20,6 +20,7 @@ from hermesbus.processors.tool import DEMO_MODULES
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Flows as data: specs and the registry"
 WRITING = "### Writing a flow: the table export"
+AGENT = "### An agent state: the model chooses the tools"
 
 
 def test_the_readme_flow_reads_and_lints_clean() -> None:
@@ -80,7 +81,7 @@ def test_the_table_export_in_the_readme_is_the_shipped_flow_and_says_what_it_sho
     plays (tests/unit/test_table_demo.py runs it: these are its replies)."""
     text = README.read_text(encoding="utf-8")
     assert WRITING in text, f"the README has no section {WRITING!r}"
-    section = text.split(WRITING, 1)[1].split("\n## ", 1)[0]
+    section = text.split(WRITING, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     (spec_text,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert spec_text == tables.flow_text().decode()
     said = re.findall(r"^user    (.*)$", section, re.M)
@@ -88,6 +89,19 @@ def test_the_table_export_in_the_readme_is_the_shipped_flow_and_says_what_it_sho
     replies = re.findall(r"^hermes  (.*?)  \(conversation:\w+\)$", section, re.M)
     assert replies[-1] == tables.ENDING
     assert replies == TABLE_REPLIES
+
+
+def test_the_agent_state_in_the_readme_is_the_shipped_flow_and_says_what_it_shows() -> None:
+    """The agent-state section shows the shipped budget assistant whole, and what the
+    scripted model makes it say (tests/unit/processors/conversation/test_agent.py)."""
+    text = README.read_text(encoding="utf-8")
+    assert AGENT in text, f"the README has no section {AGENT!r}"
+    section = text.split(AGENT, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    (spec_text,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert spec_text == agent.flow_text().decode()
+    assert re.findall(r"^user    (.*)$", section, re.M) == [turn.text for turn in agent.TURNS]
+    replies = re.findall(r"^hermes  (.*?)  \(conversation:\w+\)$", section, re.M)
+    assert replies == [agent.ENDING]
 
 
 TABLE_REPLIES = [

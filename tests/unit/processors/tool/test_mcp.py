@@ -24,11 +24,15 @@ from hermesbus.cli._doctor import _tools as doctor_tools
 from hermesbus.compose.settings import Settings
 from hermesbus.connectors.sqlite.tools import SqliteToolStore
 from hermesbus.errors import AdmissionError
+from hermesbus.processors.protocol import FORBIDDEN
 from hermesbus.processors.tool import (
+    Access,
     McpConnection,
     McpDocument,
     McpServer,
     ProbeCall,
+    Quota,
+    ToolAccess,
     ToolEnvironment,
     ToolService,
     ToolSettings,
@@ -426,6 +430,31 @@ async def test_the_demo_tools_over_streamable_http(
         assert report.result.status_code == 200 and report.result.verified
         probes = await tools.probe_all()
         assert probes["ocr_tool"].latency_ms == 1200.0
+
+
+async def test_an_mcp_tools_access_rules_come_from_its_spec_file(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    """Who may call an MCP tool, how often: said in the spec file, kept with the pinned
+    spec, applied as for any tool."""
+    document = demo_mcp_document()
+    rules = {"roles": ["finance"], "roles_from": ["org_tool"], "quota": {"calls": 1, "per": "day"}}
+    entries = {**document.tools}
+    entries["finance_tool"] = {**entries.get("finance_tool", {}), "access": rules}
+    document = document.model_copy(update={"tools": entries})
+    async with service(tmp_path, environ) as tools:
+        await tools.register_mcp(document, demo_mcp_server())
+        spec = await tools.store.get_spec("finance_tool")
+        assert spec is not None and spec.kind == "mcp"
+        assert spec.access == Access(
+            roles=("finance",), roles_from=("org_tool",), quota=Quota(calls=1, per="day")
+        )
+        gate = ToolAccess(tools.store)
+        unnamed = await gate.admit("finance_tool", "u1", frozenset(), 0, "k1")
+        assert unnamed.refusal == FORBIDDEN
+        granted = frozenset({("finance", "org_tool")})
+        assert (await gate.admit("finance_tool", "u1", granted, 0, "k2")).refusal is None
+        assert (await gate.admit("finance_tool", "u1", granted, 1, "k3")).refusal == "over_quota"
 
 
 async def test_admission_names_every_problem_and_stores_nothing(
