@@ -85,18 +85,7 @@ async def _ask_model(inp: HandlerInput, request: ModelRequest) -> Outcome:
         answered = await model.answer(request, envelope)
     calls = 1 if model is not None and not answered.error else 0
     diagnostics = Diagnostics(external_calls=ExternalCalls(count=calls, avg_latency_ms=0.0))
-    reply = answer(
-        envelope,
-        0,
-        source=MODEL_ADDRESS,
-        target=DISPATCHER_ADDRESS,
-        body=answered,
-        task=envelope.payload.task,
-        context=envelope.payload.context,
-        metadata=envelope.metadata,
-        diagnostics=diagnostics,
-    )
-    return Outcome(emit=(reply,))
+    return Outcome(emit=(_sent(envelope, 0, DISPATCHER_ADDRESS, answered, diagnostics),))
 
 
 def _progress(inp: HandlerInput) -> Progress | None:
@@ -128,6 +117,14 @@ def _answer(
             count=report.external_calls, avg_latency_ms=report.avg_latency_ms
         ),
     )
+    return _sent(envelope, index, target, body, diagnostics)
+
+
+def _sent(
+    envelope: Envelope, index: int, target: str, body: Body, diagnostics: Diagnostics
+) -> Envelope:
+    """The ``index``-th envelope emitted for ``envelope``, from what it was addressed to
+    (``tool:<name>`` or ``model:chat``), with its task, context and metadata."""
     return answer(
         envelope,
         index,

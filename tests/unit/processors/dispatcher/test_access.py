@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,25 +87,33 @@ class Bus:
     store: SqliteToolStore
 
 
-@pytest.fixture
-async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
-    tools = ScriptedTools({"dir_tool": directory, "ledger_tool": {"amount": 100}})
-    health = StaticHealth(
-        [protocol.ToolHealth(name, 20.0, 1.0) for name in ("dir_tool", "ledger_tool")]
-    )
-    access = Access(roles=("finance",), roles_from=("dir_tool",), quota=Quota(calls=1, per="day"))
-    ledger = ToolSpec(name="ledger_tool", kind="python", target="payroll:ledger", access=access)
+@asynccontextmanager
+async def payroll(
+    tmp_path: Path, flow: str, tools: ScriptedTools, rules: dict[str, Access]
+) -> AsyncIterator[Bus]:
+    """The four processors on the in-memory bus running ``flow``, the tools' access
+    ``rules`` in a SQLite tool store (every scripted tool healthy)."""
+    health = StaticHealth([protocol.ToolHealth(name, 20.0, 1.0) for name in tools.script])
     async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
-        await store.save_spec(ledger)
+        for name, access in rules.items():
+            await store.save_spec(ToolSpec(name=name, kind="python", target="p:t", access=access))
         async with in_memory(
             tmp_path,
             tools=tools,
             health=health,
             policy=protocol.ProtocolPolicy(),
-            flows=StaticCatalog.of([load_flow(FLOW, "payroll.yaml")[0]]),
+            flows=StaticCatalog.of([load_flow(flow, "payroll.yaml")[0]]),
             access=ToolAccess(store),
         ) as harness:
             yield Bus(harness, tools, store)
+
+
+@pytest.fixture
+async def bus(tmp_path: Path) -> AsyncIterator[Bus]:
+    tools = ScriptedTools({"dir_tool": directory, "ledger_tool": {"amount": 100}})
+    access = Access(roles=("finance",), roles_from=("dir_tool",), quota=Quota(calls=1, per="day"))
+    async with payroll(tmp_path, FLOW, tools, {"ledger_tool": access}) as running:
+        yield running
 
 
 def turn(user: str, session: str, n: int) -> Envelope:
@@ -245,26 +254,12 @@ async def test_a_round_refused_for_a_role_uses_none_of_its_other_calls_quota(
     tools = ScriptedTools(
         {"dir_tool": directory, "ledger_tool": {"amount": 100}, "quota_tool": {"ok": True}}
     )
-    names = ("dir_tool", "ledger_tool", "quota_tool")
-    health = StaticHealth([protocol.ToolHealth(name, 20.0, 1.0) for name in names])
-    role = Access(roles=("finance",), roles_from=("dir_tool",))
-    quota = Access(quota=Quota(calls=1, per="month"))
-    async with SqliteToolStore(tmp_path / "tools.sqlite3", book=MarkBook(tmp_path)) as store:
-        await store.save_spec(
-            ToolSpec(name="ledger_tool", kind="python", target="p:l", access=role)
-        )
-        await store.save_spec(
-            ToolSpec(name="quota_tool", kind="python", target="p:q", access=quota)
-        )
-        async with in_memory(
-            tmp_path,
-            tools=tools,
-            health=health,
-            policy=protocol.ProtocolPolicy(),
-            flows=StaticCatalog.of([load_flow(both, "payroll.yaml")[0]]),
-            access=ToolAccess(store),
-        ) as harness:
-            await harness.send(turn("u_emp", "s-emp", 1))
+    rules = {
+        "ledger_tool": Access(roles=("finance",), roles_from=("dir_tool",)),
+        "quota_tool": Access(quota=Quota(calls=1, per="month")),
+    }
+    async with payroll(tmp_path, both, tools, rules) as running:
+        await running.harness.send(turn("u_emp", "s-emp", 1))
         assert [call.tool for call, _ in tools.calls] == ["dir_tool"]
         month = [Window(protocol.OVER_QUOTA, 0, 10**13, 1)]
-        assert await store.admit_call("quota_tool", "u_emp", "fresh", 0, month) is None
+        assert await running.store.admit_call("quota_tool", "u_emp", "fresh", 0, month) is None
