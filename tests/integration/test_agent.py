@@ -96,3 +96,10 @@ async def test_an_agent_state_answers_through_two_model_chosen_calls_and_replays
         assert unset.code == 2, unset.output
         assert "HERMES_LLM_URL, which is not set" in unset.err
         assert "Traceback" not in unset.err
+
+        # doctor, on a bus with no model set, says the agent states would fail
+        doctor = await _cli(running, home, "doctor")
+        flows = [line for line in doctor.out.splitlines() if line.split()[1:2] == ["flows"]]
+        assert any(
+            line.startswith("warn") and "budget_agent: agent states" in line for line in flows
+        ), doctor.output

@@ -30,7 +30,7 @@ from hermesbus.processors.dispatcher import (
     handle,
 )
 from hermesbus.processors.flow import EXPENSE_SPEC, FlowCatalog
-from hermesbus.processors.protocol import ToolHealth
+from hermesbus.processors.protocol import AccessView, ToolHealth
 from hermesbus.processors.recorded import RecordedHealth
 from hermesbus.runtime import Outcome, SessionState, derive_id
 from hermesbus.testing import Armed, Harness
@@ -172,6 +172,8 @@ class Driver:
     counter: Violations = field(default_factory=Violations)
     flows: FlowCatalog | None = None
     """The registered flows whose sessions the dispatcher checks (None: the expense report)."""
+    access: AccessView | None = None
+    """Who may call which tool (None: every user may call every tool)."""
     outcomes: list[Outcome] = field(default_factory=list)
     session: str = SESSION
     harness: Harness = field(init=False)
@@ -180,7 +182,9 @@ class Driver:
         if self.recorded is not None:
             ports = dispatcher_ports(self.recorded, self.counter, self.recorded)
         else:
-            ports = dispatcher_ports(self.health, self.counter, self.backlog, self.flows)
+            ports = dispatcher_ports(
+                self.health, self.counter, self.backlog, self.flows, self.access
+            )
         self.harness = Harness().processor(NAME, handle, [TOPIC], ports=ports)
 
     @classmethod

@@ -32,6 +32,8 @@ from hermesbus.replay.shadow import Recording, shadow
 from hermesbus.testing import Harness
 from hermesbus.trace.spans import Hop
 
+from .helpers import Driver, answer_query, answers, call, to
+
 T0 = datetime(2024, 6, 3, 1, 0, tzinfo=UTC)
 FLOW = """\
 flow: payroll
@@ -263,3 +265,41 @@ async def test_a_round_refused_for_a_role_uses_none_of_its_other_calls_quota(
         assert [call.tool for call, _ in tools.calls] == ["dir_tool"]
         month = [Window(protocol.OVER_QUOTA, 0, 10**13, 1)]
         assert await running.store.admit_call("quota_tool", "u_emp", "fresh", 0, month) is None
+
+
+class NoFinance:
+    """finance_tool refused to everyone; every other tool admitted and counted."""
+
+    async def admit(
+        self,
+        tool: str,
+        user: str,
+        roles: frozenset[tuple[str, str]],
+        at_ms: int,
+        key: str,
+        *,
+        count: bool = True,
+    ) -> protocol.Admission:
+        if tool == "finance_tool":
+            return protocol.Admission(protocol.FORBIDDEN, "不可以。", checked=True)
+        return protocol.Admission(checked=True)
+
+
+async def test_a_call_that_comes_after_memory_answered_is_checked_too() -> None:
+    """A round's second call arriving once memory has answered (a redelivery, a slow
+    producer) goes out only if it may: it is put to the access rules like the others."""
+    both = ["org_tool", "finance_tool"]
+    driver = Driver(
+        health=StaticHealth([protocol.ToolHealth(name, 20.0, 1.0) for name in both]),
+        access=NoFinance(),
+    )
+    (query,) = to(await driver.send(call("org_tool", both)), "memory:")
+    went = await driver.send(answer_query(query))
+    assert [e.target for e in to(went, "tool:")] == ["tool:org_tool"]
+    assert to(went, "tool:")[0].payload.context[protocol.ACCESS] == protocol.ADMITTED
+    late = await driver.send(call("finance_tool", both))
+    assert to(late, "tool:") == []
+    (refusal,) = answers(late)
+    assert isinstance(refusal.payload.body, ErrorReport)
+    assert (refusal.payload.body.code, refusal.payload.body.message) == ("forbidden", "不可以。")
+    assert driver.data["refused_calls"] == {"forbidden": 1}
