@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 from typing import Any, Final
 
@@ -23,9 +24,18 @@ from pydantic import SecretStr
 from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError, IntentError
 
-__all__ = ["MAX_ANSWER_BYTES", "URL_SETTING", "ChatEndpoint", "content_of", "redact_url"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "TIMED_OUT",
+    "URL_SETTING",
+    "ChatEndpoint",
+    "content_of",
+    "redact_url",
+]
 
 URL_SETTING: Final = "HERMES_LLM_URL"
+TIMED_OUT: Final = "no answer within"
+"""What the error of an exchange that ran out of time says (its callers tell it apart)."""
 MAX_ANSWER_BYTES: Final = 1024 * 1024
 """The largest answer read from the endpoint (a chat completion is far smaller)."""
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
@@ -141,7 +151,7 @@ class ChatEndpoint(Service):
         except TimeoutError as exc:
             log.warning("%s %s took over %s s", self._what, self.safe_url, bound)
             raise IntentError(
-                f"{self._what} {self.safe_url} failed: no answer within {bound:g} s"
+                f"{self._what} {self.safe_url} failed: {TIMED_OUT} {bound:g} s"
             ) from exc
         except (httpx.HTTPError, ValueError) as exc:
             detail = _detail(exc)
@@ -151,14 +161,16 @@ class ChatEndpoint(Service):
     async def _exchange(
         self, client: httpx.AsyncClient, request: dict[str, Any], headers: dict[str, str]
     ) -> Any:
-        response = await client.post(self.url, json=request, headers=headers)
-        response.raise_for_status()
-        if len(response.content) > MAX_ANSWER_BYTES:
-            raise IntentError(
-                f"{self._what} {self.safe_url} answered {len(response.content)} bytes: "
-                f"more than {MAX_ANSWER_BYTES}"
-            )
-        return response.json()
+        async with client.stream("POST", self.url, json=request, headers=headers) as response:
+            response.raise_for_status()
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:  # read no further than that
+                    raise IntentError(
+                        f"{self._what} {self.safe_url} answered more than {MAX_ANSWER_BYTES} bytes"
+                    )
+        return json.loads(body)
 
 
 def _detail(exc: Exception) -> str:

@@ -11,8 +11,9 @@ sessions), so the scripts work on Redis Cluster:
   (keys scored by time: the newest is the cache's answer);
 - ``calls:TOOL`` a list of the latest call samples, newest first;
 - ``admitted:TOOL:USER`` a sorted set of the calls admitted for a user (idempotency key
-  scored by envelope time), for the tool's rate limit and quota, and ``...:kept`` the
-  same keys scored by when they were kept (forgotten after ``KEEP_ADMITTED_MS``).
+  scored by envelope time), for the tool's rate limit and quota, and
+  ``admitted-kept:TOOL:USER`` the same keys scored by when they were kept (forgotten after
+  ``KEEP_ADMITTED_MS``).
 """
 
 from __future__ import annotations
@@ -167,10 +168,11 @@ class RedisToolStore(RedisService):
         now_ms = int(time.time() * 1000)  # what is forgotten goes by this clock
         before = now_ms - KEEP_ADMITTED_MS
         args = [key, str(at_ms), str(now_ms), str(before), str(len(windows)), *limits]
-        kept = self._key(f"admitted:{tool}:{user}")
+        counted = self._key(f"admitted:{tool}:{user}")  # the user's id may hold ':': the two
+        kept = self._key(f"admitted-kept:{tool}:{user}")  # sets differ before it, never after
         async with self.doing("admit_call"):
             full = await self.script(
-                "admit_call", keys=[kept, kept + ":kept"], args=[*args, str(KEEP_ADMITTED_MS)]
+                "admit_call", keys=[counted, kept], args=[*args, str(KEEP_ADMITTED_MS)]
             )
         name = full.decode() if isinstance(full, bytes) else str(full or "")
         return name or None

@@ -50,18 +50,25 @@ def user_text(current: object, recent: Sequence[Any]) -> str:
 
 
 def opening(state: str, prompt: str, text: str, turn: str, spent: object = None) -> dict[str, Any]:
-    """A new agent record: the system prompt and the user's words. Its rounds, tokens and
-    refusals start from ``spent`` (the record an agent state left) when that served the
-    same user ``turn``: a flow that comes back to an agent state without the user saying
-    more spends the same budget, so a loop of moves through it ends."""
+    """A new agent record: the system prompt and the user's words. Its rounds and tokens
+    start from what this state already spent on the same user ``turn`` (``spent``: the
+    record an agent state left, which keeps each state's spending of its turn): a flow
+    that comes back to an agent state without the user saying more spends the same
+    budget, so a loop of moves through it (or through two agent states) ends."""
     messages = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
-    used = spent if isinstance(spent, dict) and spent.get("turn") == turn else {}
+    by_state: dict[str, list[int]] = {}
+    if isinstance(spent, dict) and spent.get("turn") == turn:
+        by_state = dict(spent.get("spent", {}))
+        if isinstance(spent.get("state"), str):
+            by_state[spent["state"]] = [int(spent.get("round", 0)), int(spent.get("tokens", 0))]
+    rounds, tokens = by_state.get(state, [0, 0])
     return {
         "state": state,
         "turn": turn,
-        "round": int(used.get("round", 0)),
-        "tokens": int(used.get("tokens", 0)),
-        "refused": int(used.get("refused", 0)),
+        "round": rounds,
+        "tokens": tokens,
+        "refused": 0,
+        "spent": by_state,
         "messages": messages,
     }
 
@@ -128,7 +135,9 @@ def refused_messages(record: Mapping[str, Any], tool: str, sentence: str) -> dic
     told = [
         _told(
             call_id,
-            f"refused: {sentence}" if name == tool else "not run: another call was refused",
+            f"refused: {sentence}"
+            if name == tool
+            else "not run, or its result dropped: another call of this answer was refused",
         )
         for call_id, name in record.get("calls", [])
     ]

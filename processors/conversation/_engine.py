@@ -42,6 +42,7 @@ from hermesbus.contract.payloads import (
 )
 from hermesbus.errors import HermesError, HookError, IntentError, StoreError
 from hermesbus.processors import protocol
+from hermesbus.processors.chat import TIMED_OUT
 from hermesbus.processors.conversation import _agent as agents
 from hermesbus.processors.conversation import _texts as texts
 from hermesbus.processors.conversation._confirm import is_confirmation
@@ -793,8 +794,9 @@ def on_flow_model(step: Step, spec: FlowSpec, answer: ModelAnswer) -> None:
     if agent is None or not isinstance(record, dict) or record.get("state") != state.id:
         step.problem(_MODEL, "stale", f"a model answer for {state.id}, which asked none")
         return
-    if answer.error:
-        _fail(step, spec, _MODEL, "model", answer.error)
+    if answer.error:  # a model that ran out of time is a timeout, as the round's deadline
+        code = "timeout" if TIMED_OUT in answer.error else "model"
+        _fail(step, spec, _MODEL, code, answer.error)
         return
     answer = agents.kept_to(answer, frozenset(agent.tools))  # checked again, here too
     record = agents.answered(record, answer)

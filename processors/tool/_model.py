@@ -154,9 +154,10 @@ def checked_answer(
             log.warning("agent %r: refused %r: %s", request.agent, choice.tool, choice.refusal)
         choices.append(choice)
     finish = raw.get("choices", [{}])[0].get("finish_reason") if isinstance(raw, dict) else None
+    if finish == "length":  # a half answer is no answer, text or calls alike
+        raise IntentError("the model's answer was cut off at its token limit")
     if not choices and not text.strip():
-        cut = " (cut off at its token limit)" if finish == "length" else ""
-        raise IntentError(f"the model answered neither text nor a tool call{cut}")
+        raise IntentError("the model answered neither text nor a tool call")
     usage = raw.get("usage") if isinstance(raw, dict) else None
     tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
     named = raw.get("model") if isinstance(raw, dict) else None

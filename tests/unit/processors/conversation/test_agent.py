@@ -21,12 +21,13 @@ from hermesbus.compose.stack import in_memory
 from hermesbus.contract.payloads import ModelAnswer, ModelChoice, ModelRequest
 from hermesbus.demo import agent
 from hermesbus.demo.scripted import ScriptedTools
+from hermesbus.errors import IntentError
 from hermesbus.processors import protocol
 from hermesbus.processors.chat import ChatEndpoint
-from hermesbus.processors.conversation._agent import kept_to
+from hermesbus.processors.conversation._agent import kept_to, opening
 from hermesbus.processors.dispatcher import StaticHealth
 from hermesbus.processors.flow import StaticCatalog, lint, load_flow
-from hermesbus.processors.tool import DEMO_MODULES, ChatModel, ToolSpec, demo
+from hermesbus.processors.tool import DEMO_MODULES, ChatModel, ToolSpec, checked_answer, demo
 from hermesbus.processors.tool.demo import DEMO_SIGNING_ENV
 from hermesbus.processors.tool.demo import tools as demo_tools
 from hermesbus.processors.tool.demo.model_server import DEMO_SCRIPT, ScriptedModel
@@ -434,3 +435,23 @@ async def test_an_empty_answer_is_a_failed_round_not_a_silent_one(tmp_path: Path
             assert answer.error == "the model answered neither text nor a tool call"
             assert harness.state("conversation", SESSION).data["state"] == "failed"
             assert len(replies(harness)) == 1
+
+
+def test_each_agent_state_spends_its_own_budget_of_a_turn() -> None:
+    """Another agent state of the same turn starts afresh; coming back to one carries what
+    it spent (so a loop through one, or through two, ends); a new turn starts afresh."""
+    left_a = {**opening("a", "p", "t", "turn-1"), "round": 3, "tokens": 900}
+    b = opening("b", "p", "t", "turn-1", left_a)
+    assert (b["round"], b["tokens"]) == (0, 0)
+    left_b = {**b, "round": 1, "tokens": 100}
+    again = opening("a", "p", "t", "turn-1", left_b)
+    assert (again["round"], again["tokens"]) == (3, 900)
+    later = opening("a", "p", "t", "turn-2", left_b)
+    assert (later["round"], later["tokens"]) == (0, 0)
+
+
+def test_an_answer_cut_off_at_its_token_limit_is_no_answer() -> None:
+    request = ModelRequest(agent="f/s", tools=("org_tool",), messages_json="[]", max_tokens=10)
+    cut = {"choices": [{"message": {"content": "您所在的部门本月预"}, "finish_reason": "length"}]}
+    with pytest.raises(IntentError, match="cut off at its token limit"):
+        checked_answer(cut, request, {})
