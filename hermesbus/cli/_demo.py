@@ -65,11 +65,12 @@ async def run(running: Stack, settings: Settings) -> bool:
     played: list[demo.Said] = list(said)
     if running.demo_flow:
         exported = await _tables(running, settings)
-        problems = tables.missing(exported) + await _snapshot_lacks(running, exported)
+        problems = tables.missing(exported) + await _snapshot_lacks(running, exported, tables.FLOW)
         finished = _report(problems) and finished
         played.append(exported)
         asked = await _budget(running, settings)
-        finished = _report(agent.missing(asked)) and finished
+        problems = agent.missing(asked) + await _snapshot_lacks(running, asked, agent.FLOW)
+        finished = _report(problems) and finished
         played.append(asked)
     else:
         finished = _report(["the demo's flows are not registered (see above)"]) and False
@@ -102,10 +103,13 @@ async def _budget(running: Stack, settings: Settings) -> demo.Said:
         return await demo.talk(app, agent.conversation(), _show, clock=_now)
 
 
-async def _snapshot_lacks(running: Stack, said: demo.Said, within_s: float = 15.0) -> list[str]:
-    """Whether memory holds the table export's snapshot (written after the last reply:
-    asked again for up to ``within_s``, so ``--once`` stops with everything written)."""
-    key = f"{FLOW_SNAPSHOT}{tables.FLOW}:{said.conversation.session_id}"
+async def _snapshot_lacks(
+    running: Stack, said: demo.Said, flow: str, within_s: float = 15.0
+) -> list[str]:
+    """Whether memory holds the snapshot of ``flow``'s session (written after its last
+    reply: asked again for up to ``within_s``, so ``--once`` stops with everything
+    written, and a replay of the log finds every output)."""
+    key = f"{FLOW_SNAPSHOT}{flow}:{said.conversation.session_id}"
     deadline = time.monotonic() + within_s
     while await running.memory.item(demo.DEMO_USER, key) is None:
         if time.monotonic() > deadline:

@@ -38,6 +38,7 @@ from hermesbus.contract.payloads import (
 from hermesbus.demo.expense import DEMO_USER
 from hermesbus.errors import IdentityError
 from hermesbus.identity import Keyring, Signer, new_key
+from hermesbus.processors.tool import MODEL_GROUP
 from hermesbus.topics import ALERTS, DLQ
 from tests import signing
 from tests.integration.stacks import demo_stack
@@ -242,6 +243,7 @@ async def test_forged_sources_never_run_and_are_dead_lettered_and_alerted(
     assert await running.memory.facts("person:CEO", TrustLevel.RAW) == ()
     refused = {p.name: p.stats.refused for p in running.processors if p.stats.refused}
     each_tool = {f"tool-{name}": 3 for name in running.tool_names}  # counted, not re-dead-lettered
+    each_tool[MODEL_GROUP] = 3  # the model rounds' group reads the tool topic too
     assert refused == {"dispatcher": 3, "memory": 3, "tool": 3, **each_tool}
 
     # the control: the same call, signed by the dispatcher itself, does run

@@ -34,9 +34,9 @@ def demo_home(
     broker_binary: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Path, list[str]]]:
     """A HERMES_HOME after ``up --demo --once`` twice (the embedded broker, and its log,
-    started afresh the second time), and the first run's three sessions (the two expense
-    conversations and the table export, a flow replayed with the registry's copies the
-    state folder keeps)."""
+    started afresh the second time), and the first run's four sessions (the two expense
+    conversations, the table export, a flow replayed with the registry's copies the state
+    folder keeps, and the budget assistant, whose model's answers are read from the log)."""
     home = tmp_path_factory.mktemp("replay") / "home"
     env = clean_env(home)
     first = hermesbus("up", "--demo", "--once", env=env, cwd=home.parent, timeout=300)
@@ -56,7 +56,7 @@ def test_the_demo_replays_from_the_archive_without_divergence(
     demo_home: tuple[Path, list[str]],
 ) -> None:
     home, sessions = demo_home
-    assert len(sessions) == 3
+    assert len(sessions) == 4
     args = [a for s in sessions for a in ("--session", s)]
     ran = hermesbus("replay", *args, "--shadow", env=clean_env(home), cwd=home.parent)
     assert ran.code == 0, ran.output
@@ -65,9 +65,10 @@ def test_the_demo_replays_from_the_archive_without_divergence(
     as_json = hermesbus("replay", *args, "--shadow", "--json", env=clean_env(home), cwd=home.parent)
     answer = json.loads(as_json.out)
     assert answer["divergences"] == [] and answer["sessions"] == sessions
-    # every processor compared on the three conversations (the table export's 5 turns and
-    # 5 answers, its 5 calls too), memory fed both runs' writes
-    assert answer["compared"]["conversation"] == 25 and answer["compared"]["tool"] == 16
+    # every processor compared on the four conversations (the table export's 5 turns and
+    # 5 answers, its 5 calls too; the budget assistant's turn, 3 model answers and 2 tool
+    # results, its 3 model rounds and 2 calls), memory fed both runs' writes
+    assert answer["compared"]["conversation"] == 31 and answer["compared"]["tool"] == 21
     assert answer["compared"]["dispatcher"] > 40 and answer["outputs"] > 100
     assert answer["replayed"]["memory"] > answer["compared"]["memory"]
 
@@ -98,7 +99,7 @@ def test_a_changed_reply_text_exits_1_naming_the_field(
     demo_home: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The deliberate change: conversation B's "好的，暂不提交" now says "先不提交"."""
-    home, (_, stopped, _) = demo_home
+    home, (_, stopped, _, _) = demo_home
     for name in [n for n in os.environ if n.startswith("HERMES_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HERMES_HOME", str(home))
@@ -114,7 +115,7 @@ def test_a_changed_reply_text_exits_1_naming_the_field(
 def test_a_dry_run_says_what_it_would_read_and_writes_nothing(
     demo_home: tuple[Path, list[str]],
 ) -> None:
-    home, (submitted, _, _) = demo_home
+    home, (submitted, _, _, _) = demo_home
     before = sorted(p.name for p in home.iterdir())
     ran = hermesbus(
         "replay",
@@ -198,7 +199,7 @@ async def test_the_demo_replays_from_the_topics_without_divergence(
 def test_an_exported_bundle_replays_where_there_is_no_broker_and_no_index(
     demo_home: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    home, (_, stopped, _) = demo_home
+    home, (_, stopped, _, _) = demo_home
     bundle = tmp_path / "b.tar.gz"
     out = hermesbus("export", stopped, "-o", str(bundle), env=clean_env(home), cwd=tmp_path)
     assert out.code == 0, out.output
@@ -217,7 +218,7 @@ def test_a_redrive_with_live_tools_runs_the_registered_tools_in_the_sandbox(
 ) -> None:
     """On the embedded default: the sandbox gets its own embedded broker, the bus's tool
     registry copied, and the demo tools really run; the bus's files stay as they were."""
-    home, (submitted, _, _) = demo_home
+    home, (submitted, _, _, _) = demo_home
     before = {p.name: p.read_bytes() for p in sorted(home.glob("*.sqlite3*"))}
     args = ["--session", submitted, "--redrive", "--into", "live-1.", "--live-tools"]
     ran = hermesbus("replay", *args, env=clean_env(home), cwd=home.parent, timeout=240)
@@ -236,5 +237,5 @@ def test_a_time_range_alone_replays_every_session_in_it(demo_home: tuple[Path, l
     )
     assert ran.code == 0, ran.output
     answer = json.loads(ran.out)
-    assert set(sessions) < set(answer["sessions"]) and len(answer["sessions"]) == 6  # both runs
+    assert set(sessions) < set(answer["sessions"]) and len(answer["sessions"]) == 8  # both runs
     assert answer["divergences"] == []

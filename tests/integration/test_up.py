@@ -123,7 +123,7 @@ async def test_up_runs_the_demo_with_redis_and_neo4j_configured(
     ) as redis:
         keys = {k.decode() async for k in redis.redis.scan_iter(match=f"up{unique}:*")}
     sessions = {k.split("{", 1)[1].split("}", 1)[0] for k in keys if k.endswith(":state:memory")}
-    assert len(sessions) == 3  # the two expense conversations and the table export
+    assert len(sessions) == 4  # the two expense conversations, the table export, the budget
     for counted in ("table_export:1", "expense:1"):  # the paths of the finished sessions
         assert f"up{unique}:{{{counted}}}:state:conversation.paths" in keys
     for session in sessions:
