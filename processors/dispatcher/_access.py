@@ -63,6 +63,8 @@ async def refused(
     ]
     for counted in (False, True):
         for tool, call in waiting:
+            if counted and not call.access:
+                continue  # a tool without rules: nothing to count, no store to ask again
             envelope = call.envelope
             user = envelope.user_id or ""
             key = getattr(envelope.payload.body, "idempotency_key", "") or envelope.message_id

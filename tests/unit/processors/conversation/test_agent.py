@@ -83,7 +83,8 @@ async def agent_bus(
     )
     chat = None
     if model_url is not None:
-        chat = ChatModel(ChatEndpoint(model_url, model="m", **endpoint), Specs(SPECS))
+        given = {"timeout_s": 60.0, **endpoint}  # not about timing: a busy machine
+        chat = ChatModel(ChatEndpoint(model_url, model="m", **given), Specs(SPECS))
         await chat.start()
     try:
         async with in_memory(
