@@ -5,7 +5,7 @@
 # CI=true those tests fail instead, naming the service and its log. When anything
 # fails, the run folder with the services' logs is kept and its paths printed.
 #
-#   deploy/local/test.sh [PYTEST ARGS...]
+#   deploy/local/test.sh [PYTEST ARGS...]    (HERMES_TEST_WORKERS=N: N pytest workers, default 2)
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -169,8 +169,12 @@ fi
 NEO4J_STARTER=""
 
 say "tests"
+# Two workers by default (HERMES_TEST_WORKERS; 0 runs in this process): most integration
+# tests wait on brokers and subprocesses, so two run in about the time of one. Each file
+# stays in one worker (--dist loadfile): its module fixtures (a demo run, a bus) are made
+# once, and the session's services above are shared by both workers.
 set +e
-pytest "$@"
+pytest -n "${HERMES_TEST_WORKERS:-2}" --dist loadfile "$@"
 status=$?
 set -e
 exit $status
