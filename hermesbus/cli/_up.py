@@ -7,7 +7,6 @@ import contextlib
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Annotated, ClassVar
 
 import typer
@@ -188,7 +187,8 @@ async def _run(
             parts: list[Processor | Indexer] = [*running.processors]
             parts += [running.indexer] if running.indexer else []
             for part in parts:
-                counts = ", ".join(f"{k}={v}" for k, v in asdict(part.stats).items())
+                counters = {k: v for k, v in vars(part.stats).items() if type(v) is int}
+                counts = ", ".join(f"{k}={v}" for k, v in counters.items())
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
 
 

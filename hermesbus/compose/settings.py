@@ -22,6 +22,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from hermesbus.base.config import HermesSettings, StateHome
+from hermesbus.compose.metrics import MetricsSettings
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig
@@ -47,6 +48,7 @@ _PARTS: dict[str, type[BaseModel]] = {
     "tool": ToolSettings,
     "conversation": ConversationSettings,
     "memory": MemorySettings,
+    "metrics": MetricsSettings,
 }
 """Every part of :class:`Settings` but the keys, with the model that reads it."""
 _HOMED = ("bus", "sqlite", "tool", "memory")
@@ -62,6 +64,7 @@ SANDBOX: dict[str, str] = {
     "tool": "moved",
     "conversation": "taken",
     "memory": "moved",
+    "metrics": "default",
     "tool_env": "taken",
 }
 """What a redrive's sandbox takes of each part of the bus's settings: ``taken`` as it is
@@ -94,6 +97,8 @@ class Settings(BaseModel):
     tool: ToolSettings
     conversation: ConversationSettings
     memory: MemorySettings
+    metrics: MetricsSettings
+    """Where ``/metrics`` is served (a free loopback port by default)."""
     keys: KeySettings
     tool_env: ToolEnvironment
     """The program's environment as read at its start, for its tools only (a worker gets

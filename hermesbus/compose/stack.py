@@ -33,6 +33,7 @@ from hermesbus.compose.backends import (
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.compose.flows import FlowCopy, RegistryCatalog, flow_copies, register_flow
 from hermesbus.compose.homelock import home_lock
+from hermesbus.compose.metrics import MetricsServer, serve_metrics
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
@@ -105,6 +106,12 @@ class Stack:
     """Completed flow sessions by the states they went through (in the state store)."""
     demo_flow: bool = False
     """A demo run registered the demo's table-export flow."""
+    metrics: MetricsServer | None = None
+    """Where ``/metrics`` is served (None: ``HERMES_METRICS_ENABLED=false``)."""
+
+    def parts(self) -> list[Processor | Indexer]:
+        """The processors, then the indexer: what ``/metrics`` reads."""
+        return [*self.processors, *([self.indexer] if self.indexer is not None else [])]
 
     async def backlog(self, component: str, within_ms: int = 0) -> int:
         """What waits in this process for ``component``'s processor now: the dispatcher's
@@ -199,11 +206,12 @@ async def stack(
         environ = tool_environ(settings, fresh=demo, copying=copy_tools_from is not None)
         stores = await enter(memory_stores(settings))
         tools = await enter(tool.ToolService(tool_store(settings), settings.tool, environ=environ))
-        violations = dispatcher.Violations()
         running = Stack(
-            str(kafka.bootstrap), embedded, prefix, stores, tools, violations, broker=broker,
+            str(kafka.bootstrap), embedded, prefix, stores, tools, dispatcher.Violations(),
+            broker=broker,
             paths=paths,
         )  # fmt: skip
+        running.metrics = await _metrics(exits, settings, running, say)
         running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:  # the demo's tools, and its table-export flow (a spec, nothing else)
@@ -402,6 +410,16 @@ async def _indexer(
     )
     exits.push_async_callback(indexer.stop)
     return indexer
+
+
+async def _metrics(
+    exits: contextlib.AsyncExitStack, settings: Settings, running: Stack, say: Progress
+) -> MetricsServer | None:
+    """``/metrics`` served for the stack's processors and indexer until it stops."""
+    served = await exits.enter_async_context(serve_metrics(settings.metrics, running.parts))
+    if served is not None:
+        say(f"metrics: {served.url}")
+    return served
 
 
 async def _state(exits: contextlib.AsyncExitStack, say: Progress, settings: Settings) -> StateStore:

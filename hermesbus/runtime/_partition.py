@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from hermesbus.base.histogram import Histogram
 from hermesbus.contract import headers as h
 from hermesbus.contract.envelope import Envelope
 from hermesbus.errors import ContractError
@@ -41,6 +42,13 @@ class ProcessorStats:
     """Records on another partition than their key's (dead-lettered, never run)."""
     held: int = 0
     """Records an outage (a store, the broker, the schema registry) held in place a while."""
+    processed_by: dict[tuple[str, int], int] = field(default_factory=dict)
+    """``processed`` per (topic, partition): what ``/metrics`` serves by label."""
+    handler_ms: Histogram = field(default_factory=Histogram)
+    """How long the handler took per record it ran (failures too), in milliseconds."""
+    timers_due: int = 0
+    """Timers found due at the timer loop's last pass (500 at most a pass): more than a
+    pass's worth means they fire behind time."""
 
 
 class Partition:

@@ -298,6 +298,8 @@ class Records:
         if self.eos:
             await self.settle(part, envelope.session_id, envelope.message_id)
         self.stats.processed += 1
+        where = (record.topic, record.partition)
+        self.stats.processed_by[where] = self.stats.processed_by.get(where, 0) + 1
         return True
 
     async def _save(self, session_id: str, change: StateChange) -> bool:
@@ -367,19 +369,23 @@ class Records:
         self, part: Partition, record: Record, envelope: Envelope, state: SessionState
     ) -> StateChange:
         """Call the handler and turn its outcome into one atomic state change."""
-        outcome = await self.handler(
-            HandlerInput(
-                envelope,
-                state,
-                self.name,
-                self.ports,
-                record.topic,
-                record.partition,
-                record.offset,
-                record.timestamp,
-                news=self._news,
+        began = time.perf_counter()
+        try:
+            outcome = await self.handler(
+                HandlerInput(
+                    envelope,
+                    state,
+                    self.name,
+                    self.ports,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.timestamp,
+                    news=self._news,
+                )
             )
-        )
+        finally:
+            self.stats.handler_ms.observe((time.perf_counter() - began) * 1000)
         if outcome.state is not None:
             json.dumps(dict(outcome.state))  # unsavable: the handler failed
         window = self.settings.applied_window

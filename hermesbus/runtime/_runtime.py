@@ -277,6 +277,26 @@ class Processor(Service):
             waiting += max(0, end - fetched) if end is not None else 0
         return waiting
 
+    @property
+    def in_flight(self) -> int:
+        """Records a worker is running now."""
+        return self._running
+
+    def commit_lag(self) -> dict[TopicPartition, int]:
+        """Per owned partition, the records past its commit point: the log's end as the
+        last fetch saw it, less the offset last committed (before the first commit, the
+        first offset not finished). A partition not fetched from yet is left out."""
+        consumer = self._consumer
+        lags: dict[TopicPartition, int] = {}
+        if consumer is None:
+            return lags
+        for tp, part in list(self._parts.items()):
+            end = consumer.highwater(tp) if not part.closed else None
+            at = part.committed if part.committed >= 0 else part.tracker.committable()
+            if end is not None and at is not None:
+                lags[tp] = max(0, end - at)
+        return lags
+
     def waited_within(self, within_s: float) -> bool:
         """Whether, at any time in the last ``within_s`` seconds, a session had to wait for
         a free worker or this worker paused fetching: a round that ran then waited in a
@@ -638,6 +658,7 @@ class Processor(Service):
         await self._beat(now_ms)
         owned = [(tp.topic, tp.partition) for tp, part in self._parts.items() if not part.closed]
         due = await self._store.due(self.name, owned, now_ms, limit=500)
+        self.stats.timers_due = len(due)
         if not due:
             return
         await self._records.produce([timer.record for timer in due])

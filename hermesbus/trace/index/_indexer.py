@@ -267,6 +267,20 @@ class Indexer(Service):
                     self._gone.discard(tp)
                 self._done_to[tp] = done_to
 
+    def lag(self) -> dict[TopicPartition, int]:
+        """Per partition held, the records past the last one stored in the index: the log's
+        end as the last fetch saw it, less the offset after the last record stored. A
+        partition none of whose records was stored yet by this indexer is left out."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        lags: dict[TopicPartition, int] = {}
+        for tp in consumer.assignment():
+            end, at = consumer.highwater(tp), self._done_to.get(tp)
+            if end is not None and at is not None:
+                lags[tp] = max(0, end - at)
+        return lags
+
     async def logs_made_again(self, topics: Collection[str]) -> list[TopicPartition]:
         """``topics`` were created again (``up`` saw the broker lose them): the partitions of
         them this indexer holds are read from the new logs' beginning (one that never saw
