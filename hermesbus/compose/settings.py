@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from hermesbus.base.config import HermesSettings, StateHome
 from hermesbus.compose.metrics import MetricsSettings
+from hermesbus.compose.otel import OtelSettings
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.neo4j import Neo4jConfig
@@ -49,6 +50,7 @@ _PARTS: dict[str, type[BaseModel]] = {
     "conversation": ConversationSettings,
     "memory": MemorySettings,
     "metrics": MetricsSettings,
+    "otel": OtelSettings,
 }
 """Every part of :class:`Settings` but the keys, with the model that reads it."""
 _HOMED = ("bus", "sqlite", "tool", "memory")
@@ -65,6 +67,7 @@ SANDBOX: dict[str, str] = {
     "conversation": "taken",
     "memory": "moved",
     "metrics": "default",
+    "otel": "default",
     "tool_env": "taken",
 }
 """What a redrive's sandbox takes of each part of the bus's settings: ``taken`` as it is
@@ -99,6 +102,8 @@ class Settings(BaseModel):
     memory: MemorySettings
     metrics: MetricsSettings
     """Where ``/metrics`` is served (a free loopback port by default)."""
+    otel: OtelSettings
+    """Where spans are exported (OTLP/HTTP; none by default). A sandbox exports none."""
     keys: KeySettings
     tool_env: ToolEnvironment
     """The program's environment as read at its start, for its tools only (a worker gets

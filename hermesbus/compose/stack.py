@@ -34,6 +34,7 @@ from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker
 from hermesbus.compose.flows import FlowCopy, RegistryCatalog, flow_copies, register_flow
 from hermesbus.compose.homelock import home_lock
 from hermesbus.compose.metrics import MetricsServer, serve_metrics
+from hermesbus.compose.otel import exporting
 from hermesbus.compose.probes import first_probes, keep_probing
 from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
@@ -54,7 +55,7 @@ from hermesbus.processors.recorded import (
 from hermesbus.processors.tool import demo as demo_tools
 from hermesbus.processors.tool.demo.model_server import DEMO_SCRIPT, ScriptedModel
 from hermesbus.replay.shadow import Shadow
-from hermesbus.runtime import Handler, Processor, RuntimeSettings, StateStore
+from hermesbus.runtime import Handler, Observer, Processor, RuntimeSettings, StateStore
 from hermesbus.testing import Harness
 from hermesbus.trace.index import INDEXER_GROUP, Indexer, TraceIndex
 
@@ -211,7 +212,7 @@ async def stack(
             broker=broker,
             paths=paths,
         )  # fmt: skip
-        running.metrics = await _metrics(exits, settings, running, say)
+        observe = await _telemetry(exits, settings, running, say)
         running.created = await provision(kafka, prefix, say, announce=not embedded)
         say(f"topics ready: {len(running.created)} created")
         if demo:  # the demo's tools, and its table-export flow (a spec, nothing else)
@@ -270,6 +271,7 @@ async def stack(
                 timers_gate=gate,
                 paused=protocol.pause_notice,  # the dispatcher hears of outages holding work
                 broker_answers=lambda: watch.reachable,
+                observe=observe,
             )
             running.processors.append(processor)  # stopped by _stop_all, side by side
         await asyncio.gather(  # the groups join in parallel
@@ -412,14 +414,19 @@ async def _indexer(
     return indexer
 
 
-async def _metrics(
+async def _telemetry(
     exits: contextlib.AsyncExitStack, settings: Settings, running: Stack, say: Progress
-) -> MetricsServer | None:
-    """``/metrics`` served for the stack's processors and indexer until it stops."""
+) -> Observer | None:
+    """``/metrics`` served for the stack's processors and indexer until it stops (in
+    ``running.metrics``), and the span exporter the processors are to be given, if any."""
     served = await exits.enter_async_context(serve_metrics(settings.metrics, running.parts))
     if served is not None:
         say(f"metrics: {served.url}")
-    return served
+    running.metrics = served
+    spans = await exits.enter_async_context(exporting(settings.otel))
+    if spans is not None:
+        say(f"spans: OTLP/HTTP to {settings.otel.endpoint}/v1/traces")
+    return spans
 
 
 async def _state(exits: contextlib.AsyncExitStack, say: Progress, settings: Settings) -> StateStore:

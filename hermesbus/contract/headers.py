@@ -28,6 +28,7 @@ __all__ = [
     "envelope_headers",
     "header",
     "traceparent",
+    "w3c_ids",
 ]
 
 Headers = list[tuple[str, bytes]]
@@ -58,10 +59,19 @@ def _hex(value: str, pattern: re.Pattern[str], size: int) -> str:
     return digest if digest.strip("0") else "1".rjust(size, "0")
 
 
-def traceparent(envelope: Envelope) -> str:
-    """W3C ``traceparent`` (version 00, sampled) for the envelope's trace and span."""
+def w3c_ids(envelope: Envelope) -> tuple[str, str, str | None]:
+    """The envelope's trace, span and parent span as W3C Trace Context hex (32, 16, 16
+    digits): each id itself when it already is such hex, else a digest of it; the span is
+    the message id's when the envelope has none, the parent None when it has none."""
     trace = _hex(envelope.trace_id, _HEX32, 32)
     span = _hex(envelope.span_id or envelope.message_id, _HEX16, 16)
+    parent = _hex(envelope.parent_span_id, _HEX16, 16) if envelope.parent_span_id else None
+    return trace, span, parent
+
+
+def traceparent(envelope: Envelope) -> str:
+    """W3C ``traceparent`` (version 00, sampled) for the envelope's trace and span."""
+    trace, span, _ = w3c_ids(envelope)
     return f"00-{trace}-{span}-01"
 
 

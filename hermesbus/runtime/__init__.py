@@ -14,10 +14,12 @@ the runtime makes them: ``hermesbus.testing`` runs handlers in memory with them)
 from ._effects import dead_letter, emitted, timer_fired
 from ._model import (
     Effects,
+    Handled,
     Handler,
     HandlerInput,
     ModelState,
     News,
+    Observer,
     Outcome,
     Pause,
     PauseNotice,
@@ -37,10 +39,12 @@ from ._store import OutRecord, StateChange, StateStore, StoredTimer
 __all__ = [
     "CLOSE_TIMEOUT_S",
     "Effects",
+    "Handled",
     "Handler",
     "HandlerInput",
     "ModelState",
     "News",
+    "Observer",
     "OffsetTracker",
     "OutRecord",
     "Outcome",

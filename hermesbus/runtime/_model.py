@@ -16,10 +16,12 @@ from hermesbus.contract.envelope import Envelope
 
 __all__ = [
     "Effects",
+    "Handled",
     "Handler",
     "HandlerInput",
     "ModelState",
     "News",
+    "Observer",
     "Outcome",
     "Pause",
     "PauseNotice",
@@ -160,6 +162,9 @@ class Outcome:
     timers: tuple[TimerRequest, ...] = ()
     cancel: tuple[str, ...] = field(default=())
     """Purposes of timers to cancel."""
+    others: bool = False
+    """The envelope is another consumer group's to answer (a topic several groups read,
+    each taking its share): nothing ran, so the run is neither timed nor observed."""
 
 
 Handler = Callable[[HandlerInput], Awaitable[Outcome]]
@@ -247,6 +252,27 @@ class Pause:
 
 News = Callable[[Envelope], Awaitable[None]]
 """What a handler sends at once, before its outcome (:attr:`HandlerInput.news`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """One run of a processor's handler, as its :data:`Observer` is told: the envelope,
+    where its record was, when the run began and ended (nanoseconds since the epoch, the
+    wall clock) and the error it raised (None: it returned)."""
+
+    processor: str
+    envelope: Envelope
+    topic: str
+    partition: int
+    offset: int
+    began_ns: int
+    ended_ns: int
+    error: BaseException | None = None
+
+
+Observer = Callable[[Handled], None]
+"""Told of every handler run, after it (a span exporter): it must not block, and what it
+raises is logged, never the record's failure. Observation, not an output: never replayed."""
 
 PauseNotice = Callable[[Envelope, Pause], Envelope | None]
 """What a processor tells the sender of an envelope held by an outage (None: nothing).

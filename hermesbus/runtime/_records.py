@@ -37,7 +37,16 @@ from hermesbus.topics import ALERTS, DLQ
 
 from . import _effects as fx
 from ._applied import appended, floor_of
-from ._model import Handler, HandlerInput, ModelState, Pause, PauseNotice, SessionState
+from ._model import (
+    Handled,
+    Handler,
+    HandlerInput,
+    ModelState,
+    Observer,
+    Pause,
+    PauseNotice,
+    SessionState,
+)
 from ._partition import Partition, ProcessorStats, Record, attempt_of, check_key
 from ._producer import Producer
 from ._settings import RuntimeSettings
@@ -86,12 +95,14 @@ class Records:
         dead_letter_undecodable: bool = True,
         partitions: Callable[[str], int | None] = lambda _topic: None,
         paused: PauseNotice | None = None,
+        observe: Observer | None = None,
     ) -> None:
         """``partitions(topic)`` is the topic's partition count (None: unknown yet), to
         refuse a record that is not on the partition its key maps to; ``paused`` says
         what to tell the sender of a record an outage holds (see :data:`PauseNotice`)."""
         self.name = name
         self.paused = paused
+        self.observe = observe
         self.guard = guard
         self.partitions = partitions
         self.clock = clock
@@ -109,6 +120,27 @@ class Records:
         self.cache: OrderedDict[str, tuple[Partition, SessionState]] = OrderedDict()
         self.used: dict[str, float] = {}
         """When each cached state was last used (``time.monotonic``), for ``expire``."""
+
+    def _ran(
+        self,
+        record: Record,
+        envelope: Envelope,
+        began: float,
+        wall_ns: int,
+        error: BaseException | None,
+    ) -> None:
+        """A handler run, timed (``began``: ``perf_counter()`` then; ``wall_ns``: the wall
+        clock then) and told to the observer; what the observer raises is logged only."""
+        took_s = time.perf_counter() - began
+        self.stats.handler_ms.observe(took_s * 1000)
+        if self.observe is None:
+            return
+        where = (record.topic, record.partition, record.offset)
+        ran = Handled(self.name, envelope, *where, wall_ns, wall_ns + int(took_s * 1e9), error)
+        try:
+            self.observe(ran)
+        except Exception:
+            log.exception("processor=%s: its observer failed (the record is unaffected)", self.name)
 
     def forget(self, parts: Sequence[Partition]) -> None:
         """Drop the cached states of sessions on partitions this worker no longer owns."""
@@ -369,7 +401,7 @@ class Records:
         self, part: Partition, record: Record, envelope: Envelope, state: SessionState
     ) -> StateChange:
         """Call the handler and turn its outcome into one atomic state change."""
-        began = time.perf_counter()
+        began, wall_ns = time.perf_counter(), time.time_ns()
         try:
             outcome = await self.handler(
                 HandlerInput(
@@ -384,8 +416,11 @@ class Records:
                     news=self._news,
                 )
             )
-        finally:
-            self.stats.handler_ms.observe((time.perf_counter() - began) * 1000)
+        except BaseException as exc:
+            self._ran(record, envelope, began, wall_ns, exc)
+            raise
+        if not outcome.others:  # another group's envelope: nothing ran, nothing to time
+            self._ran(record, envelope, began, wall_ns, None)
         if outcome.state is not None:
             json.dumps(dict(outcome.state))  # unsavable: the handler failed
         window = self.settings.applied_window

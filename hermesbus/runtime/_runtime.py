@@ -33,7 +33,7 @@ from hermesbus.errors import BrokerError, ConfigError, StoreError
 from hermesbus.identity import Guard, Keyring, WritePolicy
 
 from ._eos import Transactions
-from ._model import EMPTY, Handler, PauseNotice
+from ._model import EMPTY, Handler, Observer, PauseNotice
 from ._partition import Partition, ProcessorStats, Record
 from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
 from ._rebalance import RebalanceListener
@@ -78,6 +78,7 @@ class Processor(Service):
         timers_gate: asyncio.Event | None = None,
         paused: PauseNotice | None = None,
         broker_answers: Callable[[], bool] | None = None,
+        observe: Observer | None = None,
     ) -> None:
         """``clock`` (seconds since the epoch) decides when durable timers are due; tests
         pass a controllable one. Handlers never see it: their time is the envelope's.
@@ -105,6 +106,8 @@ class Processor(Service):
         and no heartbeat is recorded, and when it answers again every timer of the owned
         partitions moves later by the time since the last heartbeat. ``paused`` says what
         to tell the sender of a record a backend outage holds in place (see ``Records``).
+        ``observe`` is told of every handler run (see :data:`Observer`: an exporter of
+        spans).
         """
         if not _NAME.match(name):
             raise ConfigError(f"processor name {name!r}: use lowercase letters, digits, - and _")
@@ -165,6 +168,7 @@ class Processor(Service):
             dead_letter_undecodable=dead_letter_undecodable,
             partitions=self._partition_count,
             paused=paused,
+            observe=observe,
         )
         self._transactions = Transactions(self._records, self._group, self._slots)
 

@@ -34,7 +34,7 @@ def modelling() -> Handler:
 
     async def handle_models(inp: HandlerInput) -> Outcome:
         if inp.envelope.target != MODEL_ADDRESS:
-            return Outcome()  # a tool's call: a tool's group answers it
+            return Outcome(others=True)  # a tool's call: a tool's group answers it
         return await handle(inp)
 
     return handle_models
@@ -54,9 +54,9 @@ def serving(tools: Collection[str], *, others: bool = False) -> Handler:
     async def handle_some(inp: HandlerInput) -> Outcome:
         component, _, tool = inp.envelope.target.partition(":")
         if component != TOOL:  # the model's requests: their own group answers them
-            return Outcome()
+            return Outcome(others=True)
         if (tool in chosen) == others:
-            return Outcome()  # another group's call: that group answers it
+            return Outcome(others=True)  # another group's call: that group answers it
         return await handle(inp)
 
     return handle_some
