@@ -187,7 +187,11 @@ async def _run(
             parts: list[Processor | Indexer] = [*running.processors]
             parts += [running.indexer] if running.indexer else []
             for part in parts:
-                counters = {k: v for k, v in vars(part.stats).items() if type(v) is int}
+                counters = {
+                    k: v
+                    for k, v in vars(part.stats).items()
+                    if type(v) is int and k != "timers_due"
+                }
                 counts = ", ".join(f"{k}={v}" for k, v in counters.items())
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
 

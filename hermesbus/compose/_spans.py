@@ -4,18 +4,20 @@ imports it."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from hermesbus.contract.headers import w3c_ids
-from hermesbus.contract.payloads import ModelRequest, ToolCall
-from hermesbus.runtime import Handled
+from hermesbus.contract.payloads import ModelRequest, ToolCall, UserTurn
+from hermesbus.runtime import HandlerRun
 
 __all__ = ["SpanExport"]
 
@@ -27,25 +29,44 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 class SpanExport:
     """The :data:`~hermesbus.runtime.Observer` that turns each handler run into a span and
-    hands it to OpenTelemetry's batch processor, which posts OTLP/HTTP protobuf to ``url``
-    from a thread of its own."""
+    hands it to OpenTelemetry's batch processor, which gives it to ``exporter`` (OTLP/HTTP
+    protobuf: :meth:`otlp`) from a thread of its own.
 
-    def __init__(self, url: str, headers: dict[str, str], service_name: str) -> None:
-        exporter = OTLPSpanExporter(endpoint=url, headers=headers, timeout=_EXPORT_TIMEOUT_S)
+    The run that took effect is the envelope's span (its own ids); a failed attempt is a
+    span of its own beside it (an id derived from the envelope's span, the group and the
+    attempt's start, the same parent), marked ``ERROR``: a retried envelope is one span
+    with its failed attempts as siblings, never one id exported twice."""
+
+    def __init__(self, exporter: SpanExporter, service_name: str) -> None:
+        self._exporter = exporter
         self._batch = BatchSpanProcessor(exporter, schedule_delay_millis=_BATCH_DELAY_MS)
+        self._service = service_name
         self._scope = InstrumentationScope("hermesbus")
-        self._resources = {
-            kind: Resource.create(
-                {"service.name": f"{service_name}-{kind}", "service.namespace": service_name}
-            )
-            for kind in _KINDS
-        }
+        self._resources: dict[str, Resource] = {}
 
-    def __call__(self, handled: Handled) -> None:
-        envelope = handled.envelope
-        trace, span, parent = w3c_ids(envelope)
-        name, attributes, gen_ai = _named(handled)
+    @classmethod
+    def otlp(cls, url: str, headers: dict[str, str], service_name: str) -> SpanExport:
+        """Exporting OTLP/HTTP protobuf to ``url`` (``.../v1/traces``) with ``headers``."""
+        exporter = OTLPSpanExporter(endpoint=url, headers=headers, timeout=_EXPORT_TIMEOUT_S)
+        return cls(exporter, service_name)
+
+    def _resource(self, kind: str) -> Resource:
+        found = self._resources.get(kind)
+        if found is None:
+            found = self._resources[kind] = Resource.create(
+                {"service.name": f"{self._service}-{kind}", "service.namespace": self._service}
+            )
+        return found
+
+    def __call__(self, handled: HandlerRun) -> None:
+        trace, span, parent = w3c_ids(handled.envelope)
+        name, attributes, kind = _named(handled)
         failed = handled.error
+        if failed is not None:  # an attempt beside the run that will take effect
+            span = hashlib.sha256(
+                f"{span}|{handled.processor}|{handled.began_ns}".encode()
+            ).hexdigest()[:16]
+            attributes |= {"error.type": type(failed).__name__, "hermesbus.failed_attempt": True}
         self._batch.on_end(
             ReadableSpan(
                 name,
@@ -53,9 +74,9 @@ class SpanExport:
                 parent=(
                     SpanContext(int(trace, 16), int(parent, 16), True, _SAMPLED) if parent else None
                 ),
-                resource=self._resources[_kind(handled.processor)],
+                resource=self._resource(_kind(handled.processor)),
                 attributes=attributes,
-                kind=SpanKind.INTERNAL if gen_ai else SpanKind.CONSUMER,
+                kind=kind,
                 status=(
                     Status(StatusCode.ERROR, type(failed).__name__)
                     if failed is not None
@@ -67,8 +88,19 @@ class SpanExport:
             )
         )
 
-    def close(self) -> None:
-        """Send what is queued (bounded by the exporter's timeout) and stop the thread."""
+    def close(self, within_s: float) -> bool:
+        """Send what is queued and stop, within ``within_s`` (a collector that is away
+        would hold the exporter's retries longer): whether it finished in time. Past the
+        bound the exporter is told to stop retrying and the rest is dropped."""
+        closing = threading.Thread(target=self._close, name="hermesbus-spans-close", daemon=True)
+        closing.start()
+        closing.join(within_s)
+        if closing.is_alive():
+            self._exporter.shutdown()  # ends its retries: the thread returns soon after
+            return False
+        return True
+
+    def _close(self) -> None:
         self._batch.shutdown()  # type: ignore[no-untyped-call]
 
 
@@ -77,11 +109,11 @@ def _kind(processor: str) -> str:
     for kind in _KINDS:
         if processor == kind or processor.startswith(f"{kind}-"):
             return kind
-    return "tool" if "tool" in processor else processor.split("-", 1)[0]
+    return processor.split("-", 1)[0] or "unknown"
 
 
-def _named(handled: Handled) -> tuple[str, dict[str, Any], bool]:
-    """The span's name, attributes, and whether it is a GenAI operation."""
+def _named(handled: HandlerRun) -> tuple[str, dict[str, Any], SpanKind]:
+    """The span's name, attributes and kind."""
     envelope = handled.envelope
     body = envelope.payload.body
     kind = _kind(handled.processor)
@@ -91,32 +123,34 @@ def _named(handled: Handled) -> tuple[str, dict[str, Any], bool]:
         "messaging.operation.type": "process",
         "messaging.destination.name": handled.topic,
         "messaging.destination.partition.id": str(handled.partition),
+        "messaging.consumer.group.name": handled.processor,
         "messaging.kafka.offset": handled.offset,
         "messaging.kafka.message.key": envelope.session_id,
         "messaging.message.id": envelope.message_id,
-        "hermesbus.component": handled.processor,
         "hermesbus.source": envelope.source,
         "hermesbus.target": envelope.target,
         "hermesbus.task": envelope.payload.task,
+        "hermesbus.attempt": envelope.metadata.attempt,
     }
-    if handled.error is not None:
-        attributes["error.type"] = type(handled.error).__name__
     if kind == "tool" and isinstance(body, ToolCall):
         attributes |= {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": body.tool,
             "gen_ai.tool.call.id": envelope.message_id,
+            "gen_ai.tool.type": "function",
         }
-        return f"execute_tool {body.tool}", attributes, True
+        return f"execute_tool {body.tool}", attributes, SpanKind.INTERNAL
     if kind == "tool" and isinstance(body, ModelRequest):
         attributes |= {
             "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",  # the API the model endpoint speaks
             "gen_ai.agent.name": body.agent,
             "gen_ai.request.max_tokens": body.max_tokens,
         }
-        return "chat", attributes, True
-    if kind == "conversation":
-        attributes |= {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": kind}
-        return "invoke_agent conversation", attributes, True
+        return "chat", attributes, SpanKind.CLIENT
+    if kind == "conversation" and isinstance(body, UserTurn):
+        agent = body.flow or "conversation"
+        attributes |= {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent}
+        return f"invoke_agent {agent}", attributes, SpanKind.INTERNAL
     what = type(body).__name__ if body is not None else envelope.payload.task or "envelope"
-    return f"{kind} {what}", attributes, False
+    return f"{kind} {what}", attributes, SpanKind.CONSUMER

@@ -38,8 +38,11 @@ __all__ = ["BusCollector", "MetricsServer", "MetricsSettings", "serve_metrics"]
 
 log = logging.getLogger(__name__)
 
-_READ_TIMEOUT_S = 5.0
-"""A scraper that sends no complete request in this long is hung up on."""
+_EXCHANGE_TIMEOUT_S = 5.0
+"""A scraper that has not sent its request and read the answer in this long is hung up on."""
+_MAX_CONNECTIONS = 16
+"""Connections served at once; one past them is closed at once (a scraper asks one at a
+time: more is a client that holds connections open)."""
 _MAX_REQUEST = 8192
 """Bytes of request line and headers read at most; a longer request is refused."""
 
@@ -74,7 +77,7 @@ class MetricsSettings(BaseSettings):
 
     enabled: bool = True
     """``HERMES_METRICS_ENABLED=false``: no endpoint."""
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", min_length=1)
     """The interface to listen on: loopback by default (set ``0.0.0.0`` for a scraper on
     another machine; the figures name topics and groups, nothing secret)."""
     port: int = Field(default=0, ge=0, le=65535)
@@ -204,21 +207,30 @@ async def serve_metrics(
     registry.register(BusCollector(parts))
     ProcessCollector(registry=registry)
 
+    open_now = 0
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now
+        open_now += 1
         try:
-            status, body, kind = await _answer(reader, registry)
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode("ascii") + body)
-            await writer.drain()
+            if open_now > _MAX_CONNECTIONS:
+                return  # hung up on at once: scrapers ask one at a time
+            async with asyncio.timeout(_EXCHANGE_TIMEOUT_S):  # the whole exchange
+                status, body, kind, length = await _answer(reader, registry)
+                head = (
+                    f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+                    f"Content-Length: {length}\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(head.encode("ascii") + body)
+                await writer.drain()
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
-            pass  # the scraper went away or never asked: nothing to answer
+            pass  # the scraper went away, never asked or never read: nothing to answer
         finally:
+            open_now -= 1
             writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await writer.wait_closed()
 
     try:
         server = await asyncio.start_server(handle, settings.host, settings.port)
@@ -237,20 +249,28 @@ async def serve_metrics(
 
 async def _answer(
     reader: asyncio.StreamReader, registry: CollectorRegistry
-) -> tuple[str, bytes, str]:
-    """The status, body and content type for the request ``reader`` holds."""
-    async with asyncio.timeout(_READ_TIMEOUT_S):
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            return "431 Request Header Fields Too Large", b"request too large\n", "text/plain"
-    if len(head) > _MAX_REQUEST:
-        return "431 Request Header Fields Too Large", b"request too large\n", "text/plain"
+) -> tuple[str, bytes, str, int]:
+    """The status, body, content type and the body's length (a HEAD's says the GET's and
+    sends none) for the request ``reader`` holds."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        head = b""
+    if not head or len(head) > _MAX_REQUEST:
+        return _plain("431 Request Header Fields Too Large", b"request too large\n")
     method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
     path = rest.split(" ", 1)[0].split("?", 1)[0]
     if method not in ("GET", "HEAD"):
-        return "405 Method Not Allowed", b"GET /metrics\n", "text/plain"
+        return _plain("405 Method Not Allowed", b"GET /metrics\n")
     if path != "/metrics":
-        return "404 Not Found", b"hermesbus serves GET /metrics\n", "text/plain"
-    body = generate_latest(registry)
-    return "200 OK", (body if method == "GET" else b""), CONTENT_TYPE_LATEST
+        return _plain("404 Not Found", b"hermesbus serves GET /metrics\n")
+    try:
+        body = generate_latest(registry)
+    except Exception:
+        log.exception("metrics: a scrape failed")
+        return _plain("500 Internal Server Error", b"the figures could not be read; see the log\n")
+    return "200 OK", (body if method == "GET" else b""), CONTENT_TYPE_LATEST, len(body)
+
+
+def _plain(status: str, text: bytes) -> tuple[str, bytes, str, int]:
+    return status, text, "text/plain; charset=utf-8", len(text)

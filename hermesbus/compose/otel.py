@@ -28,9 +28,10 @@ import contextlib
 import ipaddress
 import logging
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
+from typing import Self
+from urllib.parse import unquote, urlsplit
 
-from pydantic import SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.errors import ConfigError
@@ -53,10 +54,19 @@ class OtelSettings(BaseSettings):
     """The collector's OTLP/HTTP root (``http://127.0.0.1:4318``): spans are posted to
     ``<endpoint>/v1/traces``."""
     headers: SecretStr | None = None
-    """``name=value[,name=value]`` sent with every export (a vendor's ``Authorization``):
-    a secret, never printed, and sent only over https or to a loopback collector."""
+    """``name=value[,name=value]`` sent with every export (a vendor's ``Authorization``;
+    values percent-encoded as OpenTelemetry's variables write them): a secret, never
+    printed, and sent only over https or to a loopback collector."""
     service_name: str = "hermesbus"
     """Put before each component's name in ``service.name`` (``hermesbus-tool``)."""
+    sdk_headers: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"
+        ),
+    )
+    """OpenTelemetry's own header variables, which its exporter adds by itself: read here
+    so they are held to the same rule as ``HERMES_OTEL_HEADERS``."""
 
     @field_validator("endpoint")
     @classmethod
@@ -68,24 +78,34 @@ class OtelSettings(BaseSettings):
             raise ValueError(f"HERMES_OTEL_ENDPOINT {value!r} is not an http(s) URL")
         if parts.username or parts.password:
             raise ValueError("HERMES_OTEL_ENDPOINT carries no credentials: use HERMES_OTEL_HEADERS")
-        return value.rstrip("/")
+        return value.rstrip("/").removesuffix("/v1/traces")  # the root, also when given whole
+
+    @model_validator(mode="after")
+    def _headers_go_safely(self) -> Self:
+        if self.headers is not None and self.endpoint is None:
+            raise ValueError("HERMES_OTEL_HEADERS is set without HERMES_OTEL_ENDPOINT")
+        self.header_map()  # malformed, or bound for plain http: refused at the start
+        return self
 
     def header_map(self) -> dict[str, str]:
-        """The export headers; a malformed one, or any over http to another host, is a
-        :class:`~hermesbus.errors.ConfigError`."""
-        if self.headers is None:
-            return {}
+        """Every export header, OpenTelemetry's variables' and then ours; a malformed one,
+        or any at all over plain http to a host other than loopback, is a ValueError."""
         pairs: dict[str, str] = {}
-        for item in self.headers.get_secret_value().split(","):
-            name, eq, value = item.partition("=")
-            if not eq or not name.strip():
-                raise ConfigError("HERMES_OTEL_HEADERS: write name=value[,name=value]")
-            pairs[name.strip()] = value.strip()
-        where = urlsplit(self.endpoint or "")
-        if pairs and where.scheme == "http" and not _loopback(where.hostname or ""):
-            raise ConfigError(
-                "HERMES_OTEL_HEADERS are sent only over https or to a loopback collector: "
-                f"{where.hostname} is reached over plain http"
+        for secret, where in ((self.sdk_headers, "OTEL_EXPORTER_OTLP_HEADERS"),
+                              (self.headers, "HERMES_OTEL_HEADERS")):  # fmt: skip
+            if secret is None or not secret.get_secret_value().strip():
+                continue
+            for item in secret.get_secret_value().split(","):
+                name, eq, value = item.partition("=")
+                if not eq or not name.strip():
+                    raise ValueError(f"{where}: write name=value[,name=value]")
+                pairs[unquote(name.strip())] = unquote(value.strip())
+        reached = urlsplit(self.endpoint or "")
+        if pairs and reached.scheme == "http" and not _loopback(reached.hostname or ""):
+            raise ValueError(
+                "export headers (HERMES_OTEL_HEADERS, OTEL_EXPORTER_OTLP_HEADERS) are sent only "
+                f"over https or to a loopback collector: {reached.hostname} is reached over "
+                "plain http"
             )
         return pairs
 
@@ -107,7 +127,7 @@ async def exporting(settings: OtelSettings) -> AsyncIterator[Observer | None]:
     if settings.endpoint is None:
         yield None
         return
-    headers = settings.header_map()
+    headers = settings.header_map()  # checked at the start already
     try:
         from hermesbus.compose import _spans  # noqa: PLC0415 - an optional extra
     except ImportError:
@@ -115,11 +135,11 @@ async def exporting(settings: OtelSettings) -> AsyncIterator[Observer | None]:
             "HERMES_OTEL_ENDPOINT is set and OpenTelemetry's SDK is not installed: "
             "pip install 'hermesbus[otel]'"
         ) from None
-    export = _spans.SpanExport(f"{settings.endpoint}/v1/traces", headers, settings.service_name)
+    export = _spans.SpanExport.otlp(
+        f"{settings.endpoint}/v1/traces", headers, settings.service_name
+    )
     try:
         yield export
     finally:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(export.close), _SHUTDOWN_S)
-        except TimeoutError:
-            log.warning("otel: the last spans did not leave within %g s", _SHUTDOWN_S)
+        if not await asyncio.to_thread(export.close, _SHUTDOWN_S):
+            log.warning("otel: the last spans did not leave within %g s: dropped", _SHUTDOWN_S)

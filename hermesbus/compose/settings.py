@@ -66,7 +66,7 @@ SANDBOX: dict[str, str] = {
     "tool": "moved",
     "conversation": "taken",
     "memory": "moved",
-    "metrics": "default",
+    "metrics": "taken",
     "otel": "default",
     "tool_env": "taken",
 }
@@ -75,10 +75,12 @@ SANDBOX: dict[str, str] = {
 taken: no server). Every part is named here; tests/unit/compose/test_settings.py fails on
 a part that is not, so a new backend is placed on purpose.
 
-``tool_env`` is taken: a redrive with ``--live-tools`` runs the bus's tools, and they get
-what they get on the bus (a worker the variables its spec names, the service the keys
-its signatures name), or they would fail where the bus's did not. No store or server is
-chosen from it (those come from the other parts); in recorded mode no tool runs."""
+``metrics`` is taken on a free port (``HERMES_METRICS_ENABLED`` and the host as the bus
+has them; its port is the bus's). ``tool_env`` is taken: a redrive with ``--live-tools``
+runs the bus's tools, and they get what they get on the bus (a worker the variables its
+spec names, the service the keys its signatures name), or they would fail where the
+bus's did not. No store or server is chosen from it (those come from the other parts); in
+recorded mode no tool runs."""
 _GIVEN: dict[str, type[BaseModel]] = {"keys": KeySettings, "tool_env": ToolEnvironment}
 """The parts no settings model reads: built by :meth:`Settings.from_environment` from the
 environment, or given in code."""
@@ -186,6 +188,8 @@ class Settings(BaseModel):
                 update: dict[str, Any] = {"home": fresh.home}
                 update |= {"path": None} if name == "memory" else {}
                 taken[name] = part.model_copy(update=update)
+        # /metrics as the bus serves them (or not), on a port of its own: the bus has it
+        taken["metrics"] = self.metrics.model_copy(update={"port": 0})
         return fresh.model_copy(update=taken)  # the rest: the fresh settings' defaults
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

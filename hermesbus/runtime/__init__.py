@@ -14,9 +14,9 @@ the runtime makes them: ``hermesbus.testing`` runs handlers in memory with them)
 from ._effects import dead_letter, emitted, timer_fired
 from ._model import (
     Effects,
-    Handled,
     Handler,
     HandlerInput,
+    HandlerRun,
     ModelState,
     News,
     Observer,
@@ -39,9 +39,9 @@ from ._store import OutRecord, StateChange, StateStore, StoredTimer
 __all__ = [
     "CLOSE_TIMEOUT_S",
     "Effects",
-    "Handled",
     "Handler",
     "HandlerInput",
+    "HandlerRun",
     "ModelState",
     "News",
     "Observer",

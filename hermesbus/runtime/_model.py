@@ -16,9 +16,9 @@ from hermesbus.contract.envelope import Envelope
 
 __all__ = [
     "Effects",
-    "Handled",
     "Handler",
     "HandlerInput",
+    "HandlerRun",
     "ModelState",
     "News",
     "Observer",
@@ -255,10 +255,16 @@ News = Callable[[Envelope], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
-class Handled:
+class HandlerRun:
     """One run of a processor's handler, as its :data:`Observer` is told: the envelope,
     where its record was, when the run began and ended (nanoseconds since the epoch, the
-    wall clock) and the error it raised (None: it returned)."""
+    wall clock) and the error it raised.
+
+    A run without an error is *the* run of the envelope, told once its state change was
+    saved (the one that took effect); a run with one is a failed attempt (retried or
+    dead-lettered after). A run redone elsewhere (revoked, or another worker saved the
+    session first) is not told; in exactly-once mode a run whose transaction aborts
+    after its state was saved is told, and its redo is told again."""
 
     processor: str
     envelope: Envelope
@@ -270,7 +276,7 @@ class Handled:
     error: BaseException | None = None
 
 
-Observer = Callable[[Handled], None]
+Observer = Callable[[HandlerRun], None]
 """Told of every handler run, after it (a span exporter): it must not block, and what it
 raises is logged, never the record's failure. Observation, not an output: never replayed."""
 

@@ -38,9 +38,9 @@ from hermesbus.topics import ALERTS, DLQ
 from . import _effects as fx
 from ._applied import appended, floor_of
 from ._model import (
-    Handled,
     Handler,
     HandlerInput,
+    HandlerRun,
     ModelState,
     Observer,
     Pause,
@@ -76,6 +76,10 @@ def outage(error: BaseException) -> bool:
     return False
 
 
+_OBSERVER_LOG_EVERY = 1000
+"""A failing observer is logged the first time and every this many failures after."""
+
+
 class Records:
     """Processes records for one processor; the Processor owns the consuming around it."""
 
@@ -103,6 +107,7 @@ class Records:
         self.name = name
         self.paused = paused
         self.observe = observe
+        self._observer_failed = 0
         self.guard = guard
         self.partitions = partitions
         self.clock = clock
@@ -128,19 +133,30 @@ class Records:
         began: float,
         wall_ns: int,
         error: BaseException | None,
+        *,
+        ended: float | None = None,
     ) -> None:
-        """A handler run, timed (``began``: ``perf_counter()`` then; ``wall_ns``: the wall
-        clock then) and told to the observer; what the observer raises is logged only."""
-        took_s = time.perf_counter() - began
+        """A handler run, timed (``began``/``ended``: ``perf_counter()`` at its start and
+        end, the end now if not given; ``wall_ns``: the wall clock at its start) and told to
+        the observer. What the observer raises is logged (the first time, then every
+        :data:`_OBSERVER_LOG_EVERY`-th), never the record's failure."""
+        took_s = (time.perf_counter() if ended is None else ended) - began
         self.stats.handler_ms.observe(took_s * 1000)
         if self.observe is None:
             return
         where = (record.topic, record.partition, record.offset)
-        ran = Handled(self.name, envelope, *where, wall_ns, wall_ns + int(took_s * 1e9), error)
+        ran = HandlerRun(self.name, envelope, *where, wall_ns, wall_ns + int(took_s * 1e9), error)
         try:
             self.observe(ran)
         except Exception:
-            log.exception("processor=%s: its observer failed (the record is unaffected)", self.name)
+            self._observer_failed += 1
+            if self._observer_failed % _OBSERVER_LOG_EVERY == 1:
+                log.exception(
+                    "processor=%s: its observer failed (%d times so far; the records are "
+                    "unaffected)",
+                    self.name,
+                    self._observer_failed,
+                )
 
     def forget(self, parts: Sequence[Partition]) -> None:
         """Drop the cached states of sessions on partitions this worker no longer owns."""
@@ -303,15 +319,24 @@ class Records:
     async def _apply(
         self, part: Partition, record: Record, envelope: Envelope, state: SessionState
     ) -> bool:
-        """Run the handler on a new envelope, save its effects, then produce them."""
+        """Run the handler on a new envelope, save its effects, then produce them.
+
+        The run is timed and told to the observer as the envelope's once its state is
+        saved (the run that took effect); a run that failed is told as a failed attempt.
+        A run revoked, or that lost its session to another worker, is told nothing: it is
+        redone where it took effect."""
+        began, wall_ns = time.perf_counter(), time.time_ns()
         try:
-            change = await self.run(part, record, envelope, state)
+            change, took = await self.run(part, record, envelope, state)
+            ended = time.perf_counter()
         except ContractError as exc:
+            self._ran(record, envelope, began, wall_ns, exc)
             await self.dead_letter(part, record, exc, envelope.metadata.attempt)
             return True
         except Exception as exc:  # a handler's failure: retried or dead-lettered
             if outage(exc):
                 raise  # a port's backend is away: the record waits in place
+            self._ran(record, envelope, began, wall_ns, exc)
             if self.eos:  # aborts the partition's transaction; settled after the batch
                 part.failed.append((record, envelope, exc))
             else:
@@ -321,6 +346,8 @@ class Records:
             return False  # revoked while the handler ran: the new owner redoes it
         if not await self._save(envelope.session_id, change):
             return await self._lost_race(part, envelope)
+        if took:  # else another group's envelope: nothing ran, nothing to time or count
+            self._ran(record, envelope, began, wall_ns, None, ended=ended)
         # the cached state stays read-only too (a ModelState is: its model is frozen)
         data = _read_only(change.data) if change.data_changed else state.data
         saved = SessionState(change.expected_version + 1, data, change.applied)
@@ -329,9 +356,10 @@ class Records:
             await self.emit(part, change.outbox)
         if self.eos:
             await self.settle(part, envelope.session_id, envelope.message_id)
-        self.stats.processed += 1
-        where = (record.topic, record.partition)
-        self.stats.processed_by[where] = self.stats.processed_by.get(where, 0) + 1
+        if took:
+            self.stats.processed += 1
+            where = (record.topic, record.partition)
+            self.stats.processed_by[where] = self.stats.processed_by.get(where, 0) + 1
         return True
 
     async def _save(self, session_id: str, change: StateChange) -> bool:
@@ -399,28 +427,22 @@ class Records:
 
     async def run(
         self, part: Partition, record: Record, envelope: Envelope, state: SessionState
-    ) -> StateChange:
-        """Call the handler and turn its outcome into one atomic state change."""
-        began, wall_ns = time.perf_counter(), time.time_ns()
-        try:
-            outcome = await self.handler(
-                HandlerInput(
-                    envelope,
-                    state,
-                    self.name,
-                    self.ports,
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    record.timestamp,
-                    news=self._news,
-                )
+    ) -> tuple[StateChange, bool]:
+        """Call the handler and turn its outcome into one atomic state change; and whether
+        the handler took the envelope (False: it is another group's, see ``Outcome.others``)."""
+        outcome = await self.handler(
+            HandlerInput(
+                envelope,
+                state,
+                self.name,
+                self.ports,
+                record.topic,
+                record.partition,
+                record.offset,
+                record.timestamp,
+                news=self._news,
             )
-        except BaseException as exc:
-            self._ran(record, envelope, began, wall_ns, exc)
-            raise
-        if not outcome.others:  # another group's envelope: nothing ran, nothing to time
-            self._ran(record, envelope, began, wall_ns, None)
+        )
         if outcome.state is not None:
             json.dumps(dict(outcome.state))  # unsavable: the handler failed
         window = self.settings.applied_window
@@ -438,7 +460,7 @@ class Records:
                 now_ms=int(self.clock() * 1000),
             )
         )
-        return StateChange(
+        change = StateChange(
             expected_version=state.version,
             message_id=envelope.message_id,
             data=state.data if outcome.state is None else outcome.state,
@@ -457,6 +479,7 @@ class Records:
             clear_previous=not self.eos,
             data_changed=outcome.state is not None,
         )
+        return change, not outcome.others
 
     async def flush(self, part: Partition, session_id: str, message_id: str) -> None:
         """Re-send what an already-applied envelope emitted, if it may not have gone out."""

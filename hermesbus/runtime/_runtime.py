@@ -283,19 +283,26 @@ class Processor(Service):
 
     @property
     def in_flight(self) -> int:
-        """Records a worker is running now."""
+        """Records a worker is running now (0 in exactly-once mode, which runs a fetched
+        batch in a transaction and keeps no workers)."""
         return self._running
 
     def commit_lag(self) -> dict[TopicPartition, int]:
         """Per owned partition, the records past its commit point: the log's end as the
-        last fetch saw it, less the offset last committed (before the first commit, the
-        first offset not finished). A partition not fetched from yet is left out."""
+        last fetch saw it (in exactly-once mode its last stable offset), less the offset
+        last committed (before the first commit, the first offset not finished). A
+        partition not fetched from yet is left out; one paused for backpressure reads the
+        end its last fetch saw, so its lag is at least what is said."""
         consumer = self._consumer
         lags: dict[TopicPartition, int] = {}
         if consumer is None:
             return lags
+        held = consumer.assignment()
         for tp, part in list(self._parts.items()):
-            end = consumer.highwater(tp) if not part.closed else None
+            if part.closed or tp not in held:
+                continue
+            # read_committed: the end a reader may reach (past it: open transactions, markers)
+            end = consumer.last_stable_offset(tp) if self._eos else consumer.highwater(tp)
             at = part.committed if part.committed >= 0 else part.tracker.committable()
             if end is not None and at is not None:
                 lags[tp] = max(0, end - at)

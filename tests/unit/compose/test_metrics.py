@@ -1,5 +1,5 @@
 """``/metrics``: what a processor and the indexer count, in Prometheus's text format, over
-HTTP. (That the figures move with traffic on a real bus: tests/integration/test_metrics.py.)"""
+HTTP. (That the figures move with traffic on a real bus: tests/integration/test_telemetry.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hermesbus.compose import metrics
 from hermesbus.compose.metrics import MetricsSettings, serve_metrics
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
@@ -90,20 +91,59 @@ async def test_only_get_metrics_is_answered(tmp_path: Path) -> None:
         assert served is not None
         assert (await _get(served.url, "/")).status_code == 404
         assert (await _get(served.url, "/metrics", "POST")).status_code == 405
+        got = await _get(served.url)
         head = await _get(served.url, "/metrics?x=1", "HEAD")
         assert (head.status_code, head.content) == (200, b"")
+        # a HEAD says the length a GET's body has (process figures move a little between)
+        assert abs(int(head.headers["content-length"]) - len(got.content)) < 200
 
 
-async def test_a_scraper_that_never_finishes_its_request_does_not_hold_the_others(
-    tmp_path: Path,
+async def test_a_failing_read_is_a_500_and_the_endpoint_goes_on(tmp_path: Path) -> None:
+    def broken() -> list[Processor | Indexer]:
+        raise RuntimeError("a figure could not be read")
+
+    async with serve_metrics(MetricsSettings(), broken) as served:
+        assert served is not None
+        assert (await _get(served.url)).status_code == 500
+        assert (await _get(served.url, "/")).status_code == 404
+
+
+async def test_a_scraper_that_never_finishes_its_request_is_hung_up_on_and_holds_no_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(metrics, "_EXCHANGE_TIMEOUT_S", 0.5)
     async with serve_metrics(MetricsSettings(), list) as served:
         assert served is not None
-        _, writer = await asyncio.open_connection(served.host, served.port)
+        reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(b"GET /metrics HTTP/1.1\r\n")  # and nothing more
         await writer.drain()
         assert (await _get(served.url)).status_code == 200
+        async with asyncio.timeout(30):  # not about timing: it is closed, eventually
+            assert await reader.read() == b""
         writer.close()
+
+
+async def test_connections_past_the_cap_are_closed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "_MAX_CONNECTIONS", 2)
+    async with serve_metrics(MetricsSettings(), list) as served:
+        assert served is not None
+        held = [await asyncio.open_connection(served.host, served.port) for _ in range(2)]
+        await asyncio.sleep(0.2)  # both are being served (waiting for their requests)
+        reader, writer = await asyncio.open_connection(served.host, served.port)
+        async with asyncio.timeout(30):
+            assert await reader.read() == b""  # the third: closed without an answer
+        writer.close()
+        for _, w in held:
+            w.close()
+        async with asyncio.timeout(30):  # the held ones gone, it serves again
+            while True:
+                try:
+                    if (await _get(served.url)).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.1)
 
 
 async def test_a_port_in_use_is_refused_naming_it_and_disabled_serves_nothing() -> None:
@@ -123,6 +163,10 @@ def test_the_settings_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("HERMES_METRICS_HOST", "::1")
     read = MetricsSettings()
     assert (read.port, read.host, read.enabled) == (9464, "::1", True)
+    monkeypatch.setenv("HERMES_METRICS_HOST", "")  # asyncio would listen on every interface
+    with pytest.raises(ValueError, match="at least 1 character"):
+        MetricsSettings()
+    monkeypatch.setenv("HERMES_METRICS_HOST", "127.0.0.1")
     monkeypatch.setenv("HERMES_METRICS_PORT", "70000")
     with pytest.raises(ValueError, match="65535"):
         MetricsSettings()

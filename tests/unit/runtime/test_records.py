@@ -19,7 +19,15 @@ from hermesbus.codec import Codec, encode
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.connectors.sqlite import SqliteStateStore
 from hermesbus.errors import BrokerError, StoreError
-from hermesbus.runtime import HandlerInput, Outcome, OutRecord, RuntimeSettings, StateChange
+from hermesbus.runtime import (
+    Handler,
+    HandlerInput,
+    HandlerRun,
+    Outcome,
+    OutRecord,
+    RuntimeSettings,
+    StateChange,
+)
 from hermesbus.runtime._partition import Partition, ProcessorStats
 from hermesbus.runtime._producer import Producer
 from hermesbus.runtime._records import Records
@@ -177,3 +185,81 @@ async def test_a_group_sharing_its_topic_skips_undecodable_bytes_instead_of_dead
     assert sharing.stats.refused == 1
     assert sharing.stats.dead_letters == 0
     assert part.tracker.committable() == 2  # the partition moves on
+
+
+def observed(store: SqliteStateStore, handler: Handler, runs: list[HandlerRun]) -> Records:
+    """Records whose runs are told to ``runs`` (the observer a span exporter is)."""
+    return Records(
+        "conv",
+        handler,
+        store=store,
+        codec=Codec(),
+        settings=RuntimeSettings(infra_retry_ms=1),
+        ports={},
+        prefix="",
+        stats=ProcessorStats(),
+        guard=signing.guard("conversation", "conv"),
+        observe=runs.append,
+    )
+
+
+async def test_the_run_that_took_effect_is_timed_counted_and_told_once(
+    store: SqliteStateStore,
+) -> None:
+    runs: list[HandlerRun] = []
+    worker, part = observed(store, count, runs), Partition(TopicPartition("in", 0))
+    part.tracker.add(0)
+    await worker.guarded(part, record(turn("m1"), 0))
+    (run,) = runs
+    assert (run.processor, run.envelope.message_id, run.error) == ("conv", "m1", None)
+    assert (run.topic, run.partition, run.offset) == ("in", 0, 0)
+    assert run.began_ns <= run.ended_ns
+    assert worker.stats.handler_ms.count == 1
+    assert worker.stats.processed_by == {("in", 0): 1}
+
+
+async def test_another_groups_envelope_is_neither_timed_counted_nor_told(
+    store: SqliteStateStore,
+) -> None:
+    async def pass_on(_inp: HandlerInput) -> Outcome:
+        return Outcome(others=True)
+
+    runs: list[HandlerRun] = []
+    worker, part = observed(store, pass_on, runs), Partition(TopicPartition("in", 0))
+    part.tracker.add(0)
+    await worker.guarded(part, record(turn("m1"), 0))
+    assert (runs, worker.stats.processed, worker.stats.handler_ms.count) == ([], 0, 0)
+    assert worker.stats.processed_by == {}
+    assert part.tracker.committable() == 1  # passed over, and committed past
+
+
+async def test_a_failed_attempt_is_told_with_its_error_and_a_failing_observer_harms_nothing(
+    store: SqliteStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(_inp: HandlerInput) -> Outcome:
+        raise ValueError("no")
+
+    runs: list[HandlerRun] = []
+    worker, part = observed(store, broken, runs), Partition(TopicPartition("in", 0))
+    failed: list[Exception] = []
+
+    async def retried(_part: object, _record: object, _envelope: object, error: Exception) -> None:
+        failed.append(error)  # the retry's producer is not under test here
+
+    worker.retry_or_dead_letter = retried  # type: ignore[method-assign,assignment]
+    part.tracker.add(0)
+    await worker.guarded(part, record(turn("m1"), 0))
+    (run,) = runs
+    assert isinstance(run.error, ValueError) and worker.stats.handler_ms.count == 1
+    assert failed == [run.error] and worker.stats.processed == 0
+
+    def raising(_run: HandlerRun) -> None:
+        raise RuntimeError("exporter down")
+
+    calm = observed(store, count, [])
+    calm.observe = raising
+    part = Partition(TopicPartition("in", 0))
+    part.tracker.add(1)
+    await calm.guarded(part, record(turn("m2"), 1))
+    assert calm.stats.processed == 1  # the record went on
+    assert "its observer failed (1 times so far" in caplog.text
