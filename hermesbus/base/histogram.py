@@ -52,8 +52,14 @@ class Histogram:
         return self._sum
 
     def observe(self, value: float) -> None:
-        """Count one observation (a negative or NaN one counts as 0: a clock step back)."""
+        """Count one observation. A negative or NaN one counts as 0 (a clock step back); an
+        infinite one in the last bucket, adding the last bound to the sum (a figure from
+        elsewhere never makes the sum infinite for good)."""
         value = value if value > 0 else 0.0
+        if value == math.inf:
+            self._counts[-1] += 1
+            self._sum += self._bounds[-1]
+            return
         self._counts[bisect.bisect_left(self._bounds, value)] += 1
         self._sum += value
 

@@ -45,9 +45,12 @@ def test_a_value_past_the_last_bound_is_counted_and_said_as_the_last_bound() -> 
     assert made.quantile(0.5) == LATENCY_BOUNDS_MS[-1]
 
 
-def test_a_negative_time_counts_as_zero() -> None:
-    made = _of([-3.0])
-    assert (made.count, made.sum, next(made.cumulative())) == (1, 0.0, (0.5, 1))
+def test_a_negative_time_counts_as_zero_and_an_endless_one_never_poisons_the_sum() -> None:
+    made = _of([-3.0, math.nan])
+    assert (made.count, made.sum, next(made.cumulative())) == (2, 0.0, (0.5, 2))
+    made.observe(math.inf)
+    assert (made.count, made.sum) == (3, LATENCY_BOUNDS_MS[-1])
+    assert list(made.cumulative())[-1] == (math.inf, 3)
 
 
 @given(
