@@ -173,8 +173,12 @@ say "tests"
 # tests wait on brokers and subprocesses, so two run in about the time of one. Each file
 # stays in one worker (--dist loadfile): its module fixtures (a demo run, a bus) are made
 # once, and the session's services above are shared by both workers.
+workers=${HERMES_TEST_WORKERS:-2}
+for arg in "$@"; do # a debugger needs the tests in this process
+  [[ $arg == --pdb || $arg == --trace ]] && workers=0
+done
 set +e
-pytest -n "${HERMES_TEST_WORKERS:-2}" --dist loadfile "$@"
+pytest -n "$workers" --dist loadfile "$@"
 status=$?
 set -e
 exit $status
