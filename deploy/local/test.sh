@@ -169,16 +169,17 @@ fi
 NEO4J_STARTER=""
 
 say "tests"
-# Two workers by default (HERMES_TEST_WORKERS; 0 runs in this process): most integration
-# tests wait on brokers and subprocesses, so two run in about the time of one. Each file
-# stays in one worker (--dist loadfile): its module fixtures (a demo run, a bus) are made
-# once, and the session's services above are shared by both workers.
+# Two workers by default (HERMES_TEST_WORKERS; 0 runs in this process): the integration
+# tests run one after another in one worker (tests/integration/conftest.py puts them in
+# one xdist group: several read a broker's whole state, and their stacks are timed for a
+# busy machine, not for two at once) while the other takes the unit tests, which need
+# the CPU the first leaves while it waits on brokers. The services above serve both.
 workers=${HERMES_TEST_WORKERS:-2}
 for arg in "$@"; do # a debugger needs the tests in this process
   [[ $arg == --pdb || $arg == --trace ]] && workers=0
 done
 set +e
-pytest -n "$workers" --dist loadfile "$@"
+pytest -n "$workers" --dist loadgroup "$@"
 status=$?
 set -e
 exit $status
