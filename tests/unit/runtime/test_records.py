@@ -56,10 +56,14 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStateStore]:
         yield store
 
 
-def records(store: SqliteStateStore) -> Records:
+def records(
+    store: SqliteStateStore, handler: Handler = count, runs: list[HandlerRun] | None = None
+) -> Records:
+    """The conversation's records on ``store``; each run told to ``runs`` when given (the
+    observer a span exporter is)."""
     return Records(
         "conv",
-        count,
+        handler,
         store=store,
         codec=Codec(),
         settings=RuntimeSettings(infra_retry_ms=1),
@@ -67,6 +71,7 @@ def records(store: SqliteStateStore) -> Records:
         prefix="",
         stats=ProcessorStats(),
         guard=signing.guard("conversation", "conv"),
+        observe=runs.append if runs is not None else None,
     )
 
 
@@ -187,27 +192,11 @@ async def test_a_group_sharing_its_topic_skips_undecodable_bytes_instead_of_dead
     assert part.tracker.committable() == 2  # the partition moves on
 
 
-def observed(store: SqliteStateStore, handler: Handler, runs: list[HandlerRun]) -> Records:
-    """Records whose runs are told to ``runs`` (the observer a span exporter is)."""
-    return Records(
-        "conv",
-        handler,
-        store=store,
-        codec=Codec(),
-        settings=RuntimeSettings(infra_retry_ms=1),
-        ports={},
-        prefix="",
-        stats=ProcessorStats(),
-        guard=signing.guard("conversation", "conv"),
-        observe=runs.append,
-    )
-
-
 async def test_the_run_that_took_effect_is_timed_counted_and_told_once(
     store: SqliteStateStore,
 ) -> None:
     runs: list[HandlerRun] = []
-    worker, part = observed(store, count, runs), Partition(TopicPartition("in", 0))
+    worker, part = records(store, count, runs), Partition(TopicPartition("in", 0))
     part.tracker.add(0)
     await worker.guarded(part, record(turn("m1"), 0))
     (run,) = runs
@@ -225,7 +214,7 @@ async def test_another_groups_envelope_is_neither_timed_counted_nor_told(
         return Outcome(others=True)
 
     runs: list[HandlerRun] = []
-    worker, part = observed(store, pass_on, runs), Partition(TopicPartition("in", 0))
+    worker, part = records(store, pass_on, runs), Partition(TopicPartition("in", 0))
     part.tracker.add(0)
     await worker.guarded(part, record(turn("m1"), 0))
     assert (runs, worker.stats.processed, worker.stats.handler_ms.count) == ([], 0, 0)
@@ -240,7 +229,7 @@ async def test_a_failed_attempt_is_told_with_its_error_and_a_failing_observer_ha
         raise ValueError("no")
 
     runs: list[HandlerRun] = []
-    worker, part = observed(store, broken, runs), Partition(TopicPartition("in", 0))
+    worker, part = records(store, broken, runs), Partition(TopicPartition("in", 0))
     failed: list[Exception] = []
 
     async def retried(_part: object, _record: object, _envelope: object, error: Exception) -> None:
@@ -256,7 +245,7 @@ async def test_a_failed_attempt_is_told_with_its_error_and_a_failing_observer_ha
     def raising(_run: HandlerRun) -> None:
         raise RuntimeError("exporter down")
 
-    calm = observed(store, count, [])
+    calm = records(store, count, [])
     calm.observe = raising
     part = Partition(TopicPartition("in", 0))
     part.tracker.add(1)
