@@ -5,7 +5,7 @@
 # CI=true those tests fail instead, naming the service and its log. When anything
 # fails, the run folder with the services' logs is kept and its paths printed.
 #
-#   deploy/local/test.sh [PYTEST ARGS...]    (HERMES_TEST_WORKERS=N: N pytest workers, default 2)
+#   deploy/local/test.sh [PYTEST ARGS...]
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -169,17 +169,8 @@ fi
 NEO4J_STARTER=""
 
 say "tests"
-# Two workers by default (HERMES_TEST_WORKERS; 0 runs in this process): the integration
-# tests run one after another in one worker (tests/integration/conftest.py puts them in
-# one xdist group: several read a broker's whole state, and their stacks are timed for a
-# busy machine, not for two at once) while the other takes the unit tests, which need
-# the CPU the first leaves while it waits on brokers. The services above serve both.
-workers=${HERMES_TEST_WORKERS:-2}
-for arg in "$@"; do # a debugger needs the tests in this process
-  [[ $arg == --pdb || $arg == --trace ]] && workers=0
-done
 set +e
-pytest -n "$workers" --dist loadgroup "$@"
+pytest "$@"
 status=$?
 set -e
 exit $status

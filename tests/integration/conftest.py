@@ -6,23 +6,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from hermesbus.identity import KEYS_FILE_ENV
 from tests.integration.demo_run import DemoRun
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every integration test in one xdist group: they run one after another in one worker
-    (as they were written to: several read a broker's whole state, and each stack is
-    timed for a busy machine, not for two at once), while the other worker takes the unit
-    tests (``test.sh`` runs ``--dist loadgroup``)."""
-    here = Path(__file__).parent
-    for item in items:
-        if item.path.is_relative_to(here):
-            item.add_marker(pytest.mark.xdist_group("integration"))
 
 
 @pytest.fixture(scope="session")
