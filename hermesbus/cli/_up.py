@@ -287,6 +287,8 @@ class _Progress:
 
     NEXT: ClassVar[dict[str, str]] = {
         "state": "the broker",
+        "metrics": "topics",
+        "spans": "topics",
         "broker up": "topics",
         "signing keys": "topics",
         "topics ready": "the trace index",
