@@ -13,7 +13,6 @@ intent parser and the tool processor's model for agent states.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 from typing import Any, Final
@@ -21,6 +20,7 @@ from typing import Any, Final
 import httpx
 from pydantic import SecretStr
 
+from hermesbus.base.config import is_loopback
 from hermesbus.base.lifecycle import Service
 from hermesbus.errors import ConfigError, IntentError
 
@@ -38,7 +38,6 @@ TIMED_OUT: Final = "no answer within"
 """What the error of an exchange that ran out of time says (its callers tell it apart)."""
 MAX_ANSWER_BYTES: Final = 1024 * 1024
 """The largest answer read from the endpoint (a chat completion is far smaller)."""
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +75,6 @@ _REDACTION: Final = _RedactEndpoints()
 logging.getLogger("httpx").addFilter(_REDACTION)
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _endpoint(base_url: str) -> httpx.URL:
     """``{base_url}/chat/completions`` (query kept); only https, or http to loopback."""
     try:
@@ -93,7 +83,7 @@ def _endpoint(base_url: str) -> httpx.URL:
         raise ConfigError(f"{URL_SETTING} is not a URL: {redact_url(base_url)}") from exc
     if base.scheme == "https" and base.host:
         return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
-    if base.scheme == "http" and _is_loopback(base.host):
+    if base.scheme == "http" and is_loopback(base.host):
         return base.copy_with(path=base.path.rstrip("/") + "/chat/completions")
     raise ConfigError(
         f"{URL_SETTING} = {redact_url(base_url)}: must be https:// "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ __all__ = [
     "HermesSettings",
     "StateHome",
     "default_home",
+    "is_loopback",
     "unwritable_home",
     "why_unwritable",
     "without_userinfo",
@@ -120,3 +122,17 @@ def without_userinfo(url: str) -> str:
         if shown != pairs:
             parts = parts._replace(query=urlencode(shown, safe="*"))
     return urlunsplit(parts)
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback: where plain http
+    may carry what must not cross a network (a key, a token, a header)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from typing import Self
@@ -34,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.base.config import is_loopback
 from hermesbus.errors import ConfigError
 from hermesbus.runtime import Observer
 
@@ -101,22 +101,13 @@ class OtelSettings(BaseSettings):
                     raise ValueError(f"{where}: write name=value[,name=value]")
                 pairs[unquote(name.strip())] = unquote(value.strip())
         reached = urlsplit(self.endpoint or "")
-        if pairs and reached.scheme == "http" and not _loopback(reached.hostname or ""):
+        if pairs and reached.scheme == "http" and not is_loopback(reached.hostname or ""):
             raise ValueError(
                 "export headers (HERMES_OTEL_HEADERS, OTEL_EXPORTER_OTLP_HEADERS) are sent only "
                 f"over https or to a loopback collector: {reached.hostname} is reached over "
                 "plain http"
             )
         return pairs
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @contextlib.asynccontextmanager
