@@ -184,9 +184,7 @@ async def _run(
                 err_console.print("serving; Ctrl-C stops")
                 await asyncio.Event().wait()
         finally:
-            parts: list[Processor | Indexer] = [*running.processors]
-            parts += [running.indexer] if running.indexer else []
-            for part in parts:
+            for part in running.parts():
                 counters = {
                     k: v
                     for k, v in vars(part.stats).items()
@@ -261,7 +259,7 @@ async def _read_again(serving: Sequence[Stack], topics: set[str], timeout_s: flo
     fails, or all that take over ``timeout_s``, is said, and the watch goes on."""
     parts: list[Processor | Indexer] = []
     for running in serving:
-        parts += [*running.processors, *([running.indexer] if running.indexer else [])]
+        parts += running.parts()
     try:
         async with asyncio.timeout(timeout_s):
             told = await asyncio.gather(
