@@ -5,7 +5,6 @@ exported and decoded: tests/integration/test_telemetry.py.)"""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -161,6 +160,5 @@ def test_closing_is_bounded_when_the_collector_does_not_answer() -> None:
 
     spans = SpanExport(Stuck(), "hermesbus")
     spans(_run(builders.turn(), "conversation"))
-    began = time.monotonic()
-    assert spans.close(0.5) is False
-    assert time.monotonic() - began < 10  # bounded, not the exporter's 30 s
+    assert spans.close(0.5) is False  # it returned while the export still hung
+    assert release.is_set()  # and told the exporter to stop retrying: nothing left waiting
