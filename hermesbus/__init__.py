@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         TrustLevel,
         UserTurn,
         Verification,
+        WindowRollup,
     )
     from hermesbus.contract.snapshot import ContextSnapshot, ToolCallTrace
 
@@ -85,6 +86,7 @@ __all__ = [
     "TrustLevel",
     "UserTurn",
     "Verification",
+    "WindowRollup",
     "__version__",
     "errors",
 ]

@@ -68,12 +68,14 @@ from hermesbus.contract.payloads import (
     ToolResult,
     ToolResults,
     UserTurn,
+    WindowRollup,
 )
 from hermesbus.identity import APP
 from hermesbus.runtime import Pause, derive_id
 from hermesbus.topics import ALERTS as ALERTS_TOPIC
 from hermesbus.topics import AUDIT as AUDIT_TOPIC
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of
+from hermesbus.topics import DIAGNOSTICS as DIAGNOSTICS_TOPIC
 
 __all__ = [
     "ACCESS",
@@ -88,6 +90,7 @@ __all__ = [
     "BUSY_PREFIX",
     "CONVERSATION",
     "CYCLE",
+    "DIAGNOSTICS",
     "DISPATCHER",
     "DISPATCHER_ADDRESS",
     "DISPATCHER_TOPIC",
@@ -149,9 +152,12 @@ CONVERSATION: Final = "conversation"
 DISPATCHER: Final = "dispatcher"
 TOOL: Final = "tool"
 MEMORY: Final = "memory"
+DIAGNOSTICS: Final = "diagnostics"
+"""The diagnostics rollup: it reads every topic and writes only its window figures."""
 
-IDENTITIES: Final = (APP, CONVERSATION, DISPATCHER, TOOL, MEMORY)
-"""Who signs envelopes: the four processors, and ``app`` for applications."""
+IDENTITIES: Final = (APP, CONVERSATION, DISPATCHER, TOOL, MEMORY, DIAGNOSTICS)
+"""Who signs envelopes: the four processors, the diagnostics rollup, and ``app`` for
+applications."""
 
 # topics the processors consume (the others are in hermesbus.topics)
 DISPATCHER_TOPIC: Final = "hermes.dispatcher"
@@ -312,6 +318,7 @@ WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
     MEMORY_TOPIC: {DISPATCHER: (MemoryQuery, MemoryWrite, StateSnapshot)},  # memory trusts it
     AUDIT_TOPIC: {MEMORY: (MemoryWrite,)},
     ALERTS_TOPIC: {who: (ErrorReport,) for who in (CONVERSATION, DISPATCHER, TOOL, MEMORY)},
+    DIAGNOSTICS_TOPIC: {DIAGNOSTICS: (WindowRollup,)},
 }
 """Topic -> signing identity -> the bodies it may write there. Nothing else is admitted:
 every processor's runtime checks it before a handler runs (the dispatcher's ``body``

@@ -3,7 +3,7 @@
 ``tool:rule_engine_tool`` goes to ``hermes.tool``, ``mcp:dispatcher`` to
 ``hermes.dispatcher``; replies to a user (``user:...`` or ``app:...``) go to
 ``hermes.conversation.out``, where apps read them; ``audit:graph`` to ``hermes.audit`` and
-``alerts:tool`` to ``hermes.alerts``.
+``alerts:tool`` to ``hermes.alerts``, ``diagnostics:<key>`` to ``hermes.diagnostics``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ __all__ = [
     "AUDIT",
     "CONVERSATION_IN",
     "CONVERSATION_OUT",
+    "DIAGNOSTICS",
     "DLQ",
     "FLOWS",
     "IDENTITY_ALIASES",
@@ -28,6 +29,8 @@ CONVERSATION_OUT = "hermes.conversation.out"
 DLQ = "hermes.dlq"
 AUDIT = "hermes.audit"
 ALERTS = "hermes.alerts"
+DIAGNOSTICS = "hermes.diagnostics"
+"""The diagnostics rollup's closed windows (``WindowRollup``), keyed by rollup key."""
 FLOWS = "hermes.flows"
 """The flow registry: one signed record per registered flow version (compacted)."""
 
@@ -42,6 +45,7 @@ ROUTES: dict[str, str] = {
     "app": CONVERSATION_OUT,
     "audit": AUDIT,
     "alerts": ALERTS,
+    "diagnostics": DIAGNOSTICS,
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "TrustLevel",
     "UserTurn",
     "Verification",
+    "WindowRollup",
 ]
 
 
@@ -259,6 +260,42 @@ class ModelAnswer(Record):
     """Why the model gave no answer (unreachable, timed out, nonsense); empty when it did."""
 
 
+class WindowRollup(Record):
+    """One key's figures over one window of the records' time, as the diagnostics rollup
+    closed it (``processors/diagnostics``). ``key`` is ``component:<kind>``,
+    ``tool:<name>`` or ``state:<flow state>``. A window may be closed in parts, each
+    naming the source partitions it adds up; the window's figures are the sum of its
+    parts. ``latency_counts`` is the latency histogram's count per bucket (the bounds in
+    ``latency_bounds_ms``, the last bucket unbounded), so windows merge downstream."""
+
+    avro_name: ClassVar[str] = "hermes.mcp.WindowRollup"
+    key: NonEmpty
+    window: NonEmpty
+    """``tumbling`` or ``hopping``."""
+    start: Millis
+    end: Millis
+    partitions: tuple[Int32, ...] = ()
+    part: Annotated[Int32, Field(ge=0)] = 0
+    count: Annotated[Int64, Field(ge=0)] = 0
+    errors: Annotated[Int64, Field(ge=0)] = 0
+    retries: Annotated[Int64, Field(ge=0)] = 0
+    fallbacks: Annotated[Int64, Field(ge=0)] = 0
+    dead_letters: Annotated[Int64, Field(ge=0)] = 0
+    refused: Annotated[Int64, Field(ge=0)] = 0
+    misrouted: Annotated[Int64, Field(ge=0)] = 0
+    latency_p50_ms: Double = 0.0
+    latency_p95_ms: Double = 0.0
+    latency_p99_ms: Double = 0.0
+    latency_sum_ms: Double = 0.0
+    latency_bounds_ms: tuple[Double, ...] = ()
+    latency_counts: tuple[Int64, ...] = ()
+    confidence_mean: Double | None = None
+    confidence_n: Annotated[Int64, Field(ge=0)] = 0
+    external_calls: Annotated[Int64, Field(ge=0)] = 0
+    external_latency_ms: Double = 0.0
+    """The external calls' mean latency."""
+
+
 Body = (
     UserTurn
     | Reply
@@ -274,6 +311,7 @@ Body = (
     | ToolResults
     | ModelRequest
     | ModelAnswer
+    | WindowRollup
 )
 BODY_TYPES: dict[str, type[Record]] = {cls.avro_name: cls for cls in typing.get_args(Body)}
 """Body model by Avro full name, in the order of the ``Payload.body`` union."""

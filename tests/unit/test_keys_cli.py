@@ -24,7 +24,7 @@ def path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_init_rotate_and_list(path: Path) -> None:
     made = runner.invoke(app, ["keys", "init"])
     assert made.exit_code == 0, made.output
-    assert "app, conversation, dispatcher, memory, tool" in made.output
+    assert "app, conversation, diagnostics, dispatcher, memory, tool" in made.output
     first = Keyring.read(path).kids("dispatcher")
     again = runner.invoke(app, ["keys", "init"])  # idempotent: existing keys are kept
     assert again.exit_code == 0 and Keyring.read(path).kids("dispatcher") == first

@@ -182,7 +182,7 @@ def test_check_against_a_git_revision(schemas: Path) -> None:
 def test_fingerprint_prints_the_single_object_fingerprint() -> None:
     code, output = run("schemas", "fingerprint")
     assert code == 0
-    assert output == "hermes.mcp.Envelope 21d905019f0d9aa0\n"
+    assert output == "hermes.mcp.Envelope 0b8afc6ded36f95f\n"
     code, output = run("schemas", "fingerprint", "--canonical")
     assert output.splitlines()[1].startswith('{"name":"hermes.mcp.Envelope","type":"record"')
 

@@ -22,7 +22,11 @@ DESIGN_TOPICS = {
     "hermes.alerts",
     "hermes.dlq",
     "hermes.flows",
+    "hermes.diagnostics",
+    "hermes.rollup-tallies-changelog",
 }
+CHANGELOG = "hermes.rollup-tallies-changelog"
+"""The diagnostics rollup's faust table: compacted, never indexed."""
 
 
 def test_the_catalog_names_every_topic_of_the_design() -> None:
@@ -30,6 +34,10 @@ def test_the_catalog_names_every_topic_of_the_design() -> None:
     assert set(catalog.names()) == DESIGN_TOPICS
     for spec in catalog:
         assert spec.partitions >= 1
+        if spec.name == CHANGELOG:  # a table's changelog: the latest value per key
+            assert spec.cleanup_policy == "compact" and not spec.indexed
+            assert spec.key == "session_id"  # sized with the session topics
+            continue
         assert spec.cleanup_policy == "delete"  # never compact: the flow registry neither
         if spec.name != "hermes.flows":
             assert spec.indexed and spec.retention_ms > 0
