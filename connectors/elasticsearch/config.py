@@ -52,6 +52,19 @@ class ElasticsearchConfig(BaseSettings):
         return self.data_stream.rsplit("-", 1)[0] + "-*"
 
     @property
+    def rollup_stream(self) -> str:
+        """Where the diagnostics rollup's closed windows go, a data stream of their own next
+        to the envelopes': ``logs-hermes.diagnostics-default`` for the default stream."""
+        prefix, dataset, namespace = self.data_stream.split("-", 2)
+        base = dataset.removesuffix(".envelopes")
+        return f"{prefix}-{base}.diagnostics-{namespace}"
+
+    @property
+    def rollup_pattern(self) -> str:
+        """The rollup streams the rollup template applies to (every namespace)."""
+        return self.rollup_stream.rsplit("-", 1)[0] + "-*"
+
+    @property
     def dataset(self) -> str:
         """The stream's dataset: ``hermes.envelopes`` in ``logs-hermes.envelopes-default``."""
         return self.data_stream.split("-", 2)[1]

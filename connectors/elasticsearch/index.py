@@ -26,7 +26,7 @@ from hermesbus.connectors.elasticsearch import templates
 from hermesbus.connectors.elasticsearch.client import connect, status_of, translated
 from hermesbus.connectors.elasticsearch.config import ElasticsearchConfig
 from hermesbus.errors import TraceIndexError
-from hermesbus.trace.index import Document, Search, WriteResult
+from hermesbus.trace.index import ROLLUP_DATASET, Document, Search, WriteResult
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
@@ -146,6 +146,11 @@ class ElasticsearchTraceIndex(Service):
                 await client.cluster.put_component_template(name=name, **body)
             template = templates.index_template(self.config.template_pattern, self.template)
             await client.indices.put_index_template(name=self.template, **template)
+            rollups = templates.index_template(
+                self.config.rollup_pattern, self.template, "one document per closed window"
+            )
+            name = templates.rollup_template_name(self.template)
+            await client.indices.put_index_template(name=name, **rollups)
             await self._roll_over_if_wrong()
         self._installed, self._checked = True, time.monotonic()
 
@@ -263,7 +268,9 @@ class ElasticsearchTraceIndex(Service):
         if not isinstance(doc, dict):  # the helper's type allows raw lines; write gives none
             raise TypeError(f"a document is a dict, not {type(doc).__name__}")
         source = orjson.dumps({k: v for k, v in doc.items() if k != "_id"})
-        return {"create": {"_index": self.stream, "_id": doc["_id"]}}, source
+        rollup = doc.get("event", {}).get("dataset") == ROLLUP_DATASET
+        stream = self.config.rollup_stream if rollup else self.stream
+        return {"create": {"_index": stream, "_id": doc["_id"]}}, source
 
     async def refresh(self) -> None:
         """Make what was written searchable now (the indexer does it when it stops)."""

@@ -20,6 +20,7 @@ __all__ = [
     "index_template",
     "lifecycle_policy",
     "mappings",
+    "rollup_template_name",
     "template_name",
     "wrongly_mapped",
 ]
@@ -93,9 +94,35 @@ def mappings() -> dict[str, Any]:
                     confidence_score=_DOUBLE,
                 ),
                 dlq=_obj(topic=_KEYWORD, partition=_INT, offset=_LONG, processor=_KEYWORD),
+                rollup=_obj(
+                    key=_KEYWORD,
+                    window=_KEYWORD,
+                    start=_DATE,
+                    end=_DATE,
+                    part=_INT,
+                    partition=_INT,
+                    **dict.fromkeys(_ROLLUP_COUNTS, _LONG),
+                    **dict.fromkeys(_ROLLUP_FIGURES, _DOUBLE),
+                ),
             ),
         },
     }
+
+
+_ROLLUP_COUNTS = (
+    "count", "errors", "retries", "fallbacks", "dead_letters", "refused", "misrouted",
+    "confidence_n", "external_calls",
+)  # fmt: skip
+_ROLLUP_FIGURES = (
+    "error_rate", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_sum_ms",
+    "confidence_mean", "external_latency_ms",
+)  # fmt: skip
+"""``hermes.rollup``: a closed window's figures (the diagnostics rollup's own stream)."""
+
+
+def rollup_template_name(name: str = _NAME) -> str:
+    """The index template of the rollup streams next to index template ``name``'s."""
+    return f"{name}-diagnostics"
 
 
 def template_name(dataset: str = _DATASET) -> str:
@@ -116,15 +143,17 @@ def component_templates(*, lifecycle: bool, name: str = _NAME) -> dict[str, dict
     }
 
 
-def index_template(pattern: str, name: str = _NAME) -> dict[str, Any]:
-    """The composable index template ``name`` that makes ``pattern`` data streams of these
-    docs."""
+def index_template(
+    pattern: str, name: str = _NAME, what: str = "one document per envelope"
+) -> dict[str, Any]:
+    """The composable index template that makes ``pattern`` data streams of these docs,
+    from index template ``name``'s component templates."""
     return {
         "index_patterns": [pattern],
         "data_stream": {},
         "priority": PRIORITY,
         "composed_of": [f"{name}@mappings", f"{name}@settings"],
-        "_meta": {"managed_by": "hermesbus", "description": "one document per envelope"},
+        "_meta": {"managed_by": "hermesbus", "description": what},
     }
 
 

@@ -48,6 +48,11 @@ class Histogram:
         return sum(self._counts)
 
     @property
+    def counts(self) -> tuple[int, ...]:
+        """The count per bucket: one per bound, then the one past the last bound."""
+        return tuple(self._counts)
+
+    @property
     def sum(self) -> float:
         return self._sum
 

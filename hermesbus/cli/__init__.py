@@ -32,6 +32,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "up_command",
         "Start the broker (embedded unless configured), create the topics, run the processors.",
     ),
+    "diagnostics": (
+        "._diagnostics",
+        "diagnostics_command",
+        "Add up the envelopes' diagnostics over windows (faust-streaming); emit closed windows.",
+    ),
+    "stats": (
+        "._stats",
+        "stats_command",
+        "Rate, p50/p99, errors, confidence and lag per component, tool and flow state.",
+    ),
     "trace": (
         "._index",
         "trace_command",

@@ -175,6 +175,8 @@ async def _run(
             running = await exits.enter_async_context(started)
             progress.status = None
         serving.append(running)
+        if settings.diagnostics.enabled:
+            await exits.enter_async_context(_rollup(settings, running, progress))
         tune_collector()  # start-up is done: what it built stays, collections become rare
         up.set()
         try:
@@ -192,6 +194,25 @@ async def _run(
                 }
                 counts = ", ".join(f"{k}={v}" for k, v in counters.items())
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
+
+
+def _rollup(
+    settings: Settings, running: Stack, progress: _Progress
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """The diagnostics rollup beside the stack, on its broker (the embedded one's timings)."""
+    from hermesbus.compose.diagnostics import background_rollup  # faust: only when it runs
+
+    diagnostics = settings.diagnostics
+    if running.embedded:
+        diagnostics = diagnostics.for_embedded_broker()
+    return background_rollup(
+        settings.kafka.model_copy(update={"bootstrap": running.bootstrap}),
+        diagnostics,
+        settings.keys.load(),
+        prefix=running.prefix,
+        datadir=settings.home / "diagnostics",
+        say=progress,
+    )
 
 
 async def _watch(

@@ -1,172 +1,488 @@
-"""WORK IN PROGRESS (not wired, not tested): the diagnostics rollup as a faust-streaming
-app, around the pure core in ``hermesbus.processors.diagnostics``.
+"""The diagnostics rollup as a faust-streaming app, around the pure core in
+``hermesbus.processors.diagnostics`` (what is counted, under which keys and windows).
 
-Design (see processors/diagnostics/NOTES.md for what it rests on):
+One agent (``concurrency=1``, so an offset is never committed past one still in flight:
+faust-streaming issue 606) reads the session topics and the dead-letter topic, all
+co-partitioned, as raw bytes. Each record is decoded and its signature checked as the
+trace index checks it: a record nobody proved is counted under no key (the figures feed
+alerts, and alerts feed the dispatcher's tool health). A dead letter is counted from its
+headers, which the processor that dead-lettered it wrote.
 
-- One agent (``concurrency=1``: issue 606) reads the session topics and the dead-letter
-  topic, all co-partitioned (6 partitions), raw bytes. Each record is verified as the
-  indexer verifies it (``hermesbus.trace.index._signature.check``): one not believed is
-  counted under no key (a forged record must never move an alert, since alerts reach
-  the dispatcher's tool health).
-- A plain table, ``tallies``, keyed ``<size>|<start>|<key>|<partition>``: the value holds
-  the key's :class:`Tally` for that window on that source partition, the last offset
-  applied per source topic, and whether it was emitted. A record at or below its topic's
-  offset is skipped (a redelivery after a crash): the count and the marker are one
-  changelog record, so window totals are exact after a kill -9 (measured: 20,600 of
-  20,600).
-- A timer of our own (not ``on_window_close``, issue 250) closes windows: every
-  ``CLOSE_EVERY_S`` it merges, per (window, key), the entries of the partitions this
-  worker holds whose window ended ``GRACE_MS`` ago by the wall clock, emits one rollup
-  record (id: window, key and partitions, so a re-send after a crash is the same
-  record), then marks the entries emitted through the changelog.
+**State.** A plain table, ``tallies`` (its changelog is the catalog's
+``hermes.rollup-tallies-changelog``), keyed ``kind|size|start|key|partition``: one
+window's figures for one key on one source partition, the last offset applied from each
+source topic, how many parts of it were started, and the part being sent. A record at or
+below its topic's offset is a redelivery after a crash and is skipped: the figures and the
+offset are one changelog record, saved together, so window totals stay exact through a
+kill -9.
+
+**Closing windows** is done by a timer of our own, not faust's ``on_window_close`` (which
+fires only when a later record arrives, faust-streaming issue 250; never for windows
+recovered from the changelog; and once per window for all of a table's partitions). A
+window closes on a partition when that partition has read ``grace_ms`` past its end
+(records' time), or when nothing was read there for ``idle_ms`` and the wall clock is
+``grace_ms`` past its end. A closed entry's figures become the part being sent (in the
+table and its changelog, before anything is awaited: what arrives meanwhile is the next
+part), are emitted as one signed ``WindowRollup`` envelope whose id is its window, key,
+partition and part, and leave the entry once the broker has them. A crash in between
+sends the same record again under the same id (readers keep one per id). A record
+arriving after its window was emitted opens a next part.
+
+**Latency** is the processing time an emitter measured (a tool's), else the time from the
+record's cause's append to its own (the trace waterfall's measure; remembered for the
+last 100,000 records read, so right after a restart some records have none).
+
+**Recovery** (faust-streaming PR 412, issue 651): the table is rebuilt from the changelog
+when partitions are assigned (``auto_offset_reset=earliest``); nothing closes while
+faust is rebalancing or recovering, and entries are emitted only by the worker that holds
+their partition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import faust  # type: ignore[import-not-found]
+import faust
 
-from hermesbus.processors.diagnostics import Tally, Window, contributions, windows_of
+from hermesbus.codec import Codec
+from hermesbus.connectors.kafka import KafkaConfig
+from hermesbus.connectors.kafka.clients import plain_producer
+from hermesbus.connectors.kafka.reader import partition_counts
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.headers import envelope_headers
+from hermesbus.errors import BrokerError, ConfigError, HermesError
+from hermesbus.identity import Guard, Keyring
+from hermesbus.processors.diagnostics import (
+    DiagnosticsSettings,
+    Tally,
+    Window,
+    contributions,
+    rollup_envelope,
+)
+from hermesbus.processors.protocol import DIAGNOSTICS, ProtocolPolicy
+from hermesbus.topics import DIAGNOSTICS as DIAGNOSTICS_TOPIC
+from hermesbus.topics import DLQ, SESSION_KEY, Catalog
+from hermesbus.trace.index import ArchivedRecord, check
 
-__all__ = ["Closed", "Rollup"]
+__all__ = [
+    "APP_ID",
+    "CHANGELOG",
+    "RollupApp",
+    "RollupStats",
+    "background_rollup",
+    "rollup_app",
+    "source_topics",
+]
 
 log = logging.getLogger(__name__)
 
-CLOSE_EVERY_S = 5.0
-GRACE_MS = 10_000
-PARTITIONS = 6
+APP_ID: Final = "hermes.rollup"
+"""The faust app id (the consumer group, and the changelog's name), after the prefix."""
+TABLE: Final = "tallies"
+CHANGELOG: Final = f"{APP_ID}-{TABLE}-changelog"
+_APPENDS_KEPT: Final = 100_000
+"""Append times remembered for the hop latency: the most recent records' (about 6 MB)."""
+_FAUST_SESSION_S: Final = 60.0
+_FAUST_HEARTBEAT_S: Final = 3.0
+"""faust's own defaults, kept on a configured Kafka."""
 
 
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """One (window, key)'s figures over the partitions one worker held when it closed."""
-
-    window: Window
-    key: str
-    partitions: tuple[int, ...]
-    tally: Tally
-
-    @property
-    def id(self) -> str:
-        parts = ",".join(map(str, self.partitions))
-        return f"{self.window.size_ms}|{self.window.start_ms}|{self.key}|{parts}"
+def source_topics(catalog: Catalog) -> list[str]:
+    """What the rollup reads (catalog names, no prefix): every session-keyed topic but its
+    own changelog, the dead-letter topic among them."""
+    return [t.name for t in catalog if t.key == SESSION_KEY and t.name != CHANGELOG]
 
 
-Decode = Callable[[str, bytes | None, bytes, Sequence[tuple[str, bytes]]], Any]
-"""(topic, key, value, headers) -> a believed Envelope, or None (undecodable, unproven)."""
+@dataclass(slots=True)
+class RollupStats:
+    """What the rollup did since it started."""
+
+    counted: int = 0
+    skipped: int = 0
+    """Records applied before (redelivered after a crash): never counted twice."""
+    unproven: int = 0
+    """Records whose signature or signer is not believed, or that do not decode."""
+    emitted: int = 0
+    late: int = 0
+    """Records that arrived after their window was emitted (counted in a later part)."""
+    closed: dict[str, int] = field(default_factory=dict)
 
 
-class Rollup:
-    """The faust app; ``emit`` is awaited for each closed window before it is marked."""
+@dataclass(slots=True)
+class _Partition:
+    read_ms: int = 0
+    """The latest record time read on the partition."""
+    seen: float = field(default_factory=time.monotonic)
+    """When a record was last read there (monotonic; the assignment counts as one)."""
+
+
+class RollupApp:
+    """The faust app. ``start()`` joins and recovers; ``stop()`` leaves the group."""
 
     def __init__(
         self,
         *,
-        bootstrap: str,
-        app_id: str,
-        topics: Sequence[str],
-        dlq_topic: str,
+        kafka: KafkaConfig,
+        settings: DiagnosticsSettings,
+        keyring: Keyring,
+        prefix: str,
+        partitions: int,
         datadir: Path,
-        decode: Decode,
-        emit: Callable[[Closed], Awaitable[None]],
-        session_timeout_s: float = 10.0,
-        heartbeat_s: float = 2.0,
+        codec: Codec | None = None,
     ) -> None:
+        if kafka.bootstrap is None:
+            raise ConfigError("the diagnostics rollup needs a broker (HERMES_KAFKA_BOOTSTRAP)")
+        _quiet_buffer_warnings()
+        self.settings = settings
+        self.stats = RollupStats()
+        self._kafka = kafka
+        self._prefix = prefix
+        self._codec = codec or Codec()
+        self._guard = Guard(DIAGNOSTICS, keyring, policy=ProtocolPolicy(), prefix=prefix)
+        self._out = prefix + DIAGNOSTICS_TOPIC
+        self._dlq = prefix + DLQ
+        self._windows = settings.windows
+        self._parts: dict[int, _Partition] = {}
+        self._appended: OrderedDict[str, int] = OrderedDict()  # message id -> append ms
+        self._producer: Any = None
+        datadir.mkdir(parents=True, exist_ok=True)  # faust keeps nothing there (memory store)
+        session_s = _seconds(settings.session_timeout_ms, _FAUST_SESSION_S)
+        heartbeat_s = _seconds(settings.heartbeat_ms, _FAUST_HEARTBEAT_S)
         self.app = faust.App(
-            app_id,
-            broker=f"kafka://{bootstrap}",
+            prefix + APP_ID,
+            broker=[f"kafka://{host}" for host in kafka.bootstrap.split(",")],
+            broker_credentials=_credentials(kafka),
             store="memory://",
             datadir=str(datadir),
             web_enabled=False,
-            topic_allow_declare=False,  # the catalog declares every topic, changelog too
+            topic_allow_declare=False,  # the catalog declares every topic, the changelog too
             topic_disable_leader=True,
             table_standby_replicas=0,
-            consumer_auto_offset_reset="earliest",  # issue 651
-            broker_session_timeout=session_timeout_s,
+            consumer_auto_offset_reset="earliest",  # faust-streaming issue 651
+            broker_session_timeout=session_s,
             broker_heartbeat_interval=heartbeat_s,
-            broker_rebalance_timeout=session_timeout_s * 2,
-            broker_request_timeout=max(30.0, session_timeout_s * 3),
+            broker_rebalance_timeout=max(session_s * 2, 12.0),
+            broker_request_timeout=max(kafka.request_timeout_ms / 1000, session_s * 3),
+            producer_acks=-1,
+            # 1 byte: every record is a batch of its own (see one_record_batches)
+            producer_max_batch_size=1 if settings.one_record_batches else 16_384,
         )
-        self._dlq = dlq_topic
-        self._decode = decode
-        self._emit = emit
+        wanted = [prefix + name for name in source_topics(Catalog.load())]
         source = self.app.topic(
-            *topics, dlq_topic, key_type=bytes, value_type=bytes,
-            key_serializer="raw", value_serializer="raw",
-        )  # fmt: skip
-        self.tallies = self.app.Table("tallies", default=None, partitions=PARTITIONS)
+            *wanted, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        self.tallies = self.app.Table(TABLE, default=None, partitions=partitions)
         self.app.agent(source, concurrency=1, name="rollup")(self._count)
-        self.app.timer(CLOSE_EVERY_S)(self._close)
+        self.app.timer(settings.close_every_ms / 1000)(self._close)
+
+    async def start(self) -> None:
+        # a re-send is the same record (same id), so no idempotent producer is needed:
+        # the embedded broker has none
+        self._producer = plain_producer(self._kafka, acks="all")
+        try:
+            await self._producer.start()
+            await asyncio.wait_for(self.app.start(), self.settings.start_timeout_ms / 1000)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        try:
+            await self._drain()
+            await self.app.stop()
+        finally:
+            if self._producer is not None:
+                await self._producer.stop()
+                self._producer = None
+
+    async def _drain(self) -> None:
+        """Stop counting, send every changelog record still buffered, then commit: the last
+        commit covers only records whose figures are saved, and nothing is counted while
+        faust stops its services one by one."""
+        if not self.app.started:
+            return
+        try:
+            for agent in self.app.agents.values():
+                await agent.stop()
+            await self.app.producer.flush()
+            await self.app.consumer.commit()
+        except Exception as exc:  # what was not committed is counted again, once
+            log.warning("diagnostics: the last records were not committed at the stop: %s", exc)
+
+    # -- counting -------------------------------------------------------------------
 
     async def _count(self, stream: Any) -> None:
         async for event in stream.events():
-            message = event.message
-            topic, partition, offset = message.topic, message.partition, message.offset
-            headers = list(message.headers or [])
-            dead = topic == self._dlq
-            envelope = None if dead else self._decode(topic, message.key, message.value, headers)
-            if envelope is None and not dead:
-                continue  # undecodable or unproven: counted by the indexer, never here
-            at_ms = message.timestamp if envelope is None else _ms(envelope.timestamp)
-            for window in windows_of(int(at_ms)):
-                for key, figures in contributions(envelope, headers, dead_letter=dead):
-                    name = f"{window.size_ms}|{window.start_ms}|{key}|{partition}"
-                    value = self.tallies.get(name) or {"o": {}, "t": Tally().to_dict(), "e": 0}
-                    if offset <= value["o"].get(topic, -1):
-                        continue  # applied before the crash: never twice
-                    tally = Tally.from_dict(value["t"])
-                    tally.add(figures)
-                    value = {"o": {**value["o"], topic: offset}, "t": tally.to_dict(), "e": 0}
-                    self.tallies[name] = value
+            self.count(event.message)
+
+    def count(self, message: Any) -> None:
+        """Add one record to its keys' entries (each skipped if it was applied before)."""
+        topic, partition, offset = message.topic, message.partition, message.offset
+        headers = tuple((k, bytes(v)) for k, v in (message.headers or ()))
+        dead = topic == self._dlq
+        envelope = None if dead else self._believed(message, headers)
+        if envelope is None and not dead:
+            self.stats.unproven += 1
+            return
+        appended_ms = int(message.timestamp * 1000)
+        at_ms = appended_ms if envelope is None else epoch_ms(envelope.timestamp)
+        hop_ms = None if envelope is None else self._hop(envelope, appended_ms)
+        place = self._parts.setdefault(partition, _Partition())
+        place.read_ms, place.seen = max(place.read_ms, at_ms), time.monotonic()
+        applied = reopened = False
+        for window in self._windows.of(at_ms):
+            for key, figures in contributions(envelope, headers, dead_letter=dead, hop_ms=hop_ms):
+                name = _name(window, key, partition)
+                value = self.tallies.get(name) or {"o": {}, "t": None, "n": 0, "s": None}
+                if offset <= value["o"].get(topic, -1):
+                    continue  # applied before a crash: never twice
+                tally = Tally() if value["t"] is None else Tally.from_dict(value["t"])
+                reopened = reopened or value["n"] > 0
+                tally.add(figures)
+                offsets = {**value["o"], topic: offset}
+                self.tallies[name] = {**value, "o": offsets, "t": tally.to_dict()}
+                applied = True
+        if applied:
+            self.stats.counted += 1
+            self.stats.late += reopened
+        else:
+            self.stats.skipped += 1
+
+    def _hop(self, envelope: Envelope, appended_ms: int) -> float | None:
+        """The time from the append of ``envelope``'s cause to its own, when the cause was
+        read here (a session's records are on one partition number of every topic)."""
+        appended = self._appended
+        appended[envelope.message_id] = appended_ms
+        while len(appended) > _APPENDS_KEPT:
+            appended.popitem(last=False)
+        cause = appended.get(envelope.causation_id or "")
+        return float(appended_ms - cause) if cause is not None and appended_ms >= cause else None
+
+    def _believed(self, message: Any, headers: tuple[tuple[str, bytes], ...]) -> Envelope | None:
+        record = ArchivedRecord(
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            timestamp_ms=int(message.timestamp * 1000),
+            key=message.key,
+            value=message.value,
+            headers=headers,
+        )
+        try:
+            envelope = self._codec.decode(record.value)
+        except HermesError:
+            return None
+        if not check(record, envelope, self._guard.verifier, self._dlq).verified:
+            return None
+        return envelope
+
+    # -- closing --------------------------------------------------------------------
 
     async def _close(self) -> None:
-        if self.app.rebalancing:
+        if self.app.rebalancing or self.app.in_recovery or not self._recovered():
             return
-        now_ms = int(time.time() * 1000)
-        due: dict[tuple[Window, str], list[tuple[str, int, dict[str, Any]]]] = defaultdict(list)
-        for name, value in list(self.tallies.data.items()):
-            if value is None or value.get("e"):
+        held = self._held()
+        now_ms, now = int(time.time() * 1000), time.monotonic()
+        grace, idle_s = self.settings.grace_ms, self.settings.idle_ms / 1000
+        for partition in held:
+            self._parts.setdefault(partition, _Partition())
+        sending: list[tuple[str, int, Window, str, list[Any]]] = []
+        for name, value in sorted(self.tallies.data.items()):
+            window, key, partition = _parsed(name)
+            if partition not in held or value is None:
                 continue
-            size, start, key, part = _parsed(name)
-            window = Window(size, start)
-            if window.end_ms + GRACE_MS <= now_ms:
-                due[(window, key)].append((name, part, value))
-        for (window, key), entries in sorted(due.items()):
-            merged = Tally()
-            for _name, _part, value in entries:
-                merged.merge(Tally.from_dict(value["t"]))
-            partitions = tuple(sorted(part for _n, part, _v in entries))
-            await self._emit(Closed(window, key, partitions, merged))
-            for name, part, value in entries:  # marked once it is out
-                marked = {**value, "e": 1}
-                self.tallies.data[name] = marked
-                self.tallies.send_changelog(part, name, marked)
+            place = self._parts[partition]
+            due = window.end_ms + grace
+            if value["t"] is None and value["s"] is None:
+                if due + self.settings.retain_ms <= max(place.read_ms, now_ms):
+                    self._forget(name, partition)
+                continue
+            idle = now - place.seen >= idle_s
+            closed = place.read_ms >= due or (idle and now_ms >= due)
+            pending = value["s"]
+            if closed and value["t"] is not None and pending is None:
+                # the part leaves the open tally before any await: what the agent adds
+                # from now on is the next part; it stays in "s" until the broker has it
+                pending = [value["n"], value["t"]]
+                self._save(name, partition, {**value, "t": None, "n": value["n"] + 1, "s": pending})
+            if pending is not None:
+                sending.append((name, partition, window, key, pending))
+        sent = await asyncio.gather(*(self._emit(w, k, p, part) for _, p, w, k, part in sending))
+        for (name, partition, _w, _k, part), ok in zip(sending, sent, strict=True):
+            current = self.tallies.data.get(name)
+            if ok and current is not None and current["s"] == part:
+                self._save(name, partition, {**current, "s": None})
 
-    async def start(self, within_s: float = 90.0) -> None:
-        await asyncio.wait_for(self.app.start(), within_s)
+    async def _emit(self, window: Window, key: str, partition: int, part: list[Any]) -> bool:
+        number, figures = part
+        tally = Tally.from_dict(figures)
+        envelope = rollup_envelope(window, key, partition, number, tally, namespace=self._prefix)
+        data = self._codec.encode(envelope)
+        kid = envelope.session_id.encode()
+        headers = self._guard.sign(self._out, kid, data, envelope_headers(envelope))
+        try:
+            await self._producer.send_and_wait(self._out, data, key=kid, headers=list(headers))
+        except Exception as exc:  # any send failure: kept in "s", sent again next tick
+            log.warning("diagnostics: a closed window was not sent, trying again: %s", exc)
+            return False
+        self.stats.emitted += 1
+        self.stats.closed[window.kind] = self.stats.closed.get(window.kind, 0) + 1
+        return True
 
-    async def stop(self) -> None:
-        await self.app.stop()
+    def _save(self, name: str, partition: int, value: dict[str, Any]) -> None:
+        """Change an entry outside the agent: in the table and in its changelog partition."""
+        self.tallies.data[name] = value
+        self.tallies.send_changelog(partition, name, value)
+
+    def _recovered(self) -> bool:
+        recovery = self.app.tables.recovery  # type: ignore[attr-defined]  # TableManager's
+        return bool(recovery.completed.is_set())
+
+    def _forget(self, name: str, partition: int) -> None:
+        self.tallies.data.pop(name, None)
+        self.tallies.send_changelog(partition, name, None)
+
+    def _held(self) -> set[int]:
+        """The source partitions this worker holds now (of the changelog's assignment)."""
+        changelog = self._prefix + CHANGELOG
+        return {
+            tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == changelog
+        }
 
 
-def _parsed(name: str) -> tuple[int, int, str, int]:
-    size, start, rest = name.split("|", 2)
-    key, part = rest.rsplit("|", 1)
-    return int(size), int(start), key, int(part)
+class _BufferFull(logging.Filter):
+    """faust warns each time its producer holds over 100 records (a hard-coded size): each
+    record the rollup counts writes one changelog record per window and key, so a burst
+    passes that at once. It is back-pressure, not a fault; the warning is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("producer buffer full")
 
 
-def _ms(moment: Any) -> int:
-    return int(moment.timestamp() * 1000)
+def _quiet_buffer_warnings() -> None:
+    logger = logging.getLogger("faust.transport.producer")
+    if not any(isinstance(f, _BufferFull) for f in logger.filters):
+        logger.addFilter(_BufferFull())
 
 
-def _json(value: object) -> str:  # kept for the record's JSON form, when it has one
-    return json.dumps(value, sort_keys=True)
+def _name(window: Window, key: str, partition: int) -> str:
+    return f"{window.kind}|{window.size_ms}|{window.start_ms}|{key}|{partition}"
+
+
+def _parsed(name: str) -> tuple[Window, str, int]:
+    kind, size, start, rest = name.split("|", 3)
+    key, partition = rest.rsplit("|", 1)
+    return Window(kind, int(size), int(start)), key, int(partition)
+
+
+def _seconds(ms: int | None, default_s: float) -> float:
+    return default_s if ms is None else ms / 1000
+
+
+def _credentials(kafka: KafkaConfig) -> Any:
+    """faust's credentials for the cluster's security settings (None: plaintext)."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return None
+    context = kafka.client_kwargs().get("ssl_context")
+    if kafka.security_protocol.startswith("SASL"):
+        password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=password,
+            mechanism=kafka.sasl_mechanism,
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context)
+
+
+async def rollup_app(
+    kafka: KafkaConfig,
+    settings: DiagnosticsSettings,
+    keyring: Keyring,
+    *,
+    prefix: str,
+    datadir: Path,
+) -> RollupApp:
+    """The rollup for the catalog's topics under ``prefix`` (not started): BrokerError
+    naming what is missing when a topic it reads or writes does not exist, or the session
+    topics' partition counts differ (the changelog is partitioned as they are)."""
+    if not keyring.kids(DIAGNOSTICS):
+        keyring.signing(DIAGNOSTICS)  # ConfigError naming where the key goes
+    catalog = Catalog.load()
+    wanted = [prefix + name for name in (*source_topics(catalog), CHANGELOG, DIAGNOSTICS_TOPIC)]
+    counts = await partition_counts(kafka, wanted)
+    missing = [name for name in wanted if name not in counts]
+    if missing:
+        raise BrokerError(
+            f"the diagnostics rollup needs topics that do not exist at {kafka.address}: "
+            f"{', '.join(missing)}; create them with `hermesbus topics apply`"
+            + (f" --prefix {prefix}" if prefix else "")
+        )
+    sizes = {counts[prefix + name] for name in (*source_topics(catalog), CHANGELOG)}
+    if len(sizes) != 1:
+        raise BrokerError(
+            "the diagnostics rollup reads co-partitioned topics, but the session topics and "
+            f"its changelog {prefix + CHANGELOG} have different partition counts: "
+            + ", ".join(f"{prefix + n}={counts[prefix + n]}" for n in source_topics(catalog))
+        )
+    return RollupApp(
+        kafka=kafka,
+        settings=settings,
+        keyring=keyring,
+        prefix=prefix,
+        partitions=sizes.pop(),
+        datadir=datadir,
+    )
+
+
+@contextlib.asynccontextmanager
+async def background_rollup(
+    kafka: KafkaConfig,
+    settings: DiagnosticsSettings,
+    keyring: Keyring,
+    *,
+    prefix: str,
+    datadir: Path,
+    say: Callable[[str], None],
+) -> AsyncIterator[RollupApp]:
+    """The rollup, joining in the background (what runs beside it does not wait for its
+    join); ``say`` hears when it has joined, or why it could not start. Stopped on exit."""
+    app = await rollup_app(kafka, settings, keyring, prefix=prefix, datadir=datadir)
+
+    async def start() -> None:
+        began = time.monotonic()
+        try:
+            await app.start()
+        except Exception as exc:  # said, and the bus serves on without it
+            say(f"diagnostics: the rollup did not start: {exc}")
+            return
+        sizes = settings.windows
+        say(
+            f"diagnostics: rollup joined in {time.monotonic() - began:.1f} s; windows of "
+            f"{sizes.tumbling_ms / 1000:g} s and {sizes.hopping_ms / 1000:g} s every "
+            f"{sizes.hop_ms / 1000:g} s, closed ones on {prefix}{DIAGNOSTICS_TOPIC}"
+        )
+
+    starting = asyncio.create_task(start())
+    try:
+        yield app
+    finally:
+        if not starting.done():
+            starting.cancel()  # start() stops what it started
+            await asyncio.wait({starting})
+        else:
+            await app.stop()
+        figures = app.stats
+        say(
+            f"stopped diagnostics: counted={figures.counted}, emitted={figures.emitted}, "
+            f"skipped={figures.skipped}, late={figures.late}, unproven={figures.unproven}"
+        )

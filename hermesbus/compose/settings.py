@@ -32,6 +32,7 @@ from hermesbus.connectors.sqlite import SqliteConfig
 from hermesbus.errors import ConfigError, SettingError
 from hermesbus.identity import KeySettings
 from hermesbus.processors.conversation import ConversationSettings
+from hermesbus.processors.diagnostics import DiagnosticsSettings
 from hermesbus.processors.memory import MemorySettings
 from hermesbus.processors.tool import ToolEnvironment, ToolSettings
 from hermesbus.runtime import RuntimeSettings
@@ -51,6 +52,7 @@ _PARTS: dict[str, type[BaseModel]] = {
     "memory": MemorySettings,
     "metrics": MetricsSettings,
     "otel": OtelSettings,
+    "diagnostics": DiagnosticsSettings,
 }
 """Every part of :class:`Settings` but the keys, with the model that reads it."""
 _HOMED = ("bus", "sqlite", "tool", "memory")
@@ -68,6 +70,7 @@ SANDBOX: dict[str, str] = {
     "memory": "moved",
     "metrics": "taken",
     "otel": "default",
+    "diagnostics": "default",
     "tool_env": "taken",
 }
 """What a redrive's sandbox takes of each part of the bus's settings: ``taken`` as it is
@@ -106,6 +109,8 @@ class Settings(BaseModel):
     """Where ``/metrics`` is served (a free loopback port by default)."""
     otel: OtelSettings
     """Where spans are exported (OTLP/HTTP; none by default). A sandbox exports none."""
+    diagnostics: DiagnosticsSettings
+    """The diagnostics rollup's windows and timing (a sandbox runs none)."""
     keys: KeySettings
     tool_env: ToolEnvironment
     """The program's environment as read at its start, for its tools only (a worker gets

@@ -33,7 +33,9 @@ from typing import Any, Final, Self
 from hermesbus.base.histogram import Histogram
 from hermesbus.contract import headers as h
 from hermesbus.contract.envelope import Envelope
-from hermesbus.contract.payloads import ErrorReport, ToolResult, ToolResults
+from hermesbus.contract.fields import from_epoch_ms
+from hermesbus.contract.payloads import ErrorReport, Payload, ToolResult, ToolResults, WindowRollup
+from hermesbus.runtime import derive_id
 
 __all__ = [
     "HOPPING_MS",
@@ -42,10 +44,13 @@ __all__ = [
     "Figures",
     "Tally",
     "Window",
+    "Windows",
     "contributions",
     "dead_letter_figures",
     "figures_of",
     "keys_of",
+    "rollup_body",
+    "rollup_envelope",
     "windows_of",
 ]
 
@@ -59,8 +64,10 @@ _REFUSED = ("IdentityError", "SignatureError")
 
 @dataclass(frozen=True, slots=True, order=True)
 class Window:
-    """``[start_ms, start_ms + size_ms)`` on the records' time."""
+    """``[start_ms, start_ms + size_ms)`` on the records' time; ``kind`` is ``tumbling`` or
+    ``hopping``."""
 
+    kind: str
     size_ms: int
     start_ms: int
 
@@ -68,25 +75,38 @@ class Window:
     def end_ms(self) -> int:
         return self.start_ms + self.size_ms
 
-    @property
-    def kind(self) -> str:
-        return "tumbling" if self.size_ms == TUMBLING_MS else "hopping"
 
-    def closed_by(self, watermark_ms: int) -> bool:
-        """Whether no record before ``watermark_ms`` (records' time) can still fall in it."""
-        return self.end_ms <= watermark_ms
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """The window sizes: a tumbling window of ``tumbling_ms``, and hopping windows of
+    ``hopping_ms`` starting every ``hop_ms`` (1 min, and 5 min every 1 min, by default)."""
+
+    tumbling_ms: int = TUMBLING_MS
+    hopping_ms: int = HOPPING_MS
+    hop_ms: int = HOP_MS
+
+    def __post_init__(self) -> None:
+        if min(self.tumbling_ms, self.hopping_ms, self.hop_ms) <= 0:
+            raise ValueError("window sizes must be positive")
+        if self.hop_ms > self.hopping_ms:
+            raise ValueError("a hopping window's hop may not be longer than the window")
+
+    def of(self, at_ms: int) -> list[Window]:
+        """The tumbling window and every hopping window a record of time ``at_ms`` falls in."""
+        tumbling = Window("tumbling", self.tumbling_ms, at_ms - at_ms % self.tumbling_ms)
+        last = at_ms - at_ms % self.hop_ms
+        first = last - self.hopping_ms + self.hop_ms
+        hopping = [
+            Window("hopping", self.hopping_ms, start)
+            for start in range(first, last + 1, self.hop_ms)
+            if start <= at_ms < start + self.hopping_ms
+        ]
+        return [tumbling, *hopping]
 
 
 def windows_of(at_ms: int) -> list[Window]:
-    """The tumbling window and every hopping window a record of time ``at_ms`` falls in."""
-    tumbling = Window(TUMBLING_MS, at_ms - at_ms % TUMBLING_MS)
-    last = at_ms - at_ms % HOP_MS
-    hopping = [
-        Window(HOPPING_MS, start)
-        for start in range(last - HOPPING_MS + HOP_MS, last + 1, HOP_MS)
-        if start <= at_ms < start + HOPPING_MS
-    ]
-    return [tumbling, *hopping]
+    """The default :class:`Windows` a record of time ``at_ms`` falls in."""
+    return Windows().of(at_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +140,13 @@ def keys_of(source: str) -> list[str]:
     return keys
 
 
-def figures_of(envelope: Envelope) -> Figures:
-    """What a decoded envelope contributes (its diagnostics and what its body says)."""
+def figures_of(envelope: Envelope, hop_ms: float | None = None) -> Figures:
+    """What a decoded envelope contributes (its diagnostics and what its body says).
+
+    Its latency is the processing time its emitter measured, when it measured one (a
+    tool's call); else ``hop_ms``, the time from its cause's append to its own as the log
+    has it (how the trace waterfall times a step: the dispatcher and the conversation
+    read no clock, so their envelopes say no processing time); else none."""
     body = envelope.payload.body
     diagnostics = envelope.diagnostics
     results = body.results if isinstance(body, ToolResults) else ()
@@ -131,11 +156,12 @@ def figures_of(envelope: Envelope) -> Figures:
         retry=envelope.metadata.attempt > 1,
         fallback=any(r.fallback is not None for r in tool_results),
     )
-    if diagnostics is None:  # nothing measured: counted, with no time or confidence
+    measured = diagnostics.processing_time_ms if diagnostics is not None else 0.0
+    said = replace(said, latency_ms=measured if measured > 0 else hop_ms)
+    if diagnostics is None:  # nothing said: counted, with no confidence
         return said
     return replace(
         said,
-        latency_ms=diagnostics.processing_time_ms,
         confidence=diagnostics.confidence_score,
         external_calls=diagnostics.external_calls.count,
         external_latency_ms=diagnostics.external_calls.avg_latency_ms,
@@ -229,15 +255,72 @@ _COUNTS: Final = (
 
 
 def contributions(
-    envelope: Envelope | None, headers: object, *, dead_letter: bool
+    envelope: Envelope | None, headers: object, *, dead_letter: bool, hop_ms: float | None = None
 ) -> Iterator[tuple[str, Figures]]:
     """(key, figures) for each key a record counts under: a dead letter by its headers, any
-    other record by its envelope (an app's turn counts under no key)."""
+    other record by its envelope (an app's turn counts under no key); ``hop_ms``: see
+    :func:`figures_of`."""
     if dead_letter:
         keys, figures = dead_letter_figures(headers)
         yield from ((key, figures) for key in keys)
         return
     if envelope is None:
         return
-    figures = figures_of(envelope)
+    figures = figures_of(envelope, hop_ms)
     yield from ((key, figures) for key in keys_of(envelope.source))
+
+
+SOURCE: Final = "diagnostics:rollup"
+TARGET: Final = "diagnostics:window"
+TASK: Final = "window_rollup"
+
+
+def rollup_body(window: Window, key: str, partition: int, part: int, tally: Tally) -> WindowRollup:
+    """One part of a closed window as the record the rollup emits."""
+    latency = tally.latency
+    counted = latency.count > 0
+    return WindowRollup(
+        key=key,
+        window=window.kind,
+        start=from_epoch_ms(window.start_ms),
+        end=from_epoch_ms(window.end_ms),
+        partitions=(partition,),
+        part=part,
+        count=tally.count,
+        errors=tally.errors,
+        retries=tally.retries,
+        fallbacks=tally.fallbacks,
+        dead_letters=tally.dead_letters,
+        refused=tally.refused,
+        misrouted=tally.misrouted,
+        latency_p50_ms=latency.quantile(0.5) if counted else 0.0,
+        latency_p95_ms=latency.quantile(0.95) if counted else 0.0,
+        latency_p99_ms=latency.quantile(0.99) if counted else 0.0,
+        latency_sum_ms=latency.sum,
+        latency_bounds_ms=latency.bounds,
+        latency_counts=latency.counts,
+        confidence_mean=tally.mean_confidence,
+        confidence_n=tally.confidence_n,
+        external_calls=tally.external_calls,
+        external_latency_ms=tally.external_latency_ms,
+    )
+
+
+def rollup_envelope(
+    window: Window, key: str, partition: int, part: int, tally: Tally, *, namespace: str = ""
+) -> Envelope:
+    """The envelope of one part of a closed window: its id, trace and time are the
+    window's, key, partition and part (a re-send after a crash is the same record, and an
+    app counting parts drops it by id); ``namespace`` (the topic prefix) keeps two buses'
+    ids apart."""
+    name = (namespace, window.kind, window.size_ms, window.start_ms, key, partition, part)
+    return Envelope(
+        message_id=derive_id("rollup", *name),
+        timestamp=from_epoch_ms(window.end_ms),
+        source=SOURCE,
+        target=TARGET,
+        session_id=key,
+        user_id="",
+        trace_id=derive_id("rollup-trace", namespace, window.kind, window.size_ms, window.start_ms),
+        payload=Payload(task=TASK, body=rollup_body(window, key, partition, part, tally)),
+    )

@@ -5,7 +5,7 @@ under ``connectors/``); :func:`document` makes one Elastic Common Schema documen
 record; :class:`Indexer` is the consumer group that writes every topic into an index.
 """
 
-from ._ecs import DocumentSettings, decode, document, iso_ms, refused_document
+from ._ecs import ROLLUP_DATASET, DocumentSettings, decode, document, iso_ms, refused_document
 from ._indexer import INDEXER_GROUP, Indexer, IndexerStats
 from ._model import (
     ArchivedRecord,
@@ -17,10 +17,13 @@ from ._model import (
     doc_id,
     session_of,
 )
+from ._signature import Checked, check
 
 __all__ = [
     "INDEXER_GROUP",
+    "ROLLUP_DATASET",
     "ArchivedRecord",
+    "Checked",
     "Document",
     "DocumentSettings",
     "Indexer",
@@ -29,6 +32,7 @@ __all__ = [
     "TraceIndex",
     "WriteResult",
     "archived",
+    "check",
     "decode",
     "doc_id",
     "document",

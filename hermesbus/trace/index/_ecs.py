@@ -34,17 +34,26 @@ from hermesbus.contract.headers import (
     TRACE_ID,
     header,
 )
-from hermesbus.contract.payloads import ErrorReport, ToolResult
+from hermesbus.contract.payloads import ErrorReport, ToolResult, WindowRollup
 from hermesbus.errors import HermesError
 
 from ._model import ArchivedRecord, Document
 
-__all__ = ["DocumentSettings", "decode", "document", "iso_ms", "refused_document"]
+__all__ = [
+    "ROLLUP_DATASET",
+    "DocumentSettings",
+    "decode",
+    "document",
+    "iso_ms",
+    "refused_document",
+]
 
 _REDACTED = "[redacted]"
 _COMPONENTS = {"mcp": "dispatcher"}
 """``service.name`` is the processor's name: the dispatcher signs as ``mcp:dispatcher``."""
 _FAILED_STATUS = 400
+ROLLUP_DATASET = "hermes.diagnostics"
+"""``event.dataset`` of a closed window's document: it goes into a data stream of its own."""
 _NS_PER_MS = 1_000_000
 
 
@@ -203,10 +212,26 @@ def _envelope(
     if envelope.diagnostics is not None:
         hermes["diagnostics"] = _diagnostics(envelope)
     _payload(hermes, envelope, settings)
+    if isinstance(body, WindowRollup):
+        event["dataset"] = ROLLUP_DATASET
+        hermes["rollup"] = _rollup(body)
+        doc["message"] = (
+            f"{body.key} {body.window} {iso_ms(epoch_ms(body.start))}: {body.count} records, "
+            f"p99 {body.latency_p99_ms:.1f} ms, {body.errors} errors"
+        )
     failed = _failure(body)
     if failed is not None:
         event["outcome"] = "failure"
         doc["error"] = failed
+
+
+def _rollup(body: WindowRollup) -> dict[str, object]:
+    """A closed window's figures as fields Kibana charts (its histogram stays in the payload)."""
+    figures = body.model_dump(exclude={"latency_bounds_ms", "latency_counts", "partitions"})
+    figures["start"], figures["end"] = iso_ms(epoch_ms(body.start)), iso_ms(epoch_ms(body.end))
+    figures["partition"] = body.partitions[0] if len(body.partitions) == 1 else None
+    figures["error_rate"] = body.errors / body.count if body.count else 0.0
+    return figures
 
 
 def _failure(body: object) -> dict[str, str] | None:

@@ -7,7 +7,9 @@ from datetime import timedelta
 import pytest
 
 from hermesbus import Envelope, Payload
+from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.contract.payloads import ErrorReport, ToolCall
+from hermesbus.processors.diagnostics import Figures, Tally, Window, rollup_envelope
 from hermesbus.trace.index import (
     ArchivedRecord,
     Document,
@@ -17,7 +19,7 @@ from hermesbus.trace.index import (
 )
 from tests.builders import T0, reply_to, turn
 
-from .conftest import documents_of, record_of, searchable
+from .conftest import documents_of, es_config, record_of, searchable
 
 T0_MS = int(T0.timestamp() * 1000)
 
@@ -145,3 +147,50 @@ async def test_an_empty_index_answers_nothing(trace_index: TraceIndex) -> None:
     assert await trace_index.by_trace("t1") == []
     assert await trace_index.search(Search()) == []
     assert await trace_index.count() == 0
+
+
+@pytest.mark.elasticsearch
+async def test_closed_windows_go_to_a_data_stream_of_their_own_with_charted_fields(
+    elasticsearch_url: str, unique: str
+) -> None:
+    config = es_config(elasticsearch_url, unique)
+    tally = Tally()
+    for ms in (4.0, 9.0, 120.0):
+        tally.add(Figures(latency_ms=ms, confidence=0.7, error=ms > 100))
+    closed = rollup_envelope(Window("tumbling", 60_000, T0_MS), "tool:ocr_tool", 2, 0, tally)
+    answered = turn(message_id="m1", trace_id="t1", session_id="s1")
+    records = [
+        record_of(answered, "hermes.conversation.in", 0, T0_MS),
+        record_of(closed, "hermes.diagnostics", 0, T0_MS + 60_000),
+    ]
+    async with ElasticsearchTraceIndex(config) as index:
+        assert config.rollup_stream == f"logs-hermes.diagnostics-t{unique}"
+        await index.write(documents_of(records))
+        await index.refresh()
+        client = index.client
+        await client.indices.refresh(index=config.rollup_stream)
+        assert await index.count() == 1  # the envelopes' stream: the turn only
+        assert [d["event"]["id"] for d in await index.by_session("s1")] == ["m1"]
+        found = await client.search(index=config.rollup_stream, query={"match_all": {}})
+        (hit,) = found["hits"]["hits"]
+        assert hit["_index"].startswith(f".ds-{config.rollup_stream}-")
+        figures = hit["_source"]["hermes"]["rollup"]
+        assert (figures["key"], figures["window"], figures["count"]) == (
+            "tool:ocr_tool",
+            "tumbling",
+            3,
+        )
+        assert figures["error_rate"] == pytest.approx(1 / 3) and figures["partition"] == 2
+        mapped = await client.indices.get_mapping(index=config.rollup_stream)
+        (mapping,) = mapped.body.values()
+        rollup = mapping["mappings"]["properties"]["hermes"]["properties"]["rollup"]["properties"]
+        assert rollup["count"]["type"] == "long" and rollup["latency_p99_ms"]["type"] == "double"
+        assert rollup["key"]["type"] == "keyword" and rollup["start"]["type"] == "date"
+        summed = await client.search(
+            index=config.rollup_stream,
+            size=0,
+            aggs={"by_key": {"terms": {"field": "hermes.rollup.key"},
+                             "aggs": {"n": {"sum": {"field": "hermes.rollup.count"}}}}},
+        )  # fmt: skip
+        (bucket,) = summed["aggregations"]["by_key"]["buckets"]
+        assert (bucket["key"], bucket["n"]["value"]) == ("tool:ocr_tool", 3)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
+
 from hermesbus import Envelope, Payload
 from hermesbus.codec import default_codec
 from hermesbus.contract.payloads import ToolCall, ToolResult
+from hermesbus.processors.diagnostics import Figures, Tally, Window, rollup_envelope
 from hermesbus.trace.index import (
+    ROLLUP_DATASET,
     ArchivedRecord,
     Document,
     DocumentSettings,
     archived,
     decode,
     document,
+    iso_ms,
     refused_document,
 )
 from tests.builders import T0, reply_to, turn
@@ -139,3 +144,27 @@ def test_a_refused_document_keeps_the_record_but_indexes_no_key() -> None:
         doc["event"]["action"] == "index_refused" and doc["error"]["message"] == "400 immense term"
     )
     assert archived(doc) == record
+
+
+def test_a_closed_window_is_a_document_of_the_rollup_dataset_with_its_figures() -> None:
+    tally = Tally()
+    for ms, confidence in ((5.0, 0.6), (15.0, 0.8)):
+        tally.add(Figures(latency_ms=ms, confidence=confidence, retry=ms > 10))
+    window = Window("hopping", 300_000, T0_MS - T0_MS % 60_000)
+    closed = rollup_envelope(window, "state:S3.1", 4, 1, tally)
+    doc = _doc(_record(closed, topic="hermes.diagnostics"))
+    assert doc["event"]["dataset"] == ROLLUP_DATASET == "hermes.diagnostics"
+    figures = doc["hermes"]["rollup"]
+    assert (figures["key"], figures["window"], figures["part"], figures["partition"]) == (
+        "state:S3.1",
+        "hopping",
+        1,
+        4,
+    )
+    assert (figures["count"], figures["retries"], figures["error_rate"]) == (2, 1, 0.0)
+    assert figures["confidence_mean"] == pytest.approx(0.7)
+    assert figures["start"] == iso_ms(window.start_ms) and figures["end"] == iso_ms(window.end_ms)
+    assert "latency_counts" not in figures  # the histogram stays in the payload
+    assert doc["message"].startswith("state:S3.1 hopping ") and "2 records" in doc["message"]
+    plain = _doc(_record(turn()))
+    assert plain["event"]["dataset"] == "hermes.envelopes" and "rollup" not in plain["hermes"]

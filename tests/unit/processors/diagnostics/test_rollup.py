@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hermesbus import Diagnostics, ErrorReport, ExternalCalls, Metadata, Reply, ToolResult
+from hermesbus.codec import Codec
 from hermesbus.contract import headers as h
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import WindowRollup
 from hermesbus.processors.diagnostics import (
     HOP_MS,
     HOPPING_MS,
     TUMBLING_MS,
+    Figures,
     Tally,
     Window,
+    Windows,
     contributions,
     keys_of,
+    rollup_body,
+    rollup_envelope,
     windows_of,
 )
+from hermesbus.topics import topic_for
 from tests.builders import turn
 
 
@@ -45,10 +54,19 @@ def test_a_record_falls_in_one_tumbling_window_and_every_hopping_window_covering
     assert len(set(found)) == len(found)
 
 
-def test_a_window_closes_once_the_watermark_passes_its_end() -> None:
-    window = Window(TUMBLING_MS, 120_000)
-    assert not window.closed_by(179_999)
-    assert window.closed_by(180_000)
+def test_window_sizes_are_settings_and_nonsense_is_refused() -> None:
+    windows = Windows(tumbling_ms=2_000, hopping_ms=6_000, hop_ms=2_000)
+    assert windows.of(7_500) == [
+        Window("tumbling", 2_000, 6_000),
+        Window("hopping", 6_000, 2_000),
+        Window("hopping", 6_000, 4_000),
+        Window("hopping", 6_000, 6_000),
+    ]
+    assert Window("tumbling", 2_000, 6_000).end_ms == 8_000
+    with pytest.raises(ValueError, match="positive"):
+        Windows(tumbling_ms=0)
+    with pytest.raises(ValueError, match="hop"):
+        Windows(hopping_ms=1_000, hop_ms=2_000)
 
 
 def _result(**fields: object) -> ToolResult:
@@ -137,3 +155,43 @@ def test_tallies_merge_as_if_every_record_had_gone_to_one(
     assert abs(left.latency.sum - one.latency.sum) < 1e-6  # added in another order
     assert abs(left.confidence_sum - one.confidence_sum) < 1e-6
     assert Tally.from_dict(one.to_dict()) == one
+
+
+def test_a_closed_window_is_a_signed_envelope_whose_id_is_its_window_key_and_part() -> None:
+    tally = Tally()
+    for ms in (5.0, 12.0, 80.0):
+        tally.add(Figures(latency_ms=ms, confidence=0.5, external_calls=2, external_latency_ms=10))
+    window = Window("tumbling", TUMBLING_MS, 120_000)
+    envelope = rollup_envelope(window, "tool:ocr_tool", 3, 0, tally, namespace="t1.")
+    body = envelope.payload.body
+    assert isinstance(body, WindowRollup)
+    assert (body.key, body.window, body.partitions, body.part) == (
+        "tool:ocr_tool",
+        "tumbling",
+        (3,),
+        0,
+    )
+    assert body.count == 3 and body.confidence_mean == 0.5 and body.external_calls == 6
+    assert (
+        sum(body.latency_counts) == 3
+        and len(body.latency_counts) == len(body.latency_bounds_ms) + 1
+    )
+    assert body.latency_p50_ms <= body.latency_p95_ms <= body.latency_p99_ms
+    assert envelope.session_id == "tool:ocr_tool"  # the Kafka key: one key's windows in order
+    assert epoch_ms(envelope.timestamp) == 180_000  # the window's end, not the wall clock
+    assert topic_for(envelope.target) == "hermes.diagnostics"
+    again = rollup_envelope(window, "tool:ocr_tool", 3, 0, tally, namespace="t1.")
+    assert again == envelope  # a re-send after a crash is the same record
+    others = {
+        rollup_envelope(window, "tool:ocr_tool", 3, 1, tally, namespace="t1.").message_id,
+        rollup_envelope(window, "tool:ocr_tool", 4, 0, tally, namespace="t1.").message_id,
+        rollup_envelope(window, "tool:ocr_tool", 3, 0, tally, namespace="t2.").message_id,
+    }
+    assert envelope.message_id not in others and len(others) == 3
+    decoded = Codec().decode(Codec().encode(envelope))
+    assert decoded == envelope
+
+
+def test_an_empty_window_says_no_latency_and_no_confidence() -> None:
+    body = rollup_body(Window("hopping", HOPPING_MS, 0), "component:memory", 0, 0, Tally())
+    assert body.count == 0 and body.latency_p99_ms == 0.0 and body.confidence_mean is None

@@ -1,0 +1,132 @@
+"""What ``hermesbus stats`` reads: the rollup's closed windows and the alerts, from the log.
+
+Both topics are read without a consumer group (nothing is committed); each record's
+signature is checked with the bus's keyring: a closed window is believed only when the
+``diagnostics`` identity signed it, an alert when a processor did. The consumer lag of
+each component is its group's uncommitted records on the topic it consumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import TopicPartition
+
+from hermesbus.codec import Codec
+from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
+from hermesbus.connectors.kafka.groups import behind
+from hermesbus.connectors.kafka.reader import partition_counts
+from hermesbus.contract.fields import epoch_ms
+from hermesbus.contract.payloads import ErrorReport, WindowRollup
+from hermesbus.errors import HermesError, IdentityError
+from hermesbus.identity import Keyring, Verifier
+from hermesbus.processors import protocol, tool
+from hermesbus.processors.diagnostics import Board
+from hermesbus.topics import ALERTS, CONVERSATION_IN, DIAGNOSTICS, identity_of
+
+__all__ = ["Alert", "Stats", "component_lags", "read_stats"]
+
+_CONSUMES = {
+    "conversation": CONVERSATION_IN,
+    "dispatcher": protocol.DISPATCHER_TOPIC,
+    "memory": protocol.MEMORY_TOPIC,
+}
+"""The topic each component's group consumes (the tools': ``hermes.tool``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert as the log has it."""
+
+    at_ms: int
+    component: str
+    code: str
+    message: str
+
+
+@dataclass(slots=True)
+class Stats:
+    """What was read so far."""
+
+    board: Board = field(default_factory=Board)
+    alerts: list[Alert] = field(default_factory=list)
+    unproven: int = 0
+    """Records of either topic whose signature or signer is not believed (not shown)."""
+
+
+async def read_stats(
+    kafka: KafkaConfig,
+    keyring: Keyring,
+    *,
+    prefix: str,
+    since_ms: int,
+    follow: bool,
+    changed: Callable[[Stats], None] = lambda _: None,
+) -> Stats:
+    """The closed windows and alerts appended since ``since_ms``; with ``follow``, read on
+    (``changed`` hears each batch) until cancelled."""
+    stats, codec, verifier = Stats(), Codec(), Verifier(keyring)
+    topics = [prefix + DIAGNOSTICS, prefix + ALERTS]
+    counts = await partition_counts(kafka, topics)
+    parts = [TopicPartition(t, p) for t in topics for p in range(counts.get(t, 0))]
+    async with _reading(kafka, parts, since_ms, follow) as reader:
+        async for batch in reader:
+            for record in batch:
+                _take(stats, record, codec, verifier, prefix)
+            changed(stats)
+    return stats
+
+
+@contextlib.asynccontextmanager
+async def _reading(
+    kafka: KafkaConfig, parts: Sequence[TopicPartition], since_ms: int, follow: bool
+) -> AsyncIterator[LogReader]:
+    end = None if follow else Position("end")
+    reader = LogReader(kafka, parts, start=Position("time", since_ms), end=end, what="stats")
+    async with reader:
+        yield reader
+
+
+def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
+    topic: str = record.topic  # type: ignore[attr-defined]
+    key, value = record.key, record.value  # type: ignore[attr-defined]
+    headers = tuple(record.headers or ())  # type: ignore[attr-defined]
+    try:
+        signer = verifier.signer(topic, key, value, headers)
+        envelope = codec.decode(value or b"")
+    except (IdentityError, HermesError):
+        stats.unproven += 1
+        return
+    body = envelope.payload.body
+    if topic == prefix + DIAGNOSTICS and isinstance(body, WindowRollup):
+        if signer != protocol.DIAGNOSTICS:
+            stats.unproven += 1
+            return
+        stats.board.add(envelope.message_id, body)
+    elif isinstance(body, ErrorReport) and signer == identity_of(envelope.source):
+        alert = Alert(epoch_ms(envelope.timestamp), body.component, body.code, body.message)
+        stats.alerts.append(alert)
+    elif not isinstance(body, ErrorReport | WindowRollup):
+        return  # another kind of record: not for this view
+    else:
+        stats.unproven += 1
+
+
+async def component_lags(kafka: KafkaConfig, prefix: str, tools: Sequence[str]) -> dict[str, int]:
+    """Each component's consumer lag (records its group has not committed), and each
+    tool's (``tool:<name>``, its own group's; the ``tool`` row is their largest)."""
+    topics = [prefix + t for t in (*_CONSUMES.values(), protocol.TOOL_TOPIC)]
+    counts = await partition_counts(kafka, topics)
+    lags: dict[str, int] = {}
+    for component, topic in _CONSUMES.items():
+        partitions = {prefix + topic: counts.get(prefix + topic, 0)}
+        lag, _ = await behind(kafka, component, partitions)
+        lags[f"component:{component}"] = sum(lag.values())
+    tool_topic = {prefix + protocol.TOOL_TOPIC: counts.get(prefix + protocol.TOOL_TOPIC, 0)}
+    for name in tools:
+        lag, _ = await behind(kafka, tool.group_name(name), tool_topic)
+        lags[f"tool:{name}"] = sum(lag.values())
+    lags["component:tool"] = max((lags[f"tool:{n}"] for n in tools), default=0)
+    return lags
