@@ -241,6 +241,11 @@ class ElasticsearchTraceIndex(Service):
         from elasticsearch.helpers import async_streaming_bulk  # noqa: PLC0415
 
         later = 0
+        aliases = {  # a rollup part's document id -> its record's, for the indexer
+            _ROLLUP_ID + str(doc["event"]["id"]): doc["_id"]
+            for doc in docs
+            if doc.get("event", {}).get("dataset") == ROLLUP_DATASET
+        }
         with translated("a bulk write", self.config.shown_url):
             async for _ok, item in async_streaming_bulk(
                 self.client,
@@ -253,7 +258,9 @@ class ElasticsearchTraceIndex(Service):
                 max_backoff=5.0,
                 raise_on_error=False,
             ):
-                later += _sort(item["create"], result)
+                answer = item["create"]
+                answer["_id"] = aliases.get(str(answer.get("_id")), answer.get("_id"))
+                later += _sort(answer, result)
         if later:
             raise TraceIndexError(
                 f"Elasticsearch at {self.config.shown_url} did not store {later} of {len(docs)} "
@@ -268,9 +275,12 @@ class ElasticsearchTraceIndex(Service):
         if not isinstance(doc, dict):  # the helper's type allows raw lines; write gives none
             raise TypeError(f"a document is a dict, not {type(doc).__name__}")
         source = orjson.dumps({k: v for k, v in doc.items() if k != "_id"})
-        rollup = doc.get("event", {}).get("dataset") == ROLLUP_DATASET
-        stream = self.config.rollup_stream if rollup else self.stream
-        return {"create": {"_index": stream, "_id": doc["_id"]}}, source
+        if doc.get("event", {}).get("dataset") == ROLLUP_DATASET:
+            # a closed window's part by its message id: a part sent again (after a crash,
+            # by another worker) is the same document, so charts never count it twice
+            rollup_id = _ROLLUP_ID + str(doc["event"]["id"])
+            return {"create": {"_index": self.config.rollup_stream, "_id": rollup_id}}, source
+        return {"create": {"_index": self.stream, "_id": doc["_id"]}}, source
 
     async def refresh(self) -> None:
         """Make what was written searchable now (the indexer does it when it stops)."""
@@ -380,6 +390,11 @@ def _matching(templates: Sequence[dict[str, Any]], stream: str) -> tuple[tuple[s
         if any(fnmatchcase(stream, p) for p in found["index_template"]["index_patterns"])
     ]
     return tuple(sorted(matching, key=lambda item: -item[1]))
+
+
+_ROLLUP_ID = "rollup:"
+"""A closed window's part is stored under ``rollup:<message id>`` (its record's id is
+said back to the indexer)."""
 
 
 def _sort(item: dict[str, Any], result: WriteResult) -> int:

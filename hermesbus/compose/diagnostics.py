@@ -61,6 +61,7 @@ from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.errors import BrokerError, ConfigError, HermesError
 from hermesbus.identity import Guard, Keyring
+from hermesbus.processors import protocol
 from hermesbus.processors.diagnostics import (
     DiagnosticsSettings,
     Tally,
@@ -70,7 +71,7 @@ from hermesbus.processors.diagnostics import (
 )
 from hermesbus.processors.protocol import DIAGNOSTICS, ProtocolPolicy
 from hermesbus.topics import DIAGNOSTICS as DIAGNOSTICS_TOPIC
-from hermesbus.topics import DLQ, SESSION_KEY, Catalog
+from hermesbus.topics import DLQ, SESSION_KEY, Catalog, identity_of
 from hermesbus.trace.index import ArchivedRecord, check
 
 __all__ = [
@@ -89,6 +90,10 @@ APP_ID: Final = "hermes.rollup"
 """The faust app id (the consumer group, and the changelog's name), after the prefix."""
 TABLE: Final = "tallies"
 CHANGELOG: Final = f"{APP_ID}-{TABLE}-changelog"
+_PROCESSORS: Final = frozenset(
+    {protocol.CONVERSATION, protocol.DISPATCHER, protocol.TOOL, protocol.MEMORY}
+)
+"""Who may re-send another's envelope (a retry, a durable timer) on its own input."""
 _APPENDS_KEPT: Final = 100_000
 """Append times remembered for the hop latency: the most recent records' (about 6 MB)."""
 _FAUST_SESSION_S: Final = 60.0
@@ -152,6 +157,7 @@ class RollupApp:
         self._dlq = prefix + DLQ
         self._windows = settings.windows
         self._parts: dict[int, _Partition] = {}
+        self._had: set[int] = set()  # the partitions held at the last close pass
         self._appended: OrderedDict[str, int] = OrderedDict()  # message id -> append ms
         self._producer: Any = None
         datadir.mkdir(parents=True, exist_ok=True)  # faust keeps nothing there (memory store)
@@ -191,6 +197,13 @@ class RollupApp:
         try:
             await self._producer.start()
             await asyncio.wait_for(self.app.start(), self.settings.start_timeout_ms / 1000)
+        except TimeoutError:
+            await self.stop()
+            within = self.settings.start_timeout_ms / 1000
+            raise BrokerError(
+                f"the diagnostics rollup did not join its group and recover its table within "
+                f"{within:g} s (HERMES_DIAGNOSTICS_START_TIMEOUT_MS)"
+            ) from None
         except BaseException:
             await self.stop()
             raise
@@ -238,12 +251,13 @@ class RollupApp:
         hop_ms = None if envelope is None else self._hop(envelope, appended_ms)
         place = self._parts.setdefault(partition, _Partition())
         place.read_ms, place.seen = max(place.read_ms, at_ms), time.monotonic()
-        applied = reopened = False
+        applied = reopened = seen = False
         for window in self._windows.of(at_ms):
             for key, figures in contributions(envelope, headers, dead_letter=dead, hop_ms=hop_ms):
                 name = _name(window, key, partition)
                 value = self.tallies.get(name) or {"o": {}, "t": None, "n": 0, "s": None}
                 if offset <= value["o"].get(topic, -1):
+                    seen = True
                     continue  # applied before a crash: never twice
                 tally = Tally() if value["t"] is None else Tally.from_dict(value["t"])
                 reopened = reopened or value["n"] > 0
@@ -254,7 +268,7 @@ class RollupApp:
         if applied:
             self.stats.counted += 1
             self.stats.late += reopened
-        else:
+        elif seen:
             self.stats.skipped += 1
 
     def _hop(self, envelope: Envelope, appended_ms: int) -> float | None:
@@ -264,6 +278,8 @@ class RollupApp:
         appended[envelope.message_id] = appended_ms
         while len(appended) > _APPENDS_KEPT:
             appended.popitem(last=False)
+        if envelope.source.endswith(":timer"):
+            return None  # its cause armed it: the hop is the timer's wait, not work
         cause = appended.get(envelope.causation_id or "")
         return float(appended_ms - cause) if cause is not None and appended_ms >= cause else None
 
@@ -281,8 +297,11 @@ class RollupApp:
             envelope = self._codec.decode(record.value)
         except HermesError:
             return None
-        if not check(record, envelope, self._guard.verifier, self._dlq).verified:
+        checked = check(record, envelope, self._guard.verifier, self._dlq)
+        if not checked.verified:
             return None
+        if checked.signer != identity_of(envelope.source) and checked.signer not in _PROCESSORS:
+            return None  # a retry or timer is believed only when a processor re-sent it
         return envelope
 
     # -- closing --------------------------------------------------------------------
@@ -293,17 +312,21 @@ class RollupApp:
         held = self._held()
         now_ms, now = int(time.time() * 1000), time.monotonic()
         grace, idle_s = self.settings.grace_ms, self.settings.idle_ms / 1000
-        for partition in held:
-            self._parts.setdefault(partition, _Partition())
+        for partition in held - self._had:  # newly held: its idleness counts from now
+            self._parts[partition] = _Partition()
+        self._had = held
         sending: list[tuple[str, int, Window, str, list[Any]]] = []
         for name, value in sorted(self.tallies.data.items()):
             window, key, partition = _parsed(name)
-            if partition not in held or value is None:
+            if partition not in held:
+                continue
+            if value is None:  # a deletion written by an older version: dropped here
+                self.tallies.data.pop(name, None)
                 continue
             place = self._parts[partition]
             due = window.end_ms + grace
             if value["t"] is None and value["s"] is None:
-                if due + self.settings.retain_ms <= max(place.read_ms, now_ms):
+                if due + self.settings.retain_ms <= place.read_ms:  # records' time only
                     self._forget(name, partition)
                 continue
             idle = now - place.seen >= idle_s
@@ -312,24 +335,36 @@ class RollupApp:
             if closed and value["t"] is not None and pending is None:
                 # the part leaves the open tally before any await: what the agent adds
                 # from now on is the next part; it stays in "s" until the broker has it
-                pending = [value["n"], value["t"]]
+                pending = [value["n"], value["t"], value["o"]]
                 self._save(name, partition, {**value, "t": None, "n": value["n"] + 1, "s": pending})
             if pending is not None:
                 sending.append((name, partition, window, key, pending))
+        if sending:
+            await self._send(sending)
+
+    async def _send(self, sending: list[tuple[str, int, Window, str, list[Any]]]) -> None:
+        """Emit the parts being sent, then take each the broker has out of its entry."""
+        await self.app.producer.flush()  # the parts are saved as sending before they are sent
         sent = await asyncio.gather(*(self._emit(w, k, p, part) for _, p, w, k, part in sending))
+        if self.app.rebalancing:
+            return  # the partitions may be another worker's now: it sends them again
+        still = self._held()
         for (name, partition, _w, _k, part), ok in zip(sending, sent, strict=True):
             current = self.tallies.data.get(name)
-            if ok and current is not None and current["s"] == part:
+            if ok and partition in still and current is not None and current["s"] == part:
                 self._save(name, partition, {**current, "s": None})
 
     async def _emit(self, window: Window, key: str, partition: int, part: list[Any]) -> bool:
-        number, figures = part
-        tally = Tally.from_dict(figures)
-        envelope = rollup_envelope(window, key, partition, number, tally, namespace=self._prefix)
-        data = self._codec.encode(envelope)
-        kid = envelope.session_id.encode()
-        headers = self._guard.sign(self._out, kid, data, envelope_headers(envelope))
         try:
+            number, figures, offsets = part
+            tally = Tally.from_dict(figures)
+            marker = ",".join(f"{t}:{o}" for t, o in sorted(offsets.items()))
+            envelope = rollup_envelope(
+                window, key, partition, number, tally, namespace=self._prefix, marker=marker
+            )
+            data = self._codec.encode(envelope)
+            kid = envelope.session_id.encode()
+            headers = self._guard.sign(self._out, kid, data, envelope_headers(envelope))
             await self._producer.send_and_wait(self._out, data, key=kid, headers=list(headers))
         except Exception as exc:  # any send failure: kept in "s", sent again next tick
             log.warning("diagnostics: a closed window was not sent, trying again: %s", exc)
@@ -349,7 +384,7 @@ class RollupApp:
 
     def _forget(self, name: str, partition: int) -> None:
         self.tallies.data.pop(name, None)
-        self.tallies.send_changelog(partition, name, None)
+        self.tallies.send_changelog(partition, name, None, value_serializer="raw")  # a tombstone
 
     def _held(self) -> set[int]:
         """The source partitions this worker holds now (of the changelog's assignment)."""

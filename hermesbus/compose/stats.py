@@ -28,6 +28,7 @@ from hermesbus.topics import ALERTS, CONVERSATION_IN, DIAGNOSTICS, identity_of
 
 __all__ = ["Alert", "Stats", "component_lags", "read_stats"]
 
+_POLICY = protocol.ProtocolPolicy()
 _CONSUMES = {
     "conversation": CONVERSATION_IN,
     "dispatcher": protocol.DISPATCHER_TOPIC,
@@ -100,18 +101,19 @@ def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix
         stats.unproven += 1
         return
     body = envelope.payload.body
-    if topic == prefix + DIAGNOSTICS and isinstance(body, WindowRollup):
-        if signer != protocol.DIAGNOSTICS:
+    if not isinstance(body, ErrorReport | WindowRollup):
+        return  # another kind of record: not for this view
+    written = _POLICY.refusal(topic.removeprefix(prefix), signer, envelope) is None
+    if not written or signer != identity_of(envelope.source):
+        stats.unproven += 1  # only what its writer may write there, and signed as it
+    elif isinstance(body, WindowRollup):
+        try:
+            stats.board.add(envelope.message_id, body)
+        except ValueError:  # a histogram of other buckets: not one the rollup wrote
             stats.unproven += 1
-            return
-        stats.board.add(envelope.message_id, body)
-    elif isinstance(body, ErrorReport) and signer == identity_of(envelope.source):
+    else:
         alert = Alert(epoch_ms(envelope.timestamp), body.component, body.code, body.message)
         stats.alerts.append(alert)
-    elif not isinstance(body, ErrorReport | WindowRollup):
-        return  # another kind of record: not for this view
-    else:
-        stats.unproven += 1
 
 
 async def component_lags(kafka: KafkaConfig, prefix: str, tools: Sequence[str]) -> dict[str, int]:

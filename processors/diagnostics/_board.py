@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hermesbus.base.histogram import Histogram
+from hermesbus.base.histogram import LATENCY_BOUNDS_MS, Histogram
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import WindowRollup
 from hermesbus.processors.diagnostics._rollup import Tally
@@ -24,8 +24,10 @@ _KINDS = ("component", "tool", "state")
 
 def tally_of(body: WindowRollup) -> Tally:
     """A closed window's part as a tally that merges with others of the same key."""
+    if tuple(body.latency_bounds_ms) != tuple(LATENCY_BOUNDS_MS):
+        raise ValueError("a latency histogram of other buckets than the rollup's")
     counts = {"counts": list(body.latency_counts), "sum": body.latency_sum_ms}
-    latency = Histogram.from_dict(counts, body.latency_bounds_ms)  # ValueError: not ours
+    latency = Histogram.from_dict(counts)
     mean = body.confidence_mean or 0.0
     return Tally(
         count=body.count,
@@ -80,12 +82,13 @@ class Board:
         """Take one part; False for a hopping window's or one already taken (same id)."""
         if body.window != "tumbling" or message_id in self._ids:
             return False
+        tally = tally_of(body)  # ValueError for a histogram of other buckets: not taken
         self._ids.add(message_id)
         self.parts += 1
         start = epoch_ms(body.start)
         self._sizes[start] = epoch_ms(body.end) - start
         cell = self._cells.setdefault((body.key, start), Tally())
-        cell.merge(tally_of(body))
+        cell.merge(tally)
         return True
 
     def starts(self, last: int) -> list[int]:

@@ -88,8 +88,8 @@ class Windows:
     def __post_init__(self) -> None:
         if min(self.tumbling_ms, self.hopping_ms, self.hop_ms) <= 0:
             raise ValueError("window sizes must be positive")
-        if self.hop_ms > self.hopping_ms:
-            raise ValueError("a hopping window's hop may not be longer than the window")
+        if self.hop_ms > self.hopping_ms or self.hopping_ms % self.hop_ms:
+            raise ValueError("a hopping window's length must be a whole number of hops")
 
     def of(self, at_ms: int) -> list[Window]:
         """The tumbling window and every hopping window a record of time ``at_ms`` falls in."""
@@ -307,13 +307,22 @@ def rollup_body(window: Window, key: str, partition: int, part: int, tally: Tall
 
 
 def rollup_envelope(
-    window: Window, key: str, partition: int, part: int, tally: Tally, *, namespace: str = ""
+    window: Window,
+    key: str,
+    partition: int,
+    part: int,
+    tally: Tally,
+    *,
+    namespace: str = "",
+    marker: str = "",
 ) -> Envelope:
     """The envelope of one part of a closed window: its id, trace and time are the
     window's, key, partition and part (a re-send after a crash is the same record, and an
     app counting parts drops it by id); ``namespace`` (the topic prefix) keeps two buses'
-    ids apart."""
-    name = (namespace, window.kind, window.size_ms, window.start_ms, key, partition, part)
+    ids apart. ``marker`` (the last source offsets the part holds) stands for the part
+    number in the id when given: a part is then told apart from one numbered the same
+    after its window's entry was forgotten."""
+    name = (namespace, window.kind, window.size_ms, window.start_ms, key, partition, marker or part)
     return Envelope(
         message_id=derive_id("rollup", *name),
         timestamp=from_epoch_ms(window.end_ms),

@@ -52,11 +52,11 @@ def test_topics_apply_creates_the_catalog_on_the_embedded_broker(
     args = ["topics", "apply", "--bootstrap", broker.bootstrap, "--prefix", prefix]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "9 created, 0 in sync, 0 drifted" in result.output
+    assert "11 created, 0 in sync, 0 drifted" in result.output
 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "0 created, 9 in sync, 0 drifted" in result.output
+    assert "0 created, 11 in sync, 0 drifted" in result.output
 
     async def described() -> dict[str, ExistingTopic]:
         async with KafkaAdmin(KafkaConfig(bootstrap=broker.bootstrap)) as admin:

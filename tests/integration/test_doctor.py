@@ -111,7 +111,7 @@ def test_a_configured_broker_without_keys_fails_on_the_keys(
     assert "run `hermesbus keys init`" in result.out
     assert statuses["broker"] == "ok"
     assert statuses["topics"] == "warn"  # up creates missing topics: not a failure
-    assert f"9 of 9 missing: doc-{unique}.hermes.conversation.in" in result.out
+    assert f"11 of 11 missing: doc-{unique}.hermes.conversation.in" in result.out
     fix = f"`hermesbus topics apply --bootstrap {embedded_bootstrap} --prefix doc-{unique}.`"
     assert fix in result.out  # the command creates the topics doctor looked for
 
@@ -131,7 +131,7 @@ def test_apache_kafka_with_keys_is_ready_and_has_transactions(
     assert applied.code == 0, applied.out + applied.err
     again = _run(*options, env=env, cwd=tmp_path)
     assert _statuses(again.out)["topics"] == "ok"
-    assert "all 9, session topics with 6 partitions" in again.out
+    assert "all 11, session topics with 6 partitions" in again.out
 
 
 async def test_session_topics_that_disagree_fail_the_topics_check(

@@ -27,7 +27,7 @@ def test_apply_creates_every_topic_then_is_idempotent(kafka_bootstrap: str, uniq
     prefix = f"t{unique}."
     code, output = apply(kafka_bootstrap, prefix, "--dry-run")
     assert code == 0, output
-    assert "9 to create" in output
+    assert "11 to create" in output
 
     code, output = apply(kafka_bootstrap, prefix)
     assert code == 0, output
@@ -35,7 +35,7 @@ def test_apply_creates_every_topic_then_is_idempotent(kafka_bootstrap: str, uniq
 
     code, output = apply(kafka_bootstrap, prefix)
     assert code == 0, output
-    assert "0 created, 9 in sync, 0 drifted" in output
+    assert "0 created, 11 in sync, 0 drifted" in output
 
     async def described() -> dict[str, ExistingTopic]:
         async with KafkaAdmin(KafkaConfig(bootstrap=kafka_bootstrap)) as admin:
@@ -69,10 +69,10 @@ def test_apply_reports_drift_and_never_repartitions(kafka_bootstrap: str, unique
     assert (
         f"drift {prefix}hermes.memory: retention.ms is 60000, the catalog says 604800000" in output
     )
-    assert "8 created" in output
+    assert "10 created" in output
     code, output = apply(kafka_bootstrap, prefix)
     assert code == 2
-    assert "0 created, 8 in sync, 1 drifted" in output
+    assert "0 created, 10 in sync, 1 drifted" in output
 
 
 def test_unreachable_broker_is_a_clear_error() -> None:

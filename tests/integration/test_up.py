@@ -81,7 +81,7 @@ def test_up_runs_both_demo_conversations_on_the_embedded_broker(
         assert "S3→S3.1" in drawn and "S3.1→S4" in drawn  # the walkthrough's path
     said = result.stderr  # each start-up step, as it completes
     assert "broker up: embedded (tansu, in memory) at 127.0.0.1:" in said
-    assert "topics ready: 9 created" in said
+    assert "topics ready: 11 created" in said
     assert re.search(r"s  metrics: http://127\.0\.0\.1:\d+/metrics$", said, re.M), said
     assert f"state: {home}\n" in said
     assert (

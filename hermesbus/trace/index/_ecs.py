@@ -40,6 +40,7 @@ from hermesbus.errors import HermesError
 from ._model import ArchivedRecord, Document
 
 __all__ = [
+    "ENVELOPES_DATASET",
     "ROLLUP_DATASET",
     "DocumentSettings",
     "decode",
@@ -52,6 +53,7 @@ _REDACTED = "[redacted]"
 _COMPONENTS = {"mcp": "dispatcher"}
 """``service.name`` is the processor's name: the dispatcher signs as ``mcp:dispatcher``."""
 _FAILED_STATUS = 400
+ENVELOPES_DATASET = "hermes.envelopes"
 ROLLUP_DATASET = "hermes.diagnostics"
 """``event.dataset`` of a closed window's document: it goes into a data stream of its own."""
 _NS_PER_MS = 1_000_000
@@ -152,7 +154,7 @@ def _coordinates(record: ArchivedRecord) -> Document:
     return {
         "_id": record.id,
         "@timestamp": iso_ms(record.timestamp_ms),
-        "event": {"kind": "event", "dataset": "hermes.envelopes"},
+        "event": {"kind": "event", "dataset": ENVELOPES_DATASET},
         "messaging": {
             "destination": {"name": record.topic},
             "kafka": {

@@ -24,10 +24,13 @@ from hermesbus.errors import HermesError, IdentityError
 from hermesbus.identity import Verifier
 from hermesbus.topics import identity_of
 
+from ._ecs import ENVELOPES_DATASET, ROLLUP_DATASET
 from ._model import ArchivedRecord, Document
 
 __all__ = ["UNVERIFIED", "Checked", "check", "mark"]
 
+ROLLUP_SIGNER = "diagnostics"
+"""The identity whose closed windows are charted (``processors.protocol.DIAGNOSTICS``)."""
 UNVERIFIED = "unverified"
 """``service.name`` of a record whose signature does not prove its source."""
 
@@ -69,6 +72,11 @@ def mark(doc: Document, checked: Checked) -> Document:
     """Put the check into ``doc``; a record not believed loses what it claimed."""
     signature: dict[str, object] = {"verified": checked.verified, "signer": checked.signer}
     doc["hermes"]["signature"] = signature
+    if doc["event"].get("dataset") == ROLLUP_DATASET and (
+        not checked.verified or checked.signer != ROLLUP_SIGNER
+    ):  # charted figures only from the rollup itself: anything else stays an envelope
+        doc["event"]["dataset"] = ENVELOPES_DATASET
+        doc["hermes"].pop("rollup", None)
     if checked.verified:
         return doc
     signature["error"] = checked.error

@@ -6,6 +6,7 @@ from hermesbus.codec import default_codec
 from hermesbus.contract.envelope import Envelope, Metadata
 from hermesbus.contract.headers import DLQ_ORIGIN_TOPIC
 from hermesbus.identity import Verifier
+from hermesbus.processors.diagnostics import TUMBLING_MS, Figures, Tally, Window, rollup_envelope
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ
 from hermesbus.trace.index import ArchivedRecord, DocumentSettings, decode, document
 from hermesbus.trace.index._signature import UNVERIFIED, check, mark
@@ -75,3 +76,21 @@ def test_a_record_not_believed_loses_its_service_and_its_success() -> None:
     assert doc["event"]["outcome"] == "unknown"
     assert doc["hermes"]["signature"]["verified"] is False
     assert doc["message"].startswith(UNVERIFIED)
+
+
+def test_only_the_rollups_own_closed_windows_are_charted() -> None:
+    tally = Tally()
+    tally.add(Figures(latency_ms=3.0))
+    closed = rollup_envelope(Window("tumbling", TUMBLING_MS, 0), "tool:ocr_tool", 0, 0, tally)
+
+    def marked(signer: str | None) -> dict[str, object]:
+        r = record(closed, "hermes.diagnostics", signer)
+        doc = document(r, decode(r, CODEC), DocumentSettings())
+        return mark(doc, check(r, decode(r, CODEC), Verifier(signing.keys()), DLQ))
+
+    own = marked("diagnostics")
+    assert own["event"]["dataset"] == "hermes.diagnostics" and "rollup" in own["hermes"]  # type: ignore[index, operator]
+    for forger in ("app", "tool", None):  # signed by another, or not at all: an envelope
+        doc = marked(forger)
+        assert doc["event"]["dataset"] == "hermes.envelopes", forger  # type: ignore[index]
+        assert "rollup" not in doc["hermes"]  # type: ignore[operator]
