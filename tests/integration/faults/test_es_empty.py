@@ -28,7 +28,11 @@ from aiokafka import AIOKafkaProducer
 from hermesbus.codec import default_codec
 from hermesbus.connectors.elasticsearch import ElasticsearchConfig, ElasticsearchTraceIndex
 from hermesbus.connectors.elasticsearch import index as es_index
-from hermesbus.connectors.elasticsearch.templates import template_name, wrongly_mapped
+from hermesbus.connectors.elasticsearch.templates import (
+    rollup_template_name,
+    template_name,
+    wrongly_mapped,
+)
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.topics import CONVERSATION_IN
 from hermesbus.trace.index import Indexer
@@ -62,6 +66,7 @@ async def _emptied(index: ElasticsearchTraceIndex) -> None:
     """What Elasticsearch back without its data lacks: the templates (and the stream)."""
     client = index.client
     await client.indices.delete_index_template(name=index.template)
+    await client.indices.delete_index_template(name=rollup_template_name(index.template))
     for suffix in ("@mappings", "@settings"):
         await client.cluster.delete_component_template(name=index.template + suffix)
 

@@ -156,4 +156,4 @@ async def test_the_indexing_check_counts_what_the_indexer_has_not_committed(
     after = await asyncio.to_thread(_doctor, *options, env=env, cwd=tmp_path)
     status, said = _line(after.out, "indexing")
     assert status == "ok", after.out
-    assert "has indexed every record of the 8 topics" in said
+    assert "has indexed every record of the 9 topics" in said
