@@ -45,7 +45,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -94,6 +94,9 @@ _PROCESSORS: Final = frozenset(
     {protocol.CONVERSATION, protocol.DISPATCHER, protocol.TOOL, protocol.MEMORY}
 )
 """Who may re-send another's envelope (a retry, a durable timer) on its own input."""
+_DRAIN_S: Final = 3.0
+_STOP_S: Final = 5.0
+"""How long a stop waits for the last commit, and for faust's services (a dead broker)."""
 _APPENDS_KEPT: Final = 100_000
 """Append times remembered for the hop latency: the most recent records' (about 6 MB)."""
 _FAUST_SESSION_S: Final = 60.0
@@ -209,12 +212,14 @@ class RollupApp:
             raise
 
     async def stop(self) -> None:
+        """Bounded (a broker that died must not hold up a stop): what was counted and not
+        committed by then is counted again, once, at the next start."""
         try:
-            await self._drain()
-            await self.app.stop()
+            await _bounded(self._drain(), _DRAIN_S, "its last commit")
+            await _bounded(self.app.stop(), _STOP_S, "stopping faust")
         finally:
             if self._producer is not None:
-                await self._producer.stop()
+                await _bounded(self._producer.stop(), _DRAIN_S, "stopping its producer")
                 self._producer = None
 
     async def _drain(self) -> None:
@@ -407,6 +412,13 @@ def _quiet_buffer_warnings() -> None:
     logger = logging.getLogger("faust.transport.producer")
     if not any(isinstance(f, _BufferFull) for f in logger.filters):
         logger.addFilter(_BufferFull())
+
+
+async def _bounded(work: Awaitable[None], within_s: float, what: str) -> None:
+    try:
+        await asyncio.wait_for(work, within_s)
+    except TimeoutError:
+        log.warning("diagnostics: %s took over %g s; stopping without it", what, within_s)
 
 
 def _name(window: Window, key: str, partition: int) -> str:
