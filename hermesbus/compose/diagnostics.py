@@ -408,10 +408,32 @@ class _BufferFull(logging.Filter):
         return not record.getMessage().startswith("producer buffer full")
 
 
+class _NoTraceback(logging.Filter):
+    """faust and mode log a traceback when their consumer cannot reach the broker (one
+    that died, say): an expected failure, said in one line with its reason instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]!r}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def _quiet_buffer_warnings() -> None:
     logger = logging.getLogger("faust.transport.producer")
     if not any(isinstance(f, _BufferFull) for f in logger.filters):
         logger.addFilter(_BufferFull())
+    for name in (
+        "mode",
+        "mode.threads",
+        "mode.services",
+        "faust",
+        "faust.transport.drivers.aiokafka",
+    ):
+        named = logging.getLogger(name)
+        if not any(isinstance(f, _NoTraceback) for f in named.filters):
+            named.addFilter(_NoTraceback())
 
 
 async def _bounded(work: Awaitable[None], within_s: float, what: str) -> None:
