@@ -242,9 +242,7 @@ class ElasticsearchTraceIndex(Service):
 
         later = 0
         aliases = {  # a rollup part's document id -> its record's, for the indexer
-            _ROLLUP_ID + str(doc["event"]["id"]): doc["_id"]
-            for doc in docs
-            if doc.get("event", {}).get("dataset") == ROLLUP_DATASET
+            _ROLLUP_ID + str(doc["event"]["id"]): doc["_id"] for doc in docs if _is_rollup(doc)
         }
         with translated("a bulk write", self.config.shown_url):
             async for _ok, item in async_streaming_bulk(
@@ -275,7 +273,7 @@ class ElasticsearchTraceIndex(Service):
         if not isinstance(doc, dict):  # the helper's type allows raw lines; write gives none
             raise TypeError(f"a document is a dict, not {type(doc).__name__}")
         source = orjson.dumps({k: v for k, v in doc.items() if k != "_id"})
-        if doc.get("event", {}).get("dataset") == ROLLUP_DATASET:
+        if _is_rollup(doc):
             # a closed window's part by its message id: a part sent again (after a crash,
             # by another worker) is the same document, so charts never count it twice
             rollup_id = _ROLLUP_ID + str(doc["event"]["id"])
@@ -395,6 +393,11 @@ def _matching(templates: Sequence[dict[str, Any]], stream: str) -> tuple[tuple[s
 _ROLLUP_ID = "rollup:"
 """A closed window's part is stored under ``rollup:<message id>`` (its record's id is
 said back to the indexer)."""
+
+
+def _is_rollup(doc: Document) -> bool:
+    """A closed window's part (the trace index marked it so): its own stream and id."""
+    return bool(doc.get("event", {}).get("dataset") == ROLLUP_DATASET)
 
 
 def _sort(item: dict[str, Any], result: WriteResult) -> int:

@@ -45,7 +45,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -145,11 +145,12 @@ class RollupApp:
         prefix: str,
         partitions: int,
         datadir: Path,
+        sources: Sequence[str],
         codec: Codec | None = None,
     ) -> None:
         if kafka.bootstrap is None:
             raise ConfigError("the diagnostics rollup needs a broker (HERMES_KAFKA_BOOTSTRAP)")
-        _quiet_buffer_warnings()
+        _quiet_faust_logs()
         self.settings = settings
         self.stats = RollupStats()
         self._kafka = kafka
@@ -185,9 +186,12 @@ class RollupApp:
             # 1 byte: every record is a batch of its own (see one_record_batches)
             producer_max_batch_size=1 if settings.one_record_batches else 16_384,
         )
-        wanted = [prefix + name for name in source_topics(Catalog.load())]
         source = self.app.topic(
-            *wanted, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            *(prefix + name for name in sources),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
         )
         self.tallies = self.app.Table(TABLE, default=None, partitions=partitions)
         self.app.agent(source, concurrency=1, name="rollup")(self._count)
@@ -257,8 +261,9 @@ class RollupApp:
         place = self._parts.setdefault(partition, _Partition())
         place.read_ms, place.seen = max(place.read_ms, at_ms), time.monotonic()
         applied = reopened = seen = False
+        counted = list(contributions(envelope, headers, dead_letter=dead, hop_ms=hop_ms))
         for window in self._windows.of(at_ms):
-            for key, figures in contributions(envelope, headers, dead_letter=dead, hop_ms=hop_ms):
+            for key, figures in counted:
                 name = _name(window, key, partition)
                 value = self.tallies.get(name) or {"o": {}, "t": None, "n": 0, "s": None}
                 if offset <= value["o"].get(topic, -1):
@@ -420,7 +425,7 @@ class _NoTraceback(logging.Filter):
         return True
 
 
-def _quiet_buffer_warnings() -> None:
+def _quiet_faust_logs() -> None:
     logger = logging.getLogger("faust.transport.producer")
     if not any(isinstance(f, _BufferFull) for f in logger.filters):
         logger.addFilter(_BufferFull())
@@ -510,6 +515,7 @@ async def rollup_app(
         prefix=prefix,
         partitions=sizes.pop(),
         datadir=datadir,
+        sources=source_topics(catalog),
     )
 
 

@@ -8,8 +8,7 @@ each component is its group's uncommitted records on the topic it consumes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -72,22 +71,14 @@ async def read_stats(
     topics = [prefix + DIAGNOSTICS, prefix + ALERTS]
     counts = await partition_counts(kafka, topics)
     parts = [TopicPartition(t, p) for t in topics for p in range(counts.get(t, 0))]
-    async with _reading(kafka, parts, since_ms, follow) as reader:
+    end = None if follow else Position("end")
+    reader = LogReader(kafka, parts, start=Position("time", since_ms), end=end, what="stats")
+    async with reader:
         async for batch in reader:
             for record in batch:
                 _take(stats, record, codec, verifier, prefix)
             changed(stats)
     return stats
-
-
-@contextlib.asynccontextmanager
-async def _reading(
-    kafka: KafkaConfig, parts: Sequence[TopicPartition], since_ms: int, follow: bool
-) -> AsyncIterator[LogReader]:
-    end = None if follow else Position("end")
-    reader = LogReader(kafka, parts, start=Position("time", since_ms), end=end, what="stats")
-    async with reader:
-        yield reader
 
 
 def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
