@@ -299,8 +299,14 @@ def test_a_kill_9_mid_stream_counts_every_input_exactly_once(
     args = ("diagnostics", "--bootstrap", broker, "--prefix", prefix)
     total, rate = 3_000, 300  # inputs, and how many a second (10 s of traffic)
 
+    killed = asyncio.Event()
+
     async def traffic() -> None:
+        """Half the inputs, a pause until the kill, then the rest: the kill is mid-stream
+        however slowly the rollup joins on a busy machine."""
         for batch in range(total // 100):
+            if batch == total // 200:
+                await killed.wait()
             now = int(time.time() * 1000)
             await produce(broker, prefix, [answer(batch * 100 + i, now + i) for i in range(100)])
             await asyncio.sleep(100 / rate)
@@ -314,6 +320,7 @@ def test_a_kill_9_mid_stream_counts_every_input_exactly_once(
                 await emitted.until(lambda e: e.total("component:tool") > 0, "a first window")
                 assert not sending.done(), "the traffic ended before the kill: not mid-stream"
                 first.kill()  # SIGKILL: no commit, no changelog flush, no goodbye
+                killed.set()
                 killed_at = emitted.total("component:tool")
                 await sending
                 second = Background(tmp_path, *args, env=env, name="second")
