@@ -15,23 +15,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hermesbus import Envelope
 from hermesbus.compose.redrive import FORK_OF, REPLAY_ID, REPLAY_ORIGIN
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.connectors.kafka.groups import committed
 from hermesbus.demo.expense import Said, run
 from hermesbus.identity import KEYS_FILE_ENV
 from hermesbus.trace.tail import Filters, Position, catalog_topics, tail
 from tests.cli_process import clean_env, hermesbus
+from tests.integration.commits import commits_under, group_names
 from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
-CONSUMED: dict[str, tuple[str, ...]] = {
-    "conversation": ("hermes.conversation.in",),
-    "dispatcher": ("hermes.dispatcher",),
-    "memory": ("hermes.memory",),
-    "tool": ("hermes.tool",),
-}
-"""The bus's own consumer groups and their topics (each demo tool's group reads
-hermes.tool too, and the indexer every topic)."""
+BUS_GROUPS = ("conversation", "dispatcher", "memory", "tool", "indexer")
+"""Groups of the bus that have committed on its topics once the demo ran (each demo
+tool's group, tool-*, too)."""
 
 
 def _quiet(kind: str, item: object) -> None:
@@ -47,7 +42,8 @@ async def _demo(
 
 
 async def _snapshot(kafka: KafkaConfig, prefix: str, home: Path) -> dict[str, Any]:
-    """What the bus owns: its topics' ends, its groups' commits there, its state files."""
+    """What the bus owns: its topics' ends, every group's commits there (whoever made
+    them), its state files; and the broker's groups, by name."""
     topics = catalog_topics(prefix)
     async with KafkaAdmin(kafka) as admin:  # a plain consumer's metadata may lack them
         counts = {name: t.partitions for name, t in (await admin.describe(topics)).items()}
@@ -60,16 +56,8 @@ async def _snapshot(kafka: KafkaConfig, prefix: str, home: Path) -> dict[str, An
         ends = {f"{tp.topic}/{tp.partition}": end for tp, end in offsets.items()}
     finally:
         await consumer.stop()
-    async with KafkaAdmin(kafka) as admin:
-        groups = sorted(str(g[0]) for g in await admin.client.list_consumer_groups())
-    reads = CONSUMED | {g: ("hermes.tool",) for g in groups if g.startswith("tool-")}
-    reads["indexer"] = tuple(t.removeprefix(prefix) for t in topics)
-    commits = {
-        f"{group}@{topic}": await committed(kafka, group, prefix + topic)
-        for group, names in reads.items()
-        if group in groups
-        for topic in names
-    }
+    commits = await commits_under(kafka, [prefix])
+    groups = await group_names(kafka)
     return {"ends": ends, "commits": commits, "files": _files(home), "groups": groups}
 
 
@@ -87,6 +75,7 @@ async def test_a_redrive_replays_the_demo_in_sandbox_topics_and_touches_nothing_
     said = await _demo(broker, prefix, home, monkeypatch)
     kafka = KafkaConfig(bootstrap=broker)
     before = await _snapshot(kafka, prefix, home)
+    assert set(BUS_GROUPS) <= set(before["commits"]), before["commits"]  # what is compared
     stopped = said[1].conversation.session_id
     sandbox = f"sandbox-{unique}."
     env = clean_env(home, **{KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]})
@@ -124,8 +113,11 @@ async def test_a_redrive_replays_the_demo_in_sandbox_topics_and_touches_nothing_
     assert {k: after[k] for k in ("ends", "commits", "files")} == {
         k: before[k] for k in ("ends", "commits", "files")
     }
+    # the groups made meanwhile that are this test's (named with its id, or committed on
+    # its topics; other tests share the broker) are the sandbox's
     new_groups = set(after["groups"]) - set(before["groups"])
-    assert new_groups and all(g.startswith(sandbox) for g in new_groups), new_groups
+    ours = {g for g in new_groups if unique in g or g in after["commits"]}
+    assert ours and all(g.startswith(sandbox) for g in ours), ours
     assert (home / "replays" / sandbox.rstrip(".") / "state.sqlite3").exists()
 
 

@@ -167,7 +167,8 @@ async def test_tail_reads_slices_by_offset_and_time_and_joins_no_group(
 
     async with KafkaAdmin(kafka) as admin:  # nine reads later: no group joined, none made
         groups_after = sorted(map(str, await admin.client.list_consumer_groups()))
-    assert groups_after == groups_before
+    # (earlier tests' empty groups may have expired meanwhile: only a new one would say)
+    assert set(groups_after) - set(groups_before) == set()
 
 
 async def test_tail_of_a_missing_topic_is_one_clear_error(

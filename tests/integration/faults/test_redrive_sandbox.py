@@ -45,13 +45,12 @@ from hermesbus.replay.sandbox import MARKER, claim, marker_of
 from hermesbus.topics import CONVERSATION_IN, Catalog
 from hermesbus.trace.tail import Filters, Position, tail
 from tests.cli_process import Ran, clean_env, hermesbus
+from tests.integration.commits import commits_under, group_names
 from tests.integration.index.proxy import Relay
 from tests.integration.stacks import demo_stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 
-_BUS_GROUPS = ("conversation", "dispatcher", "memory", "tool", "indexer")
-"""The bus's own consumer groups (a tenant's groups are not prefixed), besides tool-*."""
 _JOIN_S = 60.0
 
 
@@ -73,14 +72,9 @@ async def _topics(kafka: KafkaConfig, prefixes: Sequence[str]) -> dict[str, int]
         return {name: t.partitions for name, t in (await admin.describe(names)).items()}
 
 
-async def _groups(kafka: KafkaConfig) -> list[str]:
-    async with KafkaAdmin(kafka) as admin:
-        return sorted(str(g[0]) for g in await admin.client.list_consumer_groups())
-
-
 async def _broker_state(kafka: KafkaConfig, prefixes: Sequence[str]) -> dict[str, Any]:
-    """Under ``prefixes``: every topic's end offsets, and the commits there of the bus's
-    groups and of every group named with one of the prefixes; those groups' names."""
+    """Under ``prefixes``: every topic's end offsets, every group's commits there, and the
+    groups named with one of the prefixes (with or without commits)."""
     topics = await _topics(kafka, prefixes)
     parts = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
     consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=None)
@@ -92,23 +86,9 @@ async def _broker_state(kafka: KafkaConfig, prefixes: Sequence[str]) -> dict[str
         }
     finally:
         await consumer.stop()
-    groups = await _groups(kafka)
-    ours = [g for g in groups if g.startswith(tuple(prefixes))]
-    watched = [g for g in groups if g in _BUS_GROUPS or g.startswith("tool-")] + ours
-    commits = {g: await _commits(kafka, g, parts) for g in watched}
+    ours = [g for g in await group_names(kafka) if g.startswith(tuple(prefixes))]
+    commits = await commits_under(kafka, prefixes)
     return {"topics": sorted(topics), "ends": ends, "groups": ours, "commits": commits}
-
-
-async def _commits(
-    kafka: KafkaConfig, group: str, parts: Sequence[TopicPartition]
-) -> dict[str, int]:
-    consumer = AIOKafkaConsumer(**kafka.client_kwargs(), group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        found = {f"{tp.topic}/{tp.partition}": await consumer.committed(tp) for tp in parts}
-    finally:
-        await consumer.stop()
-    return {place: offset for place, offset in found.items() if offset is not None}
 
 
 def _files(*roots: Path) -> dict[str, str | None]:
