@@ -31,6 +31,7 @@ from tests.services import (  # the service fixtures and the failure report, for
     pytest_runtest_makereport,
     redis_url,
     schema_registry_url,
+    workers_services,
 )
 
 __all__ = [
@@ -55,7 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
     unless the caller gave one. Nor does a test that sets no HERMES_HOME write to the
     user's own state folder: the run gets one of its own (tests that need a fresh one set
     theirs). xdist's workers inherit both from the run that starts them.
+
+    Under xdist, each worker uses its own set of services: deploy/local/test.sh starts
+    one per worker and exports its variables with the worker's suffix
+    (``HERMES_TEST_KAFKA_BOOTSTRAP__GW1``), which become the plain names here.
     """
+    os.environ.update(workers_services(os.environ, os.environ.get("PYTEST_XDIST_WORKER")))
     if not os.environ.get(KEYS_FILE_ENV):
         keys_dir = tempfile.mkdtemp(prefix="hermesbus-keys-")
         atexit.register(shutil.rmtree, keys_dir, ignore_errors=True)

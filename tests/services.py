@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -130,6 +130,20 @@ class Service:
             return None
         log = log_tail(self.log, variable=self.log_variable)
         return f"{self.name} at {address} is gone; its log: {log}"
+
+
+def workers_services(environ: Mapping[str, str], worker: str | None) -> dict[str, str]:
+    """The plain ``HERMES_TEST_*`` names ``worker`` (an xdist worker id, ``gw1``) uses: the
+    values deploy/local/test.sh exported for its own set of services, under its suffix
+    (``HERMES_TEST_KAFKA_BOOTSTRAP__GW1``). Nothing outside a worker."""
+    if not worker:
+        return {}
+    suffix = "__" + worker.upper()
+    return {
+        name.removesuffix(suffix): value
+        for name, value in environ.items()
+        if name.startswith("HERMES_TEST_") and name.endswith(suffix)
+    }
 
 
 EMBEDDED = Service(

@@ -49,11 +49,16 @@ def started(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
 
 
 def _evidence(run_dir: Path, **logs: Path) -> str:
+    """``evidence`` on a run with one set of services (a worker's), whose env file names
+    ``logs``, as deploy/local/services.sh writes it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_TEST_")}
     env["RUN_DIR"] = str(run_dir)
-    env.update({f"HERMES_TEST_{k.upper()}_LOG": str(v) for k, v in logs.items()})
+    (run_dir / "gw0").mkdir(exist_ok=True)
+    (run_dir / "gw0" / "env").write_text(
+        "".join(f"export HERMES_TEST_{k.upper()}_LOG='{v}'\n" for k, v in logs.items())
+    )
     done = subprocess.run(
-        ["bash", "-c", f"source {ROOT / 'deploy/local/evidence.sh'}; evidence 1"],
+        ["bash", "-c", f"source {ROOT / 'deploy/local/evidence.sh'}; evidence 1 {run_dir}/gw0"],
         capture_output=True,
         text=True,
         env=env,

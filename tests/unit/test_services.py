@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import KAFKA, need
+from tests.services import KAFKA, need, workers_services
 
 pytest_plugins = ["pytester"]
 
@@ -117,3 +117,20 @@ def test_every_service_fixture_goes_through_need(
         assert f"(its log: {kafka_log})" in out
         assert "no schema registry: HERMES_TEST_SCHEMA_REGISTRY_URL is unset" in out
         assert "no embedded broker binary: no embedded broker binary (tansu)" in out
+
+
+def test_a_worker_uses_its_own_set_of_services_and_no_other() -> None:
+    exported = {
+        "HERMES_TEST_KAFKA_BOOTSTRAP": "127.0.0.1:1",  # the first set, under the plain names
+        "HERMES_TEST_KAFKA_BOOTSTRAP__GW0": "127.0.0.1:1",
+        "HERMES_TEST_KAFKA_BOOTSTRAP__GW1": "127.0.0.1:2",
+        "HERMES_TEST_REDIS_URL__GW1": "",  # its Redis did not start: not the first set's
+        "HERMES_TEST_REDIS_URL": "redis://127.0.0.1:3/0",
+        "HERMES_TEST_REDIS_URL__GW10": "redis://127.0.0.1:4/0",
+    }
+    assert workers_services(exported, "gw1") == {
+        "HERMES_TEST_KAFKA_BOOTSTRAP": "127.0.0.1:2",
+        "HERMES_TEST_REDIS_URL": "",
+    }
+    assert workers_services(exported, "gw0") == {"HERMES_TEST_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    assert workers_services(exported, None) == {}  # one process: the plain names as they are
