@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import faust
+from mode.threads import ServiceThread, WorkerThread
 
 from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig
@@ -418,6 +420,8 @@ class _NoTraceback(logging.Filter):
     that died, say): an expected failure, said in one line with its reason instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(_FAUST_LOGGERS):
+            return True
         if record.exc_info and record.exc_info[1] is not None:
             record.msg = f"{record.getMessage()}: {record.exc_info[1]!r}"
             record.args = None
@@ -425,15 +429,52 @@ class _NoTraceback(logging.Filter):
         return True
 
 
+_FAUST_LOGGERS: Final = ("faust", "mode")
+
+
+def _thread_crashed(self: Any, msg: str, *fmt: Any, **kwargs: Any) -> None:
+    """mode's ``ServiceThread.on_crash``, which prints a traceback to stderr itself (not
+    through logging): one line with the reason instead."""
+    log.warning("diagnostics: %s", msg.format(*fmt))
+
+
+def _thread_died(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    """A ``threading.excepthook`` that says in one line that a thread of mode's (faust's
+    consumer) died of an error, and hands every other thread's to ``previous``."""
+
+    def hook(args: Any) -> object:
+        exc = args.exc_value
+        if isinstance(args.thread, WorkerThread) and isinstance(exc, Exception):
+            log.warning("diagnostics: faust's %s stopped: %r", args.thread.name, exc)
+            return None
+        return previous(args)
+
+    hook.hermes_quiet = True  # type: ignore[attr-defined]
+    return hook
+
+
 def _quiet_faust_logs() -> None:
+    """faust's and mode's tracebacks for a broker they cannot reach (one that died while
+    the rollup joined, say) become one line each: an expected failure, said with its
+    reason. mode's threads print theirs to stderr directly, and re-raise in the thread."""
+    ServiceThread.on_crash = _thread_crashed  # type: ignore[method-assign]
+    if not getattr(threading.excepthook, "hermes_quiet", False):
+        threading.excepthook = _thread_died(threading.excepthook)
     logger = logging.getLogger("faust.transport.producer")
     if not any(isinstance(f, _BufferFull) for f in logger.filters):
         logger.addFilter(_BufferFull())
-    for name in (
+    # a logger's filter sees only its own records, not its children's: the handlers'
+    # see every faust and mode logger's, whichever logs (faust.app.base, ...)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NoTraceback) for f in handler.filters):
+            handler.addFilter(_NoTraceback())
+    for name in (  # and where no handler is set up yet, the loggers known to log them
         "mode",
         "mode.threads",
         "mode.services",
         "faust",
+        "faust.app.base",
+        "faust.transport.consumer",
         "faust.transport.drivers.aiokafka",
     ):
         named = logging.getLogger(name)
