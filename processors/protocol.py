@@ -144,6 +144,7 @@ __all__ = [
     "memory_at",
     "pause_notice",
     "progress_notice",
+    "result_confidence",
     "tool_at",
 ]
 
@@ -317,7 +318,9 @@ WRITERS: Final[Mapping[str, Mapping[str, Bodies]]] = {
     TOOL_TOPIC: {DISPATCHER: (ToolCall, ModelRequest)},  # only the dispatcher calls tools
     MEMORY_TOPIC: {DISPATCHER: (MemoryQuery, MemoryWrite, StateSnapshot)},  # memory trusts it
     AUDIT_TOPIC: {MEMORY: (MemoryWrite,)},
-    ALERTS_TOPIC: {who: (ErrorReport,) for who in (CONVERSATION, DISPATCHER, TOOL, MEMORY)},
+    ALERTS_TOPIC: {  # the processors' alerts, and the diagnostics' rules' (processors/diagnostics)
+        who: (ErrorReport,) for who in (CONVERSATION, DISPATCHER, TOOL, MEMORY, DIAGNOSTICS)
+    },
     DIAGNOSTICS_TOPIC: {DIAGNOSTICS: (WindowRollup,)},
 }
 """Topic -> signing identity -> the bodies it may write there. Nothing else is admitted:
@@ -351,6 +354,15 @@ class ProtocolPolicy:
 # -- live tool health, read by the dispatcher and written by the tool processor -----------
 
 
+def result_confidence(result: ToolResult) -> float:
+    """How far an answer can be trusted, as its diagnostics say it: 1.0 verified, 0.6 not
+    verified, at most 0.5 stale or from a fallback, 0.0 failed (an HTTP error)."""
+    if result.status_code >= 400:  # noqa: PLR2004 - HTTP
+        return 0.0
+    score = 1.0 if result.verified else 0.6
+    return min(score, 0.5) if result.stale or result.fallback else score
+
+
 @dataclass(frozen=True, slots=True)
 class ToolHealth:
     """A tool's latest health (latency, success rate, quota)."""
@@ -368,11 +380,15 @@ class ToolHealth:
     estimate_s: int = 30
     queued: int = 0
     """Calls waiting for a free worker of the tool now: a queue means busy, not failing."""
+    alert: str = ""
+    """The open diagnostics alerts that make the tool unhealthy (their rules, comma
+    separated: ``low_confidence``); empty: none."""
 
     @property
     def healthy(self) -> bool:
         return (
-            self.latency_ms <= self.unhealthy_after_ms
+            not self.alert
+            and self.latency_ms <= self.unhealthy_after_ms
             and self.success_rate >= self.min_success_rate
             and self.quota_remaining != 0
         )

@@ -195,7 +195,13 @@ def health_of(dispatched: Envelope) -> ToolHealth | None:
     latency = context.get("health_latency_ms")
     latency_ms = float(latency) if isinstance(latency, int | float) else 0.0
     if verdict == "unhealthy":
-        return ToolHealth(body.tool, latency_ms=latency_ms, success_rate=0.0)
+        alert = context.get("health_alert")
+        return ToolHealth(
+            body.tool,
+            latency_ms=latency_ms,
+            success_rate=0.0,
+            alert=alert if isinstance(alert, str) else "",
+        )
     if verdict == "slow":  # healthy and over its slow threshold, whatever that was then
         return ToolHealth(
             body.tool,

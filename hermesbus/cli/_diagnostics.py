@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 
 import typer
 
 from hermesbus.base import sigint as _sigint
+from hermesbus.compose.alerts import background_judge, judge_for
 from hermesbus.compose.diagnostics import rollup_app
 from hermesbus.compose.settings import Settings
 
@@ -33,10 +35,13 @@ def diagnostics_command(
     """Add up the envelopes' diagnostics over windows (faust-streaming); emit closed windows.
 
     Per component, tool and flow state, over tumbling and hopping windows of the records'
-    own time; each closed window goes to hermes.diagnostics, signed. Runs until Ctrl-C or
-    SIGTERM (exit 0 after SIGTERM, 130 after Ctrl-C). Several may run on one cluster: they
-    share the work by partition. The windows and timing are ``HERMES_DIAGNOSTICS_*``;
-    against the embedded broker set ``HERMES_DIAGNOSTICS_SESSION_TIMEOUT_MS=6000`` and
+    own time; each closed window goes to hermes.diagnostics, signed, and the alert rules
+    judge the closed windows: each alert raised or cleared goes to hermes.alerts, signed.
+    Runs until Ctrl-C or SIGTERM (exit 0 after SIGTERM, 130 after Ctrl-C). Several may
+    run on one cluster: they share the rollup by partition, and each judges every window
+    (an alert is the same record, by id, whoever writes it). The windows, timing and
+    rules are ``HERMES_DIAGNOSTICS_*``; against the embedded broker set
+    ``HERMES_DIAGNOSTICS_SESSION_TIMEOUT_MS=6000`` and
     ``HERMES_DIAGNOSTICS_ONE_RECORD_BATCHES=true`` (README, Diagnostics). ``up``
     runs one itself unless ``HERMES_DIAGNOSTICS_ENABLED=false``.
     """
@@ -54,6 +59,10 @@ def diagnostics_command(
         raise typer.Exit(code)
 
 
+def _say(line: str) -> None:
+    console.print(line, soft_wrap=True)
+
+
 def _stop_on(sig: int, received: list[int], stop: asyncio.Event) -> None:
     received.append(sig)
     stop.set()
@@ -66,10 +75,11 @@ async def _run(settings: Settings, prefix: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _stop_on, sig, received, stop)
     try:
+        keys = settings.keys.load()
         app = await rollup_app(
             settings.kafka,
             settings.diagnostics,
-            settings.keys.load(),
+            keys,
             prefix=prefix,
             datadir=settings.home / "diagnostics",
         )
@@ -92,8 +102,13 @@ async def _run(settings: Settings, prefix: str) -> int:
             f"closed windows go to {prefix}hermes.diagnostics",
             soft_wrap=True,
         )
+        judging = contextlib.AsyncExitStack()
+        if settings.diagnostics.rules():  # the alerts, judged over the closed windows
+            judge = judge_for(settings.kafka, settings.diagnostics, keys, prefix=prefix)
+            await judging.enter_async_context(background_judge(judge, _say))
         try:
-            await stop.wait()
+            async with judging:
+                await stop.wait()
         finally:
             await app.stop()
         figures = app.stats

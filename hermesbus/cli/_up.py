@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, ClassVar
 
 import typer
@@ -196,23 +196,28 @@ async def _run(
                 err_console.print(f"stopped {part.name}: {counts}", soft_wrap=True)
 
 
-def _rollup(
-    settings: Settings, running: Stack, progress: _Progress
-) -> contextlib.AbstractAsyncContextManager[object]:
-    """The diagnostics rollup beside the stack, on its broker (the embedded one's timings)."""
+@contextlib.asynccontextmanager
+async def _rollup(settings: Settings, running: Stack, progress: _Progress) -> AsyncIterator[None]:
+    """The diagnostics rollup beside the stack, on its broker (the embedded one's timings),
+    and the alerts' judge over its closed windows (unless no rule is on)."""
+    from hermesbus.compose.alerts import background_judge, judge_for
     from hermesbus.compose.diagnostics import background_rollup  # faust: only when it runs
 
     diagnostics = settings.diagnostics
     if running.embedded:
         diagnostics = diagnostics.for_embedded_broker()
-    return background_rollup(
-        settings.kafka.model_copy(update={"bootstrap": running.bootstrap}),
-        diagnostics,
-        settings.keys.load(),
-        prefix=running.prefix,
-        datadir=settings.home / "diagnostics",
-        say=progress,
-    )
+    kafka = settings.kafka.model_copy(update={"bootstrap": running.bootstrap})
+    keys, prefix = settings.keys.load(), running.prefix
+    datadir = settings.home / "diagnostics"
+    async with contextlib.AsyncExitStack() as exits:
+        rollup = background_rollup(
+            kafka, diagnostics, keys, prefix=prefix, datadir=datadir, say=progress
+        )
+        await exits.enter_async_context(rollup)
+        if diagnostics.rules():
+            judge = judge_for(kafka, diagnostics, keys, prefix=prefix, tools=running.tool_names)
+            await exits.enter_async_context(background_judge(judge, progress))
+        yield
 
 
 async def _watch(

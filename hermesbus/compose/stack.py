@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol
 
 from hermesbus.base.lifecycle import logged_task
 from hermesbus.codec import Codec, codec_for
+from hermesbus.compose.alerts import AlertWatch
 from hermesbus.compose.backends import (
     memory_stores,
     sqlite_memory,
@@ -46,6 +47,7 @@ from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.identity import Keyring, KeySettings, WritePolicy
 from hermesbus.processors import conversation, dispatcher, flow, memory, protocol, tool
 from hermesbus.processors.chat import ChatEndpoint
+from hermesbus.processors.diagnostics import AlertedHealth
 from hermesbus.processors.recorded import (
     RecordedAccess,
     RecordedBudgets,
@@ -109,6 +111,9 @@ class Stack:
     """A demo run registered the demo's table-export flow."""
     metrics: MetricsServer | None = None
     """Where ``/metrics`` is served (None: ``HERMES_METRICS_ENABLED=false``)."""
+    alerts: AlertWatch | None = None
+    """The open alerts the dispatcher's health reads see (None: no health rule is on, or
+    a sandbox, which is given the health it recorded)."""
 
     def parts(self) -> list[Processor | Indexer]:
         """The processors, then the indexer: what ``/metrics`` reads."""
@@ -248,7 +253,10 @@ async def stack(
             intent,
             own,
             tool_port=tool_port,
-            health=health,
+            health=health
+            or await _alerted(
+                exits, running, own, kafka=kafka, keys=keys, settings=settings, say=say
+            ),
             settings=settings,
             model=model,
         ):
@@ -283,6 +291,37 @@ async def stack(
         gate.set()
         say("ready")
         yield running
+
+
+async def _alerted(
+    exits: contextlib.AsyncExitStack,
+    running: Stack,
+    own: Sequence[str],
+    *,
+    kafka: KafkaConfig,
+    keys: Keyring,
+    settings: Settings,
+    say: Progress,
+) -> protocol.HealthView:
+    """The tools' live health as the dispatcher reads it: with the open health alerts in
+    it (a tool under one is unhealthy, so its fallback answers; a sandbox gives the health
+    it recorded instead), once they are read; a broker slow to answer is said, and the
+    bus serves on meanwhile."""
+    running.tool_names = running.tool_names or list(own)  # the judge reads their lag
+    diagnostics = settings.diagnostics
+    if not any(rule.health for rule in diagnostics.rules()):
+        return running.tools
+    watch = await exits.enter_async_context(AlertWatch(kafka, keys, prefix=running.prefix))
+    running.alerts = watch
+    within = kafka.request_timeout_ms / 1000
+    try:
+        await asyncio.wait_for(watch.caught_up.wait(), within)
+    except TimeoutError:
+        say(
+            f"alerts: hermes.alerts not read within {within:g} s; until it is, no tool "
+            "counts as under an alert"
+        )
+    return AlertedHealth(running.tools, watch.alerts, diagnostics.trial_every)
 
 
 async def _copy_flows(

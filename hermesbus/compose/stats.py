@@ -52,6 +52,7 @@ class Stats:
 
     board: Board = field(default_factory=Board)
     alerts: list[Alert] = field(default_factory=list)
+    alert_ids: set[str] = field(default_factory=set)
     unproven: int = 0
     """Records of either topic whose signature or signer is not believed (not shown)."""
 
@@ -102,7 +103,8 @@ def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix
             stats.board.add(envelope.message_id, body)
         except ValueError:  # a histogram of other buckets: not one the rollup wrote
             stats.unproven += 1
-    else:
+    elif envelope.message_id not in stats.alert_ids:  # the same alert, said twice: once
+        stats.alert_ids.add(envelope.message_id)
         alert = Alert(epoch_ms(envelope.timestamp), body.component, body.code, body.message)
         stats.alerts.append(alert)
 

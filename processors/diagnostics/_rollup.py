@@ -160,9 +160,12 @@ def figures_of(envelope: Envelope, hop_ms: float | None = None) -> Figures:
     said = replace(said, latency_ms=measured if measured > 0 else hop_ms)
     if diagnostics is None:  # nothing said: counted, with no confidence
         return said
+    # a tool's answer from its fallback says nothing of the tool: counted as a fallback,
+    # with no confidence (the alerts judge a tool by its own answers)
+    own = not (isinstance(body, ToolResult) and body.fallback is not None)
     return replace(
         said,
-        confidence=diagnostics.confidence_score,
+        confidence=diagnostics.confidence_score if own else None,
         external_calls=diagnostics.external_calls.count,
         external_latency_ms=diagnostics.external_calls.avg_latency_ms,
     )

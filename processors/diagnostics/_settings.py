@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hermesbus.processors.diagnostics._alerts import Rule
 from hermesbus.processors.diagnostics._rollup import HOP_MS, HOPPING_MS, TUMBLING_MS, Windows
 
 __all__ = ["EMBEDDED_GROUP_TIMINGS", "DiagnosticsSettings"]
@@ -19,6 +20,9 @@ EMBEDDED_GROUP_TIMINGS = {
 """What the embedded broker needs (:meth:`DiagnosticsSettings.for_embedded_broker`)."""
 
 Ms = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=1)]
+RULES = ("low_confidence", "error_rate", "call_spike", "dead_letters", "lag_growing")
+"""The alert rules, by name (``HERMES_DIAGNOSTICS_ALERTS_OFF`` names those not judged)."""
 
 
 class DiagnosticsSettings(BaseSettings):
@@ -58,10 +62,74 @@ class DiagnosticsSettings(BaseSettings):
     start_timeout_ms: Ms = 120_000
     """How long the app may take to join and recover its tables before the start fails."""
 
+    # -- alerts over the closed tumbling windows (see ``_alerts``) ----------------------
+    alerts: bool = True
+    """``HERMES_DIAGNOSTICS_ALERTS=false``: the closed windows are judged by no rule."""
+    alerts_off: str = ""
+    """Rules not judged, comma separated (of :data:`RULES`)."""
+    confidence_below: Annotated[float, Field(gt=0, le=1)] = 0.8
+    confidence_windows: Count = 3
+    """``low_confidence``: a tool's own answers' mean confidence below ``confidence_below``
+    for ``confidence_windows`` windows in a row; its fallback answers meanwhile."""
+    error_rate_above: Annotated[float, Field(ge=0, lt=1)] = 0.2
+    error_windows: Count = 1
+    error_min_answers: Count = 5
+    """``error_rate``: errors over a key's own answers above ``error_rate_above`` in
+    ``error_windows`` windows in a row, each of at least ``error_min_answers`` answers; on
+    a tool, its fallback answers meanwhile."""
+    calls_factor: Annotated[float, Field(gt=1)] = 3.0
+    calls_trailing: Annotated[int, Field(ge=3)] = 10
+    """``call_spike``: a window's external calls above ``calls_factor`` times the median
+    of the key's last ``calls_trailing`` windows (a call loop)."""
+    lag_windows: Count = 3
+    """``lag_growing``: a component's consumer lag higher at each of ``lag_windows``
+    windows in a row (read when each is judged)."""
+    settle_ms: Ms = 10_000
+    """A window is judged once none of its parts was read for this long (the rollup closes
+    an idle partition's part ``idle_ms`` after a busy one's)."""
+    trial_every: Annotated[int, Field(ge=0)] = 5
+    """Under a health alert, every ``trial_every``-th call goes to the tool itself, so its
+    own answers can end the alert (0: none)."""
+
     @model_validator(mode="after")
     def _sizes(self) -> DiagnosticsSettings:
         self.windows  # noqa: B018  # raises ValueError, named by pydantic, on nonsense
+        unknown = sorted(self.off - set(RULES))
+        if unknown:
+            raise ValueError(f"no alert rule {', '.join(unknown)} (rules: {', '.join(RULES)})")
         return self
+
+    @property
+    def off(self) -> set[str]:
+        return {name.strip() for name in self.alerts_off.split(",") if name.strip()}
+
+    def rules(self) -> tuple[Rule, ...]:
+        """The alert rules these settings make (none when alerts are off)."""
+        if not self.alerts:
+            return ()
+        made = (
+            Rule(
+                "low_confidence", "confidence", "below", self.confidence_below,
+                self.confidence_windows, health=True, says="mean confidence",
+            ),
+            Rule(
+                "error_rate", "error_rate", "above", self.error_rate_above, self.error_windows,
+                ("tool:", "component:"), self.error_min_answers, health=True, says="error rate",
+            ),
+            Rule(
+                "call_spike", "external_calls", "above_median", self.calls_factor, 1,
+                ("tool:", "component:"), trailing=self.calls_trailing, says="external calls",
+            ),
+            Rule(
+                "dead_letters", "dead_letters", "above", 0, 1, ("component:",),
+                says="dead letters",
+            ),
+            Rule(
+                "lag_growing", "lag", "rising", 0, self.lag_windows, ("component:",),
+                says="consumer lag",
+            ),
+        )  # fmt: skip
+        return tuple(rule for rule in made if rule.name not in self.off)
 
     def for_embedded_broker(self) -> DiagnosticsSettings:
         """These settings with what the embedded broker needs, where not set: its group

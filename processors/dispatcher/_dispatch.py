@@ -36,6 +36,7 @@ from hermesbus.processors.protocol import (
     USER,
     VERIFICATION_FAILED,
     HealthView,
+    result_confidence,
     tool_at,
 )
 
@@ -119,6 +120,8 @@ async def dispatch(fx: Effects, cid: str, cycle: Cycle, tool: str, health: Healt
     }
     if choice.latency_ms is not None:
         context["health_latency_ms"] = choice.latency_ms
+    if choice.alert:
+        context["health_alert"] = choice.alert  # a replay says the same notice
     if call.access:
         context[ACCESS] = call.access
     metadata = envelope.metadata.model_copy(update={"timeout_ms": left, "attempt": call.attempt})
@@ -199,13 +202,7 @@ def fail(
 
 
 def _confidence(cycle: Cycle) -> float:
-    scores = [1.0]
-    for result in cycle.results.values():
-        score = 1.0 if result.verified else 0.6
-        if result.stale or result.fallback:
-            score = min(score, 0.5)
-        scores.append(score if result.status_code < 400 else 0.0)  # noqa: PLR2004 - HTTP
-    return min(scores)
+    return min([1.0, *(result_confidence(r) for r in cycle.results.values())])
 
 
 def answer(fx: Effects, cid: str, cycle: Cycle) -> None:

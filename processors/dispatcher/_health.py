@@ -66,6 +66,8 @@ class HealthChoice:
     fallback: bool
     notice: str = ""
     latency_ms: float | None = None
+    alert: str = ""
+    """The open alerts that made the tool unhealthy (``ToolHealth.alert``)."""
 
 
 def choose(tool: str, health: ToolHealth | None, fallback_allowed: bool) -> HealthChoice:
@@ -79,7 +81,14 @@ def choose(tool: str, health: ToolHealth | None, fallback_allowed: bool) -> Heal
         notice = bilingual(
             f"{tool} 暂时不可用，正在使用降级数据", f"{tool} unavailable, using fallback data"
         )
-        return HealthChoice(Verdict.UNHEALTHY, fallback=True, notice=notice, latency_ms=latency)
+        if health.alert:  # the diagnostics' alert says why
+            notice = bilingual(
+                f"{tool} 告警中（{health.alert}），正在使用降级数据",
+                f"{tool} under alert {health.alert}, using fallback data",
+            )
+        return HealthChoice(
+            Verdict.UNHEALTHY, fallback=True, notice=notice, latency_ms=latency, alert=health.alert
+        )
     if health.slow:
         estimate = health.estimate_s
         notice = bilingual(f"{tool} 处理中，约 {estimate} 秒", f"processing, about {estimate} s")

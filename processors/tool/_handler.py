@@ -8,7 +8,14 @@ through ``inp.ports["tools"]`` (a :class:`ToolPort`, e.g. :class:`ToolService`).
 from __future__ import annotations
 
 from hermesbus.contract.envelope import Diagnostics, Envelope, ExternalCalls
-from hermesbus.contract.payloads import Body, ErrorReport, ModelAnswer, ModelRequest, ToolCall
+from hermesbus.contract.payloads import (
+    Body,
+    ErrorReport,
+    ModelAnswer,
+    ModelRequest,
+    ToolCall,
+    ToolResult,
+)
 from hermesbus.processors.protocol import (
     ALERTS,
     DISPATCHER_ADDRESS,
@@ -18,6 +25,7 @@ from hermesbus.processors.protocol import (
     answer,
     component_of,
     progress_notice,
+    result_confidence,
 )
 from hermesbus.processors.tool._model import MODEL_PORT, ModelPort
 from hermesbus.processors.tool._service import (
@@ -111,11 +119,14 @@ def _progress(inp: HandlerInput) -> Progress | None:
 def _answer(
     envelope: Envelope, report: CallReport, target: str, body: Body, index: int
 ) -> Envelope:
+    """The answer's diagnostics: the call's time, its external calls, and (a result) how
+    far it can be trusted, which the rollup averages per tool and the alerts judge."""
     diagnostics = Diagnostics(
         processing_time_ms=report.elapsed_ms,
         external_calls=ExternalCalls(
             count=report.external_calls, avg_latency_ms=report.avg_latency_ms
         ),
+        confidence_score=result_confidence(body) if isinstance(body, ToolResult) else 1.0,
     )
     return _sent(envelope, index, target, body, diagnostics)
 

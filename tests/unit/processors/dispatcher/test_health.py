@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from hermesbus.contract.payloads import Reply, ToolResults
 from hermesbus.processors.dispatcher import Verdict, choose
 from hermesbus.processors.protocol import ToolHealth
+from hermesbus.processors.recorded import health_of
 
 from .helpers import Driver, answer_query, answers, call, kinds, result_for
 
@@ -100,3 +101,24 @@ async def test_health_is_read_live_at_each_dispatch() -> None:
     again = await d.fire("retry:cycle-1:finance_tool")
     assert kinds(again) == [("user:app", "Reply"), ("tool:finance_tool", "ToolCall")]
     assert again[1].payload.context["fallback"] is True
+
+
+async def test_a_tool_under_an_alert_is_answered_by_its_fallback_and_a_replay_says_the_same() -> (
+    None
+):
+    healthy_but_alerted = ToolHealth(
+        tool="finance_tool", latency_ms=10.0, success_rate=1.0, alert="low_confidence"
+    )
+    d = Driver.with_health(healthy_but_alerted)
+    notice, dispatched = await dispatch_one(d)
+    text = (
+        "finance_tool 告警中（low_confidence），正在使用降级数据"
+        "（finance_tool under alert low_confidence, using fallback data）"
+    )
+    assert notice.payload.body == Reply(text=text, degraded=True)
+    context = dispatched.payload.context
+    assert context["fallback"] is True and context["health"] == "unhealthy"
+    assert context["health_alert"] == "low_confidence"
+    recorded = health_of(dispatched)  # what a replay's dispatcher is told
+    assert recorded is not None and recorded.alert == "low_confidence"
+    assert choose("finance_tool", recorded, fallback_allowed=True).notice == text
