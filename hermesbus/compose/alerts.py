@@ -28,14 +28,14 @@ from typing import Any, Final
 from aiokafka import TopicPartition
 
 from hermesbus.codec import Codec
-from hermesbus.compose.stats import component_lags
+from hermesbus.compose.stats import believed, component_lags
 from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
 from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import partition_counts
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.contract.payloads import ErrorReport, WindowRollup
-from hermesbus.errors import BrokerError, HermesError, IdentityError
+from hermesbus.errors import BrokerError, HermesError
 from hermesbus.identity import Guard, Keyring, Verifier
 from hermesbus.processors.diagnostics import (
     AlertBook,
@@ -56,7 +56,6 @@ __all__ = [
     "JudgeStats",
     "alerts_said",
     "background_judge",
-    "believed",
     "judge_for",
 ]
 
@@ -68,21 +67,6 @@ _TICK_S: Final = 1.0
 _RETRY_S: Final = 5.0
 """How long a reader of the log waits before it reads again after the broker failed it."""
 Lags = Callable[[], Awaitable[Mapping[str, int]]]
-
-
-def believed(record: Any, codec: Codec, verifier: Verifier, prefix: str) -> Envelope | None:
-    """The record's envelope when its writer signed it and may write it there (its
-    source's identity); None for anything else."""
-    topic: str = record.topic
-    headers = tuple(record.headers or ())
-    try:
-        signer = verifier.signer(topic, record.key, record.value, headers)
-        envelope = codec.decode(record.value or b"")
-    except (IdentityError, HermesError):
-        return None
-    if _POLICY.refusal(topic.removeprefix(prefix), signer, envelope) is not None:
-        return None
-    return envelope if signer == identity_of(envelope.source) else None
 
 
 async def alerts_said(

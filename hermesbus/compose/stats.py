@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import TopicPartition
 
@@ -17,6 +18,7 @@ from hermesbus.codec import Codec
 from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
 from hermesbus.connectors.kafka.groups import behind
 from hermesbus.connectors.kafka.reader import partition_counts
+from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.fields import epoch_ms
 from hermesbus.contract.payloads import ErrorReport, WindowRollup
 from hermesbus.errors import HermesError, IdentityError
@@ -25,7 +27,7 @@ from hermesbus.processors import protocol, tool
 from hermesbus.processors.diagnostics import Board
 from hermesbus.topics import ALERTS, CONVERSATION_IN, DIAGNOSTICS, identity_of
 
-__all__ = ["Alert", "Stats", "component_lags", "read_stats"]
+__all__ = ["Alert", "Stats", "believed", "component_lags", "read_stats"]
 
 _POLICY = protocol.ProtocolPolicy()
 _CONSUMES = {
@@ -82,29 +84,34 @@ async def read_stats(
     return stats
 
 
-def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
-    topic: str = record.topic  # type: ignore[attr-defined]
-    key, value = record.key, record.value  # type: ignore[attr-defined]
-    headers = tuple(record.headers or ())  # type: ignore[attr-defined]
+def believed(record: Any, codec: Codec, verifier: Verifier, prefix: str) -> Envelope | None:
+    """The record's envelope when its writer signed it and may write it there (its
+    source's identity); None for anything else."""
+    topic: str = record.topic
+    headers = tuple(record.headers or ())
     try:
-        signer = verifier.signer(topic, key, value, headers)
-        envelope = codec.decode(value or b"")
+        signer = verifier.signer(topic, record.key, record.value, headers)
+        envelope = codec.decode(record.value or b"")
     except (IdentityError, HermesError):
-        stats.unproven += 1
+        return None
+    if _POLICY.refusal(topic.removeprefix(prefix), signer, envelope) is not None:
+        return None
+    return envelope if signer == identity_of(envelope.source) else None
+
+
+def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
+    envelope = believed(record, codec, verifier, prefix)
+    if envelope is None:
+        stats.unproven += 1  # only what its writer may write there, and signed as it
         return
     body = envelope.payload.body
-    if not isinstance(body, ErrorReport | WindowRollup):
-        return  # another kind of record: not for this view
-    written = _POLICY.refusal(topic.removeprefix(prefix), signer, envelope) is None
-    if not written or signer != identity_of(envelope.source):
-        stats.unproven += 1  # only what its writer may write there, and signed as it
-    elif isinstance(body, WindowRollup):
+    if isinstance(body, WindowRollup):
         try:
             stats.board.add(envelope.message_id, body)
         except ValueError:  # a histogram of other buckets: not one the rollup wrote
             stats.unproven += 1
-    elif envelope.message_id not in stats.alert_ids:  # the same alert, said twice: once
-        stats.alert_ids.add(envelope.message_id)
+    elif isinstance(body, ErrorReport) and envelope.message_id not in stats.alert_ids:
+        stats.alert_ids.add(envelope.message_id)  # the same alert, said twice: once
         alert = Alert(epoch_ms(envelope.timestamp), body.component, body.code, body.message)
         stats.alerts.append(alert)
 
