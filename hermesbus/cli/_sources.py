@@ -20,7 +20,7 @@ from hermesbus.replay.shadow import (
 )
 from hermesbus.trace.index import ArchivedRecord, Document, Search, TraceIndex, archived, session_of
 from hermesbus.trace.spans import Hop
-from hermesbus.trace.tail import Position, catalog_topics, tail
+from hermesbus.trace.tail import Position, session_topics, tail
 
 from ._common import err_console, kafka_with, shown
 
@@ -146,7 +146,7 @@ async def _sessions_in_log(
         Position("time", chosen.since_ms) if chosen.since_ms is not None else Position("beginning")
     )
     end = Position("time", chosen.until_ms) if chosen.until_ms is not None else Position("end")
-    topics = catalog_topics(prefix)
+    topics = session_topics(prefix)  # a rollup's or an alert's key is no session
     async for t in tail(kafka, topics, start=start, end=end, missing_ok=True, codec=codec):
         if t.envelope is not None:
             found[t.envelope.session_id] = None
@@ -176,7 +176,7 @@ async def _from_index(
             docs = await index.by_trace(chosen.trace)
             sessions += [found for doc in docs if (found := session_of(doc))]
         elif not sessions:
-            sessions = await _sessions_in_index(index, chosen)
+            sessions = await _sessions_in_index(index, chosen, prefix)
         sessions = list(dict.fromkeys(sessions))
         docs = await documents(index, sessions, every_session_of=across)
     where = f"trace index {index.where}"
@@ -187,7 +187,7 @@ _SCAN_LIMIT = 100_000
 """Documents a time range or offsets are looked for in, to find their sessions."""
 
 
-async def _sessions_in_index(index: TraceIndex, chosen: Slice) -> list[str]:
+async def _sessions_in_index(index: TraceIndex, chosen: Slice, prefix: str) -> list[str]:
     if chosen.offsets:
         docs: list[Document] = []
         for topic, part, first, last in chosen.offsets:
@@ -197,7 +197,8 @@ async def _sessions_in_index(index: TraceIndex, chosen: Slice) -> list[str]:
                     docs.append(doc)
     else:
         query = Search(since_ms=chosen.since_ms, until_ms=chosen.until_ms, limit=_SCAN_LIMIT)
-        docs = await index.search(query)
+        keyed = set(session_topics(prefix))  # a rollup's or an alert's key is no session
+        docs = [doc for doc in await index.search(query) if archived(doc).topic in keyed]
     return list(dict.fromkeys(found for doc in docs if (found := session_of(doc))))
 
 

@@ -33,7 +33,7 @@ from hermesbus.connectors.kafka import (
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.headers import TRACE_ID, header
 from hermesbus.errors import BrokerError, HermesError
-from hermesbus.topics import Catalog
+from hermesbus.topics import SESSION_KEY, Catalog
 
 __all__ = [
     "Filters",
@@ -43,6 +43,7 @@ __all__ = [
     "existing_partitions",
     "partitions",
     "position",
+    "session_topics",
     "tail",
 ]
 
@@ -135,6 +136,16 @@ class Filters:
 def catalog_topics(prefix: str = "") -> list[str]:
     """Every topic of the catalog that carries envelopes, prefixed."""
     return [prefix + spec.name for spec in Catalog.load() if spec.value_schema]
+
+
+def session_topics(prefix: str = "") -> list[str]:
+    """The topics of the catalog keyed by session, prefixed: where a session's envelopes
+    are (the rollup's closed windows and the alerts are keyed by rollup key, component)."""
+    return [
+        prefix + spec.name
+        for spec in Catalog.load()
+        if spec.value_schema and spec.key == SESSION_KEY
+    ]
 
 
 def partitions(counts: Mapping[str, int], session_id: str | None) -> list[TopicPartition]:
