@@ -104,7 +104,7 @@ async def _run(settings: Settings, prefix: str) -> int:
         )
         judging = contextlib.AsyncExitStack()
         if settings.diagnostics.rules():  # the alerts, judged over the closed windows
-            judge = judge_for(settings.kafka, settings.diagnostics, keys, prefix=prefix)
+            judge = judge_for(settings.kafka, settings.diagnostics, keys, prefix=prefix, told=_say)
             await judging.enter_async_context(background_judge(judge, _say))
         try:
             async with judging:

@@ -215,7 +215,8 @@ async def _rollup(settings: Settings, running: Stack, progress: _Progress) -> As
         )
         await exits.enter_async_context(rollup)
         if diagnostics.rules():
-            judge = judge_for(kafka, diagnostics, keys, prefix=prefix, tools=running.tool_names)
+            tools = running.tool_names
+            judge = judge_for(kafka, diagnostics, keys, prefix=prefix, tools=tools, told=progress)
             await exits.enter_async_context(background_judge(judge, progress))
         yield
 

@@ -30,6 +30,7 @@ from aiokafka import TopicPartition
 from hermesbus.codec import Codec
 from hermesbus.compose.stats import believed, component_lags
 from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
+from hermesbus.connectors.kafka.client import start_or_close
 from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import partition_counts
 from hermesbus.contract.envelope import Envelope
@@ -119,9 +120,11 @@ class AlertJudge:
         lags: Lags | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        told: Callable[[str], None] | None = None,
     ) -> None:
         """``lags``: each component's consumer lag now (the ``lag_growing`` rule's figure;
-        None: that rule has nothing to judge)."""
+        None: that rule has nothing to judge); ``told`` hears each alert raised or cleared
+        (a line each: ``up`` prints them)."""
         self.settings = settings
         self.stats = JudgeStats()
         self._kafka = kafka
@@ -130,6 +133,7 @@ class AlertJudge:
         self._keyring = keyring
         self._guard = Guard(DIAGNOSTICS, keyring, policy=_POLICY, prefix=prefix)
         self._lags = lags
+        self._told = told or _logged
         self._clock = clock
         self._wall_ms = wall_ms
         self._unsent: list[Envelope] = []
@@ -146,21 +150,17 @@ class AlertJudge:
         return span * settings.tumbling_ms + settings.grace_ms + settings.settle_ms
 
     async def run(self) -> None:
-        """Until cancelled. BrokerError when the broker cannot be read at the start."""
+        """Until cancelled. BrokerError when the broker fails it (at the start, or while
+        it reads or writes): ``background_judge`` starts it again."""
         verifier = Verifier(self._keyring)
         said = await alerts_said(self._kafka, self._prefix, self._codec, verifier)
-        book = self.book = AlertBook(
+        pending = [s for s in map(change_of, self._unsent) if s is not None]  # not sent yet
+        self.book = AlertBook(
             self.settings.rules(),
             settle_ms=self.settings.settle_ms,
             clock=self._clock,
-            seen=[(s.rule, s.key, s.end_ms) for s in said],
+            seen=[*said, *pending],
         )
-        last: dict[tuple[str, str], Said] = {}
-        for s in said:
-            last[(s.rule, s.key)] = s
-        for s in last.values():
-            if s.state == "raised":
-                book.seed(s.rule, s.key, s.since_ms)
         topic = self._prefix + DIAGNOSTICS_TOPIC
         counts = await partition_counts(self._kafka, [topic])
         if topic not in counts:
@@ -168,23 +168,30 @@ class AlertJudge:
         parts = [TopicPartition(topic, p) for p in range(counts[topic])]
         since = Position("time", self._wall_ms() - self.lookback_ms())
         producer = plain_producer(self._kafka, acks="all")
-        await producer.start()
+        where = f"alerts: cannot reach Kafka at {self._kafka.address}"
+        await start_or_close(producer.start, producer.stop, where)
         try:
-            async with LogReader(
-                self._kafka, parts, start=since, end=None, what="alerts"
-            ) as reader:
-                ticking = asyncio.create_task(self._tick(producer))
+            reader = LogReader(self._kafka, parts, start=since, end=None, what="alerts")
+            async with reader:
                 self.ready.set()
+                # the first to end (a broker error in either) ends both
+                jobs = [asyncio.create_task(self._read(reader, verifier))]
+                jobs.append(asyncio.create_task(self._tick(producer)))
                 try:
-                    async for batch in reader:
-                        for record in batch:
-                            self._take(record, verifier)
+                    done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    ticking.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await ticking
+                    for job in jobs:
+                        job.cancel()
+                    await asyncio.gather(*jobs, return_exceptions=True)
+                for job in done:
+                    job.result()
         finally:
             await producer.stop()
+
+    async def _read(self, reader: LogReader, verifier: Verifier) -> None:
+        async for batch in reader:
+            for record in batch:
+                self._take(record, verifier)
 
     def _take(self, record: Any, verifier: Verifier) -> None:
         envelope = believed(record, self._codec, verifier, self._prefix)
@@ -213,13 +220,13 @@ class AlertJudge:
             lags = await self._read_lags()
             changes = book.judge(lags)
         for change in changes:
-            self._unsent.append(alert_envelope(change, namespace=self._prefix))
+            envelope = alert_envelope(change, namespace=self._prefix)
+            self._unsent.append(envelope)
             if change.state == "raised":
                 self.stats.raised += 1
-                log.warning("alert raised: %s", alert_body(self._unsent[-1]).message)
             else:
                 self.stats.cleared += 1
-                log.warning("alert cleared: %s", alert_body(self._unsent[-1]).message)
+            self._told(f"alert {change.state}: {alert_body(envelope).message}")
         while self._unsent:
             if not await self._send(producer, self._unsent[0]):
                 break  # in order: the rest waits for the next tick
@@ -248,6 +255,10 @@ class AlertJudge:
         return True
 
 
+def _logged(line: str) -> None:
+    log.warning("%s", line)
+
+
 def alert_body(envelope: Envelope) -> ErrorReport:
     body = envelope.payload.body
     assert isinstance(body, ErrorReport)  # noqa: S101 - alert_envelope makes one
@@ -261,14 +272,15 @@ def judge_for(
     *,
     prefix: str,
     tools: Sequence[str] = (),
+    told: Callable[[str], None] | None = None,
 ) -> AlertJudge:
     """The judge of the bus under ``prefix``, with its components' consumer lag (and that
-    of ``tools``' own groups) read when it judges."""
+    of ``tools``' own groups) read when it judges; ``told`` hears each alert."""
 
     async def lags() -> Mapping[str, int]:
         return await component_lags(kafka, prefix, tools)
 
-    return AlertJudge(kafka, settings, keyring, prefix=prefix, lags=lags)
+    return AlertJudge(kafka, settings, keyring, prefix=prefix, lags=lags, told=told)
 
 
 @contextlib.asynccontextmanager
@@ -343,24 +355,25 @@ class AlertWatch:
                 await asyncio.sleep(_RETRY_S)
 
     async def _read(self) -> None:
-        """The log to its end as it is now, folded afresh; then on, as it grows."""
+        """The log to its end as it is now, folded afresh; then on, as it grows, from the
+        beginning again: folding is idempotent (each rule and key's latest window's word
+        stands), so nothing read twice changes anything, and a topic made anew (a broker
+        back empty) is read as it comes, whatever its offsets."""
         codec, verifier = Codec(), Verifier(self._keyring)
         topic = self._prefix + ALERTS
         counts = await partition_counts(self._kafka, [topic])
         parts = [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
-        folded, read = OpenAlerts(), dict.fromkeys(range(len(parts)), 0)
+        folded = OpenAlerts()
         async with LogReader(self._kafka, parts, what="alerts") as reader:
             async for batch in reader:
                 for record in batch:
-                    read[record.partition] = record.offset + 1
                     _fold(folded, record, codec, verifier, self._prefix)
         self.alerts.replace(folded)
         self.caught_up.set()
         async with LogReader(self._kafka, parts, end=None, what="alerts") as reader:
-            async for batch in reader:  # from the beginning: what was read is skipped
+            async for batch in reader:
                 for record in batch:
-                    if record.offset >= read[record.partition]:
-                        _fold(self.alerts, record, codec, verifier, self._prefix)
+                    _fold(self.alerts, record, codec, verifier, self._prefix)
 
 
 def _fold(alerts: OpenAlerts, record: Any, codec: Codec, verifier: Verifier, prefix: str) -> None:

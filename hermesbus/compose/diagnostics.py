@@ -420,7 +420,7 @@ class _NoTraceback(logging.Filter):
     that died, say): an expected failure, said in one line with its reason instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith(_FAUST_LOGGERS):
+        if not any(record.name == n or record.name.startswith(n + ".") for n in _FAUST_LOGGERS):
             return True
         if record.exc_info and record.exc_info[1] is not None:
             record.msg = f"{record.getMessage()}: {record.exc_info[1]!r}"

@@ -321,7 +321,8 @@ async def _alerted(
             f"alerts: hermes.alerts not read within {within:g} s; until it is, no tool "
             "counts as under an alert"
         )
-    return AlertedHealth(running.tools, watch.alerts, diagnostics.trial_every)
+    judged = [rule.name for rule in diagnostics.rules() if rule.health]
+    return AlertedHealth(running.tools, watch.alerts, diagnostics.trial_every, judged)
 
 
 async def _copy_flows(

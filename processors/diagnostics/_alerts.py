@@ -13,10 +13,17 @@ windows in a row: one :class:`Change` ``raised``; it ends at the first measured 
 that passes: one ``cleared``. A window with too little evidence for a rule (no answer of
 the tool's own, say) is not measured: it neither extends nor ends an episode.
 
-The tool's *own* answers are what its figures measure: a call its fallback answered says
-nothing of the tool (the rollup counts it as a fallback and takes no confidence from
-it), so while a health alert sends a tool's calls to its fallback, only the calls let
-through to the tool (:class:`AlertedHealth`'s trials) measure it, and end the episode.
+A tool's key holds the calls that reached the tool: one the dispatcher sent to the
+fallback (the tool being unhealthy) counts under the component only, so while a health
+alert sends a tool's calls to its fallback, the calls let through to the tool
+(:class:`AlertedHealth`'s trials) are what measure it; one that failed and that its
+fallback answered for is the tool's failure (an error, confidence 0). While an episode
+is open, one answer is evidence enough to end it (a trial every few calls could never
+gather ``min_evidence`` in a window at a modest rate).
+
+After a restart the judge is told what the log said (``seen``: each rule and key's last
+alert): windows up to that alert's are judged again with nothing said of them, then the
+log's word is taken (open since then, or closed) and judging goes on.
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ __all__ = [
 FIGURES: Final = ("confidence", "error_rate", "external_calls", "dead_letters", "lag")
 """What a rule can judge of a key's window:
 
-- ``confidence``: the mean confidence of the tool's own answers (evidence: how many said one);
-- ``error_rate``: errors over the key's own records, its fallbacks' answers left out;
+- ``confidence``: the mean confidence of the key's answers (evidence: how many said one);
+- ``error_rate``: errors over the key's records (a tool's: the calls that reached it, one
+  that failed and that its fallback answered for counting as an error);
 - ``external_calls``: how many external calls the key made;
 - ``dead_letters``: how many of its records were dead-lettered;
 - ``lag``: its consumer group's lag, as read when the window was judged (live only)."""
@@ -119,11 +127,10 @@ class Measure:
     def figure(self, name: str) -> tuple[float | None, int]:
         """The figure ``name`` and its evidence (None: nothing to judge by)."""
         tally = self.tally
-        own = tally.count - tally.fallbacks
         if name == "confidence":
             return tally.mean_confidence, tally.confidence_n
         if name == "error_rate":
-            return (min(1.0, tally.errors / own) if own > 0 else None), max(own, 0)
+            return (tally.errors / tally.count if tally.count else None), tally.count
         if name == "external_calls":
             return float(tally.external_calls), tally.count
         if name == "dead_letters":
@@ -185,6 +192,15 @@ def _failing(rule: Rule, value: float, track: _Track) -> tuple[bool, float | Non
     return median > 0 and value > rule.threshold * median, median
 
 
+def _as_said(track: _Track, said: Said) -> None:
+    """Take the log's last word on a rule and key: its episode open since then (and for
+    as many windows), or none."""
+    if said.state == _RAISED:
+        track.open_since, track.episode = said.since_ms, max(said.windows, 1)
+    else:
+        track.open_since, track.episode, track.streak = None, 0, 0
+
+
 def _learn(rule: Rule, value: float, track: _Track) -> None:
     """What a window that raised nothing teaches: the value before the next (``rising``),
     the norm of the key (``above_median``: only windows outside an episode)."""
@@ -204,11 +220,11 @@ class AlertBook:
         *,
         settle_ms: int,
         clock: Callable[[], float],
-        seen: Iterable[tuple[str, str, int]] = (),
+        seen: Iterable[Said] = (),
     ) -> None:
-        """``clock``: seconds, monotonic (when parts were read); ``seen``: (rule, key,
-        window end) of alerts already on the log, whose windows and earlier ones are
-        judged again only to learn the figures (nothing is said of them twice)."""
+        """``clock``: seconds, monotonic (when parts were read); ``seen``: the alerts
+        already on the log, in order: the windows up to each rule and key's last are
+        judged again with nothing said of them, then its word is taken."""
         self.rules = tuple(rules)
         self.settle_ms = settle_ms
         self._clock = clock
@@ -218,16 +234,13 @@ class AlertBook:
         self._touched: dict[int, float] = {}
         self._judged_ms = -1  # the last window judged (its start)
         self._tracks: dict[tuple[str, str], _Track] = {}
-        self._said: dict[tuple[str, str], int] = {}
-        for rule, key, end_ms in seen:
-            self._said[(rule, key)] = max(end_ms, self._said.get((rule, key), end_ms))
+        self._said: dict[tuple[str, str], Said] = {}
+        for said in seen:
+            last = self._said.get((said.rule, said.key))
+            if last is None or said.end_ms > last.end_ms:  # a late re-send says nothing new
+                self._said[(said.rule, said.key)] = said
         self.late = 0
         """Parts read after their window was judged (not judged again)."""
-
-    def seed(self, rule: str, key: str, since_ms: int) -> None:
-        """An episode open on the log (raised, not cleared): it goes on."""
-        track = self._tracks.setdefault((rule, key), _Track())
-        track.open_since = since_ms
 
     def add(self, message_id: str, body: WindowRollup) -> bool:
         """Take one part of a closed tumbling window; False for a hopping window's, one
@@ -283,12 +296,16 @@ class AlertBook:
             if not rule.watches(measure.key):
                 continue
             value, evidence = measure.figure(rule.figure)
-            if value is None or evidence < rule.min_evidence:
-                continue  # not measured: no change
             track = self._tracks.setdefault((rule.name, measure.key), _Track())
-            if measure.end_ms <= self._said.get((rule.name, measure.key), -1):
-                _learn(rule, value, track)  # the log said what came of it already
+            need = 1 if track.open_since is not None else rule.min_evidence
+            if value is None or evidence < need:
+                continue  # not measured: no change
+            said = self._said.get((rule.name, measure.key))
+            if said is not None and measure.end_ms <= said.end_ms:
+                self._step(rule, measure, value, track)  # the log said what came of it
                 continue
+            if said is not None:
+                _as_said(track, self._said.pop((rule.name, measure.key)))
             change = self._step(rule, measure, value, track)
             if change is not None:
                 changes.append(change)
@@ -407,6 +424,7 @@ class Said:
     end_ms: int
     since_ms: int
     health: bool
+    windows: int = 0
 
 
 def change_of(envelope: Envelope) -> Said | None:
@@ -417,7 +435,10 @@ def change_of(envelope: Envelope) -> Said | None:
         return None
     if not isinstance(rule, str) or not isinstance(end, int) or not isinstance(since, int):
         return None
-    return Said(rule, body.component, str(state), end, since, context.get("health") is True)
+    windows = context.get("windows")
+    health = context.get("health") is True
+    count = windows if isinstance(windows, int) else 0
+    return Said(rule, body.component, str(state), end, since, health, count)
 
 
 class OpenAlerts:
@@ -428,7 +449,11 @@ class OpenAlerts:
         self._last: dict[tuple[str, str], Said] = {}
 
     def take(self, said: Said) -> None:
-        self._last[(said.rule, said.key)] = said
+        """Fold one alert in: a rule and key's latest window's word stands (a raise re-sent
+        late, by a second judge, does not reopen what was cleared since)."""
+        last = self._last.get((said.rule, said.key))
+        if last is None or said.end_ms > last.end_ms:
+            self._last[(said.rule, said.key)] = said
 
     def replace(self, other: OpenAlerts) -> None:
         """Say what ``other`` says from now on (the log read anew)."""
@@ -437,10 +462,15 @@ class OpenAlerts:
     def open(self) -> list[Said]:
         return [s for s in self._last.values() if s.state == _RAISED]
 
-    def health_rules(self, tool: str) -> list[str]:
-        """The open health alerts on ``tool``, by rule name."""
-        key = f"tool:{tool}"
-        return sorted(s.rule for s in self.open() if s.key == key and s.health)
+    def health_rules(self, tool: str, rules: Iterable[str] | None = None) -> list[str]:
+        """The open health alerts on ``tool``, by rule name; of ``rules`` only, when given
+        (an alert left open by a rule no longer judged ends nothing: it does not count)."""
+        key, kept = f"tool:{tool}", None if rules is None else set(rules)
+        return sorted(
+            s.rule
+            for s in self.open()
+            if s.key == key and s.health and (kept is None or s.rule in kept)
+        )
 
 
 class AlertedHealth:
@@ -450,15 +480,23 @@ class AlertedHealth:
     measuring it (the episode ends by what those calls answer). ``trial_every=0``: none
     (the alert then ends only when cleared on the log by other means)."""
 
-    def __init__(self, inner: HealthView, alerts: OpenAlerts, trial_every: int) -> None:
+    def __init__(
+        self,
+        inner: HealthView,
+        alerts: OpenAlerts,
+        trial_every: int,
+        rules: Iterable[str] | None = None,
+    ) -> None:
+        """``rules``: the health rules judged now (None: any on the log)."""
         self._inner = inner
         self._alerts = alerts
         self._trial_every = trial_every
+        self._rules = None if rules is None else frozenset(rules)
         self._calls: dict[str, int] = {}
 
     async def health(self, tool: str) -> ToolHealth | None:
         found = await self._inner.health(tool)
-        rules = self._alerts.health_rules(tool)
+        rules = self._alerts.health_rules(tool, self._rules)
         if found is None or not rules:
             self._calls.pop(tool, None)
             return found

@@ -35,6 +35,7 @@ from hermesbus.contract import headers as h
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.fields import from_epoch_ms
 from hermesbus.contract.payloads import ErrorReport, Payload, ToolResult, ToolResults, WindowRollup
+from hermesbus.processors.protocol import FALLBACK
 from hermesbus.runtime import derive_id
 
 __all__ = [
@@ -124,6 +125,10 @@ class Figures:
     external_calls: int = 0
     external_latency_ms: float = 0.0
     """The external calls' mean latency (their total is ``calls * mean``)."""
+    asked_fallback: bool = False
+    """A tool's answer by its fallback because the dispatcher asked for it (the tool was
+    unhealthy): it counts under the component, not under the tool, which it says nothing
+    of."""
 
 
 def keys_of(source: str) -> list[str]:
@@ -158,14 +163,17 @@ def figures_of(envelope: Envelope, hop_ms: float | None = None) -> Figures:
     )
     measured = diagnostics.processing_time_ms if diagnostics is not None else 0.0
     said = replace(said, latency_ms=measured if measured > 0 else hop_ms)
+    if isinstance(body, ToolResult) and body.fallback is not None:
+        if envelope.payload.context.get(FALLBACK) is True:
+            # the dispatcher sent the call to the fallback: nothing of the tool's own (not
+            # counted under the tool, and no confidence: see ``contributions``)
+            return replace(said, asked_fallback=True)
+        said = replace(said, error=True)  # the tool failed; its fallback answered for it
     if diagnostics is None:  # nothing said: counted, with no confidence
         return said
-    # a tool's answer from its fallback says nothing of the tool: counted as a fallback,
-    # with no confidence (the alerts judge a tool by its own answers)
-    own = not (isinstance(body, ToolResult) and body.fallback is not None)
     return replace(
         said,
-        confidence=diagnostics.confidence_score if own else None,
+        confidence=diagnostics.confidence_score,
         external_calls=diagnostics.external_calls.count,
         external_latency_ms=diagnostics.external_calls.avg_latency_ms,
     )
@@ -270,7 +278,10 @@ def contributions(
     if envelope is None:
         return
     figures = figures_of(envelope, hop_ms)
-    yield from ((key, figures) for key in keys_of(envelope.source))
+    keys = keys_of(envelope.source)
+    if figures.asked_fallback:
+        keys = [key for key in keys if not key.startswith("tool:")]
+    yield from ((key, figures) for key in keys)
 
 
 SOURCE: Final = "diagnostics:rollup"

@@ -126,9 +126,20 @@ def _answer(
         external_calls=ExternalCalls(
             count=report.external_calls, avg_latency_ms=report.avg_latency_ms
         ),
-        confidence_score=result_confidence(body) if isinstance(body, ToolResult) else 1.0,
+        confidence_score=_confidence(envelope, body),
     )
     return _sent(envelope, index, target, body, diagnostics)
+
+
+def _confidence(call: Envelope, body: Body) -> float:
+    """How far the answer can be trusted (:func:`result_confidence`); 0.0 for the tool's
+    own when its fallback answered for it because the tool failed (not asked for by the
+    dispatcher): what the rollup takes as the tool's confidence."""
+    if not isinstance(body, ToolResult):
+        return 1.0
+    if body.fallback is not None and call.payload.context.get(FALLBACK) is not True:
+        return 0.0
+    return result_confidence(body)
 
 
 def _sent(

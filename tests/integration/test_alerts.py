@@ -80,7 +80,7 @@ async def test_low_confidence_for_three_windows_raises_one_alert_and_one_clear(
         for w, c in enumerate(confidences)
         for j in range(5)
     ]
-    fallbacks = [  # answers of its fallback in a low window: they say nothing of the tool
+    fallbacks = [  # its fallback's answers in a low window, asked for: nothing of the tool
         answer(900 + j, first + 2 * TUMBLING_MS + 7 * j, tool=TOOL, confidence=1.0)
         for j in range(5)
     ]
@@ -109,12 +109,13 @@ async def test_low_confidence_for_three_windows_raises_one_alert_and_one_clear(
 
 
 def _from_fallback(envelope: Envelope) -> Envelope:
+    """The answer of the tool's fallback to a call the dispatcher sent there (the tool
+    unhealthy then): it says nothing of the tool."""
     body = envelope.payload.body
     assert isinstance(body, ToolResult)
     fallback = body.model_copy(update={"fallback": "mock"})
-    return envelope.model_copy(
-        update={"payload": envelope.payload.model_copy(update={"body": fallback})}
-    )
+    payload = envelope.payload.model_copy(update={"body": fallback, "context": {"fallback": True}})
+    return envelope.model_copy(update={"payload": payload})
 
 
 async def _windows(bootstrap: str, prefix: str, start: int, confidences: Sequence[float]) -> None:

@@ -13,10 +13,12 @@ sleeps."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -399,6 +401,9 @@ def test_stats_during_up_demo_shows_every_component_the_tools_and_the_flow_state
             assert doc["hermes"]["rollup"]["count"] > 0 and doc["hermes"]["signature"]["verified"]
         assert up.interrupt(60) == 130
     finally:
+        if up.process.poll() is None:  # failed midway: Ctrl-C first, so up stops its broker
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                up.interrupt(30)
         up.kill()
     said = up.stderr()
     assert "stopped diagnostics: counted=" in said and "Traceback" not in said, said

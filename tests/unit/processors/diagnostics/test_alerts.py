@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from hermesbus.contract.payloads import ErrorReport, ToolResult
+from hermesbus.contract.envelope import Envelope
+from hermesbus.contract.fields import from_epoch_ms
+from hermesbus.contract.payloads import ErrorReport, Payload, ToolCall, ToolResult
 from hermesbus.processors.diagnostics import (
     AlertBook,
     AlertedHealth,
@@ -20,9 +22,12 @@ from hermesbus.processors.diagnostics import (
     Window,
     alert_envelope,
     change_of,
+    contributions,
     rollup_body,
 )
 from hermesbus.processors.protocol import ToolHealth, result_confidence
+from hermesbus.processors.tool._handler import _answer as tool_answer
+from hermesbus.processors.tool._service import CallReport
 
 MINUTE = 60_000
 RULES = {rule.name: rule for rule in DiagnosticsSettings().rules()}
@@ -98,21 +103,67 @@ def test_two_low_windows_are_no_episode_and_a_gap_without_answers_breaks_nothing
     ]
 
 
-def test_error_rate_counts_the_keys_own_answers_and_needs_enough_of_them() -> None:
+def test_error_rate_needs_enough_answers_to_raise_and_one_to_end_the_episode() -> None:
     rule = RULES["error_rate"]  # above 0.2 in one window of at least 5 answers
     few = _tally(3, error=True)
     failing = _tally(4, error=True)
     failing.merge(_tally(4))
-    failing.merge(_tally(10, fallback=True))  # its fallback's answers are not its own
-    fine = _tally(10)
-    fine.merge(_tally(1, error=True))
-    windows = [{"tool:t": t, "component:tool": t} for t in (few, failing, failing, fine)]
+    one_trial = _tally(1)  # under the alert, one call in a few reaches the tool
+    windows = [{"tool:t": t, "component:tool": t} for t in (few, failing, failing, one_trial)]
     assert _said(_feed([rule], windows)) == [
         ("error_rate", "component:tool", "raised", 1),
         ("error_rate", "tool:t", "raised", 1),
         ("error_rate", "component:tool", "cleared", 3),
         ("error_rate", "tool:t", "cleared", 3),
     ]
+
+
+def test_a_tool_that_fails_and_its_fallback_answers_for_it_is_the_tools_failure() -> None:
+    """Answers as the tool processor emits them, through the rollup's contributions: a
+    failure its fallback answered for is an error and confidence 0 of the tool; a call the
+    dispatcher sent to the fallback (the tool being unhealthy) is not the tool's at all."""
+    failed = _answer(fallback="mock", asked=False)
+    asked = _answer(fallback="mock", asked=True)
+    own = _answer(fallback=None, asked=False)
+
+    def keys(envelope: Envelope) -> dict[str, Figures]:
+        return dict(contributions(envelope, [], dead_letter=False))
+
+    assert keys(failed)["tool:t"].error and keys(failed)["tool:t"].confidence == 0.0
+    assert (
+        set(keys(asked)) == {"component:tool"} and keys(asked)["component:tool"].confidence is None
+    )
+    assert keys(own)["tool:t"].confidence == 1.0 and not keys(own)["tool:t"].error
+    tallies: dict[str, Tally] = {}
+    for envelope in [failed] * 5 + [asked] * 20:  # a tool failing every call it gets
+        for key, figures in contributions(envelope, [], dead_letter=False):
+            tallies.setdefault(key, Tally()).add(figures)
+    changes = _feed(
+        [RULES["error_rate"], RULES["low_confidence"]], [{"tool:t": tallies["tool:t"]}] * 3
+    )
+    assert ("error_rate", "tool:t", "raised", 0) in _said(changes)
+    assert ("low_confidence", "tool:t", "raised", 2) in _said(changes)
+
+
+def _answer(*, fallback: str | None, asked: bool) -> Envelope:
+    """The tool processor's answer to a call (``asked``: the dispatcher's call said to use
+    the fallback), with the confidence the tool processor gives it."""
+    call = Envelope(
+        message_id="call-1",
+        timestamp=from_epoch_ms(0),
+        source="mcp:dispatcher",
+        target="tool:t",
+        session_id="s1",
+        user_id="u1",
+        trace_id="t1",
+        payload=Payload(
+            body=ToolCall(tool="t", arguments_json="{}", idempotency_key="k1"),
+            context={"fallback": asked},
+        ),
+    )
+    result = ToolResult(tool="t", status_code=200, verified=True, fallback=fallback)
+    report = CallReport(result=result, elapsed_ms=5.0)
+    return tool_answer(call, report, "mcp:dispatcher", result, 0)
 
 
 def test_a_jump_in_external_calls_over_the_trailing_median_is_a_call_spike() -> None:
@@ -179,13 +230,50 @@ def test_what_the_log_said_is_not_said_again_and_an_open_episode_goes_on() -> No
     assert _said(first) == [("low_confidence", "tool:t", "raised", 2)]
     # a restart reads the raise on the log, then judges the same windows again, and more
     clock = Clock()
-    book = AlertBook(
-        [rule], settle_ms=5_000, clock=clock, seen=[("low_confidence", "tool:t", 3 * MINUTE)]
-    )
-    book.seed("low_confidence", "tool:t", 0)
+    on_log = change_of(alert_envelope(first[0]))
+    assert on_log is not None
+    book = AlertBook([rule], settle_ms=5_000, clock=clock, seen=[on_log])
     again = _feed([rule], windows, book=book, clock=clock)
     assert _said(again) == [("low_confidence", "tool:t", "cleared", 4)]
-    assert again[0].since_ms == 0
+    assert again[0].since_ms == 0 and again[0].windows == 4
+    # the windows before the restart read only from the lookback: the log's word stands
+    book = AlertBook([rule], settle_ms=5_000, clock=(clock := Clock()), seen=[on_log])
+    later = _feed([rule], windows[2:], book=book, clock=clock)
+    assert _said(later) == []  # windows 0 and 1 end before the raise: relearned, not said
+    book = AlertBook([rule], settle_ms=5_000, clock=(clock := Clock()), seen=[on_log])
+    assert _said(_feed([rule], [windows[4]] * 4, book=book, clock=clock)) == [
+        ("low_confidence", "tool:t", "cleared", 3)  # the first window past the raise's
+    ]
+
+
+def test_a_restart_during_a_call_spike_keeps_the_norm_and_the_episode() -> None:
+    rule = Rule("call_spike", "external_calls", "above_median", 3.0, trailing=5)
+    calls = [10, 12, 9, 11, 40, 45, 50, 12, 11, 100]
+    windows = [{"tool:t": _tally(1, external_calls=n)} for n in calls]
+    live = _feed([rule], windows)
+    assert _said(live) == [
+        ("call_spike", "tool:t", "raised", 4),
+        ("call_spike", "tool:t", "cleared", 7),
+        ("call_spike", "tool:t", "raised", 9),
+    ]
+    # restarted after the raise was said: the same windows judged again say only the rest
+    said = change_of(alert_envelope(live[0]))
+    assert said is not None
+    book = AlertBook([rule], settle_ms=5_000, clock=(clock := Clock()), seen=[said])
+    assert _said(_feed([rule], windows, book=book, clock=clock)) == _said(live)[1:]
+
+
+def test_a_raise_re_sent_late_does_not_reopen_what_was_cleared() -> None:
+    low = _tally(3, confidence=0.5)
+    raised, cleared = _feed(
+        [RULES["low_confidence"]], [{"tool:t": low}] * 3 + [{"tool:t": _tally(1, confidence=1.0)}]
+    )
+    alerts = OpenAlerts()
+    for change in (raised, cleared, raised):  # a second judge's raise, sent after the clear
+        said = change_of(alert_envelope(change))
+        assert said is not None
+        alerts.take(said)
+    assert alerts.open() == []
 
 
 def test_an_alert_envelope_says_the_rule_window_and_figures_and_reads_back() -> None:
@@ -221,7 +309,7 @@ async def test_a_tool_under_a_health_alert_is_unhealthy_but_for_its_trial_calls(
     )
     spike = Rule("call_spike", "external_calls", "above_median", 3.0, trailing=3)
     alerts = OpenAlerts()
-    health = AlertedHealth(_Registry(), alerts, trial_every=3)
+    health = AlertedHealth(_Registry(), alerts, trial_every=3, rules=["low_confidence"])
     assert (await health.health("ocr_tool")).healthy  # type: ignore[union-attr]
     said = change_of(alert_envelope(raised))
     assert said is not None
@@ -241,6 +329,13 @@ async def test_a_tool_under_a_health_alert_is_unhealthy_but_for_its_trial_calls(
     assert await health.health("gone") is None
     alerts.take(change_of(alert_envelope(cleared)))  # type: ignore[arg-type]
     assert (await health.health("ocr_tool")).healthy  # type: ignore[union-attr]
+    alerts.take(said)  # the same raise again: not after the clear, so it changes nothing
+    assert (await health.health("ocr_tool")).healthy  # type: ignore[union-attr]
+    again = change_of(alert_envelope(raised))
+    assert again is not None
+    switched_off = AlertedHealth(_Registry(), OpenAlerts(), trial_every=0, rules=["error_rate"])
+    switched_off._alerts.take(again)
+    assert (await switched_off.health("ocr_tool")).healthy  # type: ignore[union-attr]
 
 
 def test_rules_come_from_settings_and_unknown_ones_are_named() -> None:

@@ -90,14 +90,14 @@ def test_an_envelopes_diagnostics_and_body_are_what_it_contributes() -> None:
         tallies[key].add(figures)
     tally = tallies["tool:ocr_tool"]
     assert (tally.count, tally.errors, tally.retries, tally.fallbacks) == (1, 1, 1, 1)
-    assert tally.mean_confidence is None  # its fallback answered: nothing of the tool's own
+    assert tally.mean_confidence == 0.7  # the tool failed; its fallback answered for it
     assert (tally.external_calls, tally.external_latency_ms) == (3, 20.0)
     assert tally.latency.count == 1 and 30 < tally.latency.quantile(0.5) <= 50
     assert tallies["component:tool"] == tally
-    payload = answer.payload.model_copy(update={"body": _result()})
-    own = answer.model_copy(update={"payload": payload})
-    (_, figures), _ = contributions(own, [], dead_letter=False)
-    assert figures.confidence == 0.7  # the tool's own answer says its confidence
+    payload = answer.payload.model_copy(update={"context": {"fallback": True}})
+    asked = answer.model_copy(update={"payload": payload})  # the dispatcher sent it there
+    ((key, figures),) = contributions(asked, [], dead_letter=False)
+    assert key == "component:tool" and figures.confidence is None and figures.fallback
     report = turn(
         ErrorReport(component="mcp:dispatcher", code="timeout", message="late"),
         source="mcp:dispatcher",
