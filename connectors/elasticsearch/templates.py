@@ -104,6 +104,18 @@ def mappings() -> dict[str, Any]:
                     **dict.fromkeys(_ROLLUP_COUNTS, _LONG),
                     **dict.fromkeys(_ROLLUP_FIGURES, _DOUBLE),
                 ),
+                alert=_obj(
+                    state=_KEYWORD,
+                    rule=_KEYWORD,
+                    key=_KEYWORD,
+                    figure=_KEYWORD,
+                    value=_DOUBLE,
+                    limit=_DOUBLE,
+                    windows=_INT,
+                    window_start=_DATE,
+                    window_end=_DATE,
+                    since=_DATE,
+                ),
             ),
         },
     }

@@ -36,10 +36,12 @@ from hermesbus.contract.headers import (
 )
 from hermesbus.contract.payloads import ErrorReport, ToolResult, WindowRollup
 from hermesbus.errors import HermesError
+from hermesbus.topics import identity_of
 
 from ._model import ArchivedRecord, Document
 
 __all__ = [
+    "ALERT_SIGNER",
     "ENVELOPES_DATASET",
     "ROLLUP_DATASET",
     "DocumentSettings",
@@ -55,6 +57,8 @@ _COMPONENTS = {"mcp": "dispatcher"}
 _FAILED_STATUS = 400
 ENVELOPES_DATASET = "hermes.envelopes"
 ROLLUP_DATASET = "hermes.diagnostics"
+ALERT_SIGNER = "diagnostics"
+"""Who writes the alerts whose fields are charted (``hermes.alert``)."""
 """``event.dataset`` of a closed window's document: it goes into a data stream of its own."""
 _NS_PER_MS = 1_000_000
 
@@ -225,6 +229,38 @@ def _envelope(
     if failed is not None:
         event["outcome"] = "failure"
         doc["error"] = failed
+    alert = _alert(envelope)
+    if alert is not None:  # a diagnostics alert: its rule, key, window and figures
+        hermes["alert"] = alert
+        doc["message"] = f"alert {alert['state']}: {failed['message'] if failed else ''}"
+        if alert["state"] == "cleared":
+            event["outcome"] = "success"  # the episode ended: nothing failed here
+
+
+def _alert(envelope: Envelope) -> dict[str, object] | None:
+    """An alert's fields (``hermes.alert``) when ``envelope`` is one the diagnostics'
+    rules wrote (its source says so; the signature check drops them otherwise)."""
+    body, context = envelope.payload.body, envelope.payload.context
+    state = context.get("alert")
+    if not isinstance(body, ErrorReport) or identity_of(envelope.source) != ALERT_SIGNER:
+        return None
+    if state not in ("raised", "cleared"):
+        return None
+    fields: dict[str, object] = {"state": state, "key": body.component}
+    for name in ("rule", "figure"):
+        if isinstance(context.get(name), str):
+            fields[name] = context[name]
+    for name in ("value", "limit"):
+        if isinstance(context.get(name), int | float) and not isinstance(context[name], bool):
+            fields[name] = float(context[name])  # type: ignore[arg-type]
+    if isinstance(context.get("windows"), int):
+        fields["windows"] = context["windows"]
+    for name, field in (("window_start", "window_start_ms"), ("window_end", "window_end_ms")):
+        if isinstance(context.get(field), int):
+            fields[name] = iso_ms(context[field])  # type: ignore[arg-type]
+    if isinstance(context.get("since_ms"), int):
+        fields["since"] = iso_ms(context["since_ms"])  # type: ignore[arg-type]
+    return fields
 
 
 def _rollup(body: WindowRollup) -> dict[str, object]:

@@ -24,7 +24,7 @@ from hermesbus.errors import HermesError, IdentityError
 from hermesbus.identity import Verifier
 from hermesbus.topics import identity_of
 
-from ._ecs import ENVELOPES_DATASET, ROLLUP_DATASET
+from ._ecs import ALERT_SIGNER, ENVELOPES_DATASET, ROLLUP_DATASET
 from ._model import ArchivedRecord, Document
 
 __all__ = ["UNVERIFIED", "Checked", "check", "mark"]
@@ -77,6 +77,8 @@ def mark(doc: Document, checked: Checked) -> Document:
     ):  # charted figures only from the rollup itself: anything else stays an envelope
         doc["event"]["dataset"] = ENVELOPES_DATASET
         doc["hermes"].pop("rollup", None)
+    if not checked.verified or checked.signer != ALERT_SIGNER:
+        doc["hermes"].pop("alert", None)  # charted alerts only from the diagnostics' rules
     if checked.verified:
         return doc
     signature["error"] = checked.error

@@ -9,13 +9,22 @@ import pytest
 from hermesbus import Envelope, Payload
 from hermesbus.connectors.elasticsearch import ElasticsearchTraceIndex
 from hermesbus.contract.payloads import ErrorReport, ToolCall
-from hermesbus.processors.diagnostics import Figures, Tally, Window, rollup_envelope
+from hermesbus.processors.diagnostics import (
+    Change,
+    DiagnosticsSettings,
+    Figures,
+    Tally,
+    Window,
+    alert_envelope,
+    rollup_envelope,
+)
 from hermesbus.trace.index import (
     ArchivedRecord,
     Document,
     Search,
     TraceIndex,
     archived,
+    iso_ms,
 )
 from tests.builders import T0, reply_to, turn
 
@@ -194,3 +203,34 @@ async def test_closed_windows_go_to_a_data_stream_of_their_own_with_charted_fiel
         )  # fmt: skip
         (bucket,) = summed["aggregations"]["by_key"]["buckets"]
         assert (bucket["key"], bucket["n"]["value"]) == ("tool:ocr_tool", 3)
+
+
+@pytest.mark.elasticsearch
+async def test_an_alert_is_indexed_with_its_rule_key_and_figures_as_fields(
+    elasticsearch_url: str, unique: str
+) -> None:
+    config = es_config(elasticsearch_url, unique)
+    rule = DiagnosticsSettings().rules()[0]  # low_confidence
+    raised = Change(rule, "tool:ocr_tool", "raised", T0_MS, T0_MS + 60_000, T0_MS - 120_000, 3, 0.7)
+    records = [record_of(alert_envelope(raised), "hermes.alerts", 0, T0_MS + 60_000)]
+    async with ElasticsearchTraceIndex(config) as index:
+        await index.write(documents_of(records))
+        await index.refresh()
+        client = index.client
+        (doc,) = await index.search(Search(action="ErrorReport"))
+        assert doc["hermes"]["alert"]["rule"] == "low_confidence"
+        assert doc["hermes"]["alert"]["since"] == iso_ms(T0_MS - 120_000)
+        mapped = await client.indices.get_mapping(index=config.data_stream)
+        (mapping,) = mapped.body.values()
+        alert = mapping["mappings"]["properties"]["hermes"]["properties"]["alert"]["properties"]
+        assert alert["rule"]["type"] == "keyword" and alert["value"]["type"] == "double"
+        assert alert["window_start"]["type"] == "date" and alert["windows"]["type"] == "integer"
+        by_rule = await client.search(
+            index=config.data_stream,
+            size=0,
+            query={"term": {"hermes.alert.state": "raised"}},
+            aggs={"rules": {"terms": {"field": "hermes.alert.rule"},
+                            "aggs": {"low": {"min": {"field": "hermes.alert.value"}}}}},
+        )  # fmt: skip
+        (bucket,) = by_rule["aggregations"]["rules"]["buckets"]
+        assert bucket["key"] == "low_confidence" and bucket["low"]["value"] == pytest.approx(0.7)

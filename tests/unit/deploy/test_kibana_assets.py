@@ -15,12 +15,15 @@ import httpx
 import pytest
 
 from hermesbus.cli._kibana import ASSETS, import_objects
+from hermesbus.connectors.elasticsearch.config import ElasticsearchConfig
 from hermesbus.connectors.elasticsearch.templates import index_template, mappings
 
 NUMERIC = {"long", "integer", "double", "float"}
 USES = {
     "terms": NUMERIC | {"keyword"},
     "avg": NUMERIC,
+    "max": NUMERIC,
+    "sum": NUMERIC,
     "percentiles": NUMERIC,
     "date_histogram": {"date"},
 }
@@ -66,13 +69,36 @@ def test_every_field_used_is_mapped_with_a_usable_type(obj: dict[str, Any]) -> N
                 assert TYPES.get(field) in USES[agg["type"]], (field, agg["type"])
 
 
-def test_the_data_view_covers_the_template_pattern_and_its_time_field() -> None:
-    (view,) = [o for o in OBJECTS if o["type"] == "index-pattern"]
+def test_the_data_views_cover_the_streams_templates_and_their_time_field() -> None:
+    """One view over the envelopes' streams, one over the rollup's (closed windows), each
+    with the pattern of the index template hermesbus installs for them."""
+    config = ElasticsearchConfig(data_stream="logs-hermes.envelopes-default")
+    views = {o["id"]: o["attributes"] for o in OBJECTS if o["type"] == "index-pattern"}
     assert (
-        view["attributes"]["title"]
-        == index_template("logs-hermes.envelopes-*")["index_patterns"][0]
+        {view["title"] for view in views.values()}
+        == {
+            index_template(config.template_pattern)["index_patterns"][0],
+            index_template(config.rollup_pattern)["index_patterns"][0],
+        }
+        == {"logs-hermes.envelopes-*", "logs-hermes.diagnostics-*"}
     )
-    assert TYPES[view["attributes"]["timeFieldName"]] == "date"
+    assert all(TYPES[view["timeFieldName"]] == "date" for view in views.values())
+    for obj in OBJECTS:  # the rollup's fields are charted from its view, alerts from the other
+        fields = json.dumps(obj["attributes"])
+        (view,) = [r["id"] for r in obj["references"] if r["type"] == "index-pattern"] or [None]
+        if "hermes.rollup." in fields:
+            assert view == "hermes-diagnostics", obj["id"]
+        elif view is not None:
+            assert view == "hermes-envelopes", obj["id"]
+
+
+def test_the_alerts_panels_use_the_fields_the_indexer_writes() -> None:
+    """What an alert's document holds (``hermes.alert``), as the indexer makes it."""
+    used = set()
+    for obj in OBJECTS:
+        text = json.dumps(obj["attributes"])
+        used |= set(re.findall(r"hermes\.alert\.[a-z_]+", text))
+    assert used and used <= {f for f in TYPES if f.startswith("hermes.alert.")}
 
 
 def test_every_reference_points_at_a_shipped_object() -> None:
@@ -80,13 +106,15 @@ def test_every_reference_points_at_a_shipped_object() -> None:
     for obj in OBJECTS:
         for ref in obj["references"]:
             assert (ref["type"], ref["id"]) in shipped, (obj["id"], ref)
-    (board,) = [o for o in OBJECTS if o["type"] == "dashboard"]
-    names = {ref["name"] for ref in board["references"]}
-    panels = json.loads(board["attributes"]["panelsJSON"])
-    assert {p["panelRefName"] for p in panels} == names
+    boards = [o for o in OBJECTS if o["type"] == "dashboard"]
+    assert {b["id"] for b in boards} == {"hermes-overview", "hermes-diagnostics-board"}
+    for board in boards:
+        names = {ref["name"] for ref in board["references"]}
+        panels = json.loads(board["attributes"]["panelsJSON"])
+        assert {p["panelRefName"] for p in panels} == names
     searches = {o["id"] for o in OBJECTS if o["type"] == "search"}
     expected = {"hermes-by-trace", "hermes-by-session", "hermes-failures", "hermes-dead-letters"}
-    assert searches == expected
+    assert searches == expected | {"hermes-alerts"}
 
 
 def test_the_import_request_is_what_the_saved_objects_api_takes() -> None:

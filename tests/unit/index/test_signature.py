@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hermesbus.codec import default_codec
 from hermesbus.contract.envelope import Envelope, Metadata
 from hermesbus.contract.headers import DLQ_ORIGIN_TOPIC
 from hermesbus.identity import Verifier
-from hermesbus.processors.diagnostics import TUMBLING_MS, Figures, Tally, Window, rollup_envelope
+from hermesbus.processors.diagnostics import (
+    TUMBLING_MS,
+    Change,
+    DiagnosticsSettings,
+    Figures,
+    Tally,
+    Window,
+    alert_envelope,
+    rollup_envelope,
+)
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, DLQ
 from hermesbus.trace.index import ArchivedRecord, DocumentSettings, decode, document
 from hermesbus.trace.index._signature import UNVERIFIED, check, mark
@@ -94,3 +105,35 @@ def test_only_the_rollups_own_closed_windows_are_charted() -> None:
         doc = marked(forger)
         assert doc["event"]["dataset"] == "hermes.envelopes", forger  # type: ignore[index]
         assert "rollup" not in doc["hermes"]  # type: ignore[operator]
+
+
+def test_only_the_diagnostics_alerts_are_charted_with_their_rule_window_and_figures() -> None:
+    rule = DiagnosticsSettings().rules()[0]  # low_confidence
+    raised = Change(rule, "tool:ocr_tool", "raised", 120_000, 180_000, 60_000, 3, 0.7)
+    cleared = Change(rule, "tool:ocr_tool", "cleared", 180_000, 240_000, 60_000, 4, 0.9)
+
+    def marked(envelope: Envelope, signer: str | None) -> dict[str, Any]:
+        r = record(envelope, "hermes.alerts", signer)
+        doc = document(r, decode(r, CODEC), DocumentSettings())
+        return mark(doc, check(r, decode(r, CODEC), Verifier(signing.keys()), DLQ))
+
+    doc = marked(alert_envelope(raised), "diagnostics")
+    assert doc["hermes"]["alert"] == {
+        "state": "raised",
+        "key": "tool:ocr_tool",
+        "rule": "low_confidence",
+        "figure": "confidence",
+        "value": 0.7,
+        "limit": 0.8,
+        "windows": 3,
+        "window_start": "1970-01-01T00:02:00.000Z",
+        "window_end": "1970-01-01T00:03:00.000Z",
+        "since": "1970-01-01T00:01:00.000Z",
+    }
+    assert doc["event"]["outcome"] == "failure" and doc["error"]["type"] == "alert.low_confidence"
+    assert doc["message"].startswith("alert raised: tool:ocr_tool: mean confidence 0.70")
+    ended = marked(alert_envelope(cleared), "diagnostics")
+    assert ended["hermes"]["alert"]["state"] == "cleared"
+    assert ended["event"]["outcome"] == "success"
+    for forger in ("app", "tool", None):  # claimed by another, or unsigned: no alert fields
+        assert "alert" not in marked(alert_envelope(raised), forger)["hermes"], forger
