@@ -150,6 +150,10 @@ EOF
 start_failed() { # dir
   log "last lines of $1/logs:"
   tail -n 30 "$1/logs/stdout.log" >&2 2>/dev/null || true
+  # the cause, above a stack trace the tail may not reach (a port taken: BindTransportException)
+  local cause
+  cause=$(grep -m1 -E 'fatal exception|Exception:' "$1/logs/stdout.log" 2>/dev/null || true)
+  [[ -z $cause ]] || log "its first error: ${cause:0:400}"
   stop_service 30 || true
   rm -f -- "$PID_FILE" "$URL_FILE"
   log "data/log dir kept for inspection: $1 ('$0 stop' removes it)"

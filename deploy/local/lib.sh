@@ -86,17 +86,65 @@ check_port() { # NAME VALUE: a TCP port, 1 to 65535 (a usage error otherwise)
 # ---------------------------------------------------------------- ports
 
 free_port() { # [PORT...]: a port on 127.0.0.1 that nothing listens on now, none of the PORTs
+  # Two things made a port handed out here taken by the time its server bound it (CI:
+  # two Elasticsearch nodes of side-by-side test sets, one's HTTP port the other's
+  # transport port): a port asked of the kernel (bind to 0) comes from the ephemeral
+  # range, which the kernel also hands to the next caller asking, and to every outgoing
+  # connection meanwhile. So a port is drawn below that range, and claimed under a lock
+  # in a folder every caller of this user shares (HERMES_PORT_CLAIMS) until its server
+  # has long bound it: no two calls return the same port within CLAIM_S.
   python3 - "$@" <<'PY'
-import socket, sys
+import fcntl, os, random, socket, sys, time
 
+CLAIM_S = 1800  # a claim outlives the slowest start (a server listening is seen by bind)
 avoid = set(sys.argv[1:])
-while True:
+claims = os.environ.get("HERMES_PORT_CLAIMS") or f"/tmp/hermesbus-ports-{os.getuid()}"
+os.makedirs(claims, mode=0o700, exist_ok=True)
+
+
+def ephemeral():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:  # Linux
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 49152, 65535  # macOS and the IANA default
+
+
+low, high = ephemeral()
+# Below the ephemeral range (Linux: 20000-32767), else above it; else anywhere.
+span = (20000, low - 1) if low > 21000 else (high + 1, 65535) if high < 64000 else (1024, 65535)
+
+
+def bindable(port):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    if port not in avoid:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+with open(os.path.join(claims, ".lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    now = time.time()
+    for name in os.listdir(claims):  # claims of starts long over
+        path = os.path.join(claims, name)
+        try:
+            if name.isdigit() and now - os.stat(path).st_mtime > CLAIM_S:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+    for _ in range(10000):
+        port = random.randint(*span)
+        claim = os.path.join(claims, str(port))
+        if str(port) in avoid or os.path.exists(claim) or not bindable(port):
+            continue
+        with open(claim, "w") as f:
+            f.write(f"{os.getppid()}\n")
         print(port)
-        break
+        sys.exit(0)
+sys.exit(f"no free port in {span[0]}-{span[1]} on 127.0.0.1")
 PY
 }
 

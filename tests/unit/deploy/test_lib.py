@@ -194,6 +194,51 @@ def test_a_free_port_is_none_of_the_ports_it_is_told_to_avoid(tmp_path: Path) ->
             sock.bind(("127.0.0.1", port))
 
 
+def test_ports_handed_out_at_once_are_all_different_and_claimed(tmp_path: Path) -> None:
+    # CI: two test sets started side by side, and one Elasticsearch node was handed as its
+    # transport port the HTTP port of the other (both asked the kernel for port 0 at once).
+    runs = [
+        subprocess.Popen(
+            ["bash", "-c", f'export HERMES_PORT_CLAIMS="$T/claims"; {PRELUDE}free_port'],
+            env={**os.environ, "T": str(tmp_path), "LIB": str(LIB), "PATTERN": ASLEEP},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(12)
+    ]
+    ports = [int(run.communicate(timeout=120)[0]) for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    assert len(set(ports)) == len(ports), sorted(ports)
+    claimed = {int(path.name) for path in (tmp_path / "claims").iterdir() if path.name.isdigit()}
+    assert claimed == set(ports)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux's port range"
+)
+def test_a_free_port_is_outside_the_range_the_kernel_hands_out_by_itself(tmp_path: Path) -> None:
+    # ports the kernel picks (bind to 0, every outgoing connection) come from that range
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(5):
+        done = _lib('export HERMES_PORT_CLAIMS="$T/claims"; free_port', tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not low <= int(done.stdout) <= high, (done.stdout, low, high)
+
+
+def test_claims_of_starts_long_over_are_swept_and_fresh_ones_kept(tmp_path: Path) -> None:
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / "23001").write_text("1\n")
+    (claims / "23002").write_text("1\n")
+    hour_ago = time.time() - 3600
+    os.utime(claims / "23001", (hour_ago, hour_ago))
+    done = _lib('export HERMES_PORT_CLAIMS="$T/claims"; free_port', tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not (claims / "23001").exists()
+    assert (claims / "23002").exists()
+    assert int(done.stdout) != 23002
+
+
 # ---------------------------------------------------------------- pid files and status
 
 
