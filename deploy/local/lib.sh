@@ -148,6 +148,23 @@ sys.exit(f"no free port in {span[0]}-{span[1]} on 127.0.0.1")
 PY
 }
 
+again_if_port_taken() { # LOG COMMAND...: COMMAND, its stderr kept in LOG, then shown
+  # Once more if it failed because a port it was handed got taken before its server bound
+  # it: free_port claims ports against our own scripts, not every program on the machine.
+  local log=$1 rc=0
+  shift
+  "$@" 2>"$log" || rc=$?
+  cat -- "$log" >&2
+  ((rc != 0)) || return 0
+  grep -qE 'already in use|already bound|BindException|[Ff]ailed to bind' "$log" || return "$rc"
+  cp -- "$log" "$log.first"
+  printf '%s: a port was taken meanwhile (see %s); starting on other ports\n' "${LOG_NAME:-$0}" "$log.first" >&2
+  rc=0
+  "$@" 2>"$log" || rc=$?
+  cat -- "$log" >&2
+  return "$rc"
+}
+
 # ---------------------------------------------------------------- processes and pid files
 
 pid_gone() { # PID: no such process, or one that has exited and waits for its parent (a zombie)

@@ -17,6 +17,7 @@ set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
+source deploy/local/lib.sh # again_if_port_taken
 
 usage() {
   echo "usage: deploy/local/services.sh start DIR | stop DIR [--keep-logs]" >&2
@@ -92,7 +93,7 @@ ci=$(printf %s "$ci" | tr '[:upper:]' '[:lower:]') # not ${ci,,}: macOS has bash
 started() {
   local what=$1 var=$2 log=$3 script=$4 line
   shift 4
-  if line=$(TMPDIR="$DIR" bash "deploy/local/$script" start "$@" 2> >(tee "${!log}" >&2)); then
+  if line=$(TMPDIR="$DIR" again_if_port_taken "${!log}" bash "deploy/local/$script" start "$@"); then
     put "$var" "${line#*=}"
     echo "$what: at ${line#*=}"
   else
@@ -107,7 +108,8 @@ command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 && java=yes
 # brokers and the registry start, and is waited for last.
 es_out="$DIR/elasticsearch.out" es_starter=""
 if [[ -n $java ]]; then
-  bash deploy/local/elasticsearch.sh start >"$es_out" 2>"$HERMES_TEST_ELASTICSEARCH_LOG" &
+  again_if_port_taken "$HERMES_TEST_ELASTICSEARCH_LOG" bash deploy/local/elasticsearch.sh start \
+    >"$es_out" 2>/dev/null &
   es_starter=$!
 else
   echo "services.sh: no java/mvn on PATH, so Elasticsearch was not started" >"$HERMES_TEST_ELASTICSEARCH_LOG"
@@ -115,7 +117,8 @@ fi
 # Neo4j (its test harness in a small Java main) takes about 8 s: in the background too.
 neo4j_out="$DIR/neo4j.out" neo4j_starter=""
 if [[ -n $java ]]; then
-  TMPDIR="$DIR" bash deploy/local/neo4j.sh start >"$neo4j_out" 2>"$HERMES_TEST_NEO4J_LOG" &
+  TMPDIR="$DIR" again_if_port_taken "$HERMES_TEST_NEO4J_LOG" bash deploy/local/neo4j.sh start \
+    >"$neo4j_out" 2>/dev/null &
   neo4j_starter=$!
 else
   echo "services.sh: no java/mvn on PATH, so Neo4j was not started" >"$HERMES_TEST_NEO4J_LOG"

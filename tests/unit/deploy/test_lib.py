@@ -239,6 +239,33 @@ def test_claims_of_starts_long_over_are_swept_and_fresh_ones_kept(tmp_path: Path
     assert int(done.stdout) != 23002
 
 
+_FAILS_ONCE = """again_if_port_taken "$T/start.log" bash -c '
+  n=$(cat "$T/tries" 2>/dev/null || echo 0); echo $((n + 1)) >"$T/tries"
+  if ((n == 0)); then echo "BindException: Address already in use" >&2; exit 1; fi
+  echo "started" >&2; echo URL=http://127.0.0.1:1'"""
+
+
+def test_a_start_whose_port_was_taken_meanwhile_runs_once_more(tmp_path: Path) -> None:
+    done = _lib(_FAILS_ONCE, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "URL=http://127.0.0.1:1\n"
+    assert (tmp_path / "tries").read_text() == "2\n"
+    assert "a port was taken meanwhile" in done.stderr
+    assert (tmp_path / "start.log").read_text() == "started\n"
+    assert "Address already in use" in (tmp_path / "start.log.first").read_text()
+
+
+def test_a_start_that_failed_for_another_reason_is_not_run_again(tmp_path: Path) -> None:
+    body = """again_if_port_taken "$T/start.log" bash -c '
+      n=$(cat "$T/tries" 2>/dev/null || echo 0); echo $((n + 1)) >"$T/tries"
+      echo "java not found" >&2; exit 3'"""
+    done = _lib(body + " || echo rc=$?", tmp_path)
+    assert done.stdout == "rc=3\n"
+    assert (tmp_path / "tries").read_text() == "1\n"
+    assert "java not found" in done.stderr
+    assert not (tmp_path / "start.log.first").exists()
+
+
 # ---------------------------------------------------------------- pid files and status
 
 
