@@ -16,7 +16,7 @@ from rich.text import Text
 
 from hermesbus.compose.settings import Settings
 from hermesbus.compose.stats import Stats, component_lags, read_stats
-from hermesbus.processors.diagnostics import Row
+from hermesbus.processors.diagnostics import Row, Said
 
 from ._common import (
     BootstrapOption,
@@ -53,8 +53,9 @@ def stats_command(
 
     Read from the diagnostics rollup's closed windows appended to hermes.diagnostics in
     the last WINDOWS+2 window lengths: the last WINDOWS tumbling windows with records (on
-    the records' own time), each key's counts in them as a sparkline, and the alerts on
-    hermes.alerts. Only records signed by their writers are shown. Joins no group.
+    the records' own time), each key's counts in them as a sparkline; the alerts open now
+    (all of hermes.alerts folded), and those raised and cleared in the span. Only records
+    signed by their writers are shown. Joins no group.
     """
     with errors():
         if follow and as_json:
@@ -148,14 +149,27 @@ def _view(stats: Stats, lags: dict[str, int], windows: int) -> Group:
     parts: list[Any] = [table]
     if not starts:
         parts.append(Text("no closed window yet (the rollup emits each one after it ends)"))
+    open_now = _open(stats)
+    parts.append(Text(f"open alerts ({len(open_now) or 'none'})", style="bold"))
+    for said in open_now:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(said.since_ms / 1000))
+        health = ", its fallback answers" if said.health and said.key.startswith("tool:") else ""
+        parts.append(Text(f"  {said.rule}  {said.key}  since {since} UTC{health}"))
     recent = stats.alerts[-_ALERTS_SHOWN:]
-    parts.append(Text(f"alerts ({len(stats.alerts)} in this span)", style="bold"))
+    parts.append(
+        Text(f"alerts raised and cleared ({len(stats.alerts)} in this span)", style="bold")
+    )
     for alert in recent:
         at = time.strftime("%H:%M:%S", time.gmtime(alert.at_ms / 1000))
         parts.append(Text(f"  {at}  {alert.component}  {alert.code}: {alert.message}"))
     if stats.unproven:
         parts.append(Text(f"{stats.unproven} records not shown: their signature is not believed"))
     return Group(*parts)
+
+
+def _open(stats: Stats) -> list[Said]:
+    """The alerts open now, the longest open first."""
+    return sorted(stats.open_alerts.open(), key=lambda s: (s.since_ms, s.rule, s.key))
 
 
 def _title(starts: list[int]) -> str:
@@ -222,9 +236,21 @@ def _json(stats: Stats, lags: dict[str, int], windows: int) -> dict[str, Any]:
         {"at_ms": a.at_ms, "component": a.component, "code": a.code, "message": a.message}
         for a in stats.alerts
     ]
+    open_now = [
+        {
+            "rule": said.rule,
+            "key": said.key,
+            "since_ms": said.since_ms,
+            "window_end_ms": said.end_ms,
+            "windows": said.windows,
+            "health": said.health,
+        }
+        for said in _open(stats)
+    ]
     return {
         "window_starts_ms": board.starts(windows),
         "rows": rows,
+        "open_alerts": open_now,
         "alerts": alerts,
         "parts": board.parts,
         "unproven": stats.unproven,

@@ -28,7 +28,7 @@ from typing import Any, Final
 from aiokafka import TopicPartition
 
 from hermesbus.codec import Codec
-from hermesbus.compose.stats import believed, component_lags
+from hermesbus.compose.stats import alert_said, believed, component_lags
 from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
 from hermesbus.connectors.kafka.client import start_or_close
 from hermesbus.connectors.kafka.clients import plain_producer
@@ -48,7 +48,7 @@ from hermesbus.processors.diagnostics import (
     change_of,
 )
 from hermesbus.processors.protocol import DIAGNOSTICS, ProtocolPolicy
-from hermesbus.topics import ALERTS, identity_of
+from hermesbus.topics import ALERTS
 from hermesbus.topics import DIAGNOSTICS as DIAGNOSTICS_TOPIC
 
 __all__ = [
@@ -75,25 +75,30 @@ async def alerts_said(
 ) -> list[Said]:
     """Every alert the diagnostics wrote on ``hermes.alerts``, in order (to its end as it
     is now; each believed only when the diagnostics signed it)."""
+    return await _said_to_end(kafka, await _alert_parts(kafka, prefix), prefix, codec, verifier)
+
+
+async def _alert_parts(kafka: KafkaConfig, prefix: str) -> list[TopicPartition]:
     topic = prefix + ALERTS
     counts = await partition_counts(kafka, [topic])
-    parts = [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
+    return [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
+
+
+async def _said_to_end(
+    kafka: KafkaConfig,
+    parts: list[TopicPartition],
+    prefix: str,
+    codec: Codec,
+    verifier: Verifier,
+) -> list[Said]:
     said: list[Said] = []
     async with LogReader(kafka, parts, what="alerts") as reader:
         async for batch in reader:
-            said.extend(_said_in(batch, codec, verifier, prefix))
+            for record in batch:
+                one = alert_said(believed(record, codec, verifier, prefix))
+                if one is not None:
+                    said.append(one)
     return said
-
-
-def _said_in(batch: Sequence[Any], codec: Codec, verifier: Verifier, prefix: str) -> list[Said]:
-    found = []
-    for record in batch:
-        envelope = believed(record, codec, verifier, prefix)
-        if envelope is not None and identity_of(envelope.source) == DIAGNOSTICS:
-            said = change_of(envelope)
-            if said is not None:
-                found.append(said)
-    return found
 
 
 @dataclass(slots=True)
@@ -360,22 +365,15 @@ class AlertWatch:
         stands), so nothing read twice changes anything, and a topic made anew (a broker
         back empty) is read as it comes, whatever its offsets."""
         codec, verifier = Codec(), Verifier(self._keyring)
-        topic = self._prefix + ALERTS
-        counts = await partition_counts(self._kafka, [topic])
-        parts = [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
+        parts = await _alert_parts(self._kafka, self._prefix)
         folded = OpenAlerts()
-        async with LogReader(self._kafka, parts, what="alerts") as reader:
-            async for batch in reader:
-                for record in batch:
-                    _fold(folded, record, codec, verifier, self._prefix)
+        for said in await _said_to_end(self._kafka, parts, self._prefix, codec, verifier):
+            folded.take(said)
         self.alerts.replace(folded)
         self.caught_up.set()
         async with LogReader(self._kafka, parts, end=None, what="alerts") as reader:
             async for batch in reader:
                 for record in batch:
-                    _fold(self.alerts, record, codec, verifier, self._prefix)
-
-
-def _fold(alerts: OpenAlerts, record: Any, codec: Codec, verifier: Verifier, prefix: str) -> None:
-    for said in _said_in([record], codec, verifier, prefix):
-        alerts.take(said)
+                    one = alert_said(believed(record, codec, verifier, self._prefix))
+                    if one is not None:
+                        self.alerts.take(one)

@@ -2,8 +2,10 @@
 
 Both topics are read without a consumer group (nothing is committed); each record's
 signature is checked with the bus's keyring: a closed window is believed only when the
-``diagnostics`` identity signed it, an alert when a processor did. The consumer lag of
-each component is its group's uncommitted records on the topic it consumes.
+``diagnostics`` identity signed it, an alert when a processor did. Which rules' alerts are
+open now is folded from all of ``hermes.alerts`` (an episode may have begun long before
+the span shown), from what the diagnostics signed. The consumer lag of each component is
+its group's uncommitted records on the topic it consumes.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from hermesbus.contract.payloads import ErrorReport, WindowRollup
 from hermesbus.errors import HermesError, IdentityError
 from hermesbus.identity import Keyring, Verifier
 from hermesbus.processors import protocol, tool
-from hermesbus.processors.diagnostics import Board
+from hermesbus.processors.diagnostics import Board, OpenAlerts, Said, change_of
 from hermesbus.topics import ALERTS, CONVERSATION_IN, DIAGNOSTICS, identity_of
 
-__all__ = ["Alert", "Stats", "believed", "component_lags", "read_stats"]
+__all__ = ["Alert", "Stats", "alert_said", "believed", "component_lags", "read_stats"]
 
 _POLICY = protocol.ProtocolPolicy()
 _CONSUMES = {
@@ -55,6 +57,8 @@ class Stats:
     board: Board = field(default_factory=Board)
     alerts: list[Alert] = field(default_factory=list)
     alert_ids: set[str] = field(default_factory=set)
+    open_alerts: OpenAlerts = field(default_factory=OpenAlerts)
+    """The alerts open now: all of ``hermes.alerts`` folded, the diagnostics' only."""
     unproven: int = 0
     """Records of either topic whose signature or signer is not believed (not shown)."""
 
@@ -74,6 +78,13 @@ async def read_stats(
     topics = [prefix + DIAGNOSTICS, prefix + ALERTS]
     counts = await partition_counts(kafka, topics)
     parts = [TopicPartition(t, p) for t in topics for p in range(counts.get(t, 0))]
+    alert_parts = [part for part in parts if part.topic == prefix + ALERTS]
+    async with LogReader(kafka, alert_parts, what="alerts") as alerts:  # to its end, as now
+        async for batch in alerts:
+            for record in batch:
+                said = alert_said(believed(record, codec, verifier, prefix))
+                if said is not None:
+                    stats.open_alerts.take(said)
     end = None if follow else Position("end")
     reader = LogReader(kafka, parts, start=Position("time", since_ms), end=end, what="stats")
     async with reader:
@@ -99,6 +110,13 @@ def believed(record: Any, codec: Codec, verifier: Verifier, prefix: str) -> Enve
     return envelope if signer == identity_of(envelope.source) else None
 
 
+def alert_said(envelope: Envelope | None) -> Said | None:
+    """What a believed envelope says as an alert the diagnostics wrote (None: not one)."""
+    if envelope is None or identity_of(envelope.source) != protocol.DIAGNOSTICS:
+        return None
+    return change_of(envelope)
+
+
 def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
     envelope = believed(record, codec, verifier, prefix)
     if envelope is None:
@@ -114,6 +132,9 @@ def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix
         stats.alert_ids.add(envelope.message_id)  # the same alert, said twice: once
         alert = Alert(epoch_ms(envelope.timestamp), body.component, body.code, body.message)
         stats.alerts.append(alert)
+        said = alert_said(envelope)
+        if said is not None:  # one said since the fold above (following)
+            stats.open_alerts.take(said)
 
 
 async def component_lags(kafka: KafkaConfig, prefix: str, tools: Sequence[str]) -> dict[str, int]:

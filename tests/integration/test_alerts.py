@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from hermesbus.client import Client
 from hermesbus.codec import Codec
 from hermesbus.compose.alerts import AlertJudge, alerts_said, background_judge
 from hermesbus.compose.stack import Stack
+from hermesbus.compose.stats import Stats, read_stats
 from hermesbus.connectors.kafka import KafkaConfig
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.headers import envelope_headers
@@ -193,3 +194,46 @@ async def test_while_a_tools_alert_is_open_its_fallback_answers_and_the_reply_sa
     (answered_after,) = await _results(kafka, prefix, after)
     assert answered_after.fallback is None and answered_after.status_code == 200
     assert judge.stats.raised == 1 and judge.stats.cleared == 1
+
+
+async def test_stats_shows_an_alert_open_since_before_its_span_until_it_clears(
+    broker: str, unique: str
+) -> None:
+    """``hermesbus stats`` reads the windows and alerts of a recent span, but which alerts
+    are open now is all of hermes.alerts folded: an episode that began before the span
+    is open in it, and gone from it once cleared."""
+    prefix = f"as{unique}."
+    kafka = await catalog_topics(broker, prefix)
+    judge = AlertJudge(kafka, DiagnosticsSettings(settle_ms=500), signing.keys(), prefix=prefix)
+    start = 1_900_000_020_000 - 1_900_000_020_000 % 60_000  # windows of 2030
+    after_all = 4_000_000_000_000  # a span after every record: none of them in it
+
+    async def stats() -> Stats:
+        return await read_stats(
+            kafka, signing.keys(), prefix=prefix, since_ms=after_all, follow=False
+        )
+
+    async def said(state: str) -> bool:
+        return any(s.state == state for s in await _said(kafka, prefix))
+
+    async with background_judge(judge, print):
+        await _windows(broker, prefix, start, [0.7, 0.7, 0.7])
+        await _until_true(lambda: said("raised"), "the alert")
+        raised = await stats()
+        await _windows(broker, prefix, start + 3 * 60_000, [0.95])
+        await _until_true(lambda: said("cleared"), "the clear")
+        cleared = await stats()
+    assert raised.alerts == [] and cleared.alerts == []  # none said in the span
+    (open_alert,) = raised.open_alerts.open()
+    assert (open_alert.rule, open_alert.key, open_alert.since_ms) == ("low_confidence", KEY, start)
+    assert open_alert.health and open_alert.windows == 3
+    assert cleared.open_alerts.open() == []
+    assert raised.unproven == cleared.unproven == 0
+
+
+async def _until_true(done: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not await done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {WAIT_S:g} s: {what}")
+        await asyncio.sleep(0.3)
