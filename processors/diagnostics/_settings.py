@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hermesbus.processors.diagnostics._alerts import Rule
@@ -91,12 +91,17 @@ class DiagnosticsSettings(BaseSettings):
     """Under a health alert, every ``trial_every``-th call goes to the tool itself, so its
     own answers can end the alert (0: none)."""
 
+    @field_validator("alerts_off")
+    @classmethod
+    def _known_rules(cls, value: str) -> str:
+        unknown = sorted({name.strip() for name in value.split(",") if name.strip()} - set(RULES))
+        if unknown:
+            raise ValueError(f"no alert rule {', '.join(unknown)} (rules: {', '.join(RULES)})")
+        return value
+
     @model_validator(mode="after")
     def _sizes(self) -> DiagnosticsSettings:
         self.windows  # noqa: B018  # raises ValueError, named by pydantic, on nonsense
-        unknown = sorted(self.off - set(RULES))
-        if unknown:
-            raise ValueError(f"no alert rule {', '.join(unknown)} (rules: {', '.join(RULES)})")
         return self
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from pydantic import ValidationError
 
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.fields import from_epoch_ms
@@ -344,8 +345,9 @@ def test_rules_come_from_settings_and_unknown_ones_are_named() -> None:
     assert sorted(rules) == ["dead_letters", "error_rate", "low_confidence"]
     assert rules["low_confidence"].threshold == 0.9 and rules["low_confidence"].windows == 3
     assert DiagnosticsSettings(alerts=False).rules() == ()
-    with pytest.raises(ValueError, match="no alert rule spike"):
+    with pytest.raises(ValidationError, match="no alert rule spike") as refused:
         DiagnosticsSettings(alerts_off="spike")
+    assert [error["loc"] for error in refused.value.errors()] == [("alerts_off",)]  # named
     with pytest.raises(ValueError, match="no figure 'latency'"):
         Rule("slow", "latency", "above", 1.0)
 
