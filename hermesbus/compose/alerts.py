@@ -35,7 +35,7 @@ from hermesbus.connectors.kafka.clients import plain_producer
 from hermesbus.connectors.kafka.reader import partition_counts
 from hermesbus.contract.envelope import Envelope
 from hermesbus.contract.headers import envelope_headers
-from hermesbus.contract.payloads import ErrorReport, WindowRollup
+from hermesbus.contract.payloads import WindowRollup
 from hermesbus.errors import BrokerError, HermesError
 from hermesbus.identity import Guard, Keyring, Verifier
 from hermesbus.processors.diagnostics import (
@@ -231,7 +231,7 @@ class AlertJudge:
                 self.stats.raised += 1
             else:
                 self.stats.cleared += 1
-            self._told(f"alert {change.state}: {alert_body(envelope).message}")
+            self._told(f"alert {change.state}: {change.sentence}")
         while self._unsent:
             if not await self._send(producer, self._unsent[0]):
                 break  # in order: the rest waits for the next tick
@@ -262,12 +262,6 @@ class AlertJudge:
 
 def _logged(line: str) -> None:
     log.warning("%s", line)
-
-
-def alert_body(envelope: Envelope) -> ErrorReport:
-    body = envelope.payload.body
-    assert isinstance(body, ErrorReport)  # noqa: S101 - alert_envelope makes one
-    return body
 
 
 def judge_for(

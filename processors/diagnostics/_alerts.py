@@ -157,6 +157,11 @@ class Change:
     """``above_median``: the median it was over; ``rising``: the window before's value."""
 
     @property
+    def sentence(self) -> str:
+        """What the alert says, in one line (its ``ErrorReport`` message)."""
+        return _sentence(self)
+
+    @property
     def limit(self) -> float:
         """The value the test compared with."""
         rule = self.rule
@@ -398,7 +403,7 @@ def alert_envelope(change: Change, *, namespace: str = "") -> Envelope:
     report = ErrorReport(
         component=change.key,
         code=f"alert.{rule.name}",
-        message=_sentence(change),
+        message=change.sentence,
         advice=_ADVICE.get(rule.figure, "") if change.state == _RAISED else "",
         retryable=False,
     )
