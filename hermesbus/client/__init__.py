@@ -45,6 +45,7 @@ from hermesbus.errors import (
 from hermesbus.identity import APP, Keyring, PublicKeys, Signer
 from hermesbus.topics import CONVERSATION_IN, CONVERSATION_OUT, identity_of, topic_for
 
+from ._once import Delivered, Seen
 from ._settings import ClientSettings, from_environment, invalid, kafka_from_environment
 
 __all__ = [
@@ -139,6 +140,10 @@ class Client(Service):
     dropped: logged as a warning, counted in ``unverified``, and passed to
     ``on_unverified`` if given. With no public keys to check with, reading replies
     raises ConfigError saying where to get them: nothing unchecked is ever returned.
+
+    Each reply is returned once: a copy under a message id already handed over (an
+    outbox's re-send after a crash) is dropped and counted in ``repeated`` (see
+    ``_once``).
     """
 
     def __init__(
@@ -178,6 +183,9 @@ class Client(Service):
         self.on_unverified = on_unverified
         self.unverified = 0
         """Replies-topic records dropped because their signature did not verify."""
+        self.repeated = 0
+        """Replies dropped as copies of one already delivered (an outbox's re-send)."""
+        self._delivered = Delivered()
 
     def _given(self) -> ClientSettings:
         """The settings given, else the environment's, read on first need (then kept). Only
@@ -384,6 +392,8 @@ class Replies(Service):
         self._consumer: Any = None
         self._partition: Any = None
         self._stopped = False
+        self._since = client._delivered.tick
+        self._mine = Seen()
 
     def __aiter__(self) -> Self:
         return self
@@ -394,9 +404,22 @@ class Replies(Service):
         await self.start()
         while not self._stopped:
             envelope = self._decode(await self._next_record())
-            if envelope is not None:
+            if envelope is not None and self._first(envelope):
                 return envelope
         raise StopAsyncIteration
+
+    def _first(self, envelope: Envelope) -> bool:
+        """Whether ``envelope`` is this iterator's to deliver: not a copy of one it
+        delivered, nor of one the client delivered before it began."""
+        delivered, message_id = self._client._delivered, envelope.message_id
+        at = delivered.at(self.session_id, message_id)
+        if message_id in self._mine or (at is not None and at <= self._since):
+            self._client.repeated += 1
+            log.info("reply dropped: already delivered message_id=%s", message_id)
+            return False
+        delivered.add(self.session_id, message_id)
+        self._mine.add(message_id, delivered.tick)
+        return True
 
     async def start(self) -> None:
         """Assign the session's partition and fix the start at its current end offset."""
