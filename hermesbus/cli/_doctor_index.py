@@ -127,9 +127,9 @@ async def indexing_check(kafka: KafkaConfig, prefix: str) -> list[Check]:
         if not existing:
             return [Check("indexing", "ok", "no topics yet: nothing to index")]
     partitions = {name: topic.partitions for name, topic in existing.items()}
-    lag, committed = await behind(kafka, INDEXER_GROUP, partitions)
+    lag, committed = await behind(kafka, prefix + INDEXER_GROUP, partitions)
     total = sum(lag.values())
-    group = f"the indexer (group {INDEXER_GROUP})"
+    group = f"the indexer (group {prefix + INDEXER_GROUP})"
     if total == 0:
         said = f"{group} has indexed every record of the {len(existing)} topics"
         return [Check("indexing", "ok", said)]

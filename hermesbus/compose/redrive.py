@@ -294,7 +294,6 @@ async def redrive(
         settings=sandbox,
         prefix=prefix,
         index=SqliteTraceIndex(home / "index.sqlite3"),
-        group_prefix=prefix,
         tool_port=tools,
         health=health,
         copy_tools_from=production if live_tools else None,

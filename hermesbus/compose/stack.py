@@ -166,7 +166,6 @@ async def stack(
     embedded_broker: EmbeddedBroker | None = None,
     progress: Progress | None = None,
     index: TraceIndex | None = None,
-    group_prefix: str = "",
     tool_port: tool.ToolPort | None = None,
     health: protocol.HealthView | None = None,
     copy_tools_from: Path | None = None,
@@ -187,8 +186,10 @@ async def stack(
     ``backends.trace_index(settings)``). On the embedded broker the processors' consumer
     groups use its group timings (``RuntimeSettings.for_embedded_broker``).
 
-    A sandbox (``replay --redrive``) also passes ``group_prefix`` (put before every
-    consumer group's name), ``tool_port`` and ``health`` (what the tool processor and the
+    Every consumer group's name starts with ``prefix``, as every topic's does: two stacks
+    of different prefixes on one cluster never share a group (a sandbox's groups are its
+    own so). A sandbox (``replay --redrive``) also passes ``tool_port`` and ``health``
+    (what the tool processor and the
     dispatcher use instead of the registered tools and their live health), and
     ``copy_tools_from`` (a state folder whose registered tools are registered here too),
     ``copy_flows`` (flow versions registered here as they were there, before any processor
@@ -229,8 +230,8 @@ async def stack(
         intent, model = await _model_ports(exits, settings.conversation, tools, demo=demo)
         own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
         sharing = {tool.group_name(name) for name in own} | {tool.MODEL_GROUP}
-        targets = [group_prefix + group for group in sorted(sharing)]  # from where "tool" is
-        await hand_over_to_each(kafka, prefix + tool.TOPIC, group_prefix + tool.NAME, targets)
+        targets = [prefix + group for group in sorted(sharing)]  # from where "tool" is
+        await hand_over_to_each(kafka, prefix + tool.TOPIC, prefix + tool.NAME, targets)
         codec = codec_for(settings.bus)  # the bus's schema registry, if it has one
         running.indexer = await _indexer(
             exits,
@@ -241,7 +242,7 @@ async def stack(
             keyring=settings.keys.load,
             codec=codec,
             say=say,
-            group=group_prefix,
+            group=prefix,
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
@@ -267,7 +268,7 @@ async def stack(
                 store=states,
                 kafka=kafka,
                 topic_prefix=prefix,
-                group_id=group_prefix + name,
+                group_id=prefix + name,
                 settings=runtime,
                 keyring=settings.keys.load,
                 codec=codec,

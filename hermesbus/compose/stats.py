@@ -138,18 +138,19 @@ def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix
 
 
 async def component_lags(kafka: KafkaConfig, prefix: str, tools: Sequence[str]) -> dict[str, int]:
-    """Each component's consumer lag (records its group has not committed), and each
-    tool's (``tool:<name>``, its own group's; the ``tool`` row is their largest)."""
+    """Each component's consumer lag (records its group, ``prefix`` + its name, has not
+    committed), and each tool's (``tool:<name>``, its own group's; the ``tool`` row is
+    their largest)."""
     topics = [prefix + t for t in (*_CONSUMES.values(), protocol.TOOL_TOPIC)]
     counts = await partition_counts(kafka, topics)
     lags: dict[str, int] = {}
     for component, topic in _CONSUMES.items():
         partitions = {prefix + topic: counts.get(prefix + topic, 0)}
-        lag, _ = await behind(kafka, component, partitions)
+        lag, _ = await behind(kafka, prefix + component, partitions)
         lags[f"component:{component}"] = sum(lag.values())
     tool_topic = {prefix + protocol.TOOL_TOPIC: counts.get(prefix + protocol.TOOL_TOPIC, 0)}
     for name in tools:
-        lag, _ = await behind(kafka, tool.group_name(name), tool_topic)
+        lag, _ = await behind(kafka, prefix + tool.group_name(name), tool_topic)
         lags[f"tool:{name}"] = sum(lag.values())
     lags["component:tool"] = max((lags[f"tool:{n}"] for n in tools), default=0)
     return lags

@@ -250,6 +250,11 @@ class Processor(Service):
         finally:
             await self.stop()
 
+    @property
+    def group_id(self) -> str:
+        """The consumer group it runs as."""
+        return self._group
+
     def _partition_count(self, topic: str) -> int | None:
         consumer = self._consumer
         found = consumer.partitions_for_topic(topic) if consumer is not None else None

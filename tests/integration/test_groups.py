@@ -238,19 +238,45 @@ async def test_up_starts_after_the_wedge(
     prefix = f"wedge-{unique}."
     topic = await _provision(kafka, prefix)
     await _produce(broker, topic, {0: 2, 1: 1})
-    # the tool group handled every call; earlier stacks on this broker may have left it members
-    await _join_and_leave(broker, tool.NAME, topic, commit=_at(topic, {0: 2, 1: 1}))
-    await _join_and_leave(broker, tool.group_name("trip_tool"), topic)
-    await _join_and_die(broker, tool.group_name("ocr_tool"), topic)
+    # the tool group handled every call (the stack's groups take its prefix)
+    await _join_and_leave(broker, prefix + tool.NAME, topic, commit=_at(topic, {0: 2, 1: 1}))
+    await _join_and_leave(broker, prefix + tool.group_name("trip_tool"), topic)
+    await _join_and_die(broker, prefix + tool.group_name("ocr_tool"), topic)
 
     async with stack(
         settings=Settings.from_environment(), kafka=kafka, prefix=prefix, demo=True
     ) as running:
-        groups = [tool.group_name(name) for name in running.tool_names]
-        assert tool.group_name("trip_tool") in groups
+        groups = [prefix + tool.group_name(name) for name in running.tool_names]
+        assert prefix + tool.group_name("trip_tool") in groups
+        assert {p.group_id for p in running.processors} >= set(groups)
         for group in groups:
             assert await committed(kafka, group, topic) == {**EARLIEST, 0: 2, 1: 1}, group
     # and the next start leaves every group's offsets as they are
-    assert await hand_over_to_each(kafka, topic, tool.NAME, groups) == {
+    assert await hand_over_to_each(kafka, topic, prefix + tool.NAME, groups) == {
         group: {} for group in groups
     }
+
+
+async def test_two_stacks_of_different_prefixes_on_one_broker_share_no_group(
+    broker: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every group a stack joins starts with its prefix, as its topics do (two stacks used
+    to join each other's ``conversation``, rebalancing each other on every start)."""
+    kafka = KafkaConfig(bootstrap=broker)
+    prefixes = [f"ga{unique}.", f"gb{unique}."]
+    settings = []
+    for n in range(2):
+        monkeypatch.setenv("HERMES_HOME", str(tmp_path / f"home{n}"))
+        settings.append(Settings.from_environment())
+    async with (
+        stack(settings=settings[0], kafka=kafka, prefix=prefixes[0]) as one,
+        stack(settings=settings[1], kafka=kafka, prefix=prefixes[1]) as two,
+    ):
+        joined = {
+            prefix: sorted([*(p.group_id for p in running.processors), running.indexer.group_id])
+            for prefix, running in zip(prefixes, (one, two), strict=True)
+            if running.indexer is not None
+        }
+    expected = ["conversation", "dispatcher", "indexer", "memory", tool.NAME, tool.MODEL_GROUP]
+    for prefix in prefixes:
+        assert joined[prefix] == sorted(prefix + name for name in expected)

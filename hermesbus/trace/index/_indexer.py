@@ -113,7 +113,8 @@ class Indexer(Service):
         keys: Keyring | None = None,
         keyring: Callable[[], Keyring] | None = None,
     ) -> None:
-        self.name = group_id
+        self.name = NAME  # what it is called in metrics, dead letters and messages
+        self.group_id = group_id
         self.index = index
         self.stats = IndexerStats()
         self.joined = asyncio.Event()
@@ -151,11 +152,11 @@ class Indexer(Service):
         if self._consumer is not None:
             return
         settings = self._settings
-        producer = Producer(self._kafka, self.name)  # dead letters of refused documents
+        producer = Producer(self._kafka, self.group_id)  # dead letters of refused documents
         await producer.start()
         # the indexer never runs exactly-once: its settings say read_uncommitted, as before
         consumer = member_consumer(
-            self._kafka, self.name, settings.model_copy(update={"exactly_once": False})
+            self._kafka, self.group_id, settings.model_copy(update={"exactly_once": False})
         )
         consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:

@@ -70,13 +70,12 @@ async def running(
     monkeypatch.setenv("HERMES_NEO4J_NAMESPACE", f"fault{unique}")
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HERMES_CONVERSATION_BUDGET_SCALE", str(BUDGET_SCALE))
-    try:  # groups of its own: another test's members joining "memory" would rebalance it
+    try:  # groups of its own (they take the prefix): another test's members would rebalance
         async with stack(
             settings=Settings.from_environment(),
             kafka=KafkaConfig(bootstrap=broker),
             prefix=f"fault-{unique}.",
             demo=True,
-            group_prefix=f"fault{unique}-",
         ) as s:
             yield s, redis, neo4j
     finally:

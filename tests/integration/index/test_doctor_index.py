@@ -132,7 +132,7 @@ async def test_the_indexing_check_counts_what_the_indexer_has_not_committed(
     broker: str, unique: str, tmp_path: Path
 ) -> None:
     """Five records nobody indexed: a warning naming them; after the indexer ran (its own
-    group, as ``up`` runs it): every record indexed."""
+    group, the prefix's, as ``up`` runs it): every record indexed."""
     prefix = f"docix-{unique}."
     kafka = await catalog_topics(broker, prefix)
     await _produce(broker, prefix + TOPIC, 5)
@@ -141,12 +141,17 @@ async def test_the_indexing_check_counts_what_the_indexer_has_not_committed(
     before = await asyncio.to_thread(_doctor, *options, env=env, cwd=tmp_path)
     status, said = _line(before.out, "indexing")
     assert status == "warn", before.out
-    assert f"(group {INDEXER_GROUP}) has indexed nothing yet: 5 records wait" in said
+    assert f"(group {prefix}{INDEXER_GROUP}) has indexed nothing yet: 5 records wait" in said
     assert f"{prefix}{TOPIC} 5" in said
     settings = RuntimeSettings(session_timeout_ms=6_000, heartbeat_interval_ms=1_000)
     async with SqliteTraceIndex(tmp_path / "index.sqlite3") as index:
         indexer = Indexer(
-            index, kafka=kafka, prefix=prefix, settings=settings, keyring=signing.keys
+            index,
+            kafka=kafka,
+            prefix=prefix,
+            settings=settings,
+            keyring=signing.keys,
+            group_id=prefix + INDEXER_GROUP,
         )
         async with indexer:
             async with asyncio.timeout(60):
