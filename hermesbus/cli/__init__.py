@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "up_command",
         "Start the broker (embedded unless configured), create the topics, run the processors.",
     ),
+    "run": (
+        "._up",
+        "run_command",
+        "Run some of the processors (each deployable and scalable apart) on a configured broker.",
+    ),
     "diagnostics": (
         "._diagnostics",
         "diagnostics_command",

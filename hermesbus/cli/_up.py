@@ -1,4 +1,5 @@
-"""``hermesbus up [--demo] [--once]``: run the stack until Ctrl-C (or once through the demo)."""
+"""``hermesbus up [--demo] [--once]``: run the stack until Ctrl-C (or once through the demo);
+``hermesbus run PROCESSOR...``: run only some of its parts, deployed and scaled apart."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hermesbus.base.lifecycle import tune_collector
 from hermesbus.compose.broker import BrokerWatch, EmbeddedBroker, answers
 from hermesbus.compose.provision import provision
 from hermesbus.compose.settings import Settings
-from hermesbus.compose.stack import Stack, stack
+from hermesbus.compose.stack import PARTS, Stack, stack
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
 from hermesbus.errors import BrokerError, ConfigError
 from hermesbus.runtime import Processor
@@ -32,11 +33,12 @@ from ._common import (
     ServingBootstrapOption,
     err_console,
     errors,
+    fail,
     kafka_with,
     program_settings,
 )
 
-__all__ = ["BROKER_LOST", "TOPICS_CHECK_S", "up_command"]
+__all__ = ["BROKER_LOST", "RUNNABLE", "TOPICS_CHECK_S", "run_command", "up_command"]
 
 BROKER_LOST = 3
 """Exit code of ``up`` when the embedded broker died, or a configured one came back
@@ -46,6 +48,8 @@ TOPICS_CHECK_S = 10.0
 at once when it answers again): a restart quicker than a probe is not seen as an outage."""
 _PROBE_S = 2.0
 """How often a configured broker is probed."""
+RUNNABLE = (*PARTS, "diagnostics")
+"""What ``run`` runs: the stack's parts and the diagnostics rollup (with its alerts)."""
 
 
 def up_command(
@@ -86,7 +90,82 @@ def up_command(
         raise typer.Exit(code)
 
 
-async def _up(settings: Settings, prefix: str, *, run_demo: bool, once: bool) -> int:
+def run_command(
+    processors: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PROCESSOR...",
+            help=f"What to run here: any of {', '.join(RUNNABLE)}.",
+            show_default=False,
+        ),
+    ],
+    bootstrap: ServingBootstrapOption = None,
+    prefix: PrefixOption = "",
+    exactly_once: Annotated[
+        bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
+    ] = False,
+    home: HomeOption = None,
+) -> None:
+    """Run some of the processors (each deployable and scalable apart) on a configured broker.
+
+    PROCESSOR is conversation, dispatcher, tool (the shared tool group, each registered
+    tool's own and the model rounds'), memory, indexer (the trace index) or diagnostics
+    (the rollup and its alerts); ``up`` runs them all. Run as many instances of each as
+    you like, on any machines: each is a member of its consumer group
+    (``<prefix><processor>``), and the partitions move between the members. Instances
+    share what the bus keeps through the stores: give every one the same Redis
+    (``HERMES_REDIS_URL``: sessions' state, the tool registry, memory's preferences) and
+    Neo4j (``HERMES_NEO4J_URL``: memory's graph), and the same keys. Each process needs
+    its own ``HERMES_HOME`` on a machine (one process per state folder). Stops as ``up``
+    does (SIGTERM: exit 0; Ctrl-C: 130).
+    """
+    with errors():
+        unknown = [name for name in processors if name not in RUNNABLE]
+        if unknown:
+            raise fail(f"no processor {', '.join(unknown)} (processors: {', '.join(RUNNABLE)})", 2)
+        read = program_settings(bootstrap)
+        kafka = kafka_with(read, bootstrap)
+        if not kafka.bootstrap:
+            raise fail(
+                "run needs a broker every instance reaches: pass --bootstrap or set "
+                "HERMES_KAFKA_BOOTSTRAP (the embedded one lives inside `hermesbus up`)",
+                2,
+            )
+        runtime = read.runtime.model_copy(update={"exactly_once": exactly_once})
+        settings = read.with_parts(kafka=kafka, runtime=runtime)
+        for warning in _alone(settings, processors):
+            err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+        parts = frozenset(processors)
+        code = asyncio.run(_up(settings, prefix, run_demo=False, once=False, parts=parts))
+    if code:
+        raise typer.Exit(code)
+
+
+def _alone(settings: Settings, processors: Sequence[str]) -> list[str]:
+    """What another instance elsewhere would not share: the stores in this state folder."""
+    said = []
+    keeps = {"conversation", "dispatcher", "tool", "memory"} & set(processors)
+    if keeps and settings.redis.url is None:
+        said.append(
+            f"{', '.join(sorted(keeps))}: state and the tool registry in SQLite under "
+            f"{settings.home}; instances elsewhere will not share them (HERMES_REDIS_URL)"
+        )
+    if "memory" in processors and settings.neo4j.url is None:
+        said.append(
+            f"memory: its graph in SQLite under {settings.home}; instances elsewhere will not "
+            "share it (HERMES_NEO4J_URL)"
+        )
+    return said
+
+
+async def _up(
+    settings: Settings,
+    prefix: str,
+    *,
+    run_demo: bool,
+    once: bool,
+    parts: frozenset[str] | None = None,
+) -> int:
     """Run the stack; the exit code: 0, 1 (the demo did not finish), BROKER_LOST, or 130
     after Ctrl-C.
 
@@ -99,7 +178,7 @@ async def _up(settings: Settings, prefix: str, *, run_demo: bool, once: bool) ->
     for sig in (signal.SIGINT, signal.SIGTERM):  # first: until now, Ctrl-C exited 130 at once
         loop.add_signal_handler(sig, _stop_on, sig, received, stop)
     try:
-        code = await _serve(settings, prefix, stop, run_demo=run_demo, once=once)
+        code = await _serve(settings, prefix, stop, run_demo=run_demo, once=once, parts=parts)
     finally:  # all stopped: from here on, Ctrl-C exits 130 at once
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -119,14 +198,18 @@ async def _serve(
     *,
     run_demo: bool,
     once: bool,
+    parts: frozenset[str] | None = None,
 ) -> int:
-    """Run the stack until ``stop`` is set, the run ends or the embedded broker dies."""
+    """Run the stack (``parts``: those of it, and the rollup if named; None: all) until
+    ``stop`` is set, the run ends or the embedded broker dies."""
     kafka = settings.kafka
     broker = None if kafka.bootstrap else EmbeddedBroker(home=settings.home)
     finished: list[bool] = []  # the demo's outcome, once it has one
     up = asyncio.Event()  # set once the stack runs: a configured broker is watched from then
     serving: list[Stack] = []  # the stack, once it runs: told of the topics made again
-    work = _run(settings, broker, prefix, finished, up, serving, run_demo=run_demo, once=once)
+    work = _run(
+        settings, broker, prefix, finished, up, serving, run_demo=run_demo, once=once, parts=parts
+    )
     run = asyncio.create_task(work)
     signalled = asyncio.create_task(stop.wait())
     watch = asyncio.create_task(_watch(broker, kafka, prefix, up, serving))
@@ -159,6 +242,7 @@ async def _run(
     *,
     run_demo: bool,
     once: bool,
+    parts: frozenset[str] | None = None,
 ) -> None:
     """The stack, the demo, then serving until cancelled (or, with ``once``, not)."""
     progress = _Progress()
@@ -168,6 +252,7 @@ async def _run(
         demo=run_demo,
         embedded_broker=broker,
         progress=progress,
+        parts=None if parts is None else parts & set(PARTS),
     )
     async with contextlib.AsyncExitStack() as exits:
         with err_console.status("starting", spinner="dots") as status:
@@ -175,7 +260,7 @@ async def _run(
             running = await exits.enter_async_context(started)
             progress.status = None
         serving.append(running)
-        if settings.diagnostics.enabled:
+        if settings.diagnostics.enabled and (parts is None or "diagnostics" in parts):
             await exits.enter_async_context(_rollup(settings, running, progress))
         tune_collector()  # start-up is done: what it built stays, collections become rare
         up.set()

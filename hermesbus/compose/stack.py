@@ -14,7 +14,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +62,7 @@ from hermesbus.testing import Harness
 from hermesbus.trace.index import INDEXER_GROUP, Indexer, TraceIndex
 
 __all__ = [
+    "PARTS",
     "REPLAYABLE",
     "Progress",
     "Stack",
@@ -76,6 +77,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PARTS: Final = ("conversation", "dispatcher", "tool", "memory", "indexer")
+"""What a stack can run, each apart (``hermesbus run``): ``tool`` is the shared tool group,
+each registered tool's own and the model rounds'; ``indexer`` writes the trace index."""
 
 JOIN_WAIT_S = 60.0
 """How long start-up waits for every processor's group before timers may fire anyway."""
@@ -171,6 +176,7 @@ async def stack(
     copy_tools_from: Path | None = None,
     copy_flows: Sequence[FlowCopy] = (),
     paths: flow.PathCounts | None = None,
+    parts: Collection[str] | None = None,
 ) -> AsyncIterator[Stack]:
     """Start the broker if none is configured, create missing topics, run the processors.
 
@@ -194,9 +200,13 @@ async def stack(
     ``copy_tools_from`` (a state folder whose registered tools are registered here too),
     ``copy_flows`` (flow versions registered here as they were there, before any processor
     starts) and ``paths`` (the frequent paths' counts, instead of the state store's).
+
+    ``parts``: which of :data:`PARTS` run here (None: all); the others run elsewhere, in
+    processes of their own, each as its group's members.
     """
     kafka = kafka or settings.kafka
     say = progress or _quiet
+    runs = _parts(parts)
     runtime = settings.runtime
     async with contextlib.AsyncExitStack() as exits:
         home = settings.home
@@ -226,41 +236,40 @@ async def stack(
         if copy_tools_from is not None:
             running.tool_names = await _copy_tools(copy_tools_from, tools, settings)
         await _copy_flows(copy_flows, kafka, prefix, keys)
-        probed = first_probes(exits, tools, say)  # the tools' workers start as groups join
+        probing = bool(runs & {tool.NAME, dispatcher.NAME})  # health: the dispatcher reads it
+        probed = first_probes(exits, tools, say) if probing else None  # as groups join
         intent, model = await _model_ports(exits, settings.conversation, tools, demo=demo)
-        own = sorted(spec.name for spec in await tools.store.list_specs())  # a group each
-        sharing = {tool.group_name(name) for name in own} | {tool.MODEL_GROUP}
-        targets = [prefix + group for group in sorted(sharing)]  # from where "tool" is
-        await hand_over_to_each(kafka, prefix + tool.TOPIC, prefix + tool.NAME, targets)
+        own, sharing = await _tool_groups(kafka, prefix, tools, runs)
         codec = codec_for(settings.bus)  # the bus's schema registry, if it has one
-        running.indexer = await _indexer(
-            exits,
-            index if index is not None else trace_index(settings),
-            kafka=kafka,
-            prefix=prefix,
-            settings=runtime,
-            keyring=settings.keys.load,
-            codec=codec,
-            say=say,
-            group=prefix,
+        running.indexer = (
+            None
+            if "indexer" not in runs
+            else await _indexer(
+                exits,
+                index if index is not None else trace_index(settings),
+                kafka=kafka,
+                prefix=prefix,
+                settings=runtime,
+                keyring=settings.keys.load,
+                codec=codec,
+                say=say,
+                group=prefix,
+            )
         )
         exits.push_async_callback(_stop_all, running.processors)  # before the indexer stops
         watch = _broker_watch(exits, kafka)  # no timer runs down while the broker is away
         gate = asyncio.Event()  # no timer fires before every processor has joined its group
         running.flows = await _flow_catalog(kafka, prefix, settings, say)
         running.paths = running.paths or flow.StorePaths(states)  # the paths' counts, kept there
-        for name, handler, topic, ports in _handlers(
-            running,
-            intent,
-            own,
-            tool_port=tool_port,
-            health=health
-            or await _alerted(
+        if health is None and dispatcher.NAME in runs:
+            health = await _alerted(
                 exits, running, own, kafka=kafka, keys=keys, settings=settings, say=say
-            ),
-            settings=settings,
-            model=model,
+            )
+        for name, handler, topic, ports in _handlers(
+            running, intent, own, tool_port=tool_port, health=health, settings=settings, model=model
         ):
+            if _part_of(name) not in runs:
+                continue
             processor = Processor(
                 name,
                 handler,
@@ -283,15 +292,52 @@ async def stack(
                 observe=observe,
             )
             running.processors.append(processor)  # stopped by _stop_all, side by side
-        await asyncio.gather(  # the groups join in parallel
-            *(p.start() for p in running.processors), running.indexer.start()
-        )
-        await _joined([*running.processors, running.indexer], say)
-        await probed
-        keep_probing(exits, tools)
+        await _start(exits, running, probed, say)
         gate.set()
         say("ready")
         yield running
+
+
+async def _tool_groups(
+    kafka: KafkaConfig, prefix: str, tools: tool.ToolService, runs: frozenset[str]
+) -> tuple[list[str], set[str]]:
+    """The registered tools (a group each) and every group reading the tool topic but
+    ``tool``; when the tools run here, each of those groups starts where ``tool`` is."""
+    own = sorted(spec.name for spec in await tools.store.list_specs())
+    sharing = {tool.group_name(name) for name in own} | {tool.MODEL_GROUP}
+    if tool.NAME in runs:
+        targets = [prefix + group for group in sorted(sharing)]
+        await hand_over_to_each(kafka, prefix + tool.TOPIC, prefix + tool.NAME, targets)
+    return own, sharing
+
+
+async def _start(
+    exits: contextlib.AsyncExitStack,
+    running: Stack,
+    probed: asyncio.Task[None] | None,
+    say: Progress,
+) -> None:
+    """Start every part, the groups joining in parallel; then the tools' probes go on."""
+    await asyncio.gather(*(p.start() for p in running.parts()))
+    await _joined(running.parts(), say)
+    if probed is not None:
+        await probed
+        keep_probing(exits, running.tools)
+
+
+def _parts(parts: Collection[str] | None) -> frozenset[str]:
+    """The parts asked for (all: None); ConfigError naming one that is none of them."""
+    if parts is None:
+        return frozenset(PARTS)
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise ConfigError(f"no part {', '.join(unknown)} to run (parts: {', '.join(PARTS)})")
+    return frozenset(parts)
+
+
+def _part_of(name: str) -> str:
+    """The part a processor of ``_handlers`` belongs to (every tool group: ``tool``)."""
+    return tool.NAME if name == tool.NAME or name.startswith(tool.group_name("")) else name
 
 
 async def _alerted(
