@@ -16,7 +16,14 @@ at a time put up to N s of OCR work behind one another at turn 2, against the di
 30 s cycle deadline. Without restarts, 40 sessions 10 or 20 at a time all completed; 30 at a
 time, 30 of the 40 got the OCR timeout: that measures the OCR, not the restarts.
 
+With ``--membership both`` (the default) the whole exercise runs twice, with dynamic group
+members (Kafka's default: a restarted ``up`` waits for its dead members to time out) and
+with static ones (``HERMES_RUNTIME_INSTANCE_ID``, KIP-345: the restarted members take
+their partitions back), each with a home and prefix of its own, and the outages of the
+two are compared (static/dynamic, same run).
+
     python bench/restarts.py [--sessions 200] [--restarts 3] [--bootstrap HOST:PORT]
+                             [--membership dynamic|static|both]
 
 Exits 0 only if all restarts happened and every session completed with no timeout reply.
 """
@@ -28,6 +35,7 @@ import asyncio
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -604,26 +612,60 @@ def report(args: argparse.Namespace, run: Run) -> bool:
     return ok
 
 
+MODES = {"dynamic": "", "static": "restarts-bench"}
+"""Each membership mode and the instance id ``up`` gets in it (HERMES_RUNTIME_INSTANCE_ID):
+dynamic members, Kafka's default, or static ones (KIP-345)."""
+
+
+async def one_mode(args: argparse.Namespace, bootstrap: str, tmp: Path, mode: str) -> Run:
+    """The exercise with ``up``'s group members in ``mode``, in a folder and prefix of its own."""
+    where = tmp / mode
+    where.mkdir()
+    prefix = f"restarts-{mode}-{uuid.uuid4().hex[:8]}."
+    env = {**os.environ, "HERMES_HOME": str(where / "home"), "PYTHONUNBUFFERED": "1"}
+    env |= {"HERMES_KEYS_FILE": str(where / "keys.json"), "HERMES_TOPIC_PREFIX": prefix}
+    env["HERMES_RUNTIME_INSTANCE_ID"] = MODES[mode]
+    await _run(*CLI, "keys", "init", env=env)
+    up = Up(bootstrap, prefix, env, where)
+    try:
+        await up.start()
+        await up.wait_serving(args.start_timeout)
+        print(f"{mode} members: up serving (topic prefix {prefix})")
+        kafka = KafkaConfig(bootstrap=bootstrap)
+        run = await exercise(args, up, kafka, prefix, Keyring.read(where / "keys.json"))
+    finally:
+        await up.stop()
+    settle(run.outages, up)
+    return run
+
+
+def compare(runs: dict[str, Run]) -> None:
+    """Kill -> first reply per membership mode, and static against dynamic (same run)."""
+    print("kill -> first reply after it, s (each restart; median):")
+    medians = {}
+    for mode, run in runs.items():
+        seconds = [o.first_reply_s for o in run.outages if o.first_reply_s is not None]
+        medians[mode] = statistics.median(seconds) if seconds else None
+        shown = ", ".join(f"{s:.1f}" for s in seconds) or "-"
+        print(f"  {mode:8s} {shown}   median {_s(medians[mode])}")
+    dynamic, static = medians.get("dynamic"), medians.get("static")
+    if dynamic and static:
+        print(f"static/dynamic: {static / dynamic:.2f}")
+
+
 async def main_async(args: argparse.Namespace) -> bool:
     tmp = Path(tempfile.mkdtemp(prefix="hermes-restarts-"))
+    modes = list(MODES) if args.membership == "both" else [args.membership]
     try:
         async with broker(args, tmp) as (bootstrap, how):
             print(f"broker: {bootstrap} ({how}); files: {tmp}")
-            prefix = f"restarts-{uuid.uuid4().hex[:8]}."
-            env = {**os.environ, "HERMES_HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
-            env |= {"HERMES_KEYS_FILE": str(tmp / "keys.json"), "HERMES_TOPIC_PREFIX": prefix}
-            await _run(*CLI, "keys", "init", env=env)
-            up = Up(bootstrap, prefix, env, tmp)
-            try:
-                await up.start()
-                await up.wait_serving(args.start_timeout)
-                print(f"up serving (topic prefix {prefix})")
-                kafka = KafkaConfig(bootstrap=bootstrap)
-                run = await exercise(args, up, kafka, prefix, Keyring.read(tmp / "keys.json"))
-            finally:
-                await up.stop()
-            settle(run.outages, up)
-            return report(args, run)
+            runs, ok = {}, True
+            for mode in modes:
+                runs[mode] = await one_mode(args, bootstrap, tmp, mode)
+                print(f"-- {mode} members")
+                ok = report(args, runs[mode]) and ok
+            compare(runs)
+            return ok
     finally:
         if args.keep:
             print(f"kept {tmp}")
@@ -641,6 +683,12 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0, help="s for up to serve")
     parser.add_argument("--grace", type=float, default=5.0, help="s to wait for late replies")
     parser.add_argument("--keep", action="store_true", help="keep the logs and homes")
+    parser.add_argument(
+        "--membership",
+        choices=[*MODES, "both"],
+        default="both",
+        help="up's group members: dynamic, static (an instance id), or both, one after the other",
+    )
     sys.exit(0 if asyncio.run(main_async(parser.parse_args())) else 1)
 
 

@@ -690,7 +690,8 @@ def _always() -> bool:
 def member_consumer(kafka: KafkaConfig, group: str, settings: RuntimeSettings) -> AIOKafkaConsumer:
     """A consumer that joins ``group`` as the runtime's processors do (the indexer too):
     from the earliest record, with the runtime's poll and group timings, reading only
-    committed records in exactly-once mode; it commits only when told."""
+    committed records in exactly-once mode, a static member when the settings name the
+    instance; it commits only when told."""
     return group_consumer(
         kafka,
         group,
@@ -700,6 +701,7 @@ def member_consumer(kafka: KafkaConfig, group: str, settings: RuntimeSettings) -
         session_timeout_ms=settings.session_timeout_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        group_instance_id=settings.instance_id or None,  # static membership (KIP-345)
     )
 
 

@@ -45,6 +45,14 @@ class RuntimeSettings(BaseSettings):
     sessions wait this long before another worker takes them (Kafka's own default is 45 s;
     the broker must allow it: group.min.session.timeout.ms, 6 s by default)."""
     heartbeat_interval_ms: Positive = 1_000
+    instance_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{0,200}$")] = ""
+    """A stable name of this instance (a StatefulSet pod's, ``worker-1``): each of its
+    consumer group members is then *static* (KIP-345, ``group.instance.id``), so a
+    restart within ``session_timeout_ms`` takes its partitions back at once, with no
+    rebalance waiting for the dead member to time out. Unique per running instance (a
+    second one with the same name fences the first). A static member does not leave its
+    groups when stopped: an instance stopped for good hands its partitions on only after
+    ``session_timeout_ms``. Empty: dynamic members, as Kafka's default."""
     exactly_once: bool = False
 
     def for_embedded_broker(self) -> RuntimeSettings:

@@ -2,13 +2,15 @@
 
 Arguments: bootstrap, topic prefix, the state store (``sqlite:PATH`` or ``redis:URL
 PREFIX FOLDER``). Runs the counting handler (with a short pause per envelope, so a SIGKILL lands
-mid-stream) until SIGTERM.
+mid-stream) until SIGTERM. ``WORKER_GROUP`` in the environment: its consumer group (default
+``crash``); its runtime settings take the ``HERMES_RUNTIME_*`` variables it is given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 
@@ -36,6 +38,7 @@ async def main(bootstrap: str, prefix: str, spec: str) -> None:
             kafka=KafkaConfig(bootstrap=bootstrap),
             topic_prefix=prefix,
             settings=RuntimeSettings(max_in_flight=16),
+            group_id=os.environ.get("WORKER_GROUP") or None,
         )
         async with processor:
             print("started", flush=True)
