@@ -195,8 +195,8 @@ async def stack(
     Every consumer group's name starts with ``prefix``, as every topic's does: two stacks
     of different prefixes on one cluster never share a group (a sandbox's groups are its
     own so). A sandbox (``replay --redrive``) also passes ``tool_port`` and ``health``
-    (what the tool processor and the
-    dispatcher use instead of the registered tools and their live health), and
+    (what the tool processor and the dispatcher use instead of the registered tools and
+    their live health), and
     ``copy_tools_from`` (a state folder whose registered tools are registered here too),
     ``copy_flows`` (flow versions registered here as they were there, before any processor
     starts) and ``paths`` (the frequent paths' counts, instead of the state store's).
@@ -239,7 +239,7 @@ async def stack(
         probing = bool(runs & {tool.NAME, dispatcher.NAME})  # health: the dispatcher reads it
         probed = first_probes(exits, tools, say) if probing else None  # as groups join
         intent, model = await _model_ports(exits, settings.conversation, tools, demo=demo)
-        own, sharing = await _tool_groups(kafka, prefix, tools, runs)
+        own, sharing = await _tool_groups(kafka, running, runs)
         codec = codec_for(settings.bus)  # the bus's schema registry, if it has one
         running.indexer = (
             None
@@ -299,12 +299,15 @@ async def stack(
 
 
 async def _tool_groups(
-    kafka: KafkaConfig, prefix: str, tools: tool.ToolService, runs: frozenset[str]
+    kafka: KafkaConfig, running: Stack, runs: frozenset[str]
 ) -> tuple[list[str], set[str]]:
-    """The registered tools (a group each) and every group reading the tool topic but
-    ``tool``; when the tools run here, each of those groups starts where ``tool`` is."""
-    own = sorted(spec.name for spec in await tools.store.list_specs())
+    """The registered tools (a group each; the alerts read their lags) and every group
+    reading the tool topic but ``tool``; when the tools run here, each of those groups
+    starts where ``tool`` is."""
+    own = sorted(spec.name for spec in await running.tools.store.list_specs())
+    running.tool_names = running.tool_names or list(own)
     sharing = {tool.group_name(name) for name in own} | {tool.MODEL_GROUP}
+    prefix = running.prefix
     if tool.NAME in runs:
         targets = [prefix + group for group in sorted(sharing)]
         await hand_over_to_each(kafka, prefix + tool.TOPIC, prefix + tool.NAME, targets)
@@ -354,7 +357,6 @@ async def _alerted(
     it (a tool under one is unhealthy, so its fallback answers; a sandbox gives the health
     it recorded instead), once they are read; a broker slow to answer is said, and the
     bus serves on meanwhile."""
-    running.tool_names = running.tool_names or list(own)  # the judge reads their lag
     diagnostics = settings.diagnostics
     if not any(rule.health for rule in diagnostics.rules()):
         return running.tools
