@@ -48,6 +48,9 @@ TOPICS_CHECK_S = 10.0
 at once when it answers again): a restart quicker than a probe is not seen as an outage."""
 _PROBE_S = 2.0
 """How often a configured broker is probed."""
+ExactlyOnceOption = Annotated[
+    bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
+]
 RUNNABLE = (*PARTS, "diagnostics")
 """What ``run`` runs: the stack's parts and the diagnostics rollup (with its alerts)."""
 
@@ -65,9 +68,7 @@ def up_command(
     ] = False,
     bootstrap: ServingBootstrapOption = None,
     prefix: PrefixOption = "",
-    exactly_once: Annotated[
-        bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
-    ] = False,
+    exactly_once: ExactlyOnceOption = False,
     home: HomeOption = None,
 ) -> None:
     """Start the broker (embedded unless configured), create the topics, run the processors.
@@ -101,9 +102,7 @@ def run_command(
     ],
     bootstrap: ServingBootstrapOption = None,
     prefix: PrefixOption = "",
-    exactly_once: Annotated[
-        bool, typer.Option("--exactly-once", help="Transactions (Apache Kafka only).")
-    ] = False,
+    exactly_once: ExactlyOnceOption = False,
     home: HomeOption = None,
 ) -> None:
     """Run some of the processors (each deployable and scalable apart) on a configured broker.
