@@ -94,12 +94,16 @@ free_port() { # [PORT...]: a port on 127.0.0.1 that nothing listens on now, none
   # in a folder every caller of this user shares (HERMES_PORT_CLAIMS) until its server
   # has long bound it: no two calls return the same port within CLAIM_S.
   python3 - "$@" <<'PY'
-import fcntl, os, random, socket, sys, time
+import fcntl, os, random, socket, stat, sys, time
 
 CLAIM_S = 1800  # a claim outlives the slowest start (a server listening is seen by bind)
 avoid = set(sys.argv[1:])
 claims = os.environ.get("HERMES_PORT_CLAIMS") or f"/tmp/hermesbus-ports-{os.getuid()}"
 os.makedirs(claims, mode=0o700, exist_ok=True)
+found = os.lstat(claims)  # in /tmp: another user may have made it first
+if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+    sys.exit(f"free_port: {claims} must be a folder of this user's, mode 0700 (remove it)")
+NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def ephemeral():
@@ -125,8 +129,9 @@ def bindable(port):
     return True
 
 
-with open(os.path.join(claims, ".lock"), "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
+lock = os.open(os.path.join(claims, ".lock"), os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
+with os.fdopen(lock, "r+") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
     now = time.time()
     for name in os.listdir(claims):  # claims of starts long over
         path = os.path.join(claims, name)
@@ -138,9 +143,10 @@ with open(os.path.join(claims, ".lock"), "w") as lock:
     for _ in range(10000):
         port = random.randint(*span)
         claim = os.path.join(claims, str(port))
-        if str(port) in avoid or os.path.exists(claim) or not bindable(port):
+        if str(port) in avoid or os.path.lexists(claim) or not bindable(port):
             continue
-        with open(claim, "w") as f:
+        made = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        with os.fdopen(made, "w") as f:
             f.write(f"{os.getppid()}\n")
         print(port)
         sys.exit(0)
