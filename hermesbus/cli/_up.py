@@ -130,6 +130,12 @@ def run_command(
                 "HERMES_KAFKA_BOOTSTRAP (the embedded one lives inside `hermesbus up`)",
                 2,
             )
+        if "diagnostics" in processors and not read.diagnostics.enabled:
+            raise fail(
+                "diagnostics is off (HERMES_DIAGNOSTICS_ENABLED=false): set it to true to run "
+                "the rollup, or leave diagnostics out",
+                2,
+            )
         runtime = read.runtime.model_copy(update={"exactly_once": exactly_once})
         settings = read.with_parts(kafka=kafka, runtime=runtime)
         for warning in _alone(settings, processors):

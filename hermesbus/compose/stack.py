@@ -537,6 +537,8 @@ async def _joined(processors: Sequence[_Joining], say: Progress) -> None:
         await processor.joined.wait()
         say(f"{processor.name} joined")
 
+    if not processors:  # ``run diagnostics``: no group of the stack's here
+        return
     waits = [asyncio.create_task(join(p)) for p in processors]
     _done, pending = await asyncio.wait(waits, timeout=JOIN_WAIT_S)
     for task in pending:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -84,10 +85,13 @@ async def test_the_processors_run_apart_and_a_turn_goes_through_both(
         tools.kill()
     front_said, back_said = conversation.stderr(), tools.stderr()
     assert codes == [0, 0], front_said + back_said
-    for name in ("conversation", "memory"):
-        assert f"{name} joined" in front_said and f"{name} joined" not in back_said
-    for name in ("dispatcher", "tool", "tool-org_tool", "indexer"):
-        assert f"{name} joined" in back_said and f"{name} joined" not in front_said
+    joined = {
+        where: set(re.findall(r"s  (\S+) joined$", said_there, re.M))
+        for where, said_there in (("front", front_said), ("back", back_said))
+    }
+    assert joined["front"] == {"conversation", "memory"}, joined
+    assert {"dispatcher", "tool", "tool-org_tool", "indexer"} <= joined["back"], joined
+    assert not joined["front"] & joined["back"]
     assert "rollup" not in front_said + back_said  # diagnostics not asked for
     for said_here in (front_said, back_said):
         assert said_here.rstrip().endswith("stopped") and "Traceback" not in said_here

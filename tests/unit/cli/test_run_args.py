@@ -28,3 +28,11 @@ def test_run_without_a_processor_is_a_usage_error(tmp_path: Path) -> None:
     ran = hermesbus("run", "--bootstrap", "127.0.0.1:9", env=clean_env(tmp_path), cwd=tmp_path)
     assert ran.code == 2, ran.output
     assert "Missing argument 'PROCESSOR...'" in ran.err
+
+
+def test_run_diagnostics_while_diagnostics_are_off_is_refused(tmp_path: Path) -> None:
+    env = clean_env(tmp_path, HERMES_DIAGNOSTICS_ENABLED="false")
+    ran = hermesbus("run", "diagnostics", "--bootstrap", "127.0.0.1:9", env=env, cwd=tmp_path)
+    assert ran.code == 2, ran.output
+    assert "diagnostics is off (HERMES_DIAGNOSTICS_ENABLED=false)" in ran.err
+    assert "Traceback" not in ran.output
