@@ -71,9 +71,9 @@ def stats_command(
             return
         stats, lags = asyncio.run(_once(settings, prefix, windows))
         if as_json:
-            console.print_json(json.dumps(_json(stats, lags, windows)))
+            console.print_json(json.dumps(_json(stats, lags, windows, _judged(settings))))
         else:
-            console.print(_view(stats, lags, windows))
+            console.print(_view(stats, lags, windows, _judged(settings)))
 
 
 def _since(settings: Settings, windows: int) -> int:
@@ -106,7 +106,7 @@ async def _follow(settings: Settings, prefix: str, windows: int) -> None:
 
         def redraw(stats: Stats) -> None:
             shown["stats"] = stats
-            live.update(_view(stats, shown["lags"], windows), refresh=True)
+            live.update(_view(stats, shown["lags"], windows, _judged(settings)), refresh=True)
 
         reading = asyncio.create_task(
             read_stats(
@@ -129,7 +129,21 @@ async def _follow(settings: Settings, prefix: str, windows: int) -> None:
             await asyncio.wait({reading})
 
 
-def _view(stats: Stats, lags: dict[str, int], windows: int) -> Group:
+def _judged(settings: Settings) -> frozenset[str]:
+    """The health rules judged now: a tool under an open alert of one of them has its
+    calls sent to its fallback (an alert left open by a rule since switched off, not)."""
+    return frozenset(rule.name for rule in settings.diagnostics.rules() if rule.health)
+
+
+def _fallback(said: Said, judged: frozenset[str] | None) -> bool:
+    """Whether the dispatcher sends the alerted tool's calls to its fallback."""
+    health = said.health and said.key.startswith("tool:")
+    return health and (judged is None or said.rule in judged)
+
+
+def _view(
+    stats: Stats, lags: dict[str, int], windows: int, judged: frozenset[str] | None = None
+) -> Group:
     board = stats.board
     starts = board.starts(windows)
     table = Table(title=_title(starts), title_justify="left")
@@ -153,7 +167,7 @@ def _view(stats: Stats, lags: dict[str, int], windows: int) -> Group:
     parts.append(Text(f"open alerts ({len(open_now) or 'none'})", style="bold"))
     for said in open_now:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(said.since_ms / 1000))
-        health = ", its fallback answers" if said.health and said.key.startswith("tool:") else ""
+        health = ", its fallback answers" if _fallback(said, judged) else ""
         parts.append(Text(f"  {said.rule}  {said.key}  since {since} UTC{health}"))
     recent = stats.alerts[-_ALERTS_SHOWN:]
     parts.append(
@@ -206,7 +220,9 @@ def sparkline(counts: tuple[int, ...]) -> str:
     )
 
 
-def _json(stats: Stats, lags: dict[str, int], windows: int) -> dict[str, Any]:
+def _json(
+    stats: Stats, lags: dict[str, int], windows: int, judged: frozenset[str] | None = None
+) -> dict[str, Any]:
     board = stats.board
     rows = []
     for row in board.rows(windows):
@@ -244,6 +260,7 @@ def _json(stats: Stats, lags: dict[str, int], windows: int) -> dict[str, Any]:
             "window_end_ms": said.end_ms,
             "windows": said.windows,
             "health": said.health,
+            "fallback": _fallback(said, judged),
         }
         for said in _open(stats)
     ]

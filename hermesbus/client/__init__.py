@@ -392,7 +392,7 @@ class Replies(Service):
         self._consumer: Any = None
         self._partition: Any = None
         self._stopped = False
-        self._since = client._delivered.tick
+        self._since = 0  # the client's deliveries before start(): not this iterator's
         self._mine = Seen()
 
     def __aiter__(self) -> Self:
@@ -410,7 +410,7 @@ class Replies(Service):
 
     def _first(self, envelope: Envelope) -> bool:
         """Whether ``envelope`` is this iterator's to deliver: not a copy of one it
-        delivered, nor of one the client delivered before it began."""
+        delivered, nor of one the client delivered before it started."""
         delivered, message_id = self._client._delivered, envelope.message_id
         at = delivered.at(self.session_id, message_id)
         if message_id in self._mine or (at is not None and at <= self._since):
@@ -428,6 +428,7 @@ class Replies(Service):
         if self._consumer is not None:
             return
         self._client.trusted()  # no keys to check replies with: refuse to read them
+        self._since = self._client._delivered.tick
         partition = TopicPartition(self.topic, await self._client._partition(self.topic, self._key))
         consumer = log_consumer(
             self._client.config,

@@ -18,8 +18,8 @@ from collections import OrderedDict
 
 __all__ = ["PER_SESSION", "SESSIONS", "Delivered", "Seen"]
 
-PER_SESSION = 256
-"""Reply ids kept per session (about 12 KiB of them)."""
+PER_SESSION = 64
+"""Reply ids kept per session (about 10 KiB with UUID ids: 40 MiB at most per client)."""
 SESSIONS = 4096
 """Sessions kept per client, the least recently delivered to dropped first."""
 

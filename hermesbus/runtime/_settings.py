@@ -49,10 +49,12 @@ class RuntimeSettings(BaseSettings):
     """A stable name of this instance (a StatefulSet pod's, ``worker-1``): each of its
     consumer group members is then *static* (KIP-345, ``group.instance.id``), so a
     restart within ``session_timeout_ms`` takes its partitions back at once, with no
-    rebalance waiting for the dead member to time out. Unique per running instance (a
-    second one with the same name fences the first). A static member does not leave its
-    groups when stopped: an instance stopped for good hands its partitions on only after
-    ``session_timeout_ms``. Empty: dynamic members, as Kafka's default."""
+    rebalance waiting for the dead member to time out. It must be unique per running
+    instance: two running under one name take each other's place in the group over and
+    over (aiokafka is never told it was fenced), and records may run in both. A static
+    member does not leave its groups when stopped: an instance stopped for good hands its
+    partitions on only after ``session_timeout_ms``. Empty: dynamic members, as Kafka's
+    default."""
     exactly_once: bool = False
 
     def for_embedded_broker(self) -> RuntimeSettings:

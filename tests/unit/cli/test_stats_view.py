@@ -59,6 +59,7 @@ def test_the_open_alerts_are_listed_longest_open_first_and_cleared_ones_are_not(
             "window_end_ms": T0 + 4 * MINUTE,
             "windows": 3,
             "health": True,
+            "fallback": True,
         },
         {
             "rule": "calls_jump",
@@ -67,6 +68,7 @@ def test_the_open_alerts_are_listed_longest_open_first_and_cleared_ones_are_not(
             "window_end_ms": T0 + 9 * MINUTE,
             "windows": 1,
             "health": False,
+            "fallback": False,
         },
     ]
 
@@ -75,3 +77,14 @@ def test_with_none_open_it_says_so() -> None:
     shown = _shown(Stats())
     assert "open alerts (none)" in shown
     assert _json(Stats(), {}, 10)["open_alerts"] == []
+
+
+def test_a_tool_under_an_alert_of_a_rule_no_longer_judged_is_not_said_to_use_its_fallback() -> None:
+    stats = _stats(Said("low_confidence", "tool:ocr_tool", "raised", T0 + MINUTE, T0, True, 3))
+    console = Console(width=200, record=True, color_system=None)
+    console.print(_view(stats, {}, 10, frozenset({"error_rate"})))
+    shown = console.export_text()
+    assert "low_confidence  tool:ocr_tool  since" in shown
+    assert "its fallback answers" not in shown
+    (listed,) = _json(stats, {}, 10, frozenset({"error_rate"}))["open_alerts"]
+    assert listed["fallback"] is False
