@@ -60,6 +60,9 @@ SCHEMA: tuple[LiteralString, ...] = (
     "CREATE INDEX hermes_fact_relation IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.relation)",
     "CREATE INDEX hermes_fact_trust IF NOT EXISTS FOR ()-[r:FACT]-() ON (r.trust_rank)",
 )
+INDEXES_ONLINE_S = 120
+"""How long the store's start waits for the indexes of :data:`SCHEMA` to be online (on a
+database that has them: no time; a new one builds them over an empty graph in moments)."""
 """Created at start, each idempotent (after :data:`_ONE_COUNTER_EACH`)."""
 
 _ONE_COUNTER_EACH: LiteralString = """
@@ -205,6 +208,13 @@ class Neo4jGraphStore(Service):
                 await driver.execute_query(_ONE_COUNTER_EACH, database_=self.config.database)
                 for statement in SCHEMA:
                     await driver.execute_query(statement, database_=self.config.database)
+                # a new index is built in the background: until it is online, the planner
+                # plans without it (a query of the first moments would scan)
+                await driver.execute_query(
+                    "CALL db.awaitIndexes($seconds)",
+                    seconds=INDEXES_ONLINE_S,
+                    database_=self.config.database,
+                )
                 await _make_tokens(driver, self.config)
                 await self._settle(driver)
         except BaseException:
