@@ -57,9 +57,9 @@ _COMPONENTS = {"mcp": "dispatcher"}
 _FAILED_STATUS = 400
 ENVELOPES_DATASET = "hermes.envelopes"
 ROLLUP_DATASET = "hermes.diagnostics"
+"""``event.dataset`` of a closed window's document: it goes into a data stream of its own."""
 ALERT_SIGNER = "diagnostics"
 """Who writes the alerts whose fields are charted (``hermes.alert``)."""
-"""``event.dataset`` of a closed window's document: it goes into a data stream of its own."""
 _NS_PER_MS = 1_000_000
 
 
