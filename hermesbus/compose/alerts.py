@@ -28,7 +28,7 @@ from typing import Any, Final
 from aiokafka import TopicPartition
 
 from hermesbus.codec import Codec
-from hermesbus.compose.stats import alert_said, believed, component_lags
+from hermesbus.compose.stats import alert_said, alerts_to_end, believed, component_lags
 from hermesbus.connectors.kafka import KafkaConfig, LogReader, Position
 from hermesbus.connectors.kafka.client import start_or_close
 from hermesbus.connectors.kafka.clients import plain_producer
@@ -75,30 +75,13 @@ async def alerts_said(
 ) -> list[Said]:
     """Every alert the diagnostics wrote on ``hermes.alerts``, in order (to its end as it
     is now; each believed only when the diagnostics signed it)."""
-    return await _said_to_end(kafka, await _alert_parts(kafka, prefix), prefix, codec, verifier)
+    return await alerts_to_end(kafka, await _alert_parts(kafka, prefix), prefix, codec, verifier)
 
 
 async def _alert_parts(kafka: KafkaConfig, prefix: str) -> list[TopicPartition]:
     topic = prefix + ALERTS
     counts = await partition_counts(kafka, [topic])
     return [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
-
-
-async def _said_to_end(
-    kafka: KafkaConfig,
-    parts: list[TopicPartition],
-    prefix: str,
-    codec: Codec,
-    verifier: Verifier,
-) -> list[Said]:
-    said: list[Said] = []
-    async with LogReader(kafka, parts, what="alerts") as reader:
-        async for batch in reader:
-            for record in batch:
-                one = alert_said(believed(record, codec, verifier, prefix))
-                if one is not None:
-                    said.append(one)
-    return said
 
 
 @dataclass(slots=True)
@@ -361,7 +344,7 @@ class AlertWatch:
         codec, verifier = Codec(), Verifier(self._keyring)
         parts = await _alert_parts(self._kafka, self._prefix)
         folded = OpenAlerts()
-        for said in await _said_to_end(self._kafka, parts, self._prefix, codec, verifier):
+        for said in await alerts_to_end(self._kafka, parts, self._prefix, codec, verifier):
             folded.take(said)
         self.alerts.replace(folded)
         self.caught_up.set()

@@ -29,7 +29,15 @@ from hermesbus.processors import protocol, tool
 from hermesbus.processors.diagnostics import Board, OpenAlerts, Said, change_of
 from hermesbus.topics import ALERTS, CONVERSATION_IN, DIAGNOSTICS, identity_of
 
-__all__ = ["Alert", "Stats", "alert_said", "believed", "component_lags", "read_stats"]
+__all__ = [
+    "Alert",
+    "Stats",
+    "alert_said",
+    "alerts_to_end",
+    "believed",
+    "component_lags",
+    "read_stats",
+]
 
 _POLICY = protocol.ProtocolPolicy()
 _CONSUMES = {
@@ -79,12 +87,8 @@ async def read_stats(
     counts = await partition_counts(kafka, topics)
     parts = [TopicPartition(t, p) for t in topics for p in range(counts.get(t, 0))]
     alert_parts = [part for part in parts if part.topic == prefix + ALERTS]
-    async with LogReader(kafka, alert_parts, what="alerts") as alerts:  # to its end, as now
-        async for batch in alerts:
-            for record in batch:
-                said = alert_said(believed(record, codec, verifier, prefix))
-                if said is not None:
-                    stats.open_alerts.take(said)
+    for said in await alerts_to_end(kafka, alert_parts, prefix, codec, verifier):
+        stats.open_alerts.take(said)
     end = None if follow else Position("end")
     reader = LogReader(kafka, parts, start=Position("time", since_ms), end=end, what="stats")
     async with reader:
@@ -115,6 +119,25 @@ def alert_said(envelope: Envelope | None) -> Said | None:
     if envelope is None or identity_of(envelope.source) != protocol.DIAGNOSTICS:
         return None
     return change_of(envelope)
+
+
+async def alerts_to_end(
+    kafka: KafkaConfig,
+    parts: list[TopicPartition],
+    prefix: str,
+    codec: Codec,
+    verifier: Verifier,
+) -> list[Said]:
+    """What the diagnostics said on ``parts`` of ``hermes.alerts``, in order, to their end
+    as it is now (each alert believed only when the diagnostics signed it)."""
+    said: list[Said] = []
+    async with LogReader(kafka, parts, what="alerts") as reader:
+        async for batch in reader:
+            for record in batch:
+                one = alert_said(believed(record, codec, verifier, prefix))
+                if one is not None:
+                    said.append(one)
+    return said
 
 
 def _take(stats: Stats, record: object, codec: Codec, verifier: Verifier, prefix: str) -> None:
