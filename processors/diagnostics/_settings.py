@@ -94,7 +94,7 @@ class DiagnosticsSettings(BaseSettings):
     @field_validator("alerts_off")
     @classmethod
     def _known_rules(cls, value: str) -> str:
-        unknown = sorted({name.strip() for name in value.split(",") if name.strip()} - set(RULES))
+        unknown = sorted(_names(value) - set(RULES))
         if unknown:
             raise ValueError(f"no alert rule {', '.join(unknown)} (rules: {', '.join(RULES)})")
         return value
@@ -106,7 +106,7 @@ class DiagnosticsSettings(BaseSettings):
 
     @property
     def off(self) -> set[str]:
-        return {name.strip() for name in self.alerts_off.split(",") if name.strip()}
+        return _names(self.alerts_off)
 
     def rules(self) -> tuple[Rule, ...]:
         """The alert rules these settings make (none when alerts are off)."""
@@ -150,3 +150,8 @@ class DiagnosticsSettings(BaseSettings):
     @property
     def windows(self) -> Windows:
         return Windows(self.tumbling_ms, self.hopping_ms, self.hop_ms)
+
+
+def _names(listed: str) -> set[str]:
+    """The names of a comma-separated list, blanks left out."""
+    return {name.strip() for name in listed.split(",") if name.strip()}
