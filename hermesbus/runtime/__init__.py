@@ -32,7 +32,7 @@ from ._offsets import OffsetTracker
 from ._producer import CLOSE_TIMEOUT_S, Producer, close_within
 from ._rebalance import RebalanceListener
 from ._records import outage
-from ._runtime import Processor, ProcessorStats, member_consumer
+from ._runtime import Processor, ProcessorStats, member_client_id, member_consumer
 from ._settings import RuntimeSettings
 from ._store import OutRecord, StateChange, StateStore, StoredTimer
 
@@ -65,6 +65,7 @@ __all__ = [
     "dead_letter",
     "derive_id",
     "emitted",
+    "member_client_id",
     "member_consumer",
     "outage",
     "timer_fired",

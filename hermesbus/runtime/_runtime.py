@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -691,10 +693,13 @@ def member_consumer(kafka: KafkaConfig, group: str, settings: RuntimeSettings) -
     """A consumer that joins ``group`` as the runtime's processors do (the indexer too):
     from the earliest record, with the runtime's poll and group timings, reading only
     committed records in exactly-once mode, a static member when the settings name the
-    instance; it commits only when told."""
+    instance; it commits only when told. Its client id names the group and the member
+    (:func:`member_client_id`), so the group's description says which process holds
+    which partition."""
     return group_consumer(
         kafka,
         group,
+        client_id=member_client_id(group, settings.instance_id),
         auto_offset_reset="earliest",
         isolation_level="read_committed" if settings.exactly_once else "read_uncommitted",
         max_poll_records=settings.max_poll_records,
@@ -703,6 +708,14 @@ def member_consumer(kafka: KafkaConfig, group: str, settings: RuntimeSettings) -
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         group_instance_id=settings.instance_id or None,  # static membership (KIP-345)
     )
+
+
+def member_client_id(group: str, instance_id: str = "") -> str:
+    """``GROUP.INSTANCE``: the static instance id, else ``HOST-PID`` (letters, digits, '.',
+    '_' and '-' only, as Kafka's quotas and tools take it), what ``kafka-consumer-groups.sh
+    --describe`` shows as CLIENT-ID and the broker puts in front of the member id."""
+    member = instance_id or f"{socket.gethostname()}-{os.getpid()}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{group}.{member}")
 
 
 async def _absent(

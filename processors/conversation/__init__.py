@@ -31,6 +31,7 @@ from hermesbus.processors.conversation._session import (
     Session,
     canonical_json,
     digest,
+    load_session,
     snapshot_of,
 )
 from hermesbus.processors.conversation._settings import (
@@ -71,6 +72,7 @@ __all__ = [
     "estimate_tokens",
     "handle",
     "is_confirmation",
+    "load_session",
     "new_message",
     "render_pinned",
     "snapshot_of",
