@@ -18,6 +18,7 @@ __all__ = ["CATALOG_FILE", "SESSION_KEY", "Catalog", "TopicSpec", "parse_retenti
 
 CATALOG_FILE = Path(__file__).resolve().parent / "catalog.yaml"
 SESSION_KEY = "session_id"
+MIN_INSYNC = "min.insync.replicas"
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -138,7 +139,11 @@ class Catalog(BaseModel):
         partitions: int | None = None,
         replication_factor: int | None = None,
     ) -> Catalog:
-        """The same catalog with a name prefix (one per tenant or test) or other sizes."""
+        """The same catalog with a name prefix (one per tenant or test) or other sizes. A
+        replication factor above 1 comes with ``min.insync.replicas`` at a majority of the
+        replicas (2 of 3), unless the topic sets its own: a write the producers' ``acks=all``
+        saw acknowledged is then on a majority, and with fewer replicas in sync writes
+        wait (the bus pauses) rather than land on one broker alone."""
         changed = []
         for spec in self.topics:
             update: dict[str, Any] = {"name": prefix + spec.name}
@@ -146,6 +151,9 @@ class Catalog(BaseModel):
                 update["partitions"] = partitions
             if replication_factor is not None:
                 update["replication_factor"] = replication_factor
+                if replication_factor > 1 and MIN_INSYNC not in spec.configs:
+                    majority = str(replication_factor // 2 + 1)
+                    update["configs"] = {**spec.configs, MIN_INSYNC: majority}
             changed.append(TopicSpec.model_validate({**spec.model_dump(), **update}))
         catalog = Catalog(topics=tuple(changed))
         catalog._check("overrides")

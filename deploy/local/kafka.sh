@@ -81,65 +81,6 @@ cmd_fetch() {
 
 # ---------------------------------------------------------------- readiness
 
-# Ask the broker over the Kafka protocol: ApiVersions (v0), then Metadata (v4..v8,
-# the non-flexible versions) and require that it lists itself. Exit 0 when it answers.
-probe_broker() { # port
-  python3 - "$1" <<'PY'
-import socket, struct, sys
-
-port = int(sys.argv[1])
-
-def call(sock, api_key, version, body, corr):
-    client = b"hermesbus-probe"
-    req = struct.pack(">hhih", api_key, version, corr, len(client)) + client + body
-    sock.sendall(struct.pack(">i", len(req)) + req)
-    n = struct.unpack(">i", recv(sock, 4))[0]
-    resp = recv(sock, n)
-    if struct.unpack(">i", resp[:4])[0] != corr:
-        sys.exit(1)
-    return resp[4:]
-
-def recv(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            sys.exit(1)
-        buf += chunk
-    return buf
-
-try:
-    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-        s.settimeout(3)
-        r = call(s, 18, 0, b"", 1)  # ApiVersions v0
-        err, count = struct.unpack(">hi", r[:6])
-        if err != 0:
-            sys.exit(1)
-        ranges = {}
-        for i in range(count):
-            k, lo, hi = struct.unpack(">hhh", r[6 + 6 * i: 12 + 6 * i])
-            ranges[k] = (lo, hi)
-        lo, hi = ranges.get(3, (0, -1))
-        v = max(lo, 4)
-        if v > min(hi, 8):
-            sys.exit(0)  # cannot speak a non-flexible Metadata; ApiVersions answered
-        body = struct.pack(">i", -1) + b"\x00"  # all topics, no auto-create
-        r = call(s, 3, v, body, 2)  # Metadata
-        off = 4  # throttle_time_ms
-        (nb,) = struct.unpack(">i", r[off:off + 4]); off += 4
-        for _ in range(nb):
-            off += 4  # node_id
-            (hl,) = struct.unpack(">h", r[off:off + 2]); off += 2 + hl
-            (p,) = struct.unpack(">i", r[off:off + 4]); off += 4
-            (rl,) = struct.unpack(">h", r[off:off + 2]); off += 2 + max(rl, 0)
-            if p == port:
-                sys.exit(0)
-        sys.exit(1)
-except (OSError, struct.error):
-    sys.exit(1)
-PY
-}
-
 # ---------------------------------------------------------------- start
 
 cmd_start() {
@@ -260,7 +201,7 @@ while True:
 }
 
 broker_ready() { # dir port: it logged its start and answers on its port
-  grep -q 'Kafka Server started' "$1/logs/server.log" 2>/dev/null && probe_broker "$2"
+  grep -q 'Kafka Server started' "$1/logs/server.log" 2>/dev/null && probe_kafka "$2"
 }
 
 start_failed() { # dir

@@ -159,3 +159,12 @@ def test_topics_list_prints_the_catalog() -> None:
     assert result.exit_code == 0, result.output
     assert "demo.hermes.conversation.in" in result.output
     assert "raw bytes" in result.output  # the dead-letter topic keeps original bytes
+
+
+def test_replicas_above_one_come_with_a_majority_in_sync() -> None:
+    for replicas, in_sync in ((3, "2"), (2, "2"), (5, "3")):
+        catalog = Catalog.load().with_overrides(replication_factor=replicas)
+        assert {s.configs.get("min.insync.replicas") for s in catalog} == {in_sync}
+        assert all(s.kafka_configs()["min.insync.replicas"] == in_sync for s in catalog)
+    single = Catalog.load().with_overrides(replication_factor=1)
+    assert all("min.insync.replicas" not in s.configs for s in single)

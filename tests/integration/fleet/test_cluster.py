@@ -1,0 +1,204 @@
+"""The bus's runtime on a three-broker Apache Kafka cluster (``deploy/local/kafka-cluster.sh``,
+one for this module): topics with three replicas and ``min.insync.replicas=2``, producers
+with ``acks=all``.
+
+Two worker processes of one group apply 30 sessions x 40 ordered turns while a node is
+killed with SIGKILL and started again (a hard bounce), then another is stopped with SIGTERM
+(a clean bounce: a controlled shutdown moves its leaderships) and started again; input keeps
+being written through each fault. Nothing is lost, every session is applied in order, once
+(the state counts each turn once); in exactly-once mode the committed output holds each
+reply exactly once, in at-least-once mode at least once. The anchor is Kafka's own
+``transactions_test.py`` (a copier under hard and clean broker bounces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from hermesbus import Envelope
+from hermesbus.codec import decode, encode
+from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.runtime import StateStore
+from hermesbus.topics import Catalog
+from tests import signing
+from tests.integration.runtime.support import IN, OUT, counts, open_store, turn, until_applied
+
+from .cluster import Cluster, leaders, start
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+SESSIONS, PER = 30, 40
+APPLY_S = 300.0
+"""How long the workers may take to apply a slice of the input, through a fault."""
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from start(tmp_path_factory.mktemp("cluster"))
+
+
+async def _provision(bootstrap: str, prefix: str) -> None:
+    """The catalog's topics with three replicas (and so ``min.insync.replicas=2``)."""
+    catalog = Catalog.load().with_overrides(prefix=prefix, replication_factor=3)
+    async with KafkaAdmin(KafkaConfig(bootstrap=bootstrap)) as admin:
+        await admin.create(catalog.topics)
+        for _ in range(300):  # every node's metadata has it soon after the controller
+            if made := (await admin.describe([prefix + IN])).get(prefix + IN):
+                break
+            await asyncio.sleep(0.1)
+    assert made is not None, f"{prefix + IN} was made, but no node describes it"
+    configs = made.configs or {}
+    assert made.replication_factor == 3, made
+    assert configs["min.insync.replicas"] == "2", configs
+
+
+async def _produce(bootstrap: str, topic: str, envelopes: Sequence[Envelope]) -> None:
+    """Write as an app does, but acknowledged by every in-sync replica, idempotently:
+    retried through a leader's loss, never lost, never doubled."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        sent = []
+        for envelope in envelopes:
+            key, value = envelope.session_id.encode(), encode(envelope)
+            headers = signing.signed(topic, key, value, identity="app")
+            sent.append(await producer.send(topic, value, key=key, headers=headers))
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+def _worker(
+    bootstrap: str, prefix: str, spec: str, group: str, *, eos: bool, log: Path
+) -> subprocess.Popen[str]:
+    """A worker process of ``group``; its stderr (aiokafka's complaints while a node is
+    away) in ``log``."""
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "WORKER_GROUP": group,
+        "HERMES_RUNTIME_EXACTLY_ONCE": "true" if eos else "false",
+    }
+    command = [sys.executable, "-m", "tests.integration.runtime.worker", bootstrap, prefix, spec]
+    with log.open("w") as err:
+        return subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env
+        )
+
+
+async def _output(bootstrap: str, topic: str, isolation: str, until: int) -> list[Envelope]:
+    """Every record of ``topic`` as ``isolation`` reads it, once ``until`` distinct ids came
+    (then two quiet seconds more)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation
+    )
+    await consumer.start()
+    found: list[Envelope] = []
+    try:
+        deadline = time.monotonic() + APPLY_S
+        quiet_until = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=250)
+            found += [decode(r.value or b"") for part in batch.values() for r in part]
+            if quiet_until is None and len({e.message_id for e in found}) >= until:
+                quiet_until = time.monotonic() + 2.0
+            if quiet_until is not None and time.monotonic() >= quiet_until:
+                break
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def _bounces(
+    cluster: Cluster, store: StateStore, prefix: str, turns: Sequence[Envelope]
+) -> tuple[list[str], set[int]]:
+    """Write a third of ``turns`` before each fault and let the workers apply through it:
+    node 2 killed and restarted, node 1 stopped and restarted. The faults made; the
+    partitions of the input whose leader moved."""
+    boot, topic, third = cluster.bootstrap, prefix + IN, len(turns) // 3
+    faults: list[str] = []
+    moved: set[int] = set()
+    await _produce(boot, topic, turns[:third])
+    assert await until_applied(store, "crash", SESSIONS, 100, within_s=APPLY_S) >= 100
+
+    before = await leaders(boot, topic)
+    await asyncio.to_thread(cluster.kill, 2)  # hard bounce
+    faults.append("SIGKILL node 2")
+    await _produce(boot, topic, turns[third : 2 * third])  # the two replicas in sync take it
+    after = await leaders(boot, topic)
+    assert 2 not in after.values(), after
+    moved |= {p for p, node in before.items() if node != after[p]}
+    half = third + third // 2
+    assert await until_applied(store, "crash", SESSIONS, half, within_s=APPLY_S) >= half
+    await asyncio.to_thread(cluster.restart, 2)
+    faults.append("restarted node 2")
+
+    before = await leaders(boot, topic)
+    await asyncio.to_thread(cluster.halt, 1)  # clean bounce: its leaderships move first
+    faults.append("SIGTERM node 1")
+    after = await leaders(boot, topic)
+    assert 1 not in after.values(), after
+    moved |= {p for p, node in before.items() if node != after[p]}
+    await _produce(boot, topic, turns[2 * third :])
+    await asyncio.to_thread(cluster.restart, 1)
+    faults.append("restarted node 1")
+    done = await until_applied(store, "crash", SESSIONS, len(turns), within_s=APPLY_S)
+    assert done == len(turns)
+    return faults, moved
+
+
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
+async def test_hard_and_clean_broker_bounces_lose_nothing_and_keep_each_session_in_order(
+    cluster: Cluster, mode: str, unique: str, tmp_path: Path
+) -> None:
+    eos = mode == "exactly-once"
+    prefix, group = f"bounce{'e' if eos else 'a'}{unique}.", f"bounce-{mode}-{unique}"
+    boot = cluster.bootstrap
+    await _provision(boot, prefix)
+    turns = [turn(f"s{s:03d}", q) for q in range(PER) for s in range(SESSIONS)]
+    total = len(turns)
+    spec = f"sqlite:{tmp_path / 'state.sqlite3'}"
+    logs = [tmp_path / f"worker-{n}.err" for n in range(2)]
+    workers = [_worker(boot, prefix, spec, group, eos=eos, log=log) for log in logs]
+    try:
+        async with open_store(spec) as store:
+            faults, moved = await _bounces(cluster, store, prefix, turns)
+            states = await counts(store, "crash", SESSIONS)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        codes = [worker.wait(60) for worker in workers]
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+    assert moved, "no partition's leader moved"
+    # the state: each session applied in order, each turn once
+    assert states == [{"last": PER - 1, "count": PER, "violations": 0}] * SESSIONS
+    # the output: every reply, in each session's order, once when exactly-once
+    out = await _output(boot, prefix + OUT, "read_committed" if eos else "read_uncommitted", total)
+    copies = Counter(e.message_id for e in out)
+    assert len(copies) == total
+    if eos:
+        assert max(copies.values()) == 1, copies.most_common(3)
+    first: dict[str, list[int]] = defaultdict(list)
+    seen: set[str] = set()
+    for envelope in out:
+        if envelope.message_id not in seen:
+            seen.add(envelope.message_id)
+            first[envelope.session_id].append(int(envelope.payload.body.text))  # type: ignore[union-attr]
+    assert all(seqs == list(range(PER)) for seqs in first.values()), first
+    print(
+        f"\ncluster bounces ({mode}): {SESSIONS} sessions, {total} turns, {len(out)} replies"
+        f" read ({len(out) - total} copies); leaders moved on {len(moved)} of 6 partitions;"
+        f" faults: {', '.join(faults)}"
+    )
