@@ -4,6 +4,9 @@ client start-up, and the group-less log reader."""
 from hermesbus.connectors.kafka import (
     assignments as assignments,  # installs the check of a stale assignment
 )
+from hermesbus.connectors.kafka import (
+    offset_fetch as offset_fetch,  # installs the check of an OffsetFetch's own error
+)
 from hermesbus.connectors.kafka.admin import ExistingTopic, KafkaAdmin, NewTopicSpec
 from hermesbus.connectors.kafka.client import (
     NO_TOPIC_HINT,

@@ -49,11 +49,19 @@ _HEARTBEAT_INTERVAL_MS = 1_000
 
 async def committed(kafka: KafkaConfig, group_id: str, topic: str) -> dict[int, int]:
     """The offsets ``group_id`` committed on ``topic``, by partition (none: empty).
+    BrokerError when the cluster does not describe ``topic``: a topic it does not know
+    (yet: a cluster's nodes just restarted) has no offsets to say, which is not "none".
 
     Asked through a consumer of the group (OffsetFetch), which every broker here
     answers; the admin client's request is not understood by the embedded one.
     """
-    return await _committed(kafka, group_id, topic, await _partitions(kafka, topic))
+    count = await _partitions(kafka, topic)
+    if not count:
+        raise BrokerError(
+            f"cannot read the offsets of group {group_id} on {topic}: the cluster does not "
+            "describe that topic (does it exist? a cluster just restarted may not know it yet)"
+        )
+    return await _committed(kafka, group_id, topic, count)
 
 
 async def behind(

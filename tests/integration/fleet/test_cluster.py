@@ -25,11 +25,14 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
 
 from hermesbus import Envelope
 from hermesbus.codec import decode, encode
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
-from hermesbus.runtime import StateStore
+from hermesbus.connectors.kafka.groups import committed
+from hermesbus.errors import BrokerError
+from hermesbus.runtime import CLOSE_TIMEOUT_S, StateStore
 from hermesbus.topics import Catalog
 from tests import signing
 from tests.integration.runtime.support import IN, OUT, counts, open_store, turn, until_applied
@@ -80,22 +83,14 @@ async def _produce(bootstrap: str, topic: str, envelopes: Sequence[Envelope]) ->
         await producer.stop()
 
 
-def _worker(
-    bootstrap: str, prefix: str, spec: str, group: str, *, eos: bool, log: Path
-) -> subprocess.Popen[str]:
-    """A worker process of ``group``; its stderr (aiokafka's complaints while a node is
-    away) in ``log``."""
-    env = {
-        **os.environ,
-        "PYTHONWARNINGS": "ignore",
-        "WORKER_GROUP": group,
-        "HERMES_RUNTIME_EXACTLY_ONCE": "true" if eos else "false",
-    }
+def _worker(bootstrap: str, prefix: str, spec: str, log: Path, **env: str) -> subprocess.Popen[str]:
+    """A worker process (``tests.integration.runtime.worker``) given ``env`` (its group,
+    ``WORKER_GROUP``, and runtime settings); its stdout in ``log``.out, its stderr (aiokafka's
+    complaints while a node is away) in ``log``."""
+    environ = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
     command = [sys.executable, "-m", "tests.integration.runtime.worker", bootstrap, prefix, spec]
-    with log.open("w") as err:
-        return subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env
-        )
+    with log.open("w") as err, log.with_suffix(".out").open("w") as out:
+        return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, text=True, env=environ)
 
 
 async def _output(bootstrap: str, topic: str, isolation: str, until: int) -> list[Envelope]:
@@ -171,7 +166,8 @@ async def test_hard_and_clean_broker_bounces_lose_nothing_and_keep_each_session_
     total = len(turns)
     spec = f"sqlite:{tmp_path / 'state.sqlite3'}"
     logs = [tmp_path / f"worker-{n}.err" for n in range(2)]
-    workers = [_worker(boot, prefix, spec, group, eos=eos, log=log) for log in logs]
+    settings = {"WORKER_GROUP": group, "HERMES_RUNTIME_EXACTLY_ONCE": str(eos).lower()}
+    workers = [_worker(boot, prefix, spec, log, **settings) for log in logs]
     try:
         async with open_store(spec) as store:
             faults, moved = await _bounces(cluster, store, prefix, turns)
@@ -201,4 +197,115 @@ async def test_hard_and_clean_broker_bounces_lose_nothing_and_keep_each_session_
         f"\ncluster bounces ({mode}): {SESSIONS} sessions, {total} turns, {len(out)} replies"
         f" read ({len(out) - total} copies); leaders moved on {len(moved)} of 6 partitions;"
         f" faults: {', '.join(faults)}"
+    )
+
+
+REVOKE_MS = 3_000
+EXIT_BUDGET_S = REVOKE_MS / 1000 + 4 * CLOSE_TIMEOUT_S + 5.0
+"""The revoke timeout, then a bounded last commit and close for each client, and the
+interpreter's exit (a generous allowance for a busy machine)."""
+
+
+async def _stuck_record(bootstrap: str, topic: str) -> RecordMetadata:
+    """Ten sessions' turns, then the ``stuck`` session's first turn (where it is on the log),
+    then three more of it behind."""
+    await _produce(bootstrap, topic, [turn(f"s{s:03d}", q) for q in range(5) for s in range(10)])
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        key, value = b"stuck", encode(turn("stuck", 0))
+        headers = signing.signed(topic, key, value, identity="app")
+        at = await producer.send_and_wait(topic, value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+    await _produce(bootstrap, topic, [turn("stuck", q) for q in range(1, 4)])
+    return at
+
+
+async def _offsets_settled(
+    kafka: KafkaConfig, group: str, topic: str, partition: int
+) -> list[int | None]:
+    """Every read of the group's offset on ``partition`` until three in a row agree.
+
+    Right after the whole cluster was killed and restarted, the group's coordinator
+    answered OffsetFetch with no offsets (-1, no error) for about a second, then with
+    older ones, then with the last: each read is kept, so none may be past what was
+    processed."""
+    seen: list[int | None] = []
+    deadline = time.monotonic() + APPLY_S
+    while len(seen) < 3 or len(set(seen[-3:])) > 1:
+        assert time.monotonic() < deadline, f"the group's offsets never settled: {seen}"
+        try:
+            seen.append((await committed(kafka, group, topic)).get(partition))
+        except BrokerError:  # the restarted cluster does not describe the topic yet
+            pass
+        await asyncio.sleep(0.5)
+    return seen
+
+
+async def _said(path: Path, text: str) -> None:
+    """Wait until the worker's output holds ``text`` (a file: nothing to await but time)."""
+    deadline = time.monotonic() + APPLY_S
+    while text not in (said := await asyncio.to_thread(path.read_text)):
+        assert time.monotonic() < deadline, said
+        await asyncio.sleep(0.1)
+
+
+async def test_sigterm_with_every_broker_gone_exits_in_time_and_commits_nothing_unprocessed(
+    cluster: Cluster, unique: str, tmp_path: Path
+) -> None:
+    """Point 7: a worker with a record in flight that never finishes, the records before it
+    on its partition finished and committed; every node of the cluster killed; then
+    SIGTERM. It exits within the revoke timeout and its clients' close budgets, and once
+    the cluster is back its group's committed offset on that partition is the stuck
+    record's, not past it: the next worker applies it and the turns behind it."""
+    prefix, group, boot = f"gone{unique}.", f"gone-{unique}", cluster.bootstrap
+    await _provision(boot, prefix)
+    at = await _stuck_record(boot, prefix + IN)
+    spec = f"sqlite:{tmp_path / 'state.sqlite3'}"
+    log = tmp_path / "worker.err"
+    settings = {"WORKER_GROUP": group, "HERMES_RUNTIME_REVOKE_TIMEOUT_MS": str(REVOKE_MS)}
+    worker = _worker(boot, prefix, spec, log, WORKER_STUCK="stuck", **settings)
+    try:
+        async with open_store(spec) as store:
+            assert await until_applied(store, "crash", 10, 50, within_s=APPLY_S) == 50
+        await _said(log.with_suffix(".out"), "stuck at stuck-m0")
+        kafka, deadline = KafkaConfig(bootstrap=boot), time.monotonic() + APPLY_S
+        while (await committed(kafka, group, prefix + IN)).get(at.partition) != at.offset:
+            assert time.monotonic() < deadline, "the finished prefix was never committed"
+            await asyncio.sleep(0.2)
+        for node in (1, 2, 3):
+            await asyncio.to_thread(cluster.kill, node)
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(worker.wait, EXIT_BUDGET_S + 30)
+        took = time.monotonic() - started
+    finally:
+        worker.kill()
+        await asyncio.gather(*(asyncio.to_thread(cluster.restart, n) for n in (1, 2, 3)))
+    assert code == 0, log.read_text()[-3000:]
+    assert took < EXIT_BUDGET_S, f"exited {took:.1f} s after SIGTERM"
+    seen = await _offsets_settled(kafka, group, prefix + IN, at.partition)
+    held = seen[-1]
+    assert all(o is None or o <= at.offset for o in seen), f"committed past {at.offset}: {seen}"
+    assert held == at.offset, f"committed {held}; the stuck record is at {at.offset}"
+
+    # the next worker of the group applies what was handed back, in order
+    again = _worker(boot, prefix, spec, tmp_path / "next.err", **settings)
+    try:
+        async with open_store(spec) as store:
+            deadline = time.monotonic() + APPLY_S
+            while (state := dict((await store.load("crash", "stuck")).data)).get("count") != 4:
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+    finally:
+        again.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(again.wait, 60)
+    assert state == {"last": 3, "count": 4, "violations": 0}
+    print(
+        f"\nbrokers gone, then SIGTERM: exited in {took:.1f} s (revoke timeout"
+        f" {REVOKE_MS / 1000:g} s); committed {held} on partition {at.partition} (read"
+        f" {seen} after the restart), the stuck record at {at.offset}; the next worker"
+        " applied its 4 turns"
     )

@@ -3,7 +3,8 @@
 Arguments: bootstrap, topic prefix, the state store (``sqlite:PATH`` or ``redis:URL
 PREFIX FOLDER``). Runs the counting handler (with a short pause per envelope, so a SIGKILL lands
 mid-stream) until SIGTERM. ``WORKER_GROUP`` in the environment: its consumer group (default
-``crash``); its runtime settings take the ``HERMES_RUNTIME_*`` variables it is given.
+``crash``); ``WORKER_STUCK``: a session whose turns it never finishes (in flight when it is
+stopped); its runtime settings take the ``HERMES_RUNTIME_*`` variables it is given.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from .support import IN, ConversationProcessor, counting, open_store
 
 
 async def slow_counting(inp: HandlerInput) -> Outcome:
+    if inp.envelope.session_id == os.environ.get("WORKER_STUCK"):
+        print(f"stuck at {inp.envelope.message_id}", flush=True)
+        await asyncio.Event().wait()  # never finished: only a stop's revoke timeout ends it
     await asyncio.sleep(0.002)
     return await counting(inp)
 
