@@ -63,7 +63,8 @@ def _drift(spec: TopicSpec, actual: ExistingTopic) -> list[Drift]:
     found = []
     if actual.partitions != spec.partitions:
         found.append(Drift(spec.name, "partitions", str(spec.partitions), str(actual.partitions)))
-    if actual.replication_factor != spec.replication_factor:
+    if actual.replication_factor < spec.replication_factor:  # more replicas: an operator's
+        # choice for a replicated cluster (`topics apply --replication-factor 3`), not drift
         found.append(
             Drift(
                 spec.name,

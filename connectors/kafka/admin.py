@@ -16,6 +16,7 @@ from hermesbus.base.lifecycle import Service
 from hermesbus.connectors.kafka.client import kafka_reason, start_or_close
 from hermesbus.connectors.kafka.clients import admin_client
 from hermesbus.connectors.kafka.config import KafkaConfig
+from hermesbus.connectors.kafka.refusals import ACLS_HINT, unauthorized_topics
 from hermesbus.errors import BrokerError
 
 __all__ = ["ExistingTopic", "KafkaAdmin", "NewTopicSpec"]
@@ -63,7 +64,7 @@ class KafkaAdmin(Service):
             return
         client = admin_client(self._config)
         where = f"cannot reach Kafka at {self._config.address}"
-        await start_or_close(client.start, client.close, where)
+        await start_or_close(client.start, client.close, where, self._config)
         self._client = client
 
     async def stop(self) -> None:
@@ -88,6 +89,7 @@ class KafkaAdmin(Service):
             described = await self.client.describe_topics(wanted) if wanted else []
         except KafkaError as exc:
             raise BrokerError(f"cannot describe topics: {kafka_reason(exc)}") from exc
+        await self._refuse_hidden([n for n in names if n not in existing])
         configs = await self._configs(wanted)
         result = {}
         for topic in described:
@@ -106,7 +108,19 @@ class KafkaAdmin(Service):
             existing = set(await self.client.list_topics())
         except KafkaError as exc:
             raise BrokerError(f"cannot list topics: {kafka_reason(exc)}") from exc
-        return [name for name in names if name not in existing]
+        missing = [name for name in names if name not in existing]
+        await self._refuse_hidden(missing)
+        return missing
+
+    async def _refuse_hidden(self, unlisted: Sequence[str]) -> None:
+        """BrokerError naming the principal when the cluster left any of ``unlisted`` out
+        because no ACL lets it describe them: they are there, and missing they are not."""
+        hidden = await unauthorized_topics(self.client, unlisted)
+        if hidden:
+            raise BrokerError(
+                f"the cluster at {self._config.bootstrap} does not let {self._config.principal}"
+                f" use the topics {', '.join(hidden)}: no ACL allows it; {ACLS_HINT}"
+            )
 
     async def create(self, specs: Iterable[NewTopicSpec]) -> list[str]:
         """Create ``specs``; a topic that appeared meanwhile is not an error. Returns created."""

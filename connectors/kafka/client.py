@@ -4,16 +4,23 @@ and never letting one create a topic by naming it."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiokafka.admin.client
 import aiokafka.client
 import aiokafka.cluster
-from aiokafka.conn import CloseReason
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from aiokafka.conn import CloseReason, create_conn
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    SaslAuthenticationFailed,
+)
 from aiokafka.protocol.metadata import MetadataRequest
 
+from hermesbus.connectors.kafka.config import KafkaConfig
 from hermesbus.errors import BrokerError
 
 __all__ = [
@@ -22,10 +29,13 @@ __all__ = [
     "UNREACHABLE_HINT",
     "NoAutoCreate",
     "kafka_reason",
+    "login_refused",
     "require_topic",
     "start_or_close",
 ]
 
+_PROBE_S = 10.0
+"""How long asking one server why it refused a login may take."""
 CANCEL_CLOSE_S = 10.0
 """How long a client cancelled while starting is waited for to close (a consumer's stop
 can take seconds on a busy machine; past this, it is left to the loop's shutdown)."""
@@ -136,11 +146,16 @@ def kafka_reason(exc: BaseException) -> str:
 
 
 async def start_or_close(
-    start: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]], what: str
+    start: Callable[[], Awaitable[None]],
+    close: Callable[[], Awaitable[None]],
+    what: str,
+    config: KafkaConfig | None = None,
 ) -> None:
     """``await start()``; on a Kafka error ``await close()`` and raise BrokerError(``what``...).
 
-    When no broker answered, the message also says what to check. Cancelled while it
+    When no broker answered, the message also says what to check; with the client's
+    ``config`` given, and its login or TLS handshake refused, it says that instead, with
+    the principal (aiokafka reports a refused login as "Unable to bootstrap"). Cancelled while it
     starts (Ctrl-C mid start-up), the client is closed too, within CANCEL_CLOSE_S, and the
     cancellation goes on: a half-started client is never left unclosed.
     """
@@ -152,9 +167,57 @@ async def start_or_close(
     except KafkaError as exc:
         await close()
         hint = isinstance(exc, KafkaConnectionError | KafkaTimeoutError)
+        refused = await login_refused(config) if hint and config is not None else None
+        if refused is not None:
+            raise BrokerError(f"{what}: {refused}") from exc
         raise BrokerError(
             f"{what}: {kafka_reason(exc)}" + (f"; {UNREACHABLE_HINT}" if hint else "")
         ) from exc
+
+
+async def login_refused(config: KafkaConfig) -> str | None:
+    """The refusal of ``config``'s login or TLS handshake by the first bootstrap server
+    that answers, said with the principal; None when one accepts it, when it speaks
+    PLAINTEXT, or when none answers (that is no refusal)."""
+    if config.security_protocol == "PLAINTEXT" or not config.bootstrap:
+        return None
+    kwargs = config.client_kwargs()
+    for entry in config.bootstrap.split(","):
+        host, _, port = entry.rpartition(":")
+        try:
+            async with asyncio.timeout(_PROBE_S):
+                conn = await create_conn(
+                    host.strip("[]"),
+                    int(port),
+                    ssl_context=kwargs.get("ssl_context"),
+                    security_protocol=config.security_protocol,
+                    sasl_mechanism=kwargs.get("sasl_mechanism"),
+                    sasl_plain_username=kwargs.get("sasl_plain_username"),
+                    sasl_plain_password=kwargs.get("sasl_plain_password"),
+                )
+        except SaslAuthenticationFailed as exc:
+            return (
+                f"the cluster refused the login of {config.principal} ({config.sasl_mechanism}"
+                f" at {entry}): {_said(exc)}; check HERMES_KAFKA_SASL_USERNAME and "
+                "HERMES_KAFKA_SASL_PASSWORD"
+            )
+        except ssl.SSLError as exc:
+            return (
+                f"the TLS handshake with {entry} failed: {exc.reason or exc}; check "
+                "HERMES_KAFKA_SSL_CAFILE (the CA that signed the brokers' certificates) and "
+                "that the bootstrap names the host in their certificates"
+            )
+        except (KafkaError, OSError, TimeoutError):
+            continue
+        conn.close()
+        return None
+    return None
+
+
+def _said(exc: BaseException) -> str:
+    """A broker's error without aiokafka's ``[Error N] Name:`` in front."""
+    text = kafka_reason(exc)
+    return text.split(": ", 1)[1] if text.startswith("[Error") and ": " in text else text
 
 
 async def _close_cancelled(close: Callable[[], Awaitable[None]]) -> None:

@@ -84,6 +84,16 @@ class KafkaConfig(BaseSettings):
             )
         return f"{self.bootstrap} (from {self._origin})" if self._origin else str(self.bootstrap)
 
+    @property
+    def principal(self) -> str:
+        """Who the cluster takes the client for: ``User:<SASL user>``, the TLS client, or
+        ``User:ANONYMOUS`` (no authentication)."""
+        if self.security_protocol.startswith("SASL") and self.sasl_username:
+            return f"User:{self.sasl_username}"
+        if self.security_protocol == "SSL" and self.ssl_certfile:
+            return f"the TLS client of {self.ssl_certfile}"
+        return "User:ANONYMOUS"
+
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments shared by aiokafka's producer, consumer and admin client."""
         if not self.bootstrap:

@@ -86,7 +86,7 @@ class LogReader(Service):
         kafka = self._kafka
         consumer = log_consumer(kafka)
         where = f"{self._what}: cannot reach Kafka at {kafka.address}"
-        await start_or_close(consumer.start, consumer.stop, where)
+        await start_or_close(consumer.start, consumer.stop, where, kafka)
         self._consumer = consumer
         try:
             with self._translated():

@@ -95,6 +95,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "schemas": ("._schemas", "app", "Avro schemas: compatibility checks and frozen versions."),
     "topics": ("._topics", "app", "The topic catalog and its provisioning."),
+    "acls": (
+        "._acls",
+        "acls_command",
+        "Print the ACLs of a bus on a secured cluster, one principal per component.",
+    ),
     "tools": ("._tools", "app", "Tools: admission, the registry and live health."),
     "flows": (
         "._flows",

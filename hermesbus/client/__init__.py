@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from aiokafka import ConsumerStoppedError, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
 from pydantic import ValidationError
 
 from hermesbus.base.lifecycle import Service
@@ -31,6 +31,7 @@ from hermesbus.connectors.kafka import (
     require_topic,
     start_or_close,
 )
+from hermesbus.connectors.kafka.refusals import ACLS_HINT
 from hermesbus.contract.envelope import Envelope, check_session_id
 from hermesbus.contract.headers import envelope_headers
 from hermesbus.contract.payloads import Payload, Reply, UserTurn
@@ -200,7 +201,7 @@ class Client(Service):
         # acks=all without idempotence: the embedded broker has no idempotent producers.
         producer = plain_producer(self.config, acks="all", enable_idempotence=False)
         where = f"cannot reach Kafka at {self.config.address}"
-        await start_or_close(producer.start, producer.stop, where)
+        await start_or_close(producer.start, producer.stop, where, self.config)
         self._producer = producer
 
     async def stop(self) -> None:
@@ -234,6 +235,11 @@ class Client(Service):
         await require_topic(producer.client, topic, self.config.address)  # never created here
         try:
             await producer.send_and_wait(topic, value, key=key, headers=list(signed))
+        except TopicAuthorizationFailedError as exc:
+            raise BrokerError(
+                f"cannot send {envelope.message_id}: the cluster does not let "
+                f"{self.config.principal} write {topic}: no ACL allows it; {ACLS_HINT}"
+            ) from exc
         except KafkaError as exc:
             raise BrokerError(
                 f"cannot send {envelope.message_id} to {topic}: {kafka_reason(exc)}"

@@ -65,7 +65,7 @@ class Producer:
             await self._probe_transactions()
         producer = plain_producer(self._kafka, acks="all", enable_idempotence=False, linger_ms=2)
         where = f"cannot reach Kafka at {self._kafka.address}"
-        await start_or_close(producer.start, producer.stop, where)
+        await start_or_close(producer.start, producer.stop, where, self._kafka)
         self._producer = producer
 
     async def stop(self) -> None:

@@ -188,7 +188,7 @@ class Processor(Service):
         consumer.subscribe(self._topics, listener=RebalanceListener(self._adopt, self._release))
         try:
             where = f"processor {self.name}: cannot reach Kafka"
-            await start_or_close(consumer.start, consumer.stop, where)
+            await start_or_close(consumer.start, consumer.stop, where, self._kafka)
         except BaseException:  # also cancelled while joining (Ctrl-C): nothing left unclosed
             await producer.stop()  # bounded, never raises
             raise

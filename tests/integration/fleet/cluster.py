@@ -4,13 +4,20 @@ tests, and what it says about its partitions' leaders."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaClient, TopicPartition
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.services import need
 
@@ -20,12 +27,34 @@ START_S = 300
 """How long three JVMs may take to start and find each other on a slow, busy machine."""
 
 
+ADMIN = "admin"
+"""The super user of the secure listeners: it makes topics and ACLs."""
+
+
 @dataclass
 class Cluster:
     folder: Path
     bootstrap: str
     secure: str = ""
     """The SASL_SSL listeners' bootstrap, when the cluster was given secure material."""
+    passwords: dict[str, str] = field(default_factory=dict)
+    """Each SCRAM user's password (the components', the app's, the admin's)."""
+
+    @property
+    def ca(self) -> Path:
+        return self.folder / "secure" / "ca.pem"
+
+    def env(self, user: str, password: str | None = None) -> dict[str, str]:
+        """``HERMES_KAFKA_*`` of a client logging in as ``user`` over SASL_SSL (``password``
+        given: that one instead of the user's)."""
+        return {
+            "HERMES_KAFKA_BOOTSTRAP": self.secure,
+            "HERMES_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "HERMES_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "HERMES_KAFKA_SASL_USERNAME": user,
+            "HERMES_KAFKA_SASL_PASSWORD": password or self.passwords[user],
+            "HERMES_KAFKA_SSL_CAFILE": str(self.ca),
+        }
 
     def _script(self, *args: str) -> str:
         done = subprocess.run(
@@ -51,9 +80,55 @@ class Cluster:
         return self.folder / f"node-{node}" / "logs" / "server.log"
 
 
-def start(folder: Path) -> Iterator[Cluster]:
-    """A fixture's body: the cluster in ``folder`` (secure listeners if ``folder/secure``
-    holds their material), stopped after; skipped (failed under CI) when it cannot start."""
+def secure_material(folder: Path, users: Sequence[str]) -> dict[str, str]:
+    """What ``kafka-cluster.sh`` reads from ``folder/secure``: a CA made here, the nodes'
+    key and certificate it signed (for 127.0.0.1 and localhost), a SCRAM user with a fresh
+    password for each of ``users`` and the admin, the admin as super user. The passwords."""
+    secure = folder / "secure"
+    secure.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hermesbus test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    node = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (secure / "ca.pem").write_bytes(ca.public_bytes(pem))
+    plain_key = key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (secure / "server.pem").write_bytes(plain_key + node.public_bytes(pem))
+    passwords = {user: secrets.token_urlsafe(18) for user in (*users, ADMIN)}
+    (secure / "scram.users").write_text("".join(f"{u} {p}\n" for u, p in passwords.items()))
+    (secure / "super.user").write_text(ADMIN + "\n")
+    return passwords
+
+
+def start(folder: Path, users: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A fixture's body: the cluster in ``folder`` (with secure listeners and a SCRAM user
+    for each of ``users`` when given), stopped after; skipped (failed under CI) when it
+    cannot start."""
+    passwords = secure_material(folder, users) if users else {}
     if shutil.which("java") is None:
         need("three-broker Kafka cluster", "java not found (Kafka needs Java 17+)", None)
     done = subprocess.run(
@@ -65,7 +140,8 @@ def start(folder: Path) -> Iterator[Cluster]:
         need("three-broker Kafka cluster", f"kafka-cluster.sh start: {done.stderr}", None)
     said = dict(line.split("=", 1) for line in done.stdout.split())
     try:
-        yield Cluster(folder, said["KAFKA_CLUSTER_BOOTSTRAP"], said.get("KAFKA_CLUSTER_SECURE", ""))
+        boot, secure = said["KAFKA_CLUSTER_BOOTSTRAP"], said.get("KAFKA_CLUSTER_SECURE", "")
+        yield Cluster(folder, boot, secure, passwords)
     finally:
         subprocess.run(
             ["bash", str(SCRIPT), "stop", str(folder)],

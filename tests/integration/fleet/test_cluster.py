@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,15 +30,23 @@ from aiokafka.structs import RecordMetadata
 
 from hermesbus import Envelope
 from hermesbus.codec import decode, encode
+from hermesbus.compose.acls import COMPONENTS, bus_acls
 from hermesbus.connectors.kafka import KafkaAdmin, KafkaConfig
+from hermesbus.connectors.kafka.acls import Acl, create_acls
 from hermesbus.connectors.kafka.groups import committed
+from hermesbus.demo.expense import DEMO_USER
 from hermesbus.errors import BrokerError
+from hermesbus.identity import KEYS_FILE_ENV
+from hermesbus.processors.tool.demo import demo_keys
+from hermesbus.processors.tool.demo.fixtures import DEMO_DEPT
 from hermesbus.runtime import CLOSE_TIMEOUT_S, StateStore
 from hermesbus.topics import Catalog
 from tests import signing
+from tests.cli_process import Background, Ran, clean_env, hermesbus
+from tests.integration.fleet.support import READY, START_S
 from tests.integration.runtime.support import IN, OUT, counts, open_store, turn, until_applied
 
-from .cluster import Cluster, leaders, start
+from .cluster import ADMIN, Cluster, leaders, start
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -49,7 +58,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from start(tmp_path_factory.mktemp("cluster"))
+    """One cluster for the module: PLAINTEXT listeners for the bounce tests, SASL_SSL ones
+    with a SCRAM user per component (and ACLs enforced there) for the secure tests."""
+    yield from start(tmp_path_factory.mktemp("cluster"), users=COMPONENTS)
 
 
 async def _provision(bootstrap: str, prefix: str) -> None:
@@ -308,4 +319,144 @@ async def test_sigterm_with_every_broker_gone_exits_in_time_and_commits_nothing_
         f" {REVOKE_MS / 1000:g} s); committed {held} on partition {at.partition} (read"
         f" {seen} after the restart), the stuck record at {at.offset}; the next worker"
         " applied its 4 turns"
+    )
+
+
+# -- secure Kafka: SASL/SCRAM-SHA-512 over TLS, one principal per component, ACLs ---------
+
+SAY_S = 90.0
+
+
+def _as(
+    cluster: Cluster, user: str, home: Path, password: str | None = None, **more: str
+) -> dict[str, str]:
+    """The environment of a hermesbus command logging in as ``user``."""
+    keys = {KEYS_FILE_ENV: os.environ[KEYS_FILE_ENV]}
+    return clean_env(home, **keys, **cluster.env(user, password), **more)
+
+
+async def _cli(env: dict[str, str], cwd: Path, *args: str) -> Ran:
+    return await asyncio.to_thread(hermesbus, *args, env=env, cwd=cwd, timeout=SAY_S + 60)
+
+
+async def _secure_topics(cluster: Cluster, prefix: str, tmp_path: Path) -> None:
+    """The bus's topics, made by the admin principal as an operator would."""
+    made = await _cli(
+        _as(cluster, ADMIN, tmp_path / "admin"), tmp_path,
+        "topics", "apply", "--prefix", prefix, "--replication-factor", "3",
+    )  # fmt: skip
+    assert made.code == 0, made.output
+
+
+async def test_a_wrong_password_is_refused_naming_the_principal(
+    cluster: Cluster, unique: str, tmp_path: Path
+) -> None:
+    wrong = secrets.token_urlsafe(12)
+    said = await _cli(
+        _as(cluster, "app", tmp_path / "app", password=wrong), tmp_path,
+        "say", f"s-{unique}", "hello", "--prefix", f"pw{unique}.", "--timeout", "5",
+    )  # fmt: skip
+    assert said.code == 1, said.output
+    assert "the cluster refused the login of User:app (SCRAM-SHA-512" in said.err
+    assert "HERMES_KAFKA_SASL_PASSWORD" in said.err and wrong not in said.output
+    assert "Traceback" not in said.err
+
+
+async def test_a_missing_acl_is_refused_naming_the_principal_and_the_resource(
+    cluster: Cluster, unique: str, tmp_path: Path
+) -> None:
+    prefix = f"noacl{unique}."
+    await _secure_topics(cluster, prefix, tmp_path)
+    # no ACL at all: the topics are hidden from the app, and from a processor
+    said = await _cli(
+        _as(cluster, "app", tmp_path / "app"), tmp_path,
+        "say", f"s-{unique}", "hello", "--prefix", prefix, "--timeout", "5",
+    )  # fmt: skip
+    assert said.code == 1, said.output
+    assert (
+        f"does not let User:app use the topics {prefix}hermes.conversation.in, "
+        f"{prefix}hermes.conversation.out: no ACL allows it" in said.err
+    ), said.err
+    assert "hermesbus acls" in said.err and "Traceback" not in said.err
+    ran = await _cli(
+        _as(cluster, "memory", tmp_path / "memory"), tmp_path, "run", "memory", "--prefix", prefix
+    )
+    assert ran.code == 1, ran.output
+    assert "does not let User:memory use the topics" in ran.err and "Traceback" not in ran.err
+    # every ACL of the bus but the app's Write on the ingress topic: it may see it, not write
+    acls = [
+        acl
+        for acl in bus_acls(prefix)
+        if not (acl.principal == "User:app" and acl.operation == "Write")
+    ]
+    async with KafkaAdmin(KafkaConfig(**_config(cluster, ADMIN))) as admin:
+        await create_acls(admin.client, [*acls, Acl("User:app", "topic", prefix + IN, "Describe")])
+    said = await _cli(
+        _as(cluster, "app", tmp_path / "app"), tmp_path,
+        "say", f"s-{unique}", "hello", "--prefix", prefix, "--timeout", "5",
+    )  # fmt: skip
+    assert said.code == 1, said.output
+    assert f"does not let User:app write {prefix}hermes.conversation.in" in said.err, said.err
+
+
+def _config(cluster: Cluster, user: str) -> dict[str, str]:
+    """KafkaConfig's fields of ``user``'s login."""
+    return {k.removeprefix("HERMES_KAFKA_").lower(): v for k, v in cluster.env(user).items()}
+
+
+async def test_the_demo_runs_end_to_end_under_acls_one_principal_per_processor(
+    cluster: Cluster, redis_url: str, unique: str, tmp_path: Path
+) -> None:
+    """The operator makes the topics and applies exactly what ``hermesbus acls`` prints;
+    each processor runs apart as its own principal; an app's turn gets the demo's answer."""
+    prefix = f"acl{unique}."
+    await _secure_topics(cluster, prefix, tmp_path)
+    admin = _as(cluster, ADMIN, tmp_path / "admin")
+    applied = await _cli(admin, tmp_path, "acls", "--prefix", prefix, "--apply")
+    assert applied.code == 0, applied.output
+    assert f"added {len(bus_acls(prefix))} ACLs for 7 principals" in applied.out
+    stores = {
+        "HERMES_REDIS_URL": redis_url,
+        "HERMES_REDIS_PREFIX": f"acl{unique}",
+        "HERMES_CONVERSATION_BUDGET_SCALE": "6",
+    }
+    registered = await _cli(
+        _as(cluster, "tool", tmp_path / "registrar", **stores),
+        tmp_path,
+        "tools",
+        "register",
+        "--demo",
+    )
+    assert registered.code == 0, registered.output
+    fleet = []
+    try:
+        for processor in ("conversation", "dispatcher", "tool", "memory"):
+            more = {**stores, **(demo_keys() if processor == "tool" else {})}
+            env = _as(cluster, processor, tmp_path / processor, **more)
+            fleet.append(
+                Background(tmp_path, "run", processor, "--prefix", prefix, env=env, name=processor)
+            )
+        for running in fleet:
+            await asyncio.to_thread(running.wait_for, READY, START_S)
+        said = await _cli(
+            _as(cluster, "app", tmp_path / "app"), tmp_path,
+            "say", f"s-{unique}", "我要报上个月去深圳的差旅费", "--user", DEMO_USER,
+            "--prefix", prefix, "--timeout", str(SAY_S),
+        )  # fmt: skip
+        assert said.code == 0, said.output + "".join(r.stderr()[-2000:] for r in fleet)
+        (answer,) = said.out.splitlines()
+        assert f"您所在部门：{DEMO_DEPT}" in answer and answer.endswith("(conversation:S2)")
+        for running in fleet:
+            running.process.send_signal(signal.SIGTERM)
+        codes = [await asyncio.to_thread(r.process.wait, 60) for r in fleet]
+    finally:
+        for running in fleet:
+            running.kill()
+    logs = {r.err.stem: r.stderr() for r in fleet}
+    assert codes == [0, 0, 0, 0], logs
+    refused = {name: log for name, log in logs.items() if "uthoriz" in log or "not let" in log}
+    assert refused == {}, refused
+    print(
+        f"\nsecure demo: {len(bus_acls(prefix))} ACLs for 7 principals; four processes, each"
+        " its own SCRAM principal over TLS; the app's turn answered by org_tool"
     )

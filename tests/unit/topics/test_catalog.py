@@ -168,3 +168,14 @@ def test_replicas_above_one_come_with_a_majority_in_sync() -> None:
         assert all(s.kafka_configs()["min.insync.replicas"] == in_sync for s in catalog)
     single = Catalog.load().with_overrides(replication_factor=1)
     assert all("min.insync.replicas" not in s.configs for s in single)
+
+
+def test_more_replicas_than_the_catalog_says_are_no_drift_fewer_are() -> None:
+    tool = Catalog.load().get("hermes.tool")
+    more = plan(Catalog.load(), {tool.name: existing(tool, replication_factor=3)})
+    assert tool.name in more.in_sync and not more.drift
+    three = Catalog.load().with_overrides(replication_factor=3)
+    fewer = plan(three, {tool.name: existing(three.get(tool.name), replication_factor=1)})
+    assert [str(d) for d in fewer.drift] == [
+        "hermes.tool: replication_factor is 1, the catalog says 3"
+    ]
