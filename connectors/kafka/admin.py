@@ -114,12 +114,14 @@ class KafkaAdmin(Service):
 
     async def _refuse_hidden(self, unlisted: Sequence[str]) -> None:
         """BrokerError naming the principal when the cluster left any of ``unlisted`` out
-        because no ACL lets it describe them: they are there, and missing they are not."""
+        because no ACL lets it describe them (a secured cluster says the same of a topic
+        that does not exist: both are said)."""
         hidden = await unauthorized_topics(self.client, unlisted)
         if hidden:
             raise BrokerError(
                 f"the cluster at {self._config.bootstrap} does not let {self._config.principal}"
-                f" use the topics {', '.join(hidden)}: no ACL allows it; {ACLS_HINT}"
+                f" use the topics {', '.join(hidden)}: no ACL allows it (or they do not exist:"
+                f" is the prefix right?); {ACLS_HINT}"
             )
 
     async def create(self, specs: Iterable[NewTopicSpec]) -> list[str]:

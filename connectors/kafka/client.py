@@ -176,25 +176,25 @@ async def start_or_close(
 
 
 async def login_refused(config: KafkaConfig) -> str | None:
-    """The refusal of ``config``'s login or TLS handshake by the first bootstrap server
-    that answers, said with the principal; None when one accepts it, when it speaks
-    PLAINTEXT, or when none answers (that is no refusal)."""
+    """The refusal of ``config``'s login or TLS handshake by a bootstrap server, said with
+    the principal; None when they accept it, when it speaks PLAINTEXT, or when none answers
+    (that is no refusal). The servers are asked at once, within one bound."""
     if config.security_protocol == "PLAINTEXT" or not config.bootstrap:
         return None
     kwargs = config.client_kwargs()
-    for entry in config.bootstrap.split(","):
+
+    async def refusal(entry: str) -> str | None:
         host, _, port = entry.rpartition(":")
         try:
-            async with asyncio.timeout(_PROBE_S):
-                conn = await create_conn(
-                    host.strip("[]"),
-                    int(port),
-                    ssl_context=kwargs.get("ssl_context"),
-                    security_protocol=config.security_protocol,
-                    sasl_mechanism=kwargs.get("sasl_mechanism"),
-                    sasl_plain_username=kwargs.get("sasl_plain_username"),
-                    sasl_plain_password=kwargs.get("sasl_plain_password"),
-                )
+            conn = await create_conn(
+                host.strip("[]"),
+                int(port),
+                ssl_context=kwargs.get("ssl_context"),
+                security_protocol=config.security_protocol,
+                sasl_mechanism=kwargs.get("sasl_mechanism"),
+                sasl_plain_username=kwargs.get("sasl_plain_username"),
+                sasl_plain_password=kwargs.get("sasl_plain_password"),
+            )
         except SaslAuthenticationFailed as exc:
             return (
                 f"the cluster refused the login of {config.principal} ({config.sasl_mechanism}"
@@ -207,11 +207,17 @@ async def login_refused(config: KafkaConfig) -> str | None:
                 "HERMES_KAFKA_SSL_CAFILE (the CA that signed the brokers' certificates) and "
                 "that the bootstrap names the host in their certificates"
             )
-        except (KafkaError, OSError, TimeoutError):
-            continue
+        except (KafkaError, OSError):
+            return None
         conn.close()
         return None
-    return None
+
+    try:
+        async with asyncio.timeout(_PROBE_S):
+            said = await asyncio.gather(*(refusal(e) for e in config.bootstrap.split(",")))
+    except TimeoutError:
+        return None
+    return next((why for why in said if why is not None), None)
 
 
 def _said(exc: BaseException) -> str:

@@ -33,8 +33,11 @@ def _install() -> None:
         code = getattr(response, "error_code", 0) if isinstance(request, OffsetFetchRequest) else 0
         if code:
             error = errors.for_code(code)
-            if error is errors.NotCoordinatorForGroupError:
-                self.coordinator_dead()
+            if error in (
+                errors.NotCoordinatorForGroupError,
+                errors.GroupCoordinatorNotAvailableError,
+            ):
+                self.coordinator_dead()  # found again before the retry
             if error is errors.GroupAuthorizationFailedError:
                 raise error(self.group_id)
             raise error()

@@ -9,7 +9,7 @@
 #   deploy/local/kafka-cluster.sh kill DIR NODE      SIGKILL node NODE (1, 2 or 3)
 #   deploy/local/kafka-cluster.sh halt DIR NODE      SIGTERM it: a controlled shutdown, waited for
 #   deploy/local/kafka-cluster.sh restart DIR NODE   start node NODE again on its data; wait until ready
-#   deploy/local/kafka-cluster.sh stop DIR [--keep-logs]  stop every node, delete DIR's data
+#   deploy/local/kafka-cluster.sh stop DIR [--keep-logs]  stop every node, delete DIR's data and secure/
 #   deploy/local/kafka-cluster.sh status DIR         each node: running or not; exit 3 if none runs
 #
 # DIR is the cluster's own folder (made if missing): node-N/ holds each node's config,
@@ -57,7 +57,10 @@ jvm_args() { # N: JVM, the java command line of node N up to its main class
     "-Dlog4j2.configurationFile=$(node_dir "$1")/log4j2.properties" -cp "$LIB/*")
 }
 
-secure() { [[ -f $DIR/secure/server.pem && -f $DIR/secure/ca.pem && -f $DIR/secure/scram.users ]]; }
+secure() { # DIR/secure holds what a secure listener needs (super.user: one name)
+  local f
+  for f in server.pem ca.pem scram.users super.user; do [[ -s $DIR/secure/$f ]] || return 1; done
+}
 
 write_config() { # N: server.properties and log4j2.properties of node N, from DIR/ports
   local n=$1 dir voters port cport sport listeners advertised map
@@ -145,14 +148,16 @@ format() { # N
   dir=$(node_dir "$1")
   if secure; then
     local name password
-    while read -r name password; do
+    while read -r name password || [[ -n $name ]]; do # a last line without its newline too
       [[ -n $name ]] || continue
       scram+=(--add-scram "SCRAM-SHA-512=[name=$name,password=$password]")
     done <"$DIR/secure/scram.users"
   fi
   jvm_args "$1"
+  # the SCRAM passwords are on this one command line while it runs (StorageTool takes
+  # them no other way): a test cluster's, on a machine of its own user
   if ! "${JVM[@]}" kafka.tools.StorageTool format \
-      "--cluster-id=$(cat "$DIR/cluster.id")" -c "$dir/server.properties" "${scram[@]}" \
+      "--cluster-id=$(cat "$DIR/cluster.id")" -c "$dir/server.properties" ${scram[@]+"${scram[@]}"} \
       >"$dir/logs/format.out" 2>&1; then
     cat "$dir/logs/format.out" >&2
     die "node $1: storage format failed"
@@ -217,7 +222,7 @@ while True:
   : >"$DIR/ports"
   for ((n = 1; n <= NODES; n++)); do
     for kind in plain controller secure; do
-      port=$(free_port "${taken[@]}")
+      port=$(free_port ${taken[@]+"${taken[@]}"})
       taken+=("$port")
       echo "$kind-$n=$port" >>"$DIR/ports"
     done
@@ -295,6 +300,7 @@ cmd_stop() { # [--keep-logs]: SIGTERM to every node at once (one alone would wai
     fi
   done
   rm -f -- "$DIR/env" "$DIR/ports"
+  has_flag --keep-logs "$@" || rm -rf -- "$DIR/secure" # its key and passwords go with it
 }
 
 cmd_status() {

@@ -1,9 +1,10 @@
 """The ACLs a bus needs on a cluster that enforces them: one principal per component.
 
 What each component may write comes from ``processors.protocol.WRITERS`` (the table every
-processor's runtime already checks signatures against), plus the dead-letter topic for the
-four processors and the flow registry for the conversation (a flow's versions are signed
-by it). What each reads is the topic its group consumes and the few it reads whole: the
+processor's runtime already checks signatures against), plus, for the four processors,
+their own input topic (a failed envelope is re-sent there for its retry) and the
+dead-letter topic, and the flow registry for the conversation (a flow's versions are
+signed by it). What each reads is the topic its group consumes and the few it reads whole: the
 flow registry (every processor), the alerts (the dispatcher, for tools' health; the
 rollup's judge), every indexed topic (the indexer), every session-keyed topic and the
 rollup's changelog (the diagnostics). Each runs in its own consumer group, named with the
@@ -17,6 +18,7 @@ Nothing here creates topics or ACLs: an operator's principal does (``topics appl
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -24,7 +26,15 @@ from hermesbus.compose.diagnostics import APP_ID, CHANGELOG, source_topics
 from hermesbus.connectors.kafka.acls import Acl
 from hermesbus.errors import ConfigError
 from hermesbus.processors import protocol, tool
-from hermesbus.topics import ALERTS, CONVERSATION_IN, CONVERSATION_OUT, DLQ, FLOWS, Catalog
+from hermesbus.topics import (
+    ALERTS,
+    CONVERSATION_IN,
+    CONVERSATION_OUT,
+    DIAGNOSTICS,
+    DLQ,
+    FLOWS,
+    Catalog,
+)
 from hermesbus.trace.index import INDEXER_GROUP
 
 __all__ = ["COMPONENTS", "bus_acls", "commands", "principals_of"]
@@ -41,13 +51,13 @@ _READS: Final[Mapping[str, tuple[str, ...]]] = {
     protocol.MEMORY: (protocol.MEMORY_TOPIC, FLOWS),
     protocol.APP: (CONVERSATION_OUT,),
 }
-_GROUPS: Final[Mapping[str, tuple[str, bool]]] = {
-    protocol.CONVERSATION: (protocol.CONVERSATION, False),
-    protocol.DISPATCHER: (protocol.DISPATCHER, False),
-    protocol.TOOL: (tool.NAME, True),  # tool, tool-<name>, the model rounds' group
-    protocol.MEMORY: (protocol.MEMORY, False),
-    INDEXER: (INDEXER_GROUP, False),
-    protocol.DIAGNOSTICS: (APP_ID, False),
+_GROUPS: Final[Mapping[str, tuple[tuple[str, bool], ...]]] = {
+    protocol.CONVERSATION: ((protocol.CONVERSATION, False),),
+    protocol.DISPATCHER: ((protocol.DISPATCHER, False),),
+    protocol.TOOL: ((tool.NAME, False), (tool.group_name(""), True)),  # tool-<name>, model's
+    protocol.MEMORY: ((protocol.MEMORY, False),),
+    INDEXER: ((INDEXER_GROUP, False),),
+    protocol.DIAGNOSTICS: ((APP_ID, False),),
 }
 _EVERY_TOPIC: Final = "hermes."
 """What every topic name of the catalog begins with (after the prefix)."""
@@ -75,8 +85,9 @@ def _writes(catalog: Catalog) -> dict[str, list[str]]:
     for topic, writers in protocol.WRITERS.items():
         for identity in writers:
             writes[identity].append(topic)
-    for processor in PROCESSORS:
-        writes[processor].append(DLQ)
+    writes = {c: list(dict.fromkeys(topics)) for c, topics in writes.items()}
+    for processor in PROCESSORS:  # a retry is re-sent to its own input; a dead letter
+        writes[processor] += [_READS[processor][0], DLQ]
     writes[protocol.CONVERSATION].append(FLOWS)
     writes[protocol.DIAGNOSTICS].append(CHANGELOG)
     known = set(catalog.names())
@@ -87,10 +98,10 @@ def _writes(catalog: Catalog) -> dict[str, list[str]]:
 
 
 def _reads(catalog: Catalog) -> dict[str, tuple[str, ...]]:
-    return {
+    return {  # every `run` reads the flow registry at its start
         **_READS,
-        INDEXER: tuple(catalog.indexed_names()),
-        protocol.DIAGNOSTICS: (*source_topics(catalog), CHANGELOG, ALERTS),
+        INDEXER: (*catalog.indexed_names(), FLOWS),
+        protocol.DIAGNOSTICS: (*source_topics(catalog), CHANGELOG, ALERTS, DIAGNOSTICS, FLOWS),
     }
 
 
@@ -110,17 +121,20 @@ def bus_acls(
         principal = who[component]
         acls |= {Acl(principal, "topic", prefix + t, "Read") for t in reads.get(component, ())}
         acls |= {Acl(principal, "topic", prefix + t, "Write") for t in writes[component]}
-        if component in _GROUPS:
-            group, prefixed = _GROUPS[component]
+        for group, prefixed in _GROUPS.get(component, ()):
             acls.add(Acl(principal, "group", prefix + group, "Read", prefixed=prefixed))
+        if component == protocol.DIAGNOSTICS:  # the lag rule reads the processors' groups
+            for group, prefixed in (g for p in PROCESSORS for g in _GROUPS[p]):
+                acls.add(Acl(principal, "group", prefix + group, "Describe", prefixed=prefixed))
         if component != protocol.APP:  # a component's start checks the bus's topics
             every = prefix + _EVERY_TOPIC
             acls.add(Acl(principal, "topic", every, "Describe", prefixed=True))
             acls.add(Acl(principal, "topic", every, "DescribeConfigs", prefixed=True))
         if exactly_once and component in PROCESSORS:  # ids <group>.<topic>.<partition>
-            group, _ = _GROUPS[component]
-            acls.add(Acl(principal, "transactional-id", prefix + group, "Write", prefixed=True))
-            acls.add(Acl(principal, "transactional-id", prefix + group, "Describe", prefixed=True))
+            for group, _ in _GROUPS[component]:
+                ids = prefix + group
+                acls.add(Acl(principal, "transactional-id", ids, "Write", prefixed=True))
+                acls.add(Acl(principal, "transactional-id", ids, "Describe", prefixed=True))
     return sorted(acls)
 
 
@@ -140,5 +154,5 @@ def commands(acls: Sequence[Acl], bootstrap: str) -> list[str]:
         ]  # fmt: skip
         if prefixed:
             words.append("--resource-pattern-type prefixed")
-        lines.append(" ".join(words))
+        lines.append(" ".join(shlex.quote(word) if word == principal else word for word in words))
     return lines

@@ -23,6 +23,7 @@ from hermesbus.connectors.kafka import (
     start_or_close,
     transactional_producer,
 )
+from hermesbus.connectors.kafka.refusals import ACLS_HINT
 from hermesbus.errors import BrokerError, ConfigError
 
 from ._store import OutRecord
@@ -130,6 +131,11 @@ class Producer:
             await probe.start()
         except kafka_errors.KafkaConnectionError as exc:
             raise BrokerError(f"cannot reach Kafka at {self._kafka.address}: {exc}") from exc
+        except kafka_errors.TransactionalIdAuthorizationFailed as exc:
+            raise BrokerError(
+                f"the cluster does not let {self._kafka.principal} use the transactional ids "
+                f"{self._group}.*: no ACL allows it; {ACLS_HINT} (with --exactly-once)"
+            ) from exc
         except KafkaError as exc:
             raise ConfigError(
                 f"--exactly-once needs a broker with transactions (Apache Kafka); the broker at "

@@ -4,11 +4,14 @@ tests, and what it says about its partitions' leaders."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
+import os
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +40,7 @@ class Cluster:
     bootstrap: str
     secure: str = ""
     """The SASL_SSL listeners' bootstrap, when the cluster was given secure material."""
-    passwords: dict[str, str] = field(default_factory=dict)
+    passwords: dict[str, str] = field(default_factory=dict, repr=False)
     """Each SCRAM user's password (the components', the app's, the admin's)."""
 
     @property
@@ -85,7 +88,7 @@ def secure_material(folder: Path, users: Sequence[str]) -> dict[str, str]:
     key and certificate it signed (for 127.0.0.1 and localhost), a SCRAM user with a fresh
     password for each of ``users`` and the admin, the admin as super user. The passwords."""
     secure = folder / "secure"
-    secure.mkdir(parents=True, exist_ok=True)
+    secure.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hermesbus test CA")])
@@ -113,13 +116,19 @@ def secure_material(folder: Path, users: Sequence[str]) -> dict[str, str]:
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
+
+    def private(name: str, data: bytes) -> None:  # a key, passwords: this user's alone
+        fd = os.open(secure / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+
     (secure / "ca.pem").write_bytes(ca.public_bytes(pem))
     plain_key = key.private_bytes(
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    (secure / "server.pem").write_bytes(plain_key + node.public_bytes(pem))
+    private("server.pem", plain_key + node.public_bytes(pem))
     passwords = {user: secrets.token_urlsafe(18) for user in (*users, ADMIN)}
-    (secure / "scram.users").write_text("".join(f"{u} {p}\n" for u, p in passwords.items()))
+    private("scram.users", "".join(f"{u} {p}\n" for u, p in passwords.items()).encode())
     (secure / "super.user").write_text(ADMIN + "\n")
     return passwords
 
@@ -164,3 +173,29 @@ async def leaders(bootstrap: str, topic: str) -> dict[int, int]:
         }
     finally:
         await client.close()
+
+
+async def in_sync(bootstrap: str, within_s: float) -> None:
+    """Wait until every partition of every topic (the internal ones too) has all its
+    replicas in sync again: a node restarted is serving before it has caught up, and a
+    second fault before then would leave fewer than ``min.insync.replicas``."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    lagging: list[str] = []
+    try:
+        deadline = time.monotonic() + within_s
+        while True:
+            await client.force_metadata_update()
+            partitions = client.cluster._partitions  # aiokafka keeps the ISR only there
+            lagging = [
+                f"{topic}-{p}"
+                for topic, parts in partitions.items()
+                for p, meta in parts.items()
+                if len(meta.isr) < len(meta.replicas)
+            ]
+            if not lagging or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+    assert not lagging, f"not in sync within {within_s:g} s: {lagging[:10]}"

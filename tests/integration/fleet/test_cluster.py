@@ -46,7 +46,7 @@ from tests.cli_process import Background, Ran, clean_env, hermesbus
 from tests.integration.fleet.support import READY, START_S
 from tests.integration.runtime.support import IN, OUT, counts, open_store, turn, until_applied
 
-from .cluster import ADMIN, Cluster, leaders, start
+from .cluster import ADMIN, Cluster, in_sync, leaders, start
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -150,6 +150,7 @@ async def _bounces(
     assert await until_applied(store, "crash", SESSIONS, half, within_s=APPLY_S) >= half
     await asyncio.to_thread(cluster.restart, 2)
     faults.append("restarted node 2")
+    await in_sync(boot, APPLY_S)  # caught up before the next fault
 
     before = await leaders(boot, topic)
     await asyncio.to_thread(cluster.halt, 1)  # clean bounce: its leaderships move first
@@ -160,6 +161,7 @@ async def _bounces(
     await _produce(boot, topic, turns[2 * third :])
     await asyncio.to_thread(cluster.restart, 1)
     faults.append("restarted node 1")
+    await in_sync(boot, APPLY_S)  # the next test starts on a whole cluster
     done = await until_applied(store, "crash", SESSIONS, len(turns), within_s=APPLY_S)
     assert done == len(turns)
     return faults, moved
@@ -262,44 +264,76 @@ async def _said(path: Path, text: str) -> None:
         await asyncio.sleep(0.1)
 
 
+async def _stuck_worker(
+    boot: str, prefix: str, spec: str, log: Path, at: RecordMetadata, **settings: str
+) -> subprocess.Popen[str]:
+    """A worker that never finishes the stuck session's turns, once it has finished every
+    other session's (100 turns) and its group committed up to the stuck record."""
+    worker = _worker(boot, prefix, spec, log, WORKER_STUCK="stuck", **settings)
+    async with open_store(spec) as store:
+        assert await until_applied(store, "crash", 10, 100, within_s=APPLY_S) == 100
+    await _said(log.with_suffix(".out"), "stuck at stuck-m0")
+    kafka, group = KafkaConfig(bootstrap=boot), settings["WORKER_GROUP"]
+    deadline = time.monotonic() + APPLY_S
+    while (await committed(kafka, group, prefix + IN)).get(at.partition) != at.offset:
+        assert time.monotonic() < deadline, "the finished prefix was never committed"
+        await asyncio.sleep(0.2)
+    return worker
+
+
+async def _sigterm(worker: subprocess.Popen[str], log: Path) -> float:
+    """SIGTERM; how long it took to exit (0, or the test fails with its log)."""
+    started = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(worker.wait, EXIT_BUDGET_S + 30)
+    took = time.monotonic() - started
+    if code != 0:
+        pytest.fail(f"exit {code}: {(await asyncio.to_thread(log.read_text))[-3000:]}")
+    assert took < EXIT_BUDGET_S, f"exited {took:.1f} s after SIGTERM"
+    return took
+
+
 async def test_sigterm_with_every_broker_gone_exits_in_time_and_commits_nothing_unprocessed(
     cluster: Cluster, unique: str, tmp_path: Path
 ) -> None:
-    """Point 7: a worker with a record in flight that never finishes, the records before it
-    on its partition finished and committed; every node of the cluster killed; then
-    SIGTERM. It exits within the revoke timeout and its clients' close budgets, and once
-    the cluster is back its group's committed offset on that partition is the stuck
-    record's, not past it: the next worker applies it and the turns behind it."""
+    """Point 7: a worker with a record in flight that never finishes; every other session's
+    turns finished, on its partition too, before and after it. SIGTERM with the cluster up:
+    it exits in time and its last commit is the stuck record's offset, not past it. Again
+    with every node of the cluster killed first: it exits within the revoke timeout and its
+    clients' close budgets, and once the cluster is back the offset is still the stuck
+    record's. The next worker applies it and the turns behind it."""
     prefix, group, boot = f"gone{unique}.", f"gone-{unique}", cluster.bootstrap
     await _provision(boot, prefix)
     at = await _stuck_record(boot, prefix + IN)
+    await _produce(
+        boot, prefix + IN, [turn(f"s{s:03d}", q) for q in range(5, 10) for s in range(10)]
+    )
     spec = f"sqlite:{tmp_path / 'state.sqlite3'}"
-    log = tmp_path / "worker.err"
     settings = {"WORKER_GROUP": group, "HERMES_RUNTIME_REVOKE_TIMEOUT_MS": str(REVOKE_MS)}
-    worker = _worker(boot, prefix, spec, log, WORKER_STUCK="stuck", **settings)
+    kafka = KafkaConfig(bootstrap=boot)
+
+    log = tmp_path / "up.err"  # the cluster up
+    worker = await _stuck_worker(boot, prefix, spec, log, at, **settings)
     try:
-        async with open_store(spec) as store:
-            assert await until_applied(store, "crash", 10, 50, within_s=APPLY_S) == 50
-        await _said(log.with_suffix(".out"), "stuck at stuck-m0")
-        kafka, deadline = KafkaConfig(bootstrap=boot), time.monotonic() + APPLY_S
-        while (await committed(kafka, group, prefix + IN)).get(at.partition) != at.offset:
-            assert time.monotonic() < deadline, "the finished prefix was never committed"
-            await asyncio.sleep(0.2)
+        took_up = await _sigterm(worker, log)
+    finally:
+        worker.kill()
+    after_up = (await committed(kafka, group, prefix + IN)).get(at.partition)
+    assert after_up == at.offset, f"committed {after_up}; the stuck record is at {at.offset}"
+
+    log = tmp_path / "gone.err"  # every broker gone
+    worker = await _stuck_worker(boot, prefix, spec, log, at, **settings)
+    try:
         for node in (1, 2, 3):
             await asyncio.to_thread(cluster.kill, node)
-        started = time.monotonic()
-        worker.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(worker.wait, EXIT_BUDGET_S + 30)
-        took = time.monotonic() - started
+        took = await _sigterm(worker, log)
     finally:
         worker.kill()
         await asyncio.gather(*(asyncio.to_thread(cluster.restart, n) for n in (1, 2, 3)))
-    assert code == 0, log.read_text()[-3000:]
-    assert took < EXIT_BUDGET_S, f"exited {took:.1f} s after SIGTERM"
     seen = await _offsets_settled(kafka, group, prefix + IN, at.partition)
-    held = seen[-1]
     assert all(o is None or o <= at.offset for o in seen), f"committed past {at.offset}: {seen}"
-    assert held == at.offset, f"committed {held}; the stuck record is at {at.offset}"
+    assert seen[-1] == at.offset, f"committed {seen[-1]}; the stuck record is at {at.offset}"
+    await in_sync(boot, APPLY_S)
 
     # the next worker of the group applies what was handed back, in order
     again = _worker(boot, prefix, spec, tmp_path / "next.err", **settings)
@@ -315,10 +349,10 @@ async def test_sigterm_with_every_broker_gone_exits_in_time_and_commits_nothing_
         await asyncio.to_thread(again.wait, 60)
     assert state == {"last": 3, "count": 4, "violations": 0}
     print(
-        f"\nbrokers gone, then SIGTERM: exited in {took:.1f} s (revoke timeout"
-        f" {REVOKE_MS / 1000:g} s); committed {held} on partition {at.partition} (read"
-        f" {seen} after the restart), the stuck record at {at.offset}; the next worker"
-        " applied its 4 turns"
+        f"\nSIGTERM with a record stuck: exited in {took_up:.1f} s with the cluster up, in"
+        f" {took:.1f} s with every broker gone (revoke timeout {REVOKE_MS / 1000:g} s);"
+        f" committed {at.offset} on partition {at.partition} both times, the stuck record's"
+        f" (read {seen} after the restart); the next worker applied its 4 turns"
     )
 
 
