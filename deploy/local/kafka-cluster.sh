@@ -120,20 +120,9 @@ allow.everyone.if.no.acl.found=false
 super.users=User:ANONYMOUS;User:$(cat "$DIR/secure/super.user")
 EOF
   fi
-  cat >"$dir/log4j2.properties" <<EOF
-status = warn
-name = hermesbus-kafka-node-$n
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $dir/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = FILE
-logger.raft.name = kafka.server.KafkaRaftServer
-logger.raft.level = INFO
-logger.broker.name = kafka.server.BrokerServer
-logger.broker.level = INFO
+  kafka_log4j "$dir" "hermesbus-kafka-node-$n"
+  cat >>"$dir/log4j2.properties" <<EOF
+# the ACLs' refusals, for the secure tests' logs
 logger.authorizer.name = kafka.authorizer.logger
 logger.authorizer.level = INFO
 EOF

@@ -139,25 +139,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 EOF
 
-  # log4j2: everything to a file in the log dir, nothing on the console.
-  cat >"$dir/log4j2.properties" <<EOF
-status = warn
-name = hermesbus-kafka
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $dir/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = FILE
-# Keep the lifecycle lines ("Kafka Server started", shutdown) at INFO.
-logger.raft.name = kafka.server.KafkaRaftServer
-logger.raft.level = INFO
-logger.broker.name = kafka.server.BrokerServer
-logger.broker.level = INFO
-logger.controller.name = kafka.server.ControllerServer
-logger.controller.level = INFO
-EOF
+  kafka_log4j "$dir" hermesbus-kafka
 
   local cp="$LIB_DIR/*"
   local -a jvm=(

@@ -325,6 +325,27 @@ except (OSError, struct.error):
 PY
 }
 
+kafka_log4j() { # DIR NAME: a Kafka node's log4j2 config in DIR: everything to DIR/logs/server.log
+  # at WARN, the lifecycle lines ("Kafka Server started", shutdown) at INFO; no console
+  cat >"$1/log4j2.properties" <<EOF
+status = warn
+name = $2
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $1/logs/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+logger.controller.name = kafka.server.ControllerServer
+logger.controller.level = INFO
+EOF
+}
+
 # ---------------------------------------------------------------- the data folder
 
 data_dir_new() { # PARENT PREFIX: make PARENT/PREFIX.XXXXXX, mark it, note it in DIR_FILE; print it
