@@ -19,23 +19,14 @@ from aiokafka.protocol.admin import CreateAclsRequest
 
 from hermesbus.errors import BrokerError
 
-__all__ = ["OPERATIONS", "RESOURCES", "Acl", "create_acls"]
+__all__ = ["Acl", "create_acls"]
 
-Resource = Literal["topic", "group", "transactional-id", "cluster"]
-Operation = Literal["Read", "Write", "Describe", "DescribeConfigs", "Create", "IdempotentWrite"]
+Resource = Literal["topic", "group", "transactional-id"]
+Operation = Literal["Read", "Write", "Describe", "DescribeConfigs"]
 
-RESOURCES: dict[str, int] = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
-OPERATIONS: dict[str, int] = {
-    "Read": 3,
-    "Write": 4,
-    "Create": 5,
-    "Describe": 8,
-    "DescribeConfigs": 10,
-    "IdempotentWrite": 12,
-}
+_RESOURCES: dict[str, int] = {"topic": 2, "group": 3, "transactional-id": 5}
+_OPERATIONS: dict[str, int] = {"Read": 3, "Write": 4, "Describe": 8, "DescribeConfigs": 10}
 _LITERAL, _PREFIXED, _ALLOW = 3, 4, 3
-CLUSTER = "kafka-cluster"
-"""The one name of the cluster resource."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -56,9 +47,7 @@ class Acl:
         )
 
     def where(self) -> list[str]:
-        """Its resource as ``kafka-acls.sh`` options: ``--topic NAME``, ``--cluster``."""
-        if self.resource == "cluster":
-            return ["--cluster"]
+        """Its resource as ``kafka-acls.sh`` options: ``--topic NAME``, ``--group NAME``."""
         return [f"--{self.resource}", self.name]
 
 
@@ -67,12 +56,12 @@ async def create_acls(client: AIOKafkaAdminClient, acls: Sequence[Acl]) -> None:
     naming the first the cluster refused, and why."""
     for acl in acls:
         request = CreateAclsRequest(
-            RESOURCES[acl.resource],
+            _RESOURCES[acl.resource],
             acl.name,
             _PREFIXED if acl.prefixed else _LITERAL,
             acl.principal,
             "*",
-            OPERATIONS[acl.operation],
+            _OPERATIONS[acl.operation],
             _ALLOW,
         )
         try:

@@ -1,17 +1,18 @@
-"""A group's committed offsets are never read as "none" while its coordinator loads them.
+"""An OffsetFetch's own error is acted on, never read as "nothing committed".
 
 From version 2 on, an OffsetFetch response carries the group's own error beside each
-partition's, and a coordinator still loading the group's offsets (after the broker that
-holds them restarted, or a whole cluster did) says so there, with every partition's offset
-at -1 and no partition error. aiokafka reads only the partitions' errors, so it took that
-answer for "nothing committed": a consumer joining then started from the earliest record
-(what finished was run again), and ``groups.committed`` read an empty group (measured on a
-three-node cluster killed and restarted: ``{}`` for about a second, then the offsets).
+partition's (a coordinator still loading the group's offsets, a moved one, a group the
+principal may not read), with every partition's offset at -1 and no partition error.
+aiokafka reads only the partitions' errors, so it would take that answer for "nothing
+committed": a consumer joining would start from the earliest record, and
+``groups.committed`` would read an empty group.
 
 So the coordinator's requests raise the group's error when an OffsetFetch has one: aiokafka
-retries the retriable ones (a loading coordinator, a moved one, after marking it dead), as
-it does for a partition's, and raises the rest (a group the principal may not read: its
-authorization error, not an empty group). Installed when the connector is imported.
+retries the retriable ones (after marking a moved or unavailable coordinator dead), as it
+does for a partition's, and raises the rest (an authorization error, not an empty group).
+This follows the protocol; the three-node cluster's full restart did not show it (there,
+for about a second, Kafka 4.4 answered -1 with no error at all, which no client can tell
+from "nothing committed"). Installed when the connector is imported.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Why a secured cluster refuses a client: its login (``login_refused``, which starting a
-client asks when it fails) or a topic's ACLs.
+"""Why a secured cluster refuses a client a topic (a refused login is ``client.login_refused``,
+which starting a client asks when it fails).
 
 The cluster hides the topics a principal may not describe: a Metadata request for every
 topic leaves them out, so they read as missing. Asked by name, it says so.
@@ -12,9 +12,9 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from hermesbus.connectors.kafka.client import NoAutoCreate, login_refused
+from hermesbus.connectors.kafka.client import NoAutoCreate
 
-__all__ = ["ACLS_HINT", "login_refused", "unauthorized_topics"]
+__all__ = ["ACLS_HINT", "unauthorized_topics"]
 
 TOPIC_AUTHORIZATION_FAILED = 29
 ACLS_HINT = "an operator adds the bus's ACLs: `hermesbus acls --prefix PREFIX` prints them"
